@@ -1,0 +1,143 @@
+"""The error taxonomy of cdf_platform.
+
+Every failure the platform can name is a class here. Each carries the facts an operator needs
+(pipeline, table, versions) and a message that ends with what to do about it. Callers branch on
+the class, never on the message.
+
+Example:
+    >>> try:
+    ...     raise ReplayWindowLost("bronze CDF range (41, 190] is gone", pipeline_id="orders",
+    ...                            table="/lake/bronze/orders", version=42,
+    ...                            action="run `cdf-platform rebuild orders`")
+    ... except CdfPlatformError as err:
+    ...     err.incident_code
+    'WATERMARK_OUTSIDE_RETENTION'
+"""
+
+from __future__ import annotations
+
+
+class CdfPlatformError(Exception):
+    """Base class: a failure the platform recognises, with the action that resolves it."""
+
+    incident_code: str = "ERROR"
+    default_action: str = "see the message above"
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        pipeline_id: str | None = None,
+        table: str | None = None,
+        version: int | None = None,
+        action: str | None = None,
+    ) -> None:
+        self.problem = problem
+        self.pipeline_id = pipeline_id
+        self.table = table
+        self.version = version
+        self.action = action or self.default_action
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        facts = [
+            f"{name}={value}"
+            for name, value in (
+                ("pipeline", self.pipeline_id),
+                ("table", self.table),
+                ("version", self.version),
+            )
+            if value is not None
+        ]
+        where = f" [{', '.join(facts)}]" if facts else ""
+        return f"{type(self).__name__}{where}: {self.problem}. What to do: {self.action}."
+
+
+class InvalidPipelineSpec(CdfPlatformError):
+    """A pipeline spec (YAML or code) is malformed or unsafe."""
+
+    incident_code = "INVALID_PIPELINE_SPEC"
+    default_action = "fix the named field in the pipelines file"
+
+
+class SourceNotFound(CdfPlatformError):
+    """The bronze source is missing or is not a Delta table."""
+
+    incident_code = "SOURCE_NOT_FOUND"
+    default_action = "check the `source` path or table name, and that the table was created"
+
+
+class CdfNotEnabled(CdfPlatformError):
+    """The bronze source does not have `delta.enableChangeDataFeed` on for the needed range."""
+
+    incident_code = "CDF_NOT_ENABLED"
+    default_action = (
+        "run ALTER TABLE ... SET TBLPROPERTIES (delta.enableChangeDataFeed = true) on the source, "
+        "then rebuild the pipeline (`cdf-platform rebuild <id>`)"
+    )
+
+
+class ReplayWindowLost(CdfPlatformError):
+    """The versions after the watermark can no longer be replayed from the change feed."""
+
+    incident_code = "WATERMARK_OUTSIDE_RETENTION"
+    default_action = (
+        "rebuild silver from a pinned bronze snapshot (`cdf-platform rebuild <id>`), then raise "
+        "delta.deletedFileRetentionDuration on the source above the consumer's longest pause"
+    )
+
+
+class SourceReset(CdfPlatformError):
+    """The bronze table was recreated (new table id) or its latest version is below the
+    watermark."""
+
+    incident_code = "SOURCE_RESET"
+    default_action = "confirm the source was recreated on purpose, then `cdf-platform rebuild <id>`"
+
+
+class IncompatibleSchemaChange(CdfPlatformError):
+    """A column was dropped, renamed or retyped in the range to replay."""
+
+    incident_code = "INCOMPATIBLE_SCHEMA_CHANGE"
+    default_action = (
+        "rebuild silver from the new bronze schema (`cdf-platform rebuild <id>`); gold consumers "
+        "of the dropped or renamed column must be updated too"
+    )
+
+
+class DataQualityError(CdfPlatformError):
+    """Bronze holds a null key, or two surviving rows for one key in one commit."""
+
+    incident_code = "DATA_QUALITY"
+    default_action = (
+        "fix the named key in the bronze table (remove the duplicate or null-key row), or correct "
+        "the pipeline's `keys`, then rerun"
+    )
+
+
+class UnsafeSparkConfig(CdfPlatformError):
+    """The Spark session is configured in a way that could drop changes silently."""
+
+    incident_code = "UNSAFE_SPARK_CONFIG"
+    default_action = "unset spark.sql.files.ignoreMissingFiles (it turns a lost window into loss)"
+
+
+class UnknownReadFailure(CdfPlatformError):
+    """A change-feed read failed for a reason the platform does not classify."""
+
+    incident_code = "UNKNOWN_READ_FAILURE"
+    default_action = "read the underlying error below; the watermark was not moved"
+
+
+class TargetOwnershipConflict(CdfPlatformError):
+    """A silver table is already maintained by another pipeline."""
+
+    incident_code = "TARGET_OWNED_BY_OTHER_PIPELINE"
+    default_action = "give each pipeline its own `target`"
+
+
+class RuntimeEnvironmentError(CdfPlatformError):
+    """The machine lacks something Spark needs (a Java 17+ runtime)."""
+
+    incident_code = "RUNTIME_ENVIRONMENT"
+    default_action = "install a Java 17+ runtime and put it on PATH or in JAVA_HOME"
