@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from cdf_platform.engine.config import default_control_root, default_lake_root, default_master
+from cdf_platform.engine.control import ControlTable
 from cdf_platform.engine.errors import CdfPlatformError
+from cdf_platform.engine.pipeline import RunResult, run_pipeline
+from cdf_platform.engine.session import SparkSettings, build_spark_session
+from cdf_platform.engine.spec import PipelineSpec, find_spec, load_specs
+from cdf_platform.engine.status import pipeline_status, render_status_table
 
 logger = logging.getLogger("cdf_platform")
 
@@ -22,6 +29,48 @@ def _ensure_dagster_home() -> Path:
     home.mkdir(parents=True, exist_ok=True)
     os.environ[DAGSTER_HOME_ENV] = str(home)
     return home
+
+
+def _context(args: argparse.Namespace) -> tuple[list[PipelineSpec], ControlTable, SparkSettings]:
+    lake_root = args.lake_root or default_lake_root()
+    specs = load_specs(args.pipelines, lake_root=lake_root)
+    control = ControlTable(args.control_root or default_control_root(lake_root))
+    settings = SparkSettings(master=default_master())
+    return specs, control, settings
+
+
+def _print_result(result: RunResult, as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(result.as_metadata(), default=str) + "\n")
+        return
+    figures = result.as_metadata()
+    width = max(len(k) for k in figures)
+    for key, value in figures.items():
+        if value is not None:
+            sys.stdout.write(f"{key:<{width}}  {value}\n")
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    specs, control, settings = _context(args)
+    spec = find_spec(specs, args.pipeline_id)
+    result = run_pipeline(
+        spec,
+        spark_factory=lambda: build_spark_session(settings),
+        control=control,
+        force_rebuild=args.command == "rebuild",
+    )
+    _print_result(result, args.json)
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    specs, _, _ = _context(args)
+    statuses = [pipeline_status(spec).as_dict() for spec in specs]
+    if args.json:
+        sys.stdout.write(json.dumps(statuses, default=str, indent=2) + "\n")
+    else:
+        sys.stdout.write(render_status_table(statuses) + "\n")
+    return 0 if all(s["state"] in ("OK", "NOT_STARTED") for s in statuses) else 1
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -38,6 +87,34 @@ def build_parser() -> argparse.ArgumentParser:
         description="Keep Delta silver tables in step with bronze through Change Data Feed.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--pipelines",
+        default=None,
+        help="pipelines YAML file (default: $CDF_PIPELINES_FILE or ./pipelines.yaml)",
+    )
+    common.add_argument(
+        "--lake-root",
+        default=None,
+        help="lake root for relative locations (default: $CDF_LAKE_ROOT or ./lake)",
+    )
+    common.add_argument(
+        "--control-root", default=None, help="control tables folder (default: <lake root>/_control)"
+    )
+    common.add_argument("--json", action="store_true", help="print JSON")
+    for name, text in (
+        ("run", "one incremental run of a pipeline, with its configured fallback"),
+        ("rebuild", "reconcile silver from a pinned bronze snapshot and stamp that watermark"),
+    ):
+        command = sub.add_parser(name, parents=[common], help=text, description=text)
+        command.add_argument("pipeline_id")
+        command.set_defaults(func=_cmd_run)
+    status = sub.add_parser(
+        "status",
+        parents=[common],
+        help="per-pipeline watermark, lag, replay window and headroom (no JVM)",
+    )
+    status.set_defaults(func=_cmd_status)
     demo = sub.add_parser("demo", help="run the end-to-end demo on a local lake")
     demo.add_argument("--batch-size", type=int, default=500, help="rows per bronze batch")
     demo.set_defaults(func=_cmd_demo)

@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 
+from cdf_platform.engine.config import default_lake_root, default_master
 from cdf_platform.engine.session import SparkSettings, build_spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-MASTER_ENV = "CDF_SPARK_MASTER"
-LAKE_ROOT_ENV = "CDF_LAKE_ROOT"
-
-
-def default_master() -> str:
-    """`$CDF_SPARK_MASTER`, else all local cores."""
-    return os.environ.get(MASTER_ENV, "local[*]")
-
-
-def default_lake_root() -> str:
-    """`$CDF_LAKE_ROOT`, else `lake/` under the working directory (the project root when run
-    through `dagster dev`, `make` or `cdf-platform`)."""
-    return os.environ.get(LAKE_ROOT_ENV) or str(Path.cwd() / "lake")
 
 
 class SparkResource(LazyPySparkResource):
