@@ -15,6 +15,8 @@ TEST_SPARK_CONF = {
     "spark.default.parallelism": "2",
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.adaptive.coalescePartitions.initialPartitionNum": "2",
+    # VACUUM lists files with this many tasks (10,000 by default): seconds wasted per VACUUM.
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
 }
 
 

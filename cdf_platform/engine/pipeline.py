@@ -143,6 +143,14 @@ def _control_repair_needed(control: ControlTable, plan: RunPlan) -> bool:
     return state is None or state.get("last_commit_version") != plan.silver.watermark
 
 
+def plan_pipeline(
+    spec: PipelineSpec, control: ControlTable, *, now: datetime | None = None
+) -> RunPlan:
+    """The JVM-free plan of `spec`'s next run (the control table supplies the recorded source
+    table id when silver's recent log no longer holds it)."""
+    return plan_run(spec, now=now, known_source_id=_known_source_id(control, spec.id))
+
+
 def run_pipeline(
     spec: PipelineSpec,
     *,
@@ -151,20 +159,45 @@ def run_pipeline(
     now: datetime | None = None,
     force_rebuild: bool = False,
 ) -> RunResult:
-    """Run `spec` once: no-op, initial load, incremental, or rebuild per the fallback policy.
+    """Plan and run `spec` once: no-op, initial load, incremental, or rebuild per the fallback
+    policy (see `execute_plan`).
+
+    Raises:
+        CdfPlatformError: the classified failure (FAIL_FAST, bad input, or a read failure).
+    """
+    started = time.monotonic()
+    plan = plan_pipeline(spec, control, now=now)
+    return execute_plan(
+        plan,
+        spark_factory=spark_factory,
+        control=control,
+        force_rebuild=force_rebuild,
+        plan_seconds=time.monotonic() - started,
+    )
+
+
+def execute_plan(
+    plan: RunPlan,
+    *,
+    spark_factory: SparkFactory,
+    control: ControlTable,
+    force_rebuild: bool = False,
+    plan_seconds: float = 0.0,
+) -> RunResult:
+    """Carry out `plan`: no-op, initial load, incremental, or rebuild per the fallback policy.
 
     A no-op (no bronze version after the watermark) never starts Spark. A problem that a
     rebuild repairs (lost window, source reset, incompatible schema change, CDF gap) runs the
     rebuild under `SNAPSHOT_REBUILD` and raises under `FAIL_FAST`; either way the incident is
     written to the load log. Nothing is written to silver before the problem is known.
+    `force_rebuild` reconciles from the snapshot at the plan's end version whatever the state.
 
     Raises:
         CdfPlatformError: the classified failure (FAIL_FAST, bad input, or a read failure).
     """
+    spec = plan.spec
     run = _Run(spec, spark_factory, control)
-    known_source_id = _known_source_id(control, spec.id)
-    plan = plan_run(spec, now=now, known_source_id=known_source_id)
-    run.lap("plan", run.clock)
+    run.timings["plan"] = plan_seconds
     if force_rebuild:
         return _rebuild(run, plan, plan.problem, requested=True)
     if plan.mode is RunMode.NOOP:
