@@ -248,19 +248,27 @@ class DeltaLog:
             self._metadata[seen] = result
         return result
 
+    def _checksum_metadata(self, version: int) -> TableMetadata | None:
+        """The metadata recorded in the `.crc` checksum of `version`, if there is one."""
+        if version not in self._checksums:
+            return None
+        # delta-spark writes a VersionChecksum (.crc, JSON) with the full metadata beside each
+        # commit and reads it itself as a fast path for protocol and metadata.
+        path = os.path.join(self.log_path, f"{version:020d}.crc")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                checksum = json.load(fh)
+        except (OSError, ValueError):
+            logger.warning("unreadable checksum %s", path)
+            return None
+        found = checksum.get("metadata")
+        return TableMetadata.from_action(found) if found else None
+
     def _checkpoint_metadata(self, version: int) -> TableMetadata:
         """The metadata of the table state at checkpoint `version`."""
-        if version in self._checksums:
-            # delta-spark writes a VersionChecksum (.crc, JSON) with the full metadata beside each
-            # commit and reads it itself as a fast path for protocol and metadata.
-            path = os.path.join(self.log_path, f"{version:020d}.crc")
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    checksum = json.load(fh)
-                if checksum.get("metadata"):
-                    return TableMetadata.from_action(checksum["metadata"])
-            except (OSError, ValueError):
-                logger.warning("unreadable checksum %s; reading the checkpoint instead", path)
+        from_checksum = self._checksum_metadata(version)
+        if from_checksum is not None:
+            return from_checksum
         # Parquet checkpoints need a Parquet reader; `deltalake` has one (pyarrow is absent).
         # deltalake 1.6 loads the file list too (its `without_files` is ignored): slower, but
         # only reached for checkpoints without a checksum.
@@ -281,7 +289,10 @@ class DeltaLog:
         Raises:
             LookupError: the log is damaged so that no metadata reaches the latest version.
         """
-        metadata = self.metadata_at(self.latest_version())
+        latest = self.latest_version()
+        # A commit missing below the latest (criterion 2) breaks the walk back to a metaData
+        # action; the latest checksum still records the current metadata.
+        metadata = self.metadata_at(latest) or self._checksum_metadata(latest)
         if metadata is None:
             raise LookupError(
                 f"no metaData reaches version {self.latest_version()} in {self.log_path}"

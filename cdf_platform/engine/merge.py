@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
@@ -44,11 +44,16 @@ SOURCE_VIEW = "cdf_platform_source"
 
 @dataclass(frozen=True)
 class SilverLayout:
-    """The shape of a silver table: data columns (keys first) and the delete mode."""
+    """The shape of a silver table: data columns (keys first) and the delete mode.
+
+    `retired_columns` are silver columns bronze no longer has (dropped or renamed there): a
+    rebuild sets them to NULL, since silver mirrors bronze, where they hold nothing.
+    """
 
     keys: list[str]
     data_columns: list[str]
     delete_mode: DeleteMode
+    retired_columns: tuple[str, ...] = ()
 
     @property
     def value_columns(self) -> list[str]:
@@ -103,8 +108,10 @@ def ensure_silver(
     pipeline_id: str,
     source_schema: StructType,
     layout: SilverLayout,
-) -> None:
+) -> SilverLayout:
     """Create silver (CDF on, owned by `pipeline_id`) or evolve it with new bronze columns.
+
+    Returns `layout` with the silver columns that bronze no longer has as `retired_columns`.
 
     Raises:
         TargetOwnershipConflict: silver belongs to another pipeline.
@@ -117,7 +124,7 @@ def ensure_silver(
     if not DeltaTable.isDeltaTable(spark, target):
         properties = {"delta.enableChangeDataFeed": "true", OWNER_PROPERTY: pipeline_id}
         spark.sql(create_table_sql(target, wanted, properties))
-        return
+        return layout
     detail = spark.sql(f"DESCRIBE DETAIL {sql_path(target)}").collect()[0]
     owner = (detail["properties"] or {}).get(OWNER_PROPERTY)
     if owner != pipeline_id:
@@ -143,6 +150,9 @@ def ensure_silver(
     if added:
         columns = ", ".join(f"{quote_ident(c)} {t}" for c, t in added.items())
         spark.sql(f"ALTER TABLE {sql_path(target)} ADD COLUMNS ({columns})")
+    platform = {SOURCE_VERSION, IS_DELETED, DELETED_AT}
+    retired = tuple(c for c in existing if c not in wanted and c not in platform)
+    return replace(layout, retired_columns=retired)
 
 
 def _null_safe_equal(columns: Sequence[str]) -> str:
@@ -202,7 +212,9 @@ def reconcile_sql(target: str, layout: SilverLayout, version: int, deleted_at: d
     """
     stamp = str(int(version))
     differs = f"NOT ({_null_safe_equal(layout.value_columns)}) OR t.{SOURCE_VERSION} > {stamp}"
+    differs += "".join(f" OR t.{quote_ident(c)} IS NOT NULL" for c in layout.retired_columns)
     update = [*_assignments(layout.value_columns), f"{SOURCE_VERSION} = {stamp}"]
+    update += [f"{quote_ident(c)} = NULL" for c in layout.retired_columns]
     at = f"CAST({sql_string(deleted_at.isoformat())} AS TIMESTAMP)"
     if layout.delete_mode is DeleteMode.SOFT:
         differs = f"t.{IS_DELETED} OR {differs}"

@@ -247,7 +247,7 @@ def _incremental(run: _Run, plan: RunPlan) -> RunResult:
         fault_point(FaultPoint.AFTER_READ)
         layout = SilverLayout(list(spec.keys), data_columns, spec.delete_mode)
         schema = changes.select(*(f"`{c}`" for c in data_columns)).schema
-        ensure_silver(spark, spec.target, spec.id, schema, layout)
+        layout = ensure_silver(spark, spec.target, spec.id, schema, layout)
         stamp = TxnStamp(
             app_id=app_id(spec.id, plan.silver.generation),
             version=end,

@@ -88,7 +88,7 @@ def rebuild_silver(
             snapshot, spec.keys, pipeline_id=spec.id, table=spec.source, version=version
         ),
     )
-    ensure_silver(spark, spec.target, spec.id, snapshot.schema, layout)
+    layout = ensure_silver(spark, spec.target, spec.id, snapshot.schema, layout)
     fault_point(FaultPoint.DURING_REBUILD)
     generation = rebuild_generation(silver, version, source_reset=source_reset)
     txn_app_id = app_id(spec.id, generation)
