@@ -29,17 +29,13 @@ from cdf_platform.engine.replay_window import (
 )
 from cdf_platform.engine.schema_compat import non_additive_changes
 from cdf_platform.engine.tables import sql_path
+from cdf_platform_tests.engine.synthetic_log import commit_file, write_synthetic_commits
 
 HOUR = 3600.0
 CDF_ON = "'delta.enableChangeDataFeed' = 'true'"
 NO_DV = "'delta.enableDeletionVectors' = 'false'"
 # Raised only when the read runs (often as a raw Py4JJavaError), not at load.
 MISSING_FILE = r"FAILED_READ_FILE\.FILE_NOT_EXIST"
-
-
-def commit_file(table: str, version: int) -> str:
-    """Path of the commit file of `version`."""
-    return os.path.join(table, "_delta_log", f"{version:020d}.json")
 
 
 def set_age(path: str, seconds_ago: float) -> None:
@@ -489,43 +485,11 @@ def test_missing_table_is_source_not_found(tmp_path: Path) -> None:
         compute_replay_window(str(tmp_path / "nothing"))
 
 
-def _write_synthetic_commits(path: str, first: int, last: int) -> None:
-    """Commits first..last modelled on delta-spark's own: an add per commit, every third one an
-    UPDATE-like commit with a cdc file; every referenced file exists (empty)."""
-    log_dir = os.path.join(path, "_delta_log")
-    model = json.loads(Path(commit_file(path, 1)).read_text().splitlines()[0])["commitInfo"]
-    os.makedirs(os.path.join(path, "_change_data"), exist_ok=True)
-    for version in range(first, last + 1):
-        now_ms = int(time.time() * 1000)
-        data = f"part-00000-{version:08d}-c000.snappy.parquet"
-        actions: list[dict[str, object]] = [
-            {"commitInfo": {**model, "timestamp": now_ms, "readVersion": version - 1}},
-            {
-                "add": {
-                    "path": data,
-                    "partitionValues": {},
-                    "size": 1,
-                    "modificationTime": now_ms,
-                    "dataChange": True,
-                }
-            },
-        ]
-        Path(path, data).touch()
-        if version % 3 == 0:
-            cdc = f"_change_data/cdc-00000-{version:08d}.c000.snappy.parquet"
-            actions.append(
-                {"cdc": {"path": cdc, "partitionValues": {}, "size": 1, "dataChange": False}}
-            )
-            Path(path, cdc).touch()
-        text = "\n".join(json.dumps(action) for action in actions) + "\n"
-        Path(log_dir, f"{version:020d}.json").write_text(text)
-
-
 def test_two_thousand_commits_take_well_under_a_second(spark: SparkSession, lake: Path) -> None:
     path = str(lake / "big")
     table = create(spark, path, CDF_ON)
     spark.sql(f"INSERT INTO {table} VALUES (1)")
-    _write_synthetic_commits(path, 2, 1999)
+    write_synthetic_commits(path, 2, 1999)
 
     started = time.perf_counter()
     window = compute_replay_window(path)

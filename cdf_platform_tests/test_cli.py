@@ -1,0 +1,140 @@
+"""`cdf-platform` on the command line: status (JVM-free, fast), run, rebuild, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from cdf_platform.engine.merge import TXN_APP_ID_CONF, TXN_VERSION_CONF
+from cdf_platform.engine.tables import sql_path
+from cdf_platform.engine.watermark import OWNER_PROPERTY
+from cdf_platform_tests.engine.bronze import make_bronze, rows, sql
+from cdf_platform_tests.engine.synthetic_log import write_synthetic_commits
+
+CLI = str(Path(sys.executable).parent / "cdf-platform")
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [CLI, *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _pipelines(tmp_path: Path, lake: Path, fallback: str = "FAIL_FAST") -> str:
+    path = tmp_path / "pipelines.yaml"
+    path.write_text(
+        "pipelines:\n"
+        "  - id: big\n"
+        "    source: bronze\n"
+        "    target: silver\n"
+        "    keys: [id]\n"
+        f"    fallback_mode: {fallback}\n"
+    )
+    return str(path)
+
+
+def test_status_json_on_two_thousand_commits_answers_in_under_a_second_without_a_jvm(
+    spark: SparkSession, lake: Path, tmp_path: Path
+) -> None:
+    bronze = str(lake / "bronze")
+    spark.sql(
+        f"CREATE TABLE {sql_path(bronze)} (id INT) USING DELTA "
+        "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+    )
+    spark.sql(f"INSERT INTO {sql_path(bronze)} VALUES (1)")
+    write_synthetic_commits(bronze, 2, 1999)
+    # A silver table whose log holds watermark 1000 for pipeline `big`.
+    silver = str(lake / "silver")
+    spark.sql(
+        f"CREATE TABLE {sql_path(silver)} (id INT) USING DELTA "
+        f"TBLPROPERTIES ('{OWNER_PROPERTY}' = 'big')"
+    )
+    session = spark.newSession()
+    session.conf.set(TXN_APP_ID_CONF, "big")
+    session.conf.set(TXN_VERSION_CONF, "1000")
+    session.sql(f"INSERT INTO {sql_path(silver)} VALUES (1)")
+
+    # No Java anywhere: a JVM start would fail the command.
+    no_java = {"JAVA_HOME": str(tmp_path / "no-java"), "PATH": str(Path(sys.executable).parent)}
+    args = ["status", "--json", "--pipelines", _pipelines(tmp_path, lake), "--lake-root", str(lake)]
+    started = time.perf_counter()
+    completed = _cli(*args, env=no_java)
+    elapsed = time.perf_counter() - started
+
+    assert completed.returncode == 0, completed.stderr
+    (status,) = json.loads(completed.stdout)
+    assert status["pipeline_id"] == "big"
+    assert (status["watermark"], status["latest_version"], status["version_lag"]) == (
+        1000,
+        1999,
+        999,
+    )
+    assert status["data_version_lag"] == 999
+    assert (status["earliest_replayable_version"], status["replayable"]) == (0, True)
+    assert status["state"] in ("OK", "LOW_HEADROOM")
+    assert isinstance(status["headroom_hours"], float)
+    assert elapsed < 1.0, f"status took {elapsed:.3f} s"
+
+
+def test_rebuild_run_and_status_commands(spark: SparkSession, lake: Path, tmp_path: Path) -> None:
+    """One command starts Spark (the rebuild); the no-op run and status never do."""
+    make_bronze(spark, str(lake / "bronze"), [(1, "ada", 10), (2, "bob", 20)])
+    sql(spark, str(lake / "bronze"), "UPDATE {t} SET amount = 11 WHERE id = 1")
+    pipelines = _pipelines(tmp_path, lake)
+    common = ["--pipelines", pipelines, "--lake-root", str(lake), "--json"]
+
+    rebuilt = _cli("rebuild", "big", *common, env={"CDF_SPARK_MASTER": "local[2]"})
+    assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
+    figures = json.loads(rebuilt.stdout)
+    assert (figures["mode"], figures["watermark_after"], figures["incident_code"]) == (
+        "rebuild",
+        2,
+        "MANUAL_REBUILD",
+    )
+    assert rows(spark, str(lake / "silver")) == [(1, "ada", 11), (2, "bob", 20)]
+
+    noop = _cli("run", "big", *common)
+    assert noop.returncode == 0, noop.stderr[-2000:]
+    figures = json.loads(noop.stdout)
+    assert (figures["mode"], figures["spark_started"], figures["watermark_after"]) == (
+        "noop",
+        False,
+        2,
+    )
+
+    sql(spark, str(lake / "bronze"), "DELETE FROM {t} WHERE id = 2")
+    table = _cli("status", "--pipelines", pipelines, "--lake-root", str(lake))
+    assert table.returncode == 0, table.stderr
+    header, rule, line = table.stdout.splitlines()[:3]
+    assert header.split()[:3] == ["pipeline", "state", "watermark"]
+    assert set(rule.replace(" ", "")) == {"-"}
+    assert line.split()[:6] == ["big", "OK", "2", "3", "1", "1"]
+
+
+def test_unknown_pipeline_and_bad_file_exit_2_with_the_fix_named(tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    unknown = _cli(
+        "run", "nope", "--pipelines", _pipelines(tmp_path, lake), "--lake-root", str(lake)
+    )
+    assert unknown.returncode == 2
+    assert "no pipeline 'nope'; known: ['big']" in unknown.stderr
+    assert "What to do" in unknown.stderr
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pipelines:\n  - id: Bad-Id\n    source: a\n    target: b\n    keys: []\n")
+    invalid = _cli("status", "--pipelines", str(bad))
+    assert invalid.returncode == 2
+    assert "InvalidPipelineSpec" in invalid.stderr
+    assert "pipeline Bad-Id: id:" in invalid.stderr
+    assert "keys:" in invalid.stderr
