@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,16 +18,6 @@ from cdf_platform.engine.spec import PipelineSpec, find_spec, load_specs
 from cdf_platform.engine.status import pipeline_status, render_status_table
 
 logger = logging.getLogger("cdf_platform")
-
-DAGSTER_HOME_ENV = "DAGSTER_HOME"
-
-
-def _ensure_dagster_home() -> Path:
-    """Use $DAGSTER_HOME, else `.dagster_home/` under the working directory."""
-    home = Path(os.environ.get(DAGSTER_HOME_ENV) or Path.cwd() / ".dagster_home").resolve()
-    home.mkdir(parents=True, exist_ok=True)
-    os.environ[DAGSTER_HOME_ENV] = str(home)
-    return home
 
 
 def _context(args: argparse.Namespace) -> tuple[list[PipelineSpec], ControlTable, SparkSettings]:
@@ -74,10 +63,13 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    home = _ensure_dagster_home()
     from cdf_platform.demo import run_demo
 
-    return run_demo(dagster_home=home, batch_size=args.batch_size)
+    return run_demo(
+        workdir=Path(args.workdir),
+        batch_size=args.batch_size,
+        retention_seconds=args.retention_seconds,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,7 +108,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.set_defaults(func=_cmd_status)
     demo = sub.add_parser("demo", help="run the end-to-end demo on a local lake")
-    demo.add_argument("--batch-size", type=int, default=500, help="rows per bronze batch")
+    demo.add_argument("--batch-size", type=int, default=200, help="rows per bronze batch")
+    demo.add_argument(
+        "--workdir", default=".demo", help="the demo's lake and Dagster instance (wiped first)"
+    )
+    demo.add_argument(
+        "--retention-seconds",
+        type=int,
+        default=20,
+        help="bronze deletedFileRetentionDuration during the outage",
+    )
     demo.set_defaults(func=_cmd_demo)
     return parser
 

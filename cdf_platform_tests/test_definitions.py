@@ -14,7 +14,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from cdf_platform.definitions import defs
+from cdf_platform.definitions import build_defs, defs
+from cdf_platform_tests.lake_platform import ORDERS, control_for
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DAGSTER = str(Path(sys.executable).parent / "dagster")
@@ -36,6 +37,62 @@ def test_definitions_load_without_starting_spark() -> None:
     keys = defs.resolve_asset_graph().get_all_asset_keys()
     assert dg.AssetKey(["bronze", "orders"]) in keys
     assert dg.AssetKey(["bronze", "customers"]) in keys
+
+
+def test_asset_graph_runs_bronze_to_silver_to_gold_with_checks_on_silver() -> None:
+    graph = defs.resolve_asset_graph()
+    for pipeline in ("orders", "customers"):
+        silver = graph.get(dg.AssetKey(["silver", pipeline]))
+        assert silver.parent_keys == {dg.AssetKey(["bronze", pipeline])}
+        assert silver.group_name == "silver"
+        assert silver.pools == {f"cdf_pipeline_{pipeline}"}
+        assert silver.io_manager_key == "watermark_io_manager"
+        assert {key.name for key in silver.check_keys} == {"consumer_lag", "replay_window"}
+        blocking = {key.name: graph.get_check_spec(key).blocking for key in silver.check_keys}
+        assert blocking == {"consumer_lag": False, "replay_window": True}
+    gold = graph.get(dg.AssetKey(["gold", "customer_order_totals"]))
+    assert gold.parent_keys == {dg.AssetKey(["silver", "orders"])}
+    assert set(defs.resources or {}) == {"spark", "control_table", "watermark_io_manager"}
+
+
+def test_every_job_sensor_and_schedule_resolves() -> None:
+    for name in ("incremental_job", "rebuild_job", "checks_job"):
+        assert defs.resolve_job_def(name).name == name
+    for name in ("incremental_sensor", "rebuild_sensor"):
+        assert defs.resolve_sensor_def(name).name == name
+    assert defs.resolve_schedule_def("checks_schedule").job_name == "checks_job"
+
+    # The checks job runs the four silver checks and nothing that needs Spark.
+    checks_job = defs.resolve_job_def("checks_job")
+    nodes = {}
+    for node in checks_job.graph.node_defs:
+        assert isinstance(node, dg.OpDefinition)
+        nodes[node.name] = node.required_resource_keys
+    assert set(nodes) == {
+        f"silver__{pipeline}_{check}"
+        for pipeline in ("orders", "customers")
+        for check in ("consumer_lag", "replay_window")
+    }
+    assert set().union(*nodes.values()) == {"control_table"}
+    assert "spark" not in checks_job.required_resource_keys
+
+
+def test_a_bronze_table_written_elsewhere_is_an_external_asset(tmp_path: Path) -> None:
+    payments = {
+        **ORDERS,
+        "id": "payments",
+        "source": "/data/partner/payments_v2",
+        "target": "silver/payments",
+        "keys": ["payment_id"],
+        "bronze_table": "payments",
+    }
+    graph = build_defs(control_table=control_for(tmp_path, payments)).resolve_asset_graph()
+    bronze = graph.get(dg.AssetKey(["bronze", "payments"]))
+    assert bronze.is_external and not bronze.is_materializable
+    assert bronze.metadata["path"].value == "/data/partner/payments_v2"
+    assert graph.get(dg.AssetKey(["silver", "payments"])).parent_keys == {bronze.key}
+    # No orders pipeline here, so no gold asset fed by it.
+    assert dg.AssetKey(["gold", "customer_order_totals"]) not in graph.get_all_asset_keys()
 
 
 def test_dagster_definitions_validate_passes(tmp_path: Path) -> None:

@@ -1,0 +1,1 @@
+"""Gold: Dagster-free consumers of silver's own change feed (plain PySpark + Delta)."""
