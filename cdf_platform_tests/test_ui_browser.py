@@ -1,0 +1,148 @@
+"""The Dagster UI in a real browser: headless Chromium against `dagster dev` serving the project
+after a small demo run. Screenshots land in the test's temp folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+from pyspark.sql import SparkSession
+
+from cdf_platform.resources.spark import SparkResource
+from cdf_platform_tests.lake_platform import bronze_batch, lake_defs
+from cdf_platform_tests.test_definitions import DAGSTER, PROJECT_ROOT, _free_port
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Flags for a root, sandboxed-network machine: no sandbox, no GPU, no background traffic.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no Chromium on this machine (`make test` installs Debian's chromium when run as root)",
+)
+
+
+@pytest.fixture
+def served_demo(
+    spark: SparkSession, spark_resource: SparkResource, tmp_path: Path
+) -> Iterator[str]:
+    """A small demo run on a persistent instance, then `dagster dev` serving it; yields the URL."""
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    defs = lake_defs(spark_resource, lake)
+    instance = dg.DagsterInstance.from_config(str(home))
+    for table in ("orders", "customers"):
+        bronze_batch(defs, table, instance, 50)
+    assert defs.resolve_job_def("incremental_job").execute_in_process(instance=instance).success
+    assert defs.resolve_job_def("gold_job").execute_in_process(instance=instance).success
+    for _ in range(2):  # evaluations to plot
+        assert defs.resolve_job_def("checks_job").execute_in_process(instance=instance).success
+    instance.dispose()
+
+    port = _free_port()
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "CDF_LAKE_ROOT": str(lake),
+        "CDF_PIPELINES_FILE": str(lake / "pipelines.yaml"),
+    }
+    process = subprocess.Popen(
+        [DAGSTER, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert process.poll() is None, "dagster dev exited early"
+            assert time.monotonic() < deadline, "dagster dev did not answer in 180 s"
+            try:
+                with urllib.request.urlopen(f"{url}/server_info", timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(1)
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def _dismiss_welcome(page: Any) -> None:
+    """Close the UI's first-visit community dialog if it shows up (it covers the page)."""
+    skip = page.get_by_role("button", name="Skip")
+    try:
+        skip.first.wait_for(state="visible", timeout=5_000)
+    except Exception:  # no dialog this time
+        return
+    skip.first.click()
+
+
+def test_asset_graph_and_replay_window_check_in_a_real_browser(
+    served_demo: str, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        page.set_default_timeout(90_000)
+
+        page.goto(f"{served_demo}/asset-groups")
+        for group in ("bronze", "silver", "gold"):
+            expect(page.get_by_role("button", name=f"asset_group {group} {group}")).to_be_visible()
+        page.screenshot(path=str(tmp_path / "asset_graph.png"), full_page=True)
+        page.goto(f"{served_demo}/assets")
+        _dismiss_welcome(page)
+        for key in (
+            "bronze / orders",
+            "bronze / customers",
+            "silver / orders",
+            "silver / customers",
+            "gold / customer_order_totals",
+        ):
+            expect(page.get_by_role("link", name=key).first).to_be_visible()
+        page.screenshot(path=str(tmp_path / "asset_catalog.png"), full_page=True)
+
+        page.goto(f"{served_demo}/assets/silver/orders?view=checks")
+        _dismiss_welcome(page)
+        expect(page.get_by_text("replay_window").first).to_be_visible()
+        page.get_by_text("replay_window").first.click()
+        expect(page.get_by_text("headroom_hours").first).to_be_visible()
+        expect(page.get_by_text("earliest_replayable_version").first).to_be_visible()
+        expect(page.get_by_text("Passed").first).to_be_visible()
+        expect(page.get_by_text("Plots").first).to_be_visible()
+        page.screenshot(path=str(tmp_path / "replay_window_check.png"), full_page=True)
+        browser.close()
+
+    for shot in ("asset_graph.png", "asset_catalog.png", "replay_window_check.png"):
+        assert (tmp_path / shot).stat().st_size > 10_000
+    print(f"screenshots in {tmp_path}", file=sys.stderr)
