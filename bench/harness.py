@@ -1,0 +1,232 @@
+"""The benchmark's configuration and harness: one session, fresh state per repetition, samples.
+
+Every timed operation starts from its own copy of the pristine silver (a new folder each time:
+delta-spark caches table state by path), and only the operation itself is timed; copying, the
+result check and clean-up are not.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from bench.baselines import handwritten_merge, streaming_merge
+from bench.workload import Backlog, Workload, build_workload, fingerprint, last_commit_metrics
+from cdf_platform.engine.pipeline import RunResult, run_pipeline
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+logger = logging.getLogger("bench")
+
+MASTER = "local[2]"
+# Sized for 2 cores: Delta's state reconstruction defaults to 50 partitions
+# (spark.databricks.delta.snapshotPartitions) and file listing to 10,000 tasks.
+SESSION_CONF = {
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What one benchmark run measures.
+
+    Attributes:
+        rows: Bronze rows (scenarios a-d, f, g).
+        scale_rows: Bronze rows of the scaling scenario (e), same changed keys as `rows`.
+        reps: Repetitions per figure (the median is reported).
+        backlog_commits: Commits the backlog is spread over.
+        changed_share: Share of `rows` keys the backlog changes.
+        log_sizes: Commit counts of the replay-window scenario (d).
+        tuning: Also measure the session-setting and deletion-vector variants.
+        warmup: Run one unmeasured round before the measured ones.
+        quick: A smoke run (labelled so in the results).
+        shuffle_partitions: `spark.sql.shuffle.partitions` of the session.
+        driver_memory: `spark.driver.memory`.
+    """
+
+    rows: int = 1_000_000
+    scale_rows: int = 4_000_000
+    reps: int = 3
+    backlog_commits: int = 10
+    changed_share: float = 0.01
+    log_sizes: tuple[int, ...] = (100, 1_000, 5_000)
+    tuning: bool = True
+    warmup: bool = True
+    quick: bool = False
+    shuffle_partitions: int = 2
+    driver_memory: str = "8g"
+
+    @property
+    def changed_keys(self) -> int:
+        """Distinct keys the backlog changes (the same at both scales)."""
+        return max(3, round(self.rows * self.changed_share))
+
+    @property
+    def backlog(self) -> Backlog:
+        """The backlog applied at both scales."""
+        return Backlog.for_changed_keys(self.changed_keys, self.backlog_commits)
+
+
+QUICK = BenchConfig(rows=100_000, scale_rows=400_000, reps=1, quick=True)
+
+
+class SessionsWithConf:
+    """Stands in for the session a `spark_factory` returns: the platform calls `newSession()`
+    on it, and gets a session with `conf` set (how the tuning variants reach the platform)."""
+
+    def __init__(self, spark: SparkSession, conf: Mapping[str, str]) -> None:
+        self._spark = spark
+        self._conf = dict(conf)
+
+    def newSession(self) -> SparkSession:  # noqa: N802 (SparkSession's API)
+        session = self._spark.newSession()
+        for key, value in self._conf.items():
+            session.conf.set(key, value)
+        return session
+
+
+class Bench:
+    """One benchmark run: the workloads, the samples and the figures."""
+
+    def __init__(self, spark: SparkSession, config: BenchConfig, workdir: Path) -> None:
+        self.spark = spark
+        self.config = config
+        self.workdir = workdir
+        self.samples: dict[str, list[float]] = {}
+        self.phases: dict[str, list[float]] = {}
+        self.fingerprints: dict[str, tuple[int, int]] = {}
+        self.merge_metrics: dict[str, dict[str, str]] = {}
+        self.notes: list[str] = []
+        self.loads: list[float] = [os.getloadavg()[0]]
+        self._runs = 0
+        self.workload_rows: list[dict[str, Any]] = []
+        # A folder whose silver and control tables are caught up with bronze (for the no-op).
+        self.caught_up: Path | None = None
+        # Baselines run in a session of their own, as the platform does (newSession()).
+        self.baseline_session = spark.newSession()
+
+    def build(self, rows: int) -> Workload:
+        """Bronze with `rows` keys and the configured backlog, and its pristine silver."""
+        workload = build_workload(
+            self.spark,
+            self.workdir / f"rows_{rows}",
+            rows=rows,
+            backlog=self.config.backlog,
+            clock=time.perf_counter,
+        )
+        self.workload_rows.append(
+            {
+                "bronze rows": f"{rows:,}",
+                "backlog": f"{workload.backlog.updates:,} updates, {workload.backlog.inserts:,} "
+                f"inserts, {workload.backlog.deletes:,} deletes",
+                "versions": f"{workload.start_version}..{workload.end_version}",
+                "build s": f"{workload.build_seconds:.1f}",
+            }
+        )
+        logger.info("built %s in %.1f s", self.workload_rows[-1], workload.build_seconds)
+        return workload
+
+    def new_folder(self, name: str) -> Path:
+        """A folder path never used before in this run (numbered, named after `name`)."""
+        self._runs += 1
+        return self.workdir / "runs" / f"{self._runs:03d}-{name}"
+
+    def record(self, name: str, seconds: float) -> None:
+        """Add a sample to `name` (and note the load average)."""
+        self.samples.setdefault(name, []).append(seconds)
+        self.loads.append(os.getloadavg()[0])
+        logger.info("%-40s %8.2f s   (load %.1f)", name, seconds, self.loads[-1])
+
+    def _check(self, name: str, workload: Workload, table: str) -> None:
+        found = fingerprint(self.spark, table)
+        reference = self.fingerprints.setdefault(f"{workload.rows}", found)
+        self.fingerprints[f"{workload.rows}/{name}"] = found
+        if found != reference or found[0] != workload.expected_rows:
+            raise AssertionError(
+                f"{name} produced silver {found}, expected {reference} with "
+                f"{workload.expected_rows} rows: the methods do not do the same work"
+            )
+
+    def platform_run(
+        self,
+        workload: Workload,
+        *,
+        rebuild: bool = False,
+        conf: Mapping[str, str] | None = None,
+        prepare: Callable[[str], None] | None = None,
+        name: str | None = None,
+        keep: bool = False,
+    ) -> tuple[float, RunResult, Path]:
+        """Time one platform run (incremental, or rebuild) on a fresh copy of pristine silver."""
+        label = name or ("rebuild" if rebuild else "incremental")
+        folder = self.new_folder(label)
+        spec, control = workload.copy_state(folder)
+        if prepare is not None:
+            prepare(spec.target)
+        target = SessionsWithConf(self.spark, conf) if conf is not None else self.spark
+        factory = cast("Callable[[], SparkSession]", lambda: target)
+        started = time.perf_counter()
+        result = run_pipeline(spec, spark_factory=factory, control=control, force_rebuild=rebuild)
+        seconds = time.perf_counter() - started
+        assert result.watermark_after == workload.end_version, result
+        self._finish(label, workload, folder, spec.target, keep)
+        if not rebuild and name is None and workload.rows == self.config.rows:
+            # `duration_seconds` starts after planning; the rest is control writes, the
+            # commit counts and the lag after the run.
+            timed = sum(v for k, v in result.timings.items() if k != "plan")
+            other = result.duration_seconds - timed
+            for phase, value in {
+                **result.timings,
+                "control writes + counts + lag_after": other,
+            }.items():
+                self.phases.setdefault(phase, []).append(value)
+        return seconds, result, folder
+
+    def baseline_run(self, workload: Workload, method: str) -> float:
+        """Time the hand-written batch MERGE or the streaming MERGE on a fresh silver copy."""
+        folder = self.new_folder(method)
+        spec, _ = workload.copy_state(folder)
+        session = self.baseline_session
+        started = time.perf_counter()
+        if method == "handwritten":
+            handwritten_merge(
+                session, workload.bronze, spec.target, workload.start_version, workload.end_version
+            )
+        else:
+            checkpoint = str(folder / "checkpoint")
+            batches = streaming_merge(
+                session, workload.bronze, spec.target, workload.start_version, checkpoint
+            )
+            if batches != 1:
+                self.notes.append(f"streaming ran {batches} micro-batches (expected 1)")
+        seconds = time.perf_counter() - started
+        self._finish(method, workload, folder, spec.target, keep=False)
+        return seconds
+
+    def _finish(self, name: str, workload: Workload, folder: Path, target: str, keep: bool) -> None:
+        if f"{workload.rows}/{name}" not in self.fingerprints:
+            self._check(name, workload, target)
+            self.merge_metrics[f"{workload.rows}/{name}"] = last_commit_metrics(target)
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def run_method(
+        self, workload: Workload, method: str, sample: str, *, keep: bool = False
+    ) -> None:
+        """One timed repetition of `method`, recorded under `sample` (`keep`: keep the folder of
+        a platform run, as `caught_up`)."""
+        if method in ("incremental", "rebuild"):
+            seconds, _, folder = self.platform_run(workload, rebuild=method == "rebuild", keep=keep)
+            if keep:
+                self.caught_up = folder
+        else:
+            seconds = self.baseline_run(workload, method)
+        self.record(sample, seconds)

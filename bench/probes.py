@@ -1,0 +1,161 @@
+"""Scenarios (f) and (g): the no-op run through the CLI (is a JVM started?) and peak memory.
+
+Processes are found by scanning `/proc` (no psutil): a JVM started by PySpark is a `java`
+descendant of the Python process that launched it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from cdf_platform.engine.spec import PipelineSpec
+
+
+@dataclass(frozen=True)
+class NoopProbe:
+    """One no-op CLI run: wall time, exit code, what it reported, and whether java ran."""
+
+    seconds: float
+    returncode: int
+    mode: str | None
+    spark_started: bool | None
+    java_seen: bool
+    stderr_tail: str
+
+
+def _parent_and_name(pid: int) -> tuple[int, str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The name is in parentheses and may itself hold spaces or parentheses.
+    name = text[text.index("(") + 1 : text.rindex(")")]
+    parent = int(text[text.rindex(")") + 2 :].split()[1])
+    return parent, name
+
+
+def descendants(root: int) -> dict[int, str]:
+    """Every live descendant process of `root`: pid -> command name."""
+    table: dict[int, tuple[int, str]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            found = _parent_and_name(int(entry))
+            if found is not None:
+                table[int(entry)] = found
+    result: dict[int, str] = {}
+    frontier = [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, name) in table.items():
+            if ppid == parent and pid not in result:
+                result[pid] = name
+                frontier.append(pid)
+    return result
+
+
+def java_descendants(root: int | None = None) -> list[int]:
+    """Pids of `java` processes below `root` (default: this process)."""
+    found = descendants(os.getpid() if root is None else root)
+    return sorted(pid for pid, name in found.items() if name == "java")
+
+
+def java_free_env() -> dict[str, str]:
+    """This environment with no way to find Java: JAVA_HOME points nowhere, PATH has no java."""
+    env = dict(os.environ)
+    env["JAVA_HOME"] = "/nonexistent-java-home"
+    env.pop("SPARK_HOME", None)
+    kept = [d for d in env.get("PATH", "").split(os.pathsep) if d and not Path(d, "java").exists()]
+    env["PATH"] = os.pathsep.join(kept)
+    assert shutil.which("java", path=env["PATH"]) is None
+    return env
+
+
+def write_pipelines_file(path: Path, spec: PipelineSpec) -> None:
+    """A pipelines YAML holding `spec` (absolute locations)."""
+    document = {"pipelines": [spec.model_dump(mode="json", exclude_none=True)]}
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+
+
+def noop_via_cli(pipelines: Path, lake_root: Path, control_root: Path) -> NoopProbe:
+    """`cdf-platform run bench --json` in a subprocess that cannot find Java, watched for a JVM."""
+    command = [
+        sys.executable,
+        "-m",
+        "cdf_platform.cli",
+        "run",
+        "bench",
+        "--pipelines",
+        str(pipelines),
+        "--lake-root",
+        str(lake_root),
+        "--control-root",
+        str(control_root),
+        "--json",
+    ]
+    seen: list[int] = []
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=java_free_env(),
+    )
+
+    def watch() -> None:
+        while process.poll() is None:
+            seen.extend(java_descendants(process.pid))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    stdout, stderr = process.communicate(timeout=300)
+    seconds = time.perf_counter() - started
+    watcher.join()
+    report: dict[str, object] = {}
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("{"):
+            report = json.loads(line)
+            break
+    mode = report.get("mode")
+    spark_started = report.get("spark_started")
+    return NoopProbe(
+        seconds=seconds,
+        returncode=process.returncode,
+        mode=str(mode) if mode is not None else None,
+        spark_started=bool(spark_started) if spark_started is not None else None,
+        java_seen=bool(seen),
+        stderr_tail="\n".join(stderr.strip().splitlines()[-3:]),
+    )
+
+
+def _status_kib(pid: int, field: str) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def peak_memory_mib() -> dict[str, float | None]:
+    """Peak resident memory of this Python process and of its Spark JVM (VmHWM), in MiB."""
+    python_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    jvms = java_descendants()
+    jvm_kib = _status_kib(jvms[0], "VmHWM") if jvms else None
+    return {
+        "python_peak_rss_mib": round(python_kib / 1024, 1),
+        "jvm_peak_rss_mib": round(jvm_kib / 1024, 1) if jvm_kib is not None else None,
+    }

@@ -1,0 +1,117 @@
+"""Scenario (d): the replay-window check on long logs, JVM-free versus a Spark history check.
+
+A small real bronze table (versions 0 and 1 written by delta-spark) is extended with synthetic
+commits modelled on delta-spark's own (the idea of the engine tests' `synthetic_log`): one `add`
+per commit, every third commit a `cdc` file, every referenced file present. The JVM-free path is
+the platform's `compute_replay_window` + `assess_consumer`. The Spark path is what a Spark
+engineer would write: `DESCRIBE HISTORY` and `SHOW TBLPROPERTIES`, then a contiguity and
+retention check in Python; it checks less than the platform (no file existence, no CDF or schema
+history), so its time is a lower bound for an equivalent Spark check. Delta's table-state cache
+is cleared before each Spark repetition, as a fresh check process would start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cdf_platform.engine.log import DEFAULT_DELETED_FILE_RETENTION, parse_interval
+from cdf_platform.engine.replay_window import assess_consumer, compute_replay_window
+from cdf_platform.engine.tables import sql_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclass(frozen=True)
+class HistoryVerdict:
+    """What the Spark history check concludes."""
+
+    latest_version: int
+    contiguous: bool
+    earliest_in_retention: int | None
+
+
+def create_log_table(spark: SparkSession, path: str) -> None:
+    """A CDF-enabled table with two real commits (create, one insert) to model the rest on."""
+    spark.sql(
+        f"CREATE TABLE {sql_path(path)} (id BIGINT, name STRING) USING DELTA "
+        "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+    )
+    spark.sql(f"INSERT INTO {sql_path(path)} VALUES (1, 'a')")
+
+
+def _commit_file(path: str, version: int) -> Path:
+    return Path(path, "_delta_log", f"{version:020d}.json")
+
+
+def extend_log(path: str, first: int, last: int) -> None:
+    """Synthetic commits first..last, each with an add (every third with a cdc file too)."""
+    model = json.loads(_commit_file(path, 1).read_text().splitlines()[0])["commitInfo"]
+    os.makedirs(os.path.join(path, "_change_data"), exist_ok=True)
+    previous_ms = _commit_file(path, first - 1).stat().st_mtime_ns // 1_000_000
+    for version in range(first, last + 1):
+        # Delta takes a commit's timestamp from its file's mtime: keep them strictly increasing,
+        # as real commits are (equal ones make delta-spark warn once per commit).
+        now_ms = previous_ms = max(int(time.time() * 1000), previous_ms + 1)
+        data = f"part-00000-{version:08d}-c000.snappy.parquet"
+        actions: list[dict[str, object]] = [
+            {"commitInfo": {**model, "timestamp": now_ms, "readVersion": version - 1}},
+            {
+                "add": {
+                    "path": data,
+                    "partitionValues": {},
+                    "size": 1,
+                    "modificationTime": now_ms,
+                    "dataChange": True,
+                }
+            },
+        ]
+        Path(path, data).touch()
+        if version % 3 == 0:
+            cdc = f"_change_data/cdc-00000-{version:08d}.c000.snappy.parquet"
+            actions.append(
+                {"cdc": {"path": cdc, "partitionValues": {}, "size": 1, "dataChange": False}}
+            )
+            Path(path, cdc).touch()
+        text = "\n".join(json.dumps(action) for action in actions) + "\n"
+        commit = _commit_file(path, version)
+        commit.write_text(text)
+        os.utime(commit, ns=(now_ms * 1_000_000, now_ms * 1_000_000))
+
+
+def jvm_free_check(path: str) -> bool:
+    """The platform's check: the exact window and a consumer halfway through the log."""
+    window = compute_replay_window(path)
+    assessment = assess_consumer(window, window.latest_version // 2)
+    return assessment.replayable
+
+
+def clear_delta_cache(spark: SparkSession) -> None:
+    """Drop delta-spark's cached table states (`DeltaLog.clearCache()`)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+
+
+def spark_history_check(spark: SparkSession, path: str) -> HistoryVerdict:
+    """DESCRIBE HISTORY + SHOW TBLPROPERTIES: versions contiguous, and the earliest version
+    still inside `delta.deletedFileRetentionDuration`."""
+    table = sql_path(path)
+    history = spark.sql(f"DESCRIBE HISTORY {table}").select("version", "timestamp").collect()
+    properties = {
+        row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()
+    }
+    raw = properties.get("delta.deletedFileRetentionDuration")
+    retention = parse_interval(raw) if raw else DEFAULT_DELETED_FILE_RETENTION
+    cutoff = datetime.now(UTC) - retention
+    versions = sorted(int(row["version"]) for row in history)
+    contiguous = versions == list(range(versions[0], versions[-1] + 1))
+    # PySpark returns timestamps as naive datetimes in the local time zone of this process.
+    recent = [int(r["version"]) for r in history if r["timestamp"].astimezone(UTC) >= cutoff]
+    return HistoryVerdict(versions[-1], contiguous, min(recent) if recent else None)

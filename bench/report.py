@@ -1,0 +1,170 @@
+"""Figures against the issue's targets, the machine they were measured on, and the two result
+files (`results.json` for tools, `results.md` for people)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+
+def median(samples: Sequence[float]) -> float:
+    """The median of `samples` (NaN when there are none)."""
+    return statistics.median(samples) if samples else float("nan")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One scenario's figure and its target.
+
+    Attributes:
+        scenario: What is compared, e.g. "(a) incremental / rebuild".
+        measured: The figure as shown in the table.
+        target: The target as shown in the table.
+        met: Whether the target is met (None: no target).
+        value: The figure as a number, for tools.
+        detail: The medians behind the figure.
+    """
+
+    scenario: str
+    measured: str
+    target: str
+    met: bool | None
+    value: float | None
+    detail: str
+
+
+def ratio_figure(
+    scenario: str, numerator: Sequence[float], denominator: Sequence[float], limit: float
+) -> Figure:
+    """`median(numerator) / median(denominator)` against `<= limit`."""
+    top, bottom = median(numerator), median(denominator)
+    value = top / bottom if bottom > 0 else float("nan")
+    return Figure(
+        scenario=scenario,
+        measured=f"{value:.2f}",
+        target=f"<= {limit:g}",
+        met=bool(value <= limit),
+        value=round(value, 4),
+        detail=f"{top:.2f} s / {bottom:.2f} s (medians of {len(numerator)} and {len(denominator)})",
+    )
+
+
+def _java_version() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    java = os.path.join(java_home, "bin", "java") if java_home else "java"
+    try:
+        done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except OSError:
+        return "unknown"
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return lines[0] if lines else "unknown"
+
+
+def _memory_gib() -> float | None:
+    try:
+        text = Path("/proc/meminfo").read_text()
+    except OSError:
+        return None
+    match = re.search(r"^MemTotal:\s+(\d+) kB", text, re.MULTILINE)
+    return round(int(match.group(1)) / 1024**2, 1) if match else None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_info(spark_version: str) -> dict[str, Any]:
+    """Cores, memory and the versions of everything in the stack."""
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cores": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "memory_gib": _memory_gib(),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "java": _java_version(),
+        "spark": spark_version,
+        "pyspark": importlib.metadata.version("pyspark"),
+        "delta_spark": importlib.metadata.version("delta-spark"),
+        "deltalake": importlib.metadata.version("deltalake"),
+    }
+
+
+def _met(value: bool | None) -> str:
+    return "n/a" if value is None else ("yes" if value else "**no**")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return lines
+
+
+def render_markdown(document: Mapping[str, Any]) -> str:
+    """The Markdown report of a results document (as written to results.json)."""
+    run, machine = document["run"], document["machine"]
+    lines = [f"# cdf_platform benchmark ({run['label']})", ""]
+    if run["quick"]:
+        lines += [
+            "> **Smoke run (`--quick`)**: small sizes and one repetition, to prove every scenario",
+            "> runs; not the figures the targets are judged on.",
+            "",
+        ]
+    load = run["load_average"]
+    lines += [
+        f"Command: `{run['command']}`  ",
+        f"Bronze: {run['rows']:,} rows (scaling: {run['scale_rows']:,}); backlog: "
+        f"{run['changed_keys']:,} changed keys over {run['backlog_commits']} commits; "
+        f"{run['reps']} repetition(s), medians shown.  ",
+        f"Spark: {run['master']}, driver memory {run['driver_memory']}, "
+        f"conf {run['spark_conf']}.  ",
+        f"Load average (1 min) at start / end: {load['start']:.2f} / {load['end']:.2f} "
+        f"(max seen {load['max']:.2f}) on {machine['cores']} cores.  ",
+        f"Total wall time: {run['wall_seconds']:.0f} s.",
+        "",
+        "## Targets",
+        "",
+    ]
+    figures = document["figures"]
+    lines += _table(
+        ["scenario", "measured", "target", "met?", "detail"],
+        [(f["scenario"], f["measured"], f["target"], _met(f["met"]), f["detail"]) for f in figures],
+    )
+    lines += ["", "## Machine", ""]
+    lines += _table(["item", "value"], [(k, v) for k, v in machine.items()])
+    for title, rows in document.get("tables", {}).items():
+        if not rows:
+            continue
+        lines += ["", f"## {title}", ""]
+        header = list(dict.fromkeys(key for row in rows for key in row))
+        lines += _table(header, [[row.get(key, "") for key in header] for row in rows])
+    if document.get("notes"):
+        lines += ["", "## Notes", ""]
+        lines += [f"- {note}" for note in document["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_results(out: Path, stem: str, document: dict[str, Any]) -> tuple[Path, Path]:
+    """Write `<stem>.json` and `<stem>.md` under `out`; return their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    document = {**document, "figures": [asdict(f) for f in document["figures"]]}
+    json_path, md_path = out / f"{stem}.json", out / f"{stem}.md"
+    json_path.write_text(json.dumps(document, indent=2, default=str) + "\n")
+    md_path.write_text(render_markdown(document))
+    return json_path, md_path

@@ -1,0 +1,247 @@
+"""The scenarios of issue 8, each a function of the harness: (a)-(c) the four methods on one
+backlog, (d) replay-window checks on long logs, (e) scaling, (f) the no-op run, plus the
+platform's fixed costs and the tuning variants (session settings, deletion vectors)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from bench.harness import Bench
+from bench.probes import noop_via_cli, write_pipelines_file
+from bench.replay_check import (
+    clear_delta_cache,
+    create_log_table,
+    extend_log,
+    jvm_free_check,
+    spark_history_check,
+)
+from bench.workload import DATA_COLUMNS, KEY, Workload, spec_for
+from cdf_platform.engine.control import ControlTable, LoadLogEntry
+from cdf_platform.engine.merge import SilverLayout, ensure_silver
+from cdf_platform.engine.metrics import silver_commit_counts
+from cdf_platform.engine.pipeline import run_pipeline
+from cdf_platform.engine.spec import DeleteMode
+from cdf_platform.engine.tables import sql_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+# Incremental-run variants measured against each other (all on the same backlog).
+TUNING_VARIANTS: dict[str, dict[str, str]] = {
+    "platform defaults: shuffle 8, snapshotPartitions 50": {
+        "spark.sql.shuffle.partitions": "8",
+        "spark.databricks.delta.snapshotPartitions": "50",
+    },
+    "shuffle 2, snapshotPartitions 2 (the headline conf)": {
+        "spark.sql.shuffle.partitions": "2",
+        "spark.databricks.delta.snapshotPartitions": "2",
+    },
+    "shuffle 200 (Spark default), snapshotPartitions 2": {
+        "spark.sql.shuffle.partitions": "200",
+        "spark.databricks.delta.snapshotPartitions": "2",
+    },
+}
+DELETION_VECTORS = "silver with deletion vectors"
+METHODS = ("incremental", "rebuild", "handwritten", "streaming")
+
+
+def compare_methods(bench: Bench, workload: Workload) -> None:
+    """Scenarios (a)-(c): the four methods, repetitions interleaved (order rotated per round),
+    after one unmeasured warm-up round of the cheap ones."""
+    if bench.config.warmup:
+        for method in ("incremental", "handwritten", "streaming"):
+            bench.run_method(workload, method, f"warmup/{method}")
+    last = bench.config.reps - 1
+    for rep in range(bench.config.reps):
+        shift = rep % len(METHODS)
+        for method in METHODS[shift:] + METHODS[:shift]:
+            keep = rep == last and method == "incremental"
+            bench.run_method(workload, method, method, keep=keep)
+
+
+def enable_deletion_vectors(bench: Bench, target: str) -> None:
+    """Turn deletion vectors on for silver at `target` (MERGE then marks replaced rows in a
+    deletion vector instead of copying every other row of the files it touches)."""
+    bench.spark.sql(
+        f"ALTER TABLE {sql_path(target)} SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
+    )
+
+
+def tune(bench: Bench, workload: Workload) -> None:
+    """Incremental runs under each session variant and with deletion vectors on silver."""
+
+    for _ in range(bench.config.reps):
+        for label, conf in TUNING_VARIANTS.items():
+            seconds, _, _ = bench.platform_run(workload, conf=conf, name=f"tuning/{label}")
+            bench.record(f"tuning/{label}", seconds)
+        seconds, _, _ = bench.platform_run(
+            workload,
+            prepare=partial(enable_deletion_vectors, bench),
+            name=f"tuning/{DELETION_VECTORS}",
+        )
+        bench.record(f"tuning/{DELETION_VECTORS}", seconds)
+
+
+def _deltalake_row(path: str) -> Any:
+    """One existing row of the Delta table at `path`, as Arrow, with its exact schema."""
+    from deltalake import DeltaTable, QueryBuilder
+
+    return (
+        QueryBuilder().register("t", DeltaTable(path)).execute("SELECT * FROM t LIMIT 1").read_all()
+    )
+
+
+def _deltalake_merge(path: str, row: Any) -> None:
+    from deltalake import DeltaTable
+
+    (
+        DeltaTable(path)
+        .merge(row, "t.pipeline_id = s.pipeline_id", source_alias="s", target_alias="t")
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+
+
+def _silver_facts_jvm_free(target: str) -> object:
+    from deltalake import DeltaTable
+
+    table = DeltaTable(target)
+    return table.metadata().configuration, table.schema()
+
+
+def platform_overhead(bench: Bench, workload: Workload) -> None:
+    """The fixed costs around the MERGE, each timed alone on a copy of pristine state: the
+    control-table writes (each runs `ensure`: two CREATE TABLE IF NOT EXISTS), silver's
+    existence/owner/schema checks, the JVM-free search for the run's silver commit; and, as
+    what-ifs for the report, the same control writes and silver checks through `deltalake`."""
+    from deltalake import write_deltalake
+
+    schema = bench.spark.read.format("delta").load(workload.bronze).schema
+    layout = SilverLayout([KEY], list(DATA_COLUMNS), DeleteMode.HARD)
+    for _ in range(bench.config.reps):
+        folder = bench.new_folder("overhead")
+        spec, control = workload.copy_state(folder)
+        session = bench.spark.newSession()
+        now = datetime.now(UTC)
+        entry = LoadLogEntry("r", spec.id, "incremental", "SUCCESS", now, now)
+        state = {"pipeline_id": spec.id, "last_commit_version": workload.start_version - 1}
+        log_row, state_row = _deltalake_row(control.log_path), _deltalake_row(control.state_path)
+        steps: list[tuple[str, Callable[[], object]]] = [
+            ("control.ensure (2 x CREATE TABLE IF NOT EXISTS)", partial(control.ensure, session)),
+            ("control.append_log (ensure + append)", partial(control.append_log, session, entry)),
+            (
+                "control.upsert_state (ensure + MERGE)",
+                partial(control.upsert_state, session, state),
+            ),
+            (
+                "ensure_silver (isDeltaTable, DESCRIBE DETAIL, schema)",
+                partial(ensure_silver, session, spec.target, spec.id, schema, layout),
+            ),
+            (
+                "silver_commit_counts (JVM-free history scan)",
+                partial(silver_commit_counts, session, spec.target, spec.id, "-", DeleteMode.HARD),
+            ),
+            (
+                "what-if: load-log append via deltalake",
+                partial(write_deltalake, control.log_path, log_row, mode="append"),
+            ),
+            (
+                "what-if: state MERGE via deltalake",
+                partial(_deltalake_merge, control.state_path, state_row),
+            ),
+            (
+                "what-if: silver owner + schema via deltalake",
+                partial(_silver_facts_jvm_free, spec.target),
+            ),
+        ]
+        for label, step in steps:
+            started = time.perf_counter()
+            step()
+            bench.record(f"overhead/{label}", time.perf_counter() - started)
+        # The tables written by deltalake stay readable by delta-spark.
+        session.read.format("delta").load(control.state_path).count()
+        session.read.format("delta").load(control.log_path).count()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def scale(bench: Bench, base: Workload) -> Workload:
+    """Scenario (e): a bronze `scale_rows` table with the same backlog; paired runs at both."""
+    config = bench.config
+    scaled = bench.build(config.scale_rows)
+    if config.warmup:
+        bench.run_method(scaled, "incremental", "warmup/incremental_scaled")
+    for _ in range(config.reps):
+        bench.run_method(base, "incremental", "incremental_base_paired")
+        bench.run_method(scaled, "incremental", "incremental_scaled")
+        if config.tuning:
+            for workload in (base, scaled):
+                name = f"tuning/{DELETION_VECTORS}, {workload.rows:,} rows (e)"
+                seconds, _, _ = bench.platform_run(
+                    workload, prepare=partial(enable_deletion_vectors, bench), name=name
+                )
+                bench.record(name, seconds)
+    return scaled
+
+
+def replay_windows(bench: Bench) -> None:
+    """Scenario (d): both checks at each log size (the log is extended between sizes)."""
+    path = str(bench.workdir / "long_log")
+    create_log_table(bench.spark, path)
+    written = 1
+    session = bench.baseline_session
+    for size in bench.config.log_sizes:
+        extend_log(path, written + 1, size - 1)
+        written = size - 1
+        jvm_free_check(path)  # warm the OS page cache for both paths alike
+        for _ in range(bench.config.reps):
+            started = time.perf_counter()
+            jvm_free_check(path)
+            bench.record(f"replay/{size}/jvm_free", time.perf_counter() - started)
+            clear_delta_cache(session)
+            started = time.perf_counter()
+            verdict = spark_history_check(session, path)
+            bench.record(f"replay/{size}/spark_cold", time.perf_counter() - started)
+            assert verdict.latest_version == size - 1 and verdict.contiguous, verdict
+            started = time.perf_counter()
+            spark_history_check(session, path)
+            bench.record(f"replay/{size}/spark_warm", time.perf_counter() - started)
+
+
+def noop(bench: Bench, workload: Workload) -> dict[str, Any]:
+    """Scenario (f): a caught-up pipeline (the last incremental run of `compare_methods`) run
+    through the CLI in a subprocess that cannot find Java (and is watched for a `java` child),
+    and in process with a Spark factory that fails."""
+    folder = bench.caught_up
+    assert folder is not None, "compare_methods keeps its last incremental run's folder"
+    spec = spec_for(workload.bronze, folder / "silver")
+    control = folder / "_control"
+    pipelines = folder / "pipelines.yaml"
+    write_pipelines_file(pipelines, spec)
+    probes = [noop_via_cli(pipelines, folder, control)]  # warm-up (imports, page cache)
+    for _ in range(bench.config.reps):
+        probe = noop_via_cli(pipelines, folder, control)
+        probes.append(probe)
+        bench.record("noop_cli", probe.seconds)
+
+    def no_spark() -> SparkSession:
+        raise AssertionError("a no-op run asked for Spark")
+
+    for _ in range(bench.config.reps):
+        started = time.perf_counter()
+        result = run_pipeline(spec, spark_factory=no_spark, control=ControlTable(str(control)))
+        bench.record("noop_in_process", time.perf_counter() - started)
+        assert result.mode.value == "noop" and not result.spark_started, result
+    last = probes[-1]
+    return {
+        "returncode": last.returncode,
+        "mode": last.mode,
+        "spark_started": last.spark_started,
+        "java_seen": any(p.java_seen for p in probes),
+        "stderr_tail": last.stderr_tail,
+    }

@@ -1,0 +1,248 @@
+"""The benchmark's data: a CDF-enabled bronze table, a backlog of changes, and a pristine silver.
+
+Bronze holds `rows` keys, generated with `spark.range` (no Python loops). The backlog spreads
+`changed_keys` distinct keys (70% updates, 20% inserts, 10% deletes) over `commits` MERGE
+commits; the changed existing keys are a fixed permutation of the key space, so they are spread
+over every bronze and silver file, as real updates are. Silver is brought to the version just
+before the backlog by the platform itself (an initial load), then frozen as a *pristine* copy
+(silver + control tables) that each repetition copies, so every measured run applies exactly
+the same backlog to exactly the same state.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cdf_platform.engine.control import ControlTable
+from cdf_platform.engine.pipeline import run_pipeline
+from cdf_platform.engine.spec import PipelineSpec
+from cdf_platform.engine.tables import sql_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+PIPELINE_ID = "bench"
+KEY = "id"
+DATA_COLUMNS = ["id", "name", "category", "amount", "quantity", "updated_at"]
+BRONZE_DDL = (
+    "id BIGINT, name STRING, category STRING, amount DOUBLE, quantity INT, updated_at TIMESTAMP"
+)
+# Bronze files of about this many rows (a 1M-row table is 4 files, 4M is 16).
+ROWS_PER_FILE = 250_000
+UPDATE_SHARE, DELETE_SHARE = 0.7, 0.1
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """Counts of one backlog: distinct keys updated, inserted and deleted over `commits`."""
+
+    updates: int
+    inserts: int
+    deletes: int
+    commits: int
+
+    @classmethod
+    def for_changed_keys(cls, changed_keys: int, commits: int) -> Backlog:
+        """70% updates, 20% inserts, 10% deletes of `changed_keys` (at least one of each)."""
+        changed = max(changed_keys, 3)
+        updates = max(1, round(changed * UPDATE_SHARE))
+        deletes = max(1, round(changed * DELETE_SHARE))
+        return cls(updates, changed - updates - deletes, deletes, commits)
+
+    @property
+    def changed_keys(self) -> int:
+        """All distinct keys the backlog touches."""
+        return self.updates + self.inserts + self.deletes
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A built bronze table with its backlog, and the pristine silver to copy per repetition.
+
+    Attributes:
+        bronze: Path of the bronze table.
+        pristine: Folder holding `silver/` and `_control/` at watermark `start_version - 1`.
+        rows: Bronze rows before the backlog.
+        backlog: What the backlog changes.
+        start_version / end_version: The backlog's bronze versions (both included).
+        build_seconds: Wall time to build bronze, silver and the backlog (not a benchmark figure).
+    """
+
+    bronze: str
+    pristine: Path
+    rows: int
+    backlog: Backlog
+    start_version: int
+    end_version: int
+    build_seconds: float
+
+    def copy_state(self, into: Path) -> tuple[PipelineSpec, ControlTable]:
+        """A fresh copy of the pristine silver and control tables under `into` (a new folder:
+        Delta caches table state by path, so a reused path could serve stale snapshots)."""
+        shutil.copytree(self.pristine, into)
+        return spec_for(self.bronze, into / "silver"), ControlTable(str(into / "_control"))
+
+    @property
+    def expected_rows(self) -> int:
+        """Silver rows once the backlog is applied."""
+        return self.rows + self.backlog.inserts - self.backlog.deletes
+
+
+def spec_for(bronze: str, silver: Path) -> PipelineSpec:
+    """The benchmark pipeline from `bronze` to `silver` (hard deletes)."""
+    return PipelineSpec(
+        id=PIPELINE_ID, source=bronze, target=str(silver), keys=[KEY], delete_mode="hard"
+    )
+
+
+def _coprime_step(rows: int) -> int:
+    """A multiplier coprime with `rows`: i -> i * step % rows is then a permutation."""
+    step = max(3, int(rows * 0.618_033_988_75))
+    while math.gcd(step, rows) != 1:
+        step += 1
+    return step
+
+
+def _rows_frame(ids: DataFrame, tag: Column) -> DataFrame:
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    key = F.col(KEY)
+    return ids.select(
+        key,
+        F.concat(F.lit("customer-"), key.cast("string"), tag).alias("name"),
+        F.concat(F.lit("segment-"), (key % 37).cast("string")).alias("category"),
+        ((key * 7919) % 100_000 / 100.0 + F.length(tag)).alias("amount"),
+        ((key % 1_000) + F.length(tag)).cast("int").alias("quantity"),
+        F.timestamp_seconds(F.lit(1_700_000_000) + key % 86_400 + F.length(tag)).alias(
+            "updated_at"
+        ),
+    )
+
+
+def _split(total: int, parts: int, index: int) -> tuple[int, int]:
+    """Bounds [lo, hi) of the `index`-th of `parts` near-equal slices of range(total)."""
+    return total * index // parts, total * (index + 1) // parts
+
+
+def write_bronze(spark: SparkSession, path: str, rows: int) -> None:
+    """Version 0: the CDF-enabled table; version 1: `rows` keys 0..rows-1."""
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    spark.sql(
+        f"CREATE TABLE {sql_path(path)} ({BRONZE_DDL}) USING DELTA "
+        "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+    )
+    files = max(1, round(rows / ROWS_PER_FILE))
+    ids = spark.range(0, rows, numPartitions=files)
+    _rows_frame(ids, F.lit("")).write.format("delta").mode("append").save(path)
+
+
+def write_backlog(spark: SparkSession, path: str, rows: int, backlog: Backlog) -> None:
+    """`backlog.commits` MERGE commits on bronze; each key is changed by one commit only."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    step = _coprime_step(rows)
+    permuted = (F.col(KEY) * F.lit(step)) % F.lit(rows)
+    table = DeltaTable.forPath(spark, path)
+    values: dict[str, str | Column] = {c: f"s.{c}" for c in DATA_COLUMNS}
+    for commit in range(backlog.commits):
+        tag = F.lit(f"-v{commit + 1}")
+        u_lo, u_hi = _split(backlog.updates, backlog.commits, commit)
+        d_lo, d_hi = _split(backlog.deletes, backlog.commits, commit)
+        i_lo, i_hi = _split(backlog.inserts, backlog.commits, commit)
+        updates = spark.range(u_lo, u_hi).select(permuted.alias(KEY))
+        offset = backlog.updates
+        deletes = spark.range(offset + d_lo, offset + d_hi).select(permuted.alias(KEY))
+        inserts = spark.range(rows + i_lo, rows + i_hi)
+        source = (
+            _rows_frame(updates, tag)
+            .withColumn("_op", F.lit("U"))
+            .unionByName(_rows_frame(inserts, tag).withColumn("_op", F.lit("I")))
+            .unionByName(_rows_frame(deletes, tag).withColumn("_op", F.lit("D")))
+        )
+        (
+            table.alias("t")
+            .merge(source.alias("s"), f"t.{KEY} = s.{KEY}")
+            .whenMatchedDelete("s._op = 'D'")
+            .whenMatchedUpdate("s._op = 'U'", set=values)
+            .whenNotMatchedInsert("s._op = 'I'", values=values)
+            .execute()
+        )
+
+
+def build_workload(
+    spark: SparkSession,
+    root: Path,
+    *,
+    rows: int,
+    backlog: Backlog,
+    clock: Callable[[], float],
+) -> Workload:
+    """Bronze with `rows` keys, silver loaded at version 1 and frozen, then the backlog."""
+    started = clock()
+    bronze = str(root / "bronze")
+    write_bronze(spark, bronze, rows)
+    pristine = root / "pristine"
+    result = run_pipeline(
+        spec_for(bronze, pristine / "silver"),
+        spark_factory=lambda: spark,
+        control=ControlTable(str(pristine / "_control")),
+    )
+    assert result.watermark_after == 1, result
+    write_backlog(spark, bronze, rows, backlog)
+    return Workload(
+        bronze=bronze,
+        pristine=pristine,
+        rows=rows,
+        backlog=backlog,
+        start_version=2,
+        end_version=1 + backlog.commits,
+        build_seconds=clock() - started,
+    )
+
+
+def fingerprint(spark: SparkSession, table: str) -> tuple[int, int]:
+    """(row count, order-independent hash sum) of a table's data columns, to prove that every
+    method produced the same silver."""
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    frame = spark.read.format("delta").load(table)
+    row = frame.select(
+        F.count(F.lit(1)).alias("rows"),
+        F.sum(F.xxhash64(*DATA_COLUMNS).cast("decimal(38,0)")).alias("hash"),
+    ).collect()[0]
+    return int(row["rows"]), int(row["hash"] or 0)
+
+
+# The MERGE metrics that show how much of silver a run rewrote.
+MERGE_METRICS = (
+    "numSourceRows",
+    "numTargetRowsInserted",
+    "numTargetRowsUpdated",
+    "numTargetRowsDeleted",
+    "numTargetRowsCopied",
+    "numTargetFilesRemoved",
+    "numTargetFilesAdded",
+    "numTargetDeletionVectorsAdded",
+    "executionTimeMs",
+    "scanTimeMs",
+    "rewriteTimeMs",
+)
+
+
+def last_commit_metrics(table: str) -> dict[str, str]:
+    """Operation and MERGE metrics of the table's latest commit (read JVM-free)."""
+    from deltalake import DeltaTable
+
+    entry = DeltaTable(table).history(1)[0]
+    raw = entry.get("operationMetrics")
+    metrics = raw if isinstance(raw, dict) else {}
+    found = {"operation": str(entry.get("operation"))}
+    found.update({k: str(metrics[k]) for k in MERGE_METRICS if k in metrics})
+    return found
