@@ -12,7 +12,8 @@ from pathlib import Path
 from cdf_platform.engine.config import default_control_root, default_lake_root, default_master
 from cdf_platform.engine.control import ControlTable
 from cdf_platform.engine.errors import CdfPlatformError
-from cdf_platform.engine.pipeline import RunResult, run_pipeline
+from cdf_platform.engine.pipeline import run_pipeline
+from cdf_platform.engine.run_result import RunResult
 from cdf_platform.engine.session import SparkSettings, build_spark_session
 from cdf_platform.engine.spec import PipelineSpec, find_spec, load_specs
 from cdf_platform.engine.status import pipeline_status, render_status_table

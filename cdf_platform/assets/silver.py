@@ -10,7 +10,8 @@ from pydantic import Field
 
 from cdf_platform.assets.bronze import BRONZE_PREFIX
 from cdf_platform.engine.errors import CdfPlatformError
-from cdf_platform.engine.pipeline import RunResult, execute_plan
+from cdf_platform.engine.pipeline import execute_plan
+from cdf_platform.engine.run_result import RunResult
 from cdf_platform.engine.spec import DeleteMode, FallbackMode, PipelineSpec
 from cdf_platform.io_managers.watermark import PIPELINE_ID_METADATA, PinnedChangeSet
 from cdf_platform.resources.control import ControlTableResource

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TypeVar
 from cdf_platform.engine.errors import (
     CdfNotEnabled,
     CdfPlatformError,
+    ConcurrentWriteConflict,
     DataQualityError,
     IncompatibleSchemaChange,
     InvalidPipelineSpec,
@@ -69,6 +70,18 @@ _SCHEMA_MARKERS = (
     "DELTA_BLOCK_CDF_COLUMN_MAPPING_READS",
     "DELTA_STREAMING_INCOMPATIBLE_SCHEMA_CHANGE",
 )
+# Optimistic-concurrency conflicts of a silver write: another run committed first.
+CONFLICT_MARKERS = (
+    "DELTA_CONCURRENT_",
+    "ConcurrentAppendException",
+    "ConcurrentDeleteReadException",
+    "ConcurrentDeleteDeleteException",
+    "ConcurrentTransactionException",
+    "DELTA_PROTOCOL_CHANGED",
+    "ProtocolChangedException",
+    "DELTA_METADATA_CHANGED",
+    "MetadataChangedException",
+)
 _NOT_FOUND_MARKERS = (
     "DELTA_MISSING_DELTA_TABLE",
     "DELTA_TABLE_NOT_FOUND",
@@ -102,6 +115,11 @@ def classify_read_failure(err: BaseException, ctx: ReadContext) -> CdfPlatformEr
         return cls(problem, pipeline_id=ctx.pipeline_id, table=ctx.table, version=ctx.start_version)
 
     range_text = f"bronze change feed ({ctx.start_version - 1}, {ctx.end_version}]"
+    if any(marker in text for marker in CONFLICT_MARKERS):
+        return error(
+            ConcurrentWriteConflict,
+            f"another run committed to silver while this one applied {range_text} ({first_line})",
+        )
     if any(marker in text for marker in _NOT_FOUND_MARKERS):
         return error(SourceNotFound, f"{ctx.table} is not a readable Delta table ({first_line})")
     if any(marker in text for marker in _CDF_DISABLED_MARKERS):

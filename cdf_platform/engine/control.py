@@ -2,8 +2,9 @@
 under one control root).
 
 The state mirrors the watermark that silver's own log holds; when they differ (a crash between
-the MERGE and the control write) it is repaired from silver. Writes need Spark; reads are
-JVM-free (deltalake's query engine), so status and no-op runs never start a JVM.
+the MERGE and the control write) it is repaired from silver. Reads and writes are JVM-free
+(`deltalake`): a control write is a few milliseconds instead of a Spark job, and status, no-op
+runs and incidents found by the plan never start a JVM.
 
 Example:
     >>> control = ControlTable("/lake/_control")
@@ -18,63 +19,55 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from cdf_platform.engine.tables import create_table_sql, is_delta_table, sql_path
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from cdf_platform.engine.tables import is_delta_table
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# Column -> Delta type name (the names of the Delta protocol's schema serialization).
 STATE_SCHEMA: dict[str, str] = {
-    "pipeline_id": "STRING",
-    "source": "STRING",
-    "target": "STRING",
-    "source_table_id": "STRING",
-    "generation": "INT",
-    "last_commit_version": "BIGINT",
-    "last_success_at": "TIMESTAMP",
-    "last_mode": "STRING",
-    "status": "STRING",
-    "delete_mode": "STRING",
-    "fallback_mode": "STRING",
-    "max_allowed_lag_hours": "DOUBLE",
-    "min_headroom_hours": "DOUBLE",
-    "updated_at": "TIMESTAMP",
+    "pipeline_id": "string",
+    "source": "string",
+    "target": "string",
+    "source_table_id": "string",
+    "generation": "integer",
+    "last_commit_version": "long",
+    "last_success_at": "timestamp",
+    "last_mode": "string",
+    "status": "string",
+    "delete_mode": "string",
+    "fallback_mode": "string",
+    "max_allowed_lag_hours": "double",
+    "min_headroom_hours": "double",
+    "updated_at": "timestamp",
 }
 LOG_SCHEMA: dict[str, str] = {
-    "run_id": "STRING",
-    "pipeline_id": "STRING",
-    "mode": "STRING",
-    "outcome": "STRING",
-    "incident_code": "STRING",
-    "message": "STRING",
-    "start_version": "BIGINT",
-    "end_version": "BIGINT",
-    "watermark_before": "BIGINT",
-    "watermark_after": "BIGINT",
-    "rows_inserted": "BIGINT",
-    "rows_updated": "BIGINT",
-    "rows_deleted": "BIGINT",
-    "started_at": "TIMESTAMP",
-    "finished_at": "TIMESTAMP",
-    "plan_seconds": "DOUBLE",
-    "read_seconds": "DOUBLE",
-    "write_seconds": "DOUBLE",
-    "duration_seconds": "DOUBLE",
+    "run_id": "string",
+    "pipeline_id": "string",
+    "mode": "string",
+    "outcome": "string",
+    "incident_code": "string",
+    "message": "string",
+    "start_version": "long",
+    "end_version": "long",
+    "watermark_before": "long",
+    "watermark_after": "long",
+    "rows_inserted": "long",
+    "rows_updated": "long",
+    "rows_deleted": "long",
+    "started_at": "timestamp",
+    "finished_at": "timestamp",
+    "plan_seconds": "double",
+    "read_seconds": "double",
+    "write_seconds": "double",
+    "duration_seconds": "double",
 }
-# Concurrent pipelines upsert the same state table; Delta resolves that with an optimistic
-# conflict, so the (tiny) state MERGE is retried.
-_CONFLICT_MARKERS = (
-    "ConcurrentAppendException",
-    "ConcurrentDeleteReadException",
-    "ConcurrentDeleteDeleteException",
-    "ConcurrentTransactionException",
-    "DELTA_CONCURRENT",
-)
-_RETRIES = 6
+# Runs of different pipelines write the same two tables. deltalake retries a commit that lost
+# the race when the winner does not conflict (appends); a state MERGE that touched the file
+# another MERGE rewrote raises CommitFailedError and is retried here from a fresh snapshot.
+_RETRIES = 8
 
 
 @dataclass(frozen=True)
@@ -113,22 +106,57 @@ class LoadLogEntry:
 
 
 def _retry_on_conflict(action: Callable[[], T], what: str) -> T:
+    from deltalake.exceptions import CommitFailedError
+
     for attempt in range(_RETRIES):
         try:
             return action()
-        except Exception as err:
-            if attempt == _RETRIES - 1 or not any(m in str(err) for m in _CONFLICT_MARKERS):
+        except CommitFailedError:
+            if attempt == _RETRIES - 1:
                 raise
             logger.info("%s hit a concurrent commit, retrying (%d)", what, attempt + 1)
-            time.sleep(0.2 * (attempt + 1))
+            time.sleep(0.05 * (attempt + 1))
     raise AssertionError("unreachable")
 
 
-def _utc_naive(value: datetime | None) -> datetime | None:
-    # Spark maps naive datetimes through the session time zone (UTC in this platform).
-    if value is None or value.tzinfo is None:
-        return value
-    return value.astimezone(UTC).replace(tzinfo=None)
+def _micros(value: datetime | None) -> int | None:
+    # Delta timestamps are UTC instants; a naive datetime is taken as UTC.
+    if value is None:
+        return None
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    delta = aware - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _arrow_row(schema: Mapping[str, str], row: Mapping[str, Any]) -> Any:
+    """`row` as a one-row Arrow table with exactly `schema`'s column types."""
+    from arro3.core import Array, DataType, Table
+
+    arrow_types = {
+        "string": DataType.string(),
+        "integer": DataType.int32(),
+        "long": DataType.int64(),
+        "double": DataType.float64(),
+    }
+    columns: dict[str, Any] = {}
+    for name, delta_type in schema.items():
+        value = row.get(name)
+        if delta_type == "timestamp":
+            # arro3 builds timestamps only by casting their epoch microseconds.
+            micros = Array([_micros(value)], DataType.int64())
+            columns[name] = micros.cast(DataType.timestamp("us", tz="UTC"))
+        else:
+            if value is not None:
+                value = float(value) if delta_type == "double" else value
+            columns[name] = Array([value], arrow_types[delta_type])
+    return Table.from_pydict(columns)
+
+
+def _delta_schema(schema: Mapping[str, str]) -> Any:
+    from deltalake.schema import Field, PrimitiveType, Schema
+
+    fields = [Field(name, PrimitiveType(kind), nullable=True) for name, kind in schema.items()]
+    return Schema(fields)
 
 
 class ControlTable:
@@ -147,42 +175,47 @@ class ControlTable:
         """The load log table."""
         return f"{self.root}/load_log"
 
-    def ensure(self, spark: SparkSession) -> None:
+    def ensure(self) -> None:
         """Create both tables if missing."""
-        spark.sql(create_table_sql(self.state_path, STATE_SCHEMA, {}))
-        spark.sql(create_table_sql(self.log_path, LOG_SCHEMA, {}))
+        for path, schema in ((self.state_path, STATE_SCHEMA), (self.log_path, LOG_SCHEMA)):
+            if not is_delta_table(path):
+                self._create(path, schema)
 
-    def _frame(self, spark: SparkSession, schema: Mapping[str, str], row: Mapping[str, Any]) -> Any:
-        ddl = ", ".join(f"`{c}` {t}" for c, t in schema.items())
-        values = tuple(
-            _utc_naive(row.get(c)) if t == "TIMESTAMP" else row.get(c) for c, t in schema.items()
-        )
-        return spark.createDataFrame([values], schema=ddl)
+    def _create(self, path: str, schema: Mapping[str, str]) -> None:
+        from deltalake import DeltaTable
 
-    def upsert_state(self, spark: SparkSession, state: Mapping[str, Any]) -> None:
+        def create() -> None:
+            # mode="ignore": a concurrent creator that won the race leaves the table as wanted.
+            DeltaTable.create(path, _delta_schema(schema), mode="ignore")
+
+        _retry_on_conflict(create, f"creating {path}")
+
+    def upsert_state(self, state: Mapping[str, Any]) -> None:
         """Insert or replace the state row of `state["pipeline_id"]`."""
-        self.ensure(spark)
-        frame = self._frame(spark, STATE_SCHEMA, {**state, "updated_at": datetime.now(UTC)})
-        view = "cdf_platform_state_row"
-        frame.createOrReplaceTempView(view)
-        sql = f"""
-            MERGE INTO {sql_path(self.state_path)} AS t USING {view} AS s
-            ON t.pipeline_id = s.pipeline_id
-            WHEN MATCHED THEN UPDATE SET *
-            WHEN NOT MATCHED THEN INSERT *
-        """
-        try:
-            _retry_on_conflict(lambda: spark.sql(sql).collect(), "control state upsert")
-        finally:
-            spark.catalog.dropTempView(view)
+        from deltalake import DeltaTable
 
-    def append_log(self, spark: SparkSession, entry: LoadLogEntry) -> None:
+        self.ensure()
+        row = _arrow_row(STATE_SCHEMA, {**state, "updated_at": datetime.now(UTC)})
+
+        def merge() -> None:
+            (
+                DeltaTable(self.state_path)
+                .merge(row, "t.pipeline_id = s.pipeline_id", source_alias="s", target_alias="t")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute()
+            )
+
+        _retry_on_conflict(merge, "control state upsert")
+
+    def append_log(self, entry: LoadLogEntry) -> None:
         """Append one load-log row (a blind append: never conflicts)."""
-        self.ensure(spark)
-        frame = self._frame(spark, LOG_SCHEMA, entry.as_row())
+        from deltalake import write_deltalake
+
+        self.ensure()
+        row = _arrow_row(LOG_SCHEMA, entry.as_row())
         _retry_on_conflict(
-            lambda: frame.write.format("delta").mode("append").save(self.log_path),
-            "load log append",
+            lambda: write_deltalake(self.log_path, row, mode="append"), "load log append"
         )
 
     def _query(self, path: str, sql: str) -> list[dict[str, Any]]:

@@ -136,6 +136,17 @@ class TargetOwnershipConflict(CdfPlatformError):
     default_action = "give each pipeline its own `target`"
 
 
+class ConcurrentWriteConflict(CdfPlatformError):
+    """Another run wrote silver while this run was writing it; Delta refused this commit."""
+
+    incident_code = "CONCURRENT_WRITE"
+    default_action = (
+        "nothing was written by this run and the watermark did not move; rerun it (it resumes "
+        "from silver's watermark), and keep one run per pipeline (pool `cdf_pipeline_<id>` "
+        "limited to 1)"
+    )
+
+
 class RuntimeEnvironmentError(CdfPlatformError):
     """The machine lacks something Spark needs (a Java 17+ runtime)."""
 

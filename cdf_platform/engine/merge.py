@@ -9,20 +9,32 @@ Example:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
-from cdf_platform.engine.changes import COMMIT_TIMESTAMP, COMMIT_VERSION, CollapsedChanges
+from cdf_platform.engine.changes import (
+    COMMIT_TIMESTAMP,
+    COMMIT_VERSION,
+    CONFLICT_MARKERS,
+    CollapsedChanges,
+)
 from cdf_platform.engine.errors import (
     DataQualityError,
     IncompatibleSchemaChange,
     TargetOwnershipConflict,
 )
 from cdf_platform.engine.spec import DeleteMode
-from cdf_platform.engine.tables import create_table_sql, quote_ident, sql_path, sql_string
+from cdf_platform.engine.tables import (
+    create_table_sql,
+    is_delta_table,
+    quote_ident,
+    sql_path,
+    sql_string,
+)
 from cdf_platform.engine.watermark import OWNER_PROPERTY
 
 if TYPE_CHECKING:
@@ -48,12 +60,15 @@ class SilverLayout:
 
     `retired_columns` are silver columns bronze no longer has (dropped or renamed there): a
     rebuild sets them to NULL, since silver mirrors bronze, where they hold nothing.
+    `deletion_vectors` applies when silver is created: a MERGE then marks the rows it replaces
+    in a deletion vector instead of copying every other row of the files they sit in.
     """
 
     keys: list[str]
     data_columns: list[str]
     delete_mode: DeleteMode
     retired_columns: tuple[str, ...] = ()
+    deletion_vectors: bool = True
 
     @property
     def value_columns(self) -> list[str]:
@@ -102,6 +117,22 @@ def _silver_schema(source: StructType, layout: SilverLayout) -> dict[str, str]:
     return columns
 
 
+def _existing_silver(target: str) -> tuple[str | None, dict[str, str]] | None:
+    """Silver's owner property and column types (Spark type names), JVM-free; None if absent.
+
+    Read through `deltalake` from the log: no Spark job, no DESCRIBE DETAIL.
+    """
+    if not is_delta_table(target):
+        return None
+    from deltalake import DeltaTable
+    from pyspark.sql.types import StructType  # pure Python: parses the log's schema JSON
+
+    table = DeltaTable(target)
+    owner = table.metadata().configuration.get(OWNER_PROPERTY)
+    schema = StructType.fromJson(json.loads(table.schema().to_json()))
+    return owner, {f.name: f.dataType.simpleString() for f in schema.fields}
+
+
 def ensure_silver(
     spark: SparkSession,
     target: str,
@@ -118,15 +149,21 @@ def ensure_silver(
         IncompatibleSchemaChange: a silver column changed type in bronze, or the delete mode's
             columns do not match the table.
     """
-    from delta.tables import DeltaTable
-
     wanted = _silver_schema(source_schema, layout)
-    if not DeltaTable.isDeltaTable(spark, target):
+    found = _existing_silver(target)
+    if found is None:
         properties = {"delta.enableChangeDataFeed": "true", OWNER_PROPERTY: pipeline_id}
-        spark.sql(create_table_sql(target, wanted, properties))
-        return layout
-    detail = spark.sql(f"DESCRIBE DETAIL {sql_path(target)}").collect()[0]
-    owner = (detail["properties"] or {}).get(OWNER_PROPERTY)
+        if layout.deletion_vectors:
+            properties["delta.enableDeletionVectors"] = "true"
+        try:
+            spark.sql(create_table_sql(target, wanted, properties))
+            return layout
+        except Exception as err:
+            # Another run created silver first: check that table like any existing one.
+            found = _existing_silver(target)
+            if found is None or not any(m in str(err) for m in CONFLICT_MARKERS):
+                raise
+    owner, existing = found
     if owner != pipeline_id:
         raise TargetOwnershipConflict(
             f"silver table is owned by pipeline {owner!r}"
@@ -135,10 +172,6 @@ def ensure_silver(
             pipeline_id=pipeline_id,
             table=target,
         )
-    existing = {
-        f.name: f.dataType.simpleString()
-        for f in spark.read.format("delta").load(target).schema.fields
-    }
     changed = [c for c, t in wanted.items() if c in existing and existing[c] != t.lower()]
     if changed:
         raise IncompatibleSchemaChange(

@@ -14,9 +14,8 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cdf_platform.engine.changes import (
     COMMIT_TIMESTAMP,
@@ -41,10 +40,10 @@ from cdf_platform.engine.metrics import silver_commit_counts
 from cdf_platform.engine.plan import RunMode, RunPlan, plan_run
 from cdf_platform.engine.rebuild import rebuild_silver
 from cdf_platform.engine.replay_window import (
-    ConsumerAssessment,
     assess_consumer,
     compute_replay_window,
 )
+from cdf_platform.engine.run_result import RunResult
 from cdf_platform.engine.session import assert_safe_spark_config
 from cdf_platform.engine.spec import FallbackMode, PipelineSpec
 from cdf_platform.engine.watermark import app_id, read_silver_state, user_metadata
@@ -57,52 +56,6 @@ logger = logging.getLogger(__name__)
 SparkFactory = Callable[[], "SparkSession"]
 # Problems a snapshot rebuild repairs (when the pipeline's fallback allows it).
 REBUILDABLE = (ReplayWindowLost, SourceReset, IncompatibleSchemaChange, CdfNotEnabled)
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """What one pipeline run did, for logs, Dagster metadata and the CLI."""
-
-    pipeline_id: str
-    run_id: str
-    mode: RunMode
-    start_version: int | None
-    end_version: int | None
-    watermark_before: int | None
-    watermark_after: int | None
-    rows_inserted: int
-    rows_updated: int
-    rows_deleted: int
-    duration_seconds: float
-    spark_started: bool
-    lag_before: ConsumerAssessment
-    lag_after: ConsumerAssessment
-    incident_code: str | None = None
-    incident_message: str | None = None
-    timings: dict[str, float] = field(default_factory=dict)
-
-    def as_metadata(self) -> dict[str, Any]:
-        """Flat figures for Dagster metadata and JSON output."""
-        return {
-            "pipeline_id": self.pipeline_id,
-            "run_id": self.run_id,
-            "mode": self.mode.value,
-            "start_version": self.start_version,
-            "end_version": self.end_version,
-            "watermark_before": self.watermark_before,
-            "watermark_after": self.watermark_after,
-            "rows_inserted": self.rows_inserted,
-            "rows_updated": self.rows_updated,
-            "rows_deleted": self.rows_deleted,
-            "duration_seconds": round(self.duration_seconds, 3),
-            "spark_started": self.spark_started,
-            "version_lag_before": self.lag_before.version_lag,
-            "lag_hours_before": self.lag_before.lag_hours,
-            "version_lag_after": self.lag_after.version_lag,
-            "lag_hours_after": self.lag_after.lag_hours,
-            "incident_code": self.incident_code,
-            **{f"{name}_seconds": round(value, 3) for name, value in self.timings.items()},
-        }
 
 
 class _Run:
@@ -245,7 +198,12 @@ def _incremental(run: _Run, plan: RunPlan) -> RunResult:
     try:
         since = run.lap("read", since)
         fault_point(FaultPoint.AFTER_READ)
-        layout = SilverLayout(list(spec.keys), data_columns, spec.delete_mode)
+        layout = SilverLayout(
+            list(spec.keys),
+            data_columns,
+            spec.delete_mode,
+            deletion_vectors=spec.deletion_vectors,
+        )
         schema = changes.select(*(f"`{c}`" for c in data_columns)).schema
         layout = ensure_silver(spark, spec.target, spec.id, schema, layout)
         stamp = TxnStamp(
@@ -266,6 +224,15 @@ def _incremental(run: _Run, plan: RunPlan) -> RunResult:
         collapsed.release()
     since = run.lap("write", since)
     fault_point(FaultPoint.AFTER_MERGE)
+    applied = read_silver_state(spec.target, spec.id).watermark
+    if applied != end:
+        # Delta skipped the MERGE (txnVersion not above the stored one): a newer run of this
+        # pipeline applied a later range first. Silver's watermark is the truth to report.
+        logger.warning(
+            "%s: a newer run already applied up to %s; nothing written", spec.id, applied
+        )
+        _write_control(run, plan, RunMode.INCREMENTAL, applied, None, (0, 0, 0), start=start)
+        return _result(run, plan, RunMode.INCREMENTAL, start, end, applied, (0, 0, 0))
     counts = silver_commit_counts(spark, spec.target, spec.id, run.run_id, spec.delete_mode)
     fault_point(FaultPoint.BEFORE_CONTROL)
     _write_control(run, plan, RunMode.INCREMENTAL, end, None, counts, start=start)
@@ -287,17 +254,21 @@ def _rebuild(
         logger.warning("%s: %s; rebuilding from bronze version %d", spec.id, problem, version)
     spark = run.spark
     since = time.monotonic()
-    outcome = rebuild_silver(
-        spark,
-        spec,
-        version=version,
-        silver=plan.silver,
-        run_id=run.run_id,
-        mode=mode.value,
-        source_table_id=plan.window.table_id,
-        source_reset=isinstance(problem, SourceReset),
-        version_timestamp=plan.window.timestamp_of(version),
-    )
+    try:
+        outcome = rebuild_silver(
+            spark,
+            spec,
+            version=version,
+            silver=plan.silver,
+            run_id=run.run_id,
+            mode=mode.value,
+            source_table_id=plan.window.table_id,
+            source_reset=isinstance(problem, SourceReset),
+            version_timestamp=plan.window.timestamp_of(version),
+        )
+    except CdfPlatformError as err:
+        _log_incident(run, plan, err, mode=mode)
+        raise
     since = run.lap("write", since)
     counts = silver_commit_counts(spark, spec.target, spec.id, run.run_id, spec.delete_mode)
     incident = (
@@ -324,9 +295,7 @@ def _write_control(
 ) -> None:
     spec = plan.spec
     finished = datetime.now(UTC)
-    spark = run.spark
     run.control.append_log(
-        spark,
         LoadLogEntry(
             run_id=run.run_id,
             pipeline_id=spec.id,
@@ -349,7 +318,6 @@ def _write_control(
         ),
     )
     run.control.upsert_state(
-        spark,
         {
             "pipeline_id": spec.id,
             "source": spec.source,
@@ -368,20 +336,24 @@ def _write_control(
     )
 
 
-def _log_incident(run: _Run, plan: RunPlan, problem: CdfPlatformError) -> None:
+def _log_incident(
+    run: _Run, plan: RunPlan, problem: CdfPlatformError, *, mode: RunMode | None = None
+) -> None:
+    """A FAILED load-log row for `problem` (`mode`: what the run was doing; default: the plan's)."""
     spec = plan.spec
+    mode = mode or plan.mode
+    rebuilding = mode in (RunMode.REBUILD, RunMode.INITIAL_LOAD)
     run.control.append_log(
-        run.spark,
         LoadLogEntry(
             run_id=run.run_id,
             pipeline_id=spec.id,
-            mode=plan.mode.value,
+            mode=mode.value,
             outcome="FAILED",
             started_at=run.started_at,
             finished_at=datetime.now(UTC),
             incident_code=problem.incident_code,
             message=str(problem),
-            start_version=plan.start_version,
+            start_version=None if rebuilding else plan.start_version,
             end_version=plan.end_version,
             watermark_before=plan.silver.watermark,
             watermark_after=plan.silver.watermark,

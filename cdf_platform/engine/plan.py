@@ -20,6 +20,7 @@ from cdf_platform.engine.errors import (
     CdfNotEnabled,
     CdfPlatformError,
     IncompatibleSchemaChange,
+    InvalidPipelineSpec,
     ReplayWindowLost,
     SourceNotFound,
     SourceReset,
@@ -32,7 +33,7 @@ from cdf_platform.engine.replay_window import (
     assess_consumer,
     compute_replay_window,
 )
-from cdf_platform.engine.spec import PipelineSpec
+from cdf_platform.engine.spec import CDF_COLUMNS, RESERVED_COLUMNS, PipelineSpec
 from cdf_platform.engine.tables import is_delta_table
 from cdf_platform.engine.watermark import SilverState, read_silver_state
 
@@ -86,6 +87,34 @@ def window_problem(
     else:
         what += f" (earliest replayable version is {window.earliest_replayable_version})"
     return kind(what, pipeline_id=plan_spec.id, table=plan_spec.source, version=found.version)
+
+
+def check_source_columns(spec: PipelineSpec, window: ReplayWindow) -> None:
+    """Refuse a bronze schema with a column named like one the change feed or silver adds.
+
+    Delta's change feed adds `_change_type`, `_commit_version` and `_commit_timestamp` to every
+    row, and silver adds `_source_commit_version`, `_is_deleted` and `_deleted_at`: a bronze
+    column of the same name would be shadowed or collide, so it is refused before any read.
+
+    Raises:
+        InvalidPipelineSpec: naming the colliding columns.
+    """
+    schema = window.log.schema_at(window.latest_version) or {}
+    fields = schema.get("fields", [])
+    columns = (
+        [str(f["name"]) for f in fields if isinstance(f, dict)] if isinstance(fields, list) else []
+    )
+    copied = set(spec.include_columns) if spec.include_columns is not None else set(columns)
+    colliding = [c for c in columns if c in CDF_COLUMNS or (c in RESERVED_COLUMNS and c in copied)]
+    if colliding:
+        raise InvalidPipelineSpec(
+            f"bronze columns {colliding} are named like columns the change feed or silver adds "
+            f"({sorted(CDF_COLUMNS | RESERVED_COLUMNS)})",
+            pipeline_id=spec.id,
+            table=spec.source,
+            action="rename the bronze column (a silver column name can also be left out with "
+            "`include_columns`)",
+        )
 
 
 def reset_problem(
@@ -144,6 +173,7 @@ def plan_run(
             table=spec.target,
         )
     window = compute_replay_window(spec.source, now=now)
+    check_source_columns(spec, window)
     assessment = assess_consumer(window, silver.watermark, now=now)
     latest = window.latest_version
 

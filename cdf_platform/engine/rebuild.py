@@ -81,7 +81,12 @@ def rebuild_silver(
         lambda: spark.read.format("delta").option("versionAsOf", version).load(spec.source),
     )
     snapshot = project_columns(raw, spec)
-    layout = SilverLayout(list(spec.keys), list(snapshot.columns), spec.delete_mode)
+    layout = SilverLayout(
+        list(spec.keys),
+        list(snapshot.columns),
+        spec.delete_mode,
+        deletion_vectors=spec.deletion_vectors,
+    )
     classified(
         ctx,
         lambda: check_snapshot_keys(

@@ -84,6 +84,11 @@ class PipelineSpec(BaseModel):
     exclude_columns: list[str] = Field(
         default_factory=list, description="Source columns never copied to silver."
     )
+    deletion_vectors: bool = Field(
+        default=True,
+        description="Create silver with deletion vectors: a MERGE marks the rows it replaces "
+        "instead of rewriting whole files (readers need Delta reader version 3).",
+    )
     bronze_table: str | None = Field(
         default=None,
         description="Name of the bronze asset (bronze/<name>); default: last part of `source`.",

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from cdf_platform.engine.pipeline import RunResult, plan_pipeline
+from cdf_platform.engine.pipeline import plan_pipeline
 from cdf_platform.engine.plan import RunMode, RunPlan
+from cdf_platform.engine.run_result import RunResult
 from cdf_platform.resources.control import ControlTableResource
 
 # AssetIn metadata naming the pipeline whose change set an input stands for: one bronze table can

@@ -1,8 +1,8 @@
 """The control-table resource: where the platform's pipelines, lake and control tables are.
 
 One resource answers "which pipelines exist, where do their tables live, and where is the load
-log" for assets, checks, sensors and the IO manager. It reads files only: nothing here starts
-Spark (control-table writes take the Spark session the engine is given).
+log" for assets, checks, sensors and the IO manager. Nothing here starts Spark: the control
+tables are read and written through `deltalake`.
 """
 
 from pathlib import Path

@@ -1,0 +1,45 @@
+"""The benchmark runs every scenario end to end at a tiny size (no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from bench.harness import BenchConfig
+from bench.report import write_results
+from bench.run import run_benchmarks
+
+TINY = BenchConfig(
+    rows=2_000,
+    scale_rows=4_000,
+    reps=1,
+    backlog_commits=2,
+    log_sizes=(20, 50),
+    tuning=False,
+    warmup=False,
+    quick=True,
+)
+
+
+def test_benchmark_runs_every_scenario_and_writes_both_result_files(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    document = run_benchmarks(spark, TINY, tmp_path / "work")
+    json_path, md_path = write_results(tmp_path / "out", "results", document)
+
+    scenarios = [figure.scenario[:3] for figure in document["figures"]]
+    assert scenarios == ["(a)", "(b)", "(c)", "(d)", "(e)", "(f)", "(g)"]
+    assert document["noop"] | {"stderr_tail": ""} == {
+        "returncode": 0,
+        "mode": "noop",
+        "spark_started": False,
+        "java_seen": False,
+        "stderr_tail": "",
+    }
+    # Every method produced the same silver (one fingerprint per table size).
+    assert len(set(map(tuple, document["fingerprints"].values()))) == 2
+    written = json.loads(json_path.read_text())
+    assert written["run"]["rows"] == 2_000 and written["machine"]["cores"]
+    assert "| scenario | measured | target | met? | detail |" in md_path.read_text()

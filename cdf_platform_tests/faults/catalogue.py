@@ -1,0 +1,405 @@
+"""The bad-input catalogue: each input the platform must refuse, the error class it raises, and
+the fix its message names. One row per case; `test_bad_input.py` runs every row and README lists
+them (`python -m cdf_platform_tests.faults.catalogue` prints the Markdown table).
+
+Every case is refused before anything is written: silver stays absent or unchanged and the
+watermark does not move.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from arro3.core import Array, DataType, Table
+from deltalake import DeltaTable, write_deltalake
+from pyspark.sql import SparkSession
+
+from cdf_platform.engine.control import ControlTable
+from cdf_platform.engine.errors import (
+    CdfNotEnabled,
+    CdfPlatformError,
+    DataQualityError,
+    InvalidPipelineSpec,
+    SourceNotFound,
+    TargetOwnershipConflict,
+    UnsafeSparkConfig,
+)
+from cdf_platform.engine.pipeline import run_pipeline
+from cdf_platform.engine.run_result import RunResult
+from cdf_platform.engine.spec import PipelineSpec, find_spec, load_specs
+from cdf_platform.engine.watermark import OWNER_PROPERTY
+from cdf_platform_tests.faults.bronze_model import CDF, BronzeTable, arrow_table
+
+PIPELINE_ID = "people"
+VALID: dict[str, Any] = {"id": PIPELINE_ID, "source": "bronze", "target": "silver", "keys": ["id"]}
+ROWS = [{"id": 1, "name": "ada", "amount": 10}, {"id": 2, "name": "bob", "amount": 20}]
+FIX_SPEC_FIELD = "fix the named field (see the PipelineSpec reference in README.md)"
+
+
+class BadInputLake:
+    """A lake for one case: the pipelines file, bronze, silver and control tables, and the Spark
+    session when the case needs one (None: the case must be refused without starting Spark)."""
+
+    def __init__(self, root: Path, spark: SparkSession | None) -> None:
+        self.root = root
+        self.spark = spark
+        self.pipelines = root / "pipelines.yaml"
+        self.bronze = str(root / "bronze")
+        self.silver = str(root / "silver")
+        self.control = ControlTable(str(root / "_control"))
+
+    def write_pipelines(self, document: Any) -> Path:
+        """Write the pipelines file (a string is written as is, anything else as YAML)."""
+        text = document if isinstance(document, str) else yaml.safe_dump(document)
+        self.pipelines.write_text(text)
+        return self.pipelines
+
+    def load(self, *pipelines: dict[str, Any]) -> list[PipelineSpec]:
+        """Write `pipelines` and load them the way the CLI does."""
+        self.write_pipelines({"pipelines": list(pipelines)})
+        return load_specs(self.pipelines, lake_root=str(self.root))
+
+    def spec(self, **overrides: Any) -> PipelineSpec:
+        """The valid pipeline with `overrides`, loaded from the pipelines file."""
+        return self.load({**VALID, **overrides})[0]
+
+    def spark_factory(self) -> SparkSession:
+        """The session for runs; refuses to start Spark for JVM-free cases."""
+        if self.spark is None:
+            raise AssertionError("this input must be refused before Spark starts")
+        return self.spark
+
+    def run(self, spec: PipelineSpec | None = None) -> RunResult:
+        """One run of `spec` (default: the valid pipeline)."""
+        spec = spec or self.spec()
+        return run_pipeline(spec, spark_factory=self.spark_factory, control=self.control)
+
+    def make_bronze(self, rows: list[dict[str, Any]] = ROWS, *, cdf: bool = True) -> BronzeTable:
+        """Bronze (id, name, amount) with `rows`, written with delta-rs."""
+        if cdf:
+            return BronzeTable.create(self.bronze, rows)
+        write_deltalake(self.bronze, arrow_table(["id", "name", "amount"], rows))
+        return BronzeTable(self.bronze, ["id", "name", "amount"], {})
+
+
+class _UnsafeSessions:
+    """Stands in for a SparkSession whose sessions ignore missing files (a cluster default)."""
+
+    def __init__(self, spark: SparkSession, key: str) -> None:
+        self._spark = spark
+        self._key = key
+
+    def newSession(self) -> SparkSession:  # noqa: N802 (the SparkSession method name)
+        session = self._spark.newSession()
+        session.conf.set(self._key, "true")
+        return session
+
+
+def _nothing(lake: BadInputLake) -> None:
+    """No setup."""
+
+
+@dataclass(frozen=True)
+class BadInput:
+    """One row of the catalogue.
+
+    Attributes:
+        case: test id.
+        given: the input, as README shows it.
+        error: the error class the platform raises.
+        fix: what the message must name as the fix (after "What to do:").
+        act: the action that must fail.
+        setup: what exists before (bronze, a loaded silver), done before the "nothing written"
+            snapshot.
+        spark: the case needs a SparkSession (otherwise it is refused before Spark starts).
+    """
+
+    case: str
+    given: str
+    error: type[CdfPlatformError]
+    fix: str
+    act: Callable[[BadInputLake], object]
+    setup: Callable[[BadInputLake], object] = field(default=_nothing)
+    spark: bool = False
+
+
+def _spec_case(case: str, given: str, **overrides: Any) -> BadInput:
+    """An invalid field in an otherwise valid pipelines file (bronze exists)."""
+    return BadInput(
+        case,
+        given,
+        InvalidPipelineSpec,
+        FIX_SPEC_FIELD,
+        act=lambda lake: lake.spec(**overrides),
+        setup=lambda lake: lake.make_bronze(),
+    )
+
+
+def _file_case(case: str, given: str, text: str, fix: str) -> BadInput:
+    """A pipelines file whose content is wrong as a whole."""
+
+    def act(lake: BadInputLake) -> object:
+        lake.write_pipelines(text)
+        return load_specs(lake.pipelines, lake_root=str(lake.root))
+
+    return BadInput(case, given, InvalidPipelineSpec, fix, act=act)
+
+
+def _missing_file(lake: BadInputLake) -> object:
+    return load_specs(lake.root / "nowhere.yaml", lake_root=str(lake.root))
+
+
+def _unknown_pipeline(lake: BadInputLake) -> object:
+    return find_spec(lake.load(VALID), "customers")
+
+
+def _not_delta(lake: BadInputLake) -> None:
+    os.makedirs(lake.bronze)
+    (Path(lake.bronze) / "part-0000.parquet").write_bytes(b"PAR1 not really")
+
+
+def _foreign_silver(owner: str | None) -> Callable[[BadInputLake], None]:
+    def setup(lake: BadInputLake) -> None:
+        lake.make_bronze()
+        properties = {CDF: "true"} if owner is None else {CDF: "true", OWNER_PROPERTY: owner}
+        schema = arrow_table(["id", "name", "amount"], []).schema
+        DeltaTable.create(
+            lake.silver, schema, configuration=properties, raise_if_key_not_exists=False
+        )
+
+    return setup
+
+
+def _bronze_with_null_key(lake: BadInputLake) -> None:
+    lake.make_bronze([*ROWS, {"id": None, "name": "nobody", "amount": 0}])
+
+
+def _bronze_with_duplicate_keys(lake: BadInputLake) -> None:
+    twins = [{"id": 7, "name": "twin-a", "amount": 1}, {"id": 7, "name": "twin-b", "amount": 2}]
+    lake.make_bronze([*ROWS, *twins])
+
+
+def _unsafe(key: str) -> Callable[[BadInputLake], object]:
+    def act(lake: BadInputLake) -> object:
+        assert lake.spark is not None
+        sessions: Any = _UnsafeSessions(lake.spark, key)
+        return run_pipeline(lake.spec(), spark_factory=lambda: sessions, control=lake.control)
+
+    return act
+
+
+def _bronze_with_column(column: str) -> Callable[[BadInputLake], None]:
+    """Bronze whose schema has `column` next to the key (delta-rs lets it have CDF on)."""
+
+    def setup(lake: BadInputLake) -> None:
+        table = Table.from_pydict(
+            {"id": Array([1, 2], DataType.int64()), column: Array([5, 6], DataType.int64())}
+        )
+        write_deltalake(lake.bronze, table, configuration={CDF: "true"})
+
+    return setup
+
+
+CATALOGUE: list[BadInput] = [
+    _file_case(
+        "empty_file",
+        "empty pipelines file",
+        "",
+        "start the file with `pipelines:`",
+    ),
+    BadInput(
+        "missing_file",
+        "pipelines file does not exist",
+        InvalidPipelineSpec,
+        "point $CDF_PIPELINES_FILE at your pipelines file",
+        act=_missing_file,
+    ),
+    _file_case(
+        "not_yaml",
+        "pipelines file is not YAML",
+        "pipelines:\n  - id: people\n   keys: [id\n",
+        "fix the YAML syntax at the line shown",
+    ),
+    _file_case(
+        "not_a_mapping",
+        "YAML without a `pipelines:` list (a bare list)",
+        "- id: people\n  keys: [id]\n",
+        "start the file with `pipelines:`",
+    ),
+    _file_case(
+        "unknown_top_level_key",
+        "unknown top-level key (`defaults:`)",
+        yaml.safe_dump({"pipelines": [VALID], "defaults": {"delete_mode": "soft"}}),
+        "fix the named field in the pipelines file",
+    ),
+    _file_case(
+        "pipeline_not_a_mapping",
+        "a pipeline entry that is not a mapping (`- people`)",
+        "pipelines:\n  - people\n",
+        FIX_SPEC_FIELD,
+    ),
+    _spec_case("unknown_field", "misspelt field (`delete_mod: soft`)", delete_mod="soft"),
+    _spec_case("unknown_delete_mode", "`delete_mode: sometimes`", delete_mode="sometimes"),
+    _spec_case("unknown_fallback_mode", "`fallback_mode: RETRY`", fallback_mode="RETRY"),
+    _spec_case("negative_lag", "`max_allowed_lag_hours: -1`", max_allowed_lag_hours=-1),
+    _spec_case("negative_headroom", "`min_headroom_hours: -5`", min_headroom_hours=-5),
+    _spec_case("lag_not_a_number", "`max_allowed_lag_hours: a day`", max_allowed_lag_hours="a day"),
+    _spec_case("sql_in_pipeline_id", "`id: people; DROP TABLE x`", id="people; DROP TABLE x"),
+    _spec_case(
+        "sql_in_key", "a key with SQL in it (`` id` = 1; DROP -- ``)", keys=["id` = 1; DROP --"]
+    ),
+    _spec_case("sql_in_source", "a source with SQL in it (`` b`; DROP x ``)", source="b`; DROP x"),
+    _spec_case(
+        "sql_in_include_column",
+        "an include column with SQL in it (`n) --`)",
+        include_columns=["n) --"],
+    ),
+    _spec_case("uppercase_pipeline_id", "`id: People-1`", id="People-1"),
+    _spec_case("empty_keys", "`keys: []`", keys=[]),
+    _spec_case("reserved_key", "key named `_is_deleted` (a silver column)", keys=["_is_deleted"]),
+    _spec_case(
+        "reserved_cdf_column",
+        "include column `_commit_version` (a change-feed column)",
+        include_columns=["_commit_version"],
+    ),
+    _spec_case("key_excluded", "a key listed in `exclude_columns`", exclude_columns=["id"]),
+    _spec_case("source_is_target", "`source` and `target` the same table", target="bronze"),
+    BadInput(
+        "duplicate_pipeline_ids",
+        "two pipelines with the same `id`",
+        InvalidPipelineSpec,
+        "fix the named field in the pipelines file",
+        act=lambda lake: lake.load(VALID, {**VALID, "target": "silver2"}),
+    ),
+    BadInput(
+        "two_pipelines_one_target",
+        "two pipelines writing the same `target`",
+        TargetOwnershipConflict,
+        "give each pipeline its own `target`",
+        act=lambda lake: lake.load(VALID, {**VALID, "id": "people2"}),
+    ),
+    BadInput(
+        "unknown_pipeline_id",
+        "`cdf-platform run customers` with no such pipeline",
+        InvalidPipelineSpec,
+        "use one of the ids in the pipelines file",
+        act=_unknown_pipeline,
+    ),
+    BadInput(
+        "source_missing",
+        "`source` path does not exist",
+        SourceNotFound,
+        "check the `source` path or table name",
+        act=lambda lake: lake.run(),
+    ),
+    BadInput(
+        "source_not_delta",
+        "`source` is a folder of Parquet files, not a Delta table",
+        SourceNotFound,
+        "check the `source` path or table name",
+        act=lambda lake: lake.run(),
+        setup=_not_delta,
+    ),
+    BadInput(
+        "cdf_never_enabled",
+        "bronze without `delta.enableChangeDataFeed`",
+        CdfNotEnabled,
+        "SET TBLPROPERTIES (delta.enableChangeDataFeed = true)",
+        act=lambda lake: lake.run(),
+        setup=lambda lake: lake.make_bronze(cdf=False),
+    ),
+    BadInput(
+        "target_owned_by_other_pipeline",
+        "`target` is silver of another pipeline",
+        TargetOwnershipConflict,
+        "give each pipeline its own `target`",
+        act=lambda lake: lake.run(),
+        setup=_foreign_silver("orders"),
+    ),
+    BadInput(
+        "target_not_from_platform",
+        "`target` is a Delta table the platform did not create",
+        TargetOwnershipConflict,
+        "give each pipeline its own `target`",
+        act=lambda lake: lake.run(),
+        setup=_foreign_silver(None),
+    ),
+    BadInput(
+        "key_not_in_source",
+        "`keys: [customer_id]`, not a bronze column",
+        InvalidPipelineSpec,
+        "fix `keys` / `include_columns` in the pipelines file",
+        act=lambda lake: lake.run(lake.spec(keys=["customer_id"])),
+        setup=lambda lake: lake.make_bronze(),
+        spark=True,
+    ),
+    BadInput(
+        "include_column_not_in_source",
+        "`include_columns: [email]`, not a bronze column",
+        InvalidPipelineSpec,
+        "fix `keys` / `include_columns` in the pipelines file",
+        act=lambda lake: lake.run(lake.spec(include_columns=["email"])),
+        setup=lambda lake: lake.make_bronze(),
+        spark=True,
+    ),
+    BadInput(
+        "null_key",
+        "a bronze row with a null key",
+        DataQualityError,
+        "fix the named key in the bronze table",
+        act=lambda lake: lake.run(),
+        setup=_bronze_with_null_key,
+        spark=True,
+    ),
+    BadInput(
+        "duplicate_keys_in_one_commit",
+        "one bronze commit inserting two rows with the same key",
+        DataQualityError,
+        "remove the duplicate or null-key row",
+        act=lambda lake: lake.run(),
+        setup=_bronze_with_duplicate_keys,
+        spark=True,
+    ),
+    BadInput(
+        "ignore_missing_files",
+        "Spark session with `spark.sql.files.ignoreMissingFiles=true`",
+        UnsafeSparkConfig,
+        "unset spark.sql.files.ignoreMissingFiles",
+        act=_unsafe("spark.sql.files.ignoreMissingFiles"),
+        setup=lambda lake: lake.make_bronze(),
+        spark=True,
+    ),
+    BadInput(
+        "source_column_named_like_a_silver_column",
+        "a bronze column named `_is_deleted` (silver adds that column)",
+        InvalidPipelineSpec,
+        "rename the bronze column",
+        act=lambda lake: lake.run(lake.spec(delete_mode="soft")),
+        setup=_bronze_with_column("_is_deleted"),
+    ),
+    BadInput(
+        "source_column_named_like_a_cdf_column",
+        "a bronze column named `_change_type` (the change feed adds that column)",
+        InvalidPipelineSpec,
+        "rename the bronze column",
+        act=lambda lake: lake.run(),
+        setup=_bronze_with_column("_change_type"),
+    ),
+]
+
+
+def readme_table() -> str:
+    """The catalogue as a Markdown table (input, error, what to do)."""
+    lines = ["| Input | Error | What to do (named in the message) |", "|---|---|---|"]
+    for item in CATALOGUE:
+        lines.append(f"| {item.given} | `{item.error.__name__}` | {item.fix} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(readme_table())

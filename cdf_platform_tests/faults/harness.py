@@ -1,0 +1,395 @@
+"""Runs one generated history against the real engine and checks every consumer run against the
+snapshot oracle and the lost-window ground truth.
+
+Per run: the expected mode (initial load, no-op, incremental, or a rebuild exactly when the
+ground truth says the window was lost or bronze was reset), the watermark (silver's log, the
+RunResult and the control table all equal the latest version at plan time), and silver equal to
+the oracle. Lost windows are counted as actual (ground truth), detected (a rebuild with an
+incident, or the classified error under FAIL_FAST), silent (actual, not detected) and spurious
+(detected, not actual).
+
+Example:
+    >>> report = HistoryHarness(spark, lake, seed=3).run()  # doctest: +SKIP
+    >>> report.divergences, report.silent_losses  # doctest: +SKIP
+    ([], 0)
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from cdf_platform.engine.control import ControlTable
+from cdf_platform.engine.errors import (
+    CdfNotEnabled,
+    CdfPlatformError,
+    IncompatibleSchemaChange,
+    ReplayWindowLost,
+    SourceReset,
+)
+from cdf_platform.engine.pipeline import execute_plan, plan_pipeline, run_pipeline
+from cdf_platform.engine.plan import RunMode
+from cdf_platform.engine.run_result import RunResult
+from cdf_platform.engine.spec import FallbackMode, PipelineSpec
+from cdf_platform.engine.watermark import read_silver_state
+from cdf_platform_tests.faults.bronze_model import (
+    DELETED_FILE_RETENTION,
+    LONG_RETENTION,
+    BronzeTable,
+    Row,
+)
+from cdf_platform_tests.faults.history import (
+    CI_PROFILE,
+    CONCURRENT_OPS,
+    RUNS,
+    HistoryProfile,
+    Op,
+    apply_bronze_op,
+    initial_rows,
+    plan_history,
+)
+from cdf_platform_tests.faults.oracle import (
+    ExpectedRow,
+    LostWindow,
+    RunWindow,
+    Silver,
+    expected_silver,
+    lost_window,
+    read_rows,
+    read_silver,
+    silver_problems,
+)
+
+# The classified error a FAIL_FAST run must raise for each ground-truth reason.
+FAIL_FAST_ERRORS: dict[str, type[CdfPlatformError]] = {
+    "reset": SourceReset,
+    "log": ReplayWindowLost,
+    "files": ReplayWindowLost,
+    "time": ReplayWindowLost,
+    "cdf": CdfNotEnabled,
+    "schema": IncompatibleSchemaChange,
+}
+SQUEEZE_SECONDS = 1.5
+
+
+class Divergence(AssertionError):
+    """The engine did something the oracle does not allow."""
+
+
+@dataclass
+class HistoryReport:
+    """Figures of one history."""
+
+    seed: int
+    delete_mode: str
+    fallback_mode: str
+    operations: list[str] = field(default_factory=list)
+    runs: int = 0
+    modes: Counter[str] = field(default_factory=Counter)
+    incidents: Counter[str] = field(default_factory=Counter)
+    loss_reasons: Counter[str] = field(default_factory=Counter)
+    actual_losses: int = 0
+    detected_losses: int = 0
+    silent_losses: int = 0
+    spurious_rebuilds: int = 0
+    divergences: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready figures."""
+        return {
+            "seed": self.seed,
+            "delete_mode": self.delete_mode,
+            "fallback_mode": self.fallback_mode,
+            "operations": self.operations,
+            "runs": self.runs,
+            "modes": dict(self.modes),
+            "incidents": dict(self.incidents),
+            "loss_reasons": dict(self.loss_reasons),
+            "actual_losses": self.actual_losses,
+            "detected_losses": self.detected_losses,
+            "silent_losses": self.silent_losses,
+            "spurious_rebuilds": self.spurious_rebuilds,
+            "divergences": self.divergences,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+def history_spec(lake: Path, seed: int) -> PipelineSpec:
+    """The pipeline of history `seed`: odd seeds soft-delete; every fourth uses FAIL_FAST."""
+    return PipelineSpec(
+        id=f"fuzz_{seed}",
+        source=str(lake / "bronze"),
+        target=str(lake / "silver"),
+        keys=["id"],
+        delete_mode="soft" if seed % 2 else "hard",
+        fallback_mode="FAIL_FAST" if seed % 4 == 3 else "SNAPSHOT_REBUILD",
+    )
+
+
+class HistoryHarness:
+    """One seeded history, its pipeline and the oracle's running state."""
+
+    def __init__(
+        self, spark: SparkSession, lake: Path, seed: int, profile: HistoryProfile = CI_PROFILE
+    ) -> None:
+        self.spark = spark
+        self.seed = seed
+        self.profile = profile
+        self.rng = random.Random(seed * 7919 + 1)
+        self.spec = history_spec(lake, seed)
+        self.control = ControlTable(str(lake / "_control"))
+        self.report = HistoryReport(
+            seed, self.spec.delete_mode.value, self.spec.fallback_mode.value
+        )
+        self.bronze: BronzeTable | None = None
+        # Oracle state after the last successful run.
+        self.watermark: int | None = None
+        self.table_id: str | None = None
+        self.expected: dict[int, ExpectedRow] = {}
+        self.columns: list[str] = []
+        self.silver = Silver((), {}, ())
+        self._control_behind = False
+        self.last_plan_at = datetime.now(UTC).replace(tzinfo=None)
+
+    # -- driving -------------------------------------------------------------------------------
+
+    def start(self, rows: list[Row] | None = None) -> BronzeTable:
+        """Create bronze with `rows` (default: drawn from the seed)."""
+        chosen = initial_rows(self.rng) if rows is None else rows
+        self.bronze = BronzeTable.create(self.spec.source, chosen)
+        return self.bronze
+
+    def run(self) -> HistoryReport:
+        """Play the whole history; stop at the first divergence (recorded in the report)."""
+        started = time.monotonic()
+        self.start()
+        try:
+            for op in plan_history(self.seed, self.profile):
+                self.step(op)
+        except Divergence as err:
+            self.report.divergences.append(str(err))
+        self.report.seconds = time.monotonic() - started
+        return self.report
+
+    def step(self, op: Op) -> None:
+        """Apply one planned step."""
+        assert self.bronze is not None
+        if op in RUNS:
+            self.report.operations.append(op.value)
+            self.consumer_run(op)
+        else:
+            applied = apply_bronze_op(op, self.bronze, self.rng, self.profile)
+            self.report.operations.append(applied.value)
+
+    def consumer_run(self, op: Op) -> None:
+        """One consumer run of kind `op`, checked against the oracle."""
+        assert self.bronze is not None
+        bronze = self.bronze
+        if op is Op.RUN_SQUEEZED:
+            bronze.set_properties({DELETED_FILE_RETENTION: "interval 1 seconds"})
+            time.sleep(SQUEEZE_SECONDS)
+        latest = bronze.version
+        now = time.time()
+        truth = self._ground_truth(latest, now)
+        control = self.control.read_states().get(self.spec.id, {}).get("last_commit_version")
+        self._control_behind = control != self.watermark
+        plan_at = datetime.now(UTC).replace(tzinfo=None)
+        silver_version = self._silver_version()
+        result: RunResult | None = None
+        error: CdfPlatformError | None = None
+        try:
+            result = self._run_engine(op, latest)
+        except CdfPlatformError as err:
+            error = err
+        self.report.runs += 1
+        if op is Op.RUN_SQUEEZED:
+            bronze.set_properties({DELETED_FILE_RETENTION: LONG_RETENTION})
+        if truth is not None:
+            self.report.actual_losses += 1
+            self.report.loss_reasons[truth.reason] += 1
+        if error is not None:
+            self._check_failure(error, truth, silver_version)
+            self.report.detected_losses += 1
+            # The operator's answer to a FAIL_FAST incident: a requested rebuild.
+            latest = bronze.version
+            plan_at = datetime.now(UTC).replace(tzinfo=None)
+            result = run_pipeline(
+                self.spec,
+                spark_factory=lambda: self.spark,
+                control=self.control,
+                force_rebuild=True,
+            )
+            truth = None
+            self._check_result(result, latest, truth, requested=True)
+        else:
+            assert result is not None
+            self._check_result(result, latest, truth, requested=False)
+        self.verify_silver(result.mode, result.incident_code, latest, plan_at)
+
+    def _run_engine(self, op: Op, latest: int) -> RunResult:
+        if op is not Op.RUN_WITH_COMMIT:
+            return run_pipeline(self.spec, spark_factory=lambda: self.spark, control=self.control)
+        assert self.bronze is not None
+        bronze = self.bronze
+        concurrent = self.rng.choice(CONCURRENT_OPS)
+        op_rng = random.Random(self.rng.random())
+        delay = self.rng.uniform(0.0, 2.0)
+        self.report.operations.append(f"{concurrent.value}@during_run")
+        if self.rng.random() < 0.5:
+            # Lands right after the plan pinned `latest`, when the run starts Spark.
+            fired: list[Op] = []
+
+            def factory() -> SparkSession:
+                if not fired:
+                    fired.append(apply_bronze_op(concurrent, bronze, op_rng, self.profile))
+                return self.spark
+
+            result = run_pipeline(self.spec, spark_factory=factory, control=self.control)
+            if not fired:  # a no-op never starts Spark: commit after it instead
+                apply_bronze_op(concurrent, bronze, op_rng, self.profile)
+            return result
+        # Lands at a random instant of the run, from another thread.
+        plan = plan_pipeline(self.spec, self.control)
+        if plan.end_version != latest:
+            raise Divergence(f"plan pinned {plan.end_version}, bronze latest was {latest}")
+
+        def commit() -> None:
+            time.sleep(delay)
+            apply_bronze_op(concurrent, bronze, op_rng, self.profile)
+
+        writer = threading.Thread(target=commit)
+        writer.start()
+        try:
+            return execute_plan(plan, spark_factory=lambda: self.spark, control=self.control)
+        finally:
+            writer.join()
+
+    # -- ground truth and checks ---------------------------------------------------------------
+
+    def _ground_truth(self, latest: int, now: float) -> LostWindow | None:
+        assert self.bronze is not None
+        if self.watermark is None or self.table_id is None:
+            return None
+        return lost_window(
+            self.bronze, self.watermark, latest, table_id_at_watermark=self.table_id, now=now
+        )
+
+    def _silver_version(self) -> int | None:
+        state = read_silver_state(self.spec.target, self.spec.id)
+        return state.silver_version
+
+    def _fail(self, message: str) -> Divergence:
+        ops = ", ".join(self.report.operations[-8:])
+        return Divergence(f"seed {self.seed} run {self.report.runs}: {message} (last ops: {ops})")
+
+    def _check_failure(
+        self, error: CdfPlatformError, truth: LostWindow | None, silver_version: int | None
+    ) -> None:
+        fail_fast = self.spec.fallback_mode is FallbackMode.FAIL_FAST
+        if truth is None or not fail_fast:
+            if truth is None:
+                self.report.spurious_rebuilds += 1
+            raise self._fail(f"run raised {error!r} (ground truth: {truth})")
+        wanted = FAIL_FAST_ERRORS[truth.reason]
+        if not isinstance(error, wanted):
+            raise self._fail(f"{truth} raised {type(error).__name__}, not {wanted.__name__}")
+        if "What to do" not in str(error):
+            raise self._fail(f"message without the action: {error}")
+        if self._silver_version() != silver_version:
+            raise self._fail("a FAIL_FAST run wrote to silver")
+        state = read_silver_state(self.spec.target, self.spec.id)
+        if state.watermark != self.watermark:
+            raise self._fail(f"FAIL_FAST moved the watermark {self.watermark} -> {state.watermark}")
+        self.report.incidents[error.incident_code] += 1
+
+    def _check_result(
+        self, result: RunResult, latest: int, truth: LostWindow | None, *, requested: bool
+    ) -> None:
+        report = self.report
+        report.modes[result.mode.value] += 1
+        if result.incident_code and not requested:
+            report.incidents[result.incident_code] += 1
+        if requested:
+            expected_mode = RunMode.REBUILD
+        elif self.watermark is None:
+            expected_mode = RunMode.INITIAL_LOAD
+        elif truth is not None:
+            expected_mode = RunMode.REBUILD
+        elif self.watermark >= latest:
+            expected_mode = RunMode.NOOP
+        else:
+            expected_mode = RunMode.INCREMENTAL
+        if truth is not None:
+            if result.mode is RunMode.REBUILD and result.incident_code:
+                report.detected_losses += 1
+                if (truth.reason == "reset") != (result.incident_code == "SOURCE_RESET"):
+                    raise self._fail(f"{truth} recovered as {result.incident_code}")
+            else:
+                report.silent_losses += 1
+        elif result.mode is RunMode.REBUILD and not requested:
+            report.spurious_rebuilds += 1
+        if result.mode is not expected_mode:
+            raise self._fail(
+                f"mode {result.mode.value}, expected {expected_mode.value} (truth: {truth}, "
+                f"watermark {self.watermark}, latest {latest}, incident {result.incident_code})"
+            )
+        if result.mode is RunMode.NOOP and result.spark_started and not self._control_behind:
+            raise self._fail("a no-op run started Spark without a control table to repair")
+        state = read_silver_state(self.spec.target, self.spec.id)
+        control = self.control.read_states().get(self.spec.id, {})
+        marks = (result.watermark_after, state.watermark, control.get("last_commit_version"))
+        if marks != (latest, latest, latest):
+            raise self._fail(f"watermarks (result, silver log, control) {marks} != {latest}")
+
+    def verify_silver(
+        self, mode: RunMode, incident: str | None, latest: int, plan_at: datetime
+    ) -> None:
+        """Check silver against the oracle for a run of `mode` that left watermark `latest`
+        (planned at `plan_at`), then adopt that state as the oracle's.
+
+        Raises:
+            Divergence: silver differs from the oracle.
+        """
+        assert self.bronze is not None
+        bronze = self.bronze
+        columns, snapshot = read_rows(bronze.path, latest)
+        record = bronze.versions[latest]
+        model = sorted(
+            ({c: r.get(c) for c in record.columns} for r in record.rows.values()), key=str
+        )
+        if sorted(columns) != sorted(record.columns) or sorted(snapshot, key=str) != model:
+            raise self._fail(f"harness model of bronze {latest} differs from delta-rs' snapshot")
+        silver_columns = self.columns + [c for c in columns if c not in self.columns]
+        soft = self.spec.delete_mode.value == "soft"
+        expected = expected_silver(self.expected, snapshot, silver_columns, soft=soft)
+        silver = read_silver(self.spec.target)
+        reset = incident == "SOURCE_RESET" or (
+            self.table_id is not None and self.table_id != bronze.table_id
+        )
+        window = RunWindow(
+            mode=mode.value,
+            watermark_before=self.watermark,
+            watermark_after=latest,
+            source_reset=reset,
+            earliest_commit_time=self.last_plan_at,
+            checked_at=datetime.now(UTC).replace(tzinfo=None),
+        )
+        problems = silver_problems(silver, expected, silver_columns, self.silver, window)
+        if problems:
+            raise self._fail(f"silver differs from the oracle at {latest}: {problems[:5]}")
+        self.watermark = latest
+        self.table_id = bronze.table_id
+        self.expected = expected
+        self.columns = silver_columns
+        self.silver = silver
+        if mode is not RunMode.NOOP:
+            self.last_plan_at = plan_at

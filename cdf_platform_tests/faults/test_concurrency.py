@@ -1,0 +1,174 @@
+"""Concurrency: two runs of one pipeline at once end serialized or with one clean classified
+failure and a correct table; bronze commits made while consumer runs are in progress are never
+lost. Runs share the test SparkSession (each run takes its own `newSession()`)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from cdf_platform.engine.errors import CdfPlatformError, ConcurrentWriteConflict
+from cdf_platform.engine.pipeline import execute_plan, plan_pipeline, run_pipeline
+from cdf_platform.engine.plan import RunMode
+from cdf_platform.engine.run_result import RunResult
+from cdf_platform.engine.watermark import read_silver_state
+from cdf_platform_tests.faults.bronze_model import BronzeTable
+from cdf_platform_tests.faults.harness import HistoryHarness
+from cdf_platform_tests.faults.history import CI_PROFILE, CONCURRENT_OPS, Op, apply_bronze_op
+
+ROWS = [{"id": k, "name": f"n{k}", "amount": k} for k in range(1, 7)]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _changes(bronze: BronzeTable) -> None:
+    bronze.update([1], amount_delta=3, name="u")
+    bronze.delete([2])
+    bronze.merge([{"id": 3, "name": "m", "amount": 30}, {"id": 9, "name": "n", "amount": 9}], [4])
+
+
+def _setup_initial_load(harness: HistoryHarness, bronze: BronzeTable) -> None:
+    """Nothing loaded yet: both runs are initial loads (both create silver)."""
+
+
+def _setup_incremental(harness: HistoryHarness, bronze: BronzeTable) -> None:
+    harness.consumer_run(Op.RUN)
+    _changes(bronze)
+
+
+def _setup_rebuild(harness: HistoryHarness, bronze: BronzeTable) -> None:
+    harness.consumer_run(Op.RUN)
+    _changes(bronze)
+    bronze.vacuum_now(full=True)  # the window is lost: both runs rebuild
+
+
+SETUPS: dict[RunMode, Callable[[HistoryHarness, BronzeTable], None]] = {
+    RunMode.INITIAL_LOAD: _setup_initial_load,
+    RunMode.INCREMENTAL: _setup_incremental,
+    RunMode.REBUILD: _setup_rebuild,
+}
+
+
+def _race(
+    count: int, action: Callable[[], RunResult]
+) -> tuple[list[RunResult], list[CdfPlatformError], list[BaseException]]:
+    """Start `count` threads on `action` at once; sort outcomes into results, classified
+    failures and anything else."""
+    barrier = threading.Barrier(count)
+    results: list[RunResult] = []
+    classified: list[CdfPlatformError] = []
+    others: list[BaseException] = []
+
+    def worker() -> None:
+        barrier.wait()
+        try:
+            results.append(action())
+        except CdfPlatformError as err:
+            classified.append(err)
+        except BaseException as err:
+            others.append(err)
+
+    threads = [threading.Thread(target=worker) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    return results, classified, others
+
+
+@pytest.mark.parametrize("mode", list(SETUPS), ids=[m.value for m in SETUPS])
+def test_two_runs_of_one_pipeline_at_once_end_serialized_or_with_one_classified_failure(
+    spark: SparkSession, lake: Path, mode: RunMode
+) -> None:
+    harness = HistoryHarness(spark, lake, seed=5 if mode is RunMode.REBUILD else 4)
+    bronze = harness.start(ROWS)
+    SETUPS[mode](harness, bronze)
+    latest = bronze.version
+    plan_at = _now()
+
+    results, classified, others = _race(
+        2, lambda: run_pipeline(harness.spec, spark_factory=lambda: spark, control=harness.control)
+    )
+
+    # The table first: whatever the outcome, silver is the oracle's at the pinned version.
+    assert results, f"no run succeeded: {classified!r} {others!r}"
+    assert all(r.mode is mode and r.watermark_after == latest for r in results)
+    assert read_silver_state(harness.spec.target, harness.spec.id).watermark == latest
+    harness.verify_silver(mode, results[0].incident_code, latest, plan_at)
+    harness.consumer_run(Op.RUN)  # a later run is a no-op and the control table is right
+    assert harness.report.modes["noop"] == 1
+    # Then the outcome: serialized, or one clean classified failure.
+    assert others == [], f"unclassified failures: {[repr(e)[:300] for e in others]}"
+    assert len(classified) <= 1, f"both runs failed: {classified!r}"
+    assert all(isinstance(err, ConcurrentWriteConflict) for err in classified), classified
+    assert all("What to do" in str(err) for err in classified)
+
+
+def test_a_stale_run_finishing_after_a_newer_one_never_moves_the_watermark_back(
+    spark: SparkSession, lake: Path
+) -> None:
+    """Run A pins L1; a commit lands; run B applies up to L2; then A executes its stale plan:
+    Delta skips A's MERGE (its txnVersion is below silver's), silver keeps L2."""
+    harness = HistoryHarness(spark, lake, seed=6)
+    bronze = harness.start(ROWS)
+    harness.consumer_run(Op.RUN)
+    _changes(bronze)
+    stale = plan_pipeline(harness.spec, harness.control)
+    bronze.update([3, 5], amount_delta=7, name="late")
+    bronze.delete([6])
+    newer_at = _now()
+    newer = run_pipeline(harness.spec, spark_factory=lambda: spark, control=harness.control)
+    newest = bronze.version
+    assert newer.watermark_after == newest
+
+    result = execute_plan(stale, spark_factory=lambda: spark, control=harness.control)
+    assert read_silver_state(harness.spec.target, harness.spec.id).watermark == newest
+    harness.verify_silver(RunMode.INCREMENTAL, None, newest, newer_at)
+    control = harness.control.read_states()[harness.spec.id]["last_commit_version"]
+    assert (result.watermark_after, control) == (newest, newest)
+    assert (result.rows_inserted, result.rows_updated, result.rows_deleted) == (0, 0, 0)
+
+
+def test_bronze_commits_made_during_consumer_runs_are_never_lost(
+    spark: SparkSession, lake: Path
+) -> None:
+    """A writer commits to bronze every ~0.3 s while two consumer runs plan and execute; each
+    run equals the oracle at its pinned version, and a final run catches up exactly."""
+    harness = HistoryHarness(spark, lake, seed=10)
+    bronze = harness.start(ROWS)
+    harness.consumer_run(Op.RUN)
+    stop = threading.Event()
+    commits: list[str] = []
+    rng = random.Random(10)
+
+    def writer() -> None:
+        while not stop.is_set():
+            op = rng.choice(CONCURRENT_OPS)
+            commits.append(apply_bronze_op(op, bronze, rng, CI_PROFILE).value)
+            time.sleep(0.3)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        for _ in range(2):
+            plan_at = _now()
+            plan = plan_pipeline(harness.spec, harness.control)
+            result = execute_plan(plan, spark_factory=lambda: spark, control=harness.control)
+            assert result.watermark_after == plan.end_version
+            harness.verify_silver(result.mode, result.incident_code, plan.end_version, plan_at)
+    finally:
+        stop.set()
+        thread.join()
+    assert len(commits) >= 3
+    harness.consumer_run(Op.RUN)
+    assert harness.watermark == bronze.version
+    assert harness.report.silent_losses == harness.report.actual_losses == 0

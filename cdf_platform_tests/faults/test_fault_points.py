@@ -1,0 +1,187 @@
+"""A run killed at each fault point (a subprocess that `os._exit`s there, like a killed driver),
+then rerun: the result equals the snapshot oracle. BEFORE_CONTROL is covered by
+`cdf_platform_tests/engine/test_crash.py`.
+
+The three killed runs start together in one module fixture (a Spark start costs 20-40 s here);
+each test then checks its own kill and rerun.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from cdf_platform.engine.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
+from cdf_platform.engine.plan import RunMode
+from cdf_platform.engine.watermark import read_silver_state
+from cdf_platform_tests.faults.bronze_model import BronzeTable
+from cdf_platform_tests.faults.harness import HistoryHarness
+from cdf_platform_tests.faults.history import Op
+
+SUBPROCESS_TIMEOUT = 900
+# The module fixture (three concurrent Spark starts) runs inside the first test's timeout.
+pytestmark = pytest.mark.timeout(1200)
+ROWS = [{"id": k, "name": f"n{k}", "amount": k * 10} for k in range(1, 9)]
+
+
+def _changes(bronze: BronzeTable) -> None:
+    """Updates, deletes, a MERGE and an insert after the watermark."""
+    bronze.update([1, 2], amount_delta=5, name="upd")
+    bronze.delete([3])
+    bronze.merge(
+        [{"id": 4, "name": "m", "amount": 44}, {"id": 20, "name": "new", "amount": 1}], [5]
+    )
+    bronze.insert([{"id": 21, "name": "late", "amount": 2}])
+
+
+def _changes_then_lost_window(bronze: BronzeTable) -> None:
+    """Changes whose change files a VACUUM then removes: the run must rebuild."""
+    _changes(bronze)
+    bronze.vacuum_now(full=True)
+
+
+@dataclass
+class KilledRun:
+    """One scenario: its harness (oracle state), the killed process, and the state before."""
+
+    point: FaultPoint
+    harness: HistoryHarness
+    latest: int
+    silver_version: int | None
+    watermark: int | None
+    control_watermark: object
+    process: subprocess.Popen[str] | None = None
+    returncode: int | None = None
+    stderr: str = ""
+    killed_at: datetime | None = None
+
+
+# Seed parity picks the delete mode (odd: soft); all use SNAPSHOT_REBUILD.
+SCENARIOS: dict[FaultPoint, tuple[int, Callable[[BronzeTable], None]]] = {
+    FaultPoint.AFTER_READ: (2, _changes),
+    FaultPoint.AFTER_MERGE: (5, _changes),
+    FaultPoint.DURING_REBUILD: (9, _changes_then_lost_window),
+}
+
+
+def _pipelines_file(harness: HistoryHarness, path: Path) -> None:
+    spec = harness.spec
+    path.write_text(
+        "pipelines:\n"
+        f"  - id: {spec.id}\n"
+        f"    source: {spec.source}\n"
+        f"    target: {spec.target}\n"
+        "    keys: [id]\n"
+        f"    delete_mode: {spec.delete_mode.value}\n"
+        f"    fallback_mode: {spec.fallback_mode.value}\n"
+    )
+
+
+def _launch(run: KilledRun, pipelines: Path) -> None:
+    run.killed_at = datetime.now(UTC).replace(tzinfo=None)
+    command = [sys.executable, "-m", "cdf_platform.cli", "run", run.harness.spec.id]
+    command += ["--pipelines", str(pipelines), "--control-root", run.harness.control.root]
+    run.process = subprocess.Popen(
+        command,
+        env={**os.environ, FAULT_ENV: run.point.value, "CDF_SPARK_MASTER": "local[1]"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def killed_runs(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[FaultPoint, KilledRun]]:
+    """Each scenario loaded once in-process, changed, then run in a subprocess killed at its
+    fault point; the subprocesses run concurrently."""
+    runs: dict[FaultPoint, KilledRun] = {}
+    for point, (seed, change) in SCENARIOS.items():
+        root = tmp_path_factory.mktemp(f"fault-{point.value}")
+        harness = HistoryHarness(spark, root / "lake", seed)
+        bronze = harness.start(ROWS)
+        harness.consumer_run(Op.RUN)  # initial load: watermark 0
+        change(bronze)
+        control = harness.control.read_states()[harness.spec.id]["last_commit_version"]
+        state = read_silver_state(harness.spec.target, harness.spec.id)
+        run = KilledRun(
+            point, harness, bronze.version, state.silver_version, state.watermark, control
+        )
+        pipelines = root / "pipelines.yaml"
+        _pipelines_file(harness, pipelines)
+        _launch(run, pipelines)
+        runs[point] = run
+    try:
+        for run in runs.values():
+            assert run.process is not None
+            _, run.stderr = run.process.communicate(timeout=SUBPROCESS_TIMEOUT)
+            run.returncode = run.process.returncode
+        yield runs
+    finally:
+        for run in runs.values():
+            if run.process is not None and run.process.poll() is None:
+                run.process.kill()
+
+
+def _assert_nothing_applied(run: KilledRun) -> None:
+    harness = run.harness
+    state = read_silver_state(harness.spec.target, harness.spec.id)
+    assert state.silver_version == run.silver_version
+    assert state.watermark == run.watermark
+    control = harness.control.read_states()[harness.spec.id]["last_commit_version"]
+    assert control == run.control_watermark == run.watermark
+
+
+def test_killed_after_read_leaves_silver_untouched_and_rerun_converges(
+    killed_runs: dict[FaultPoint, KilledRun],
+) -> None:
+    run = killed_runs[FaultPoint.AFTER_READ]
+    assert run.returncode == FAULT_EXIT_CODE, run.stderr[-3000:]
+    _assert_nothing_applied(run)
+    harness = run.harness
+    assert harness.bronze is not None
+    harness.bronze.delete([1])  # a commit between the crash and the rerun
+    harness.consumer_run(Op.RUN)
+    assert harness.report.modes == {"initial_load": 1, "incremental": 1}
+
+
+def test_killed_after_merge_keeps_the_atomic_watermark_and_rerun_repairs_control(
+    killed_runs: dict[FaultPoint, KilledRun],
+) -> None:
+    run = killed_runs[FaultPoint.AFTER_MERGE]
+    assert run.returncode == FAULT_EXIT_CODE, run.stderr[-3000:]
+    harness = run.harness
+    # The MERGE committed with its watermark: silver is the oracle's at the pinned version...
+    assert read_silver_state(harness.spec.target, harness.spec.id).watermark == run.latest
+    assert run.killed_at is not None
+    harness.verify_silver(RunMode.INCREMENTAL, None, run.latest, run.killed_at)
+    # ...while the control table still holds the old watermark until a rerun repairs it.
+    control = harness.control.read_states()[harness.spec.id]["last_commit_version"]
+    assert control == run.control_watermark == run.watermark
+    harness.consumer_run(Op.RUN)  # no-op that repairs the control table (checked)
+    assert harness.bronze is not None
+    harness.bronze.update([2, 4], amount_delta=1, name="again")
+    harness.consumer_run(Op.RUN)
+    assert harness.report.modes == {"initial_load": 1, "noop": 1, "incremental": 1}
+
+
+def test_killed_during_rebuild_leaves_silver_untouched_and_rerun_rebuilds(
+    killed_runs: dict[FaultPoint, KilledRun],
+) -> None:
+    run = killed_runs[FaultPoint.DURING_REBUILD]
+    assert run.returncode == FAULT_EXIT_CODE, run.stderr[-3000:]
+    _assert_nothing_applied(run)
+    harness = run.harness
+    harness.consumer_run(Op.RUN)  # the ground truth says lost: a rebuild is required
+    assert harness.report.modes == {"initial_load": 1, "rebuild": 1}
+    assert harness.report.detected_losses == harness.report.actual_losses == 1
+    assert harness.report.silent_losses == 0
