@@ -85,6 +85,19 @@ def parse_interval(text: str) -> timedelta:
     return total
 
 
+def _read_bytes(path: str) -> bytes:
+    """A whole file as bytes, through the OS calls alone: the replay window reads every commit
+    file of the log, and the JSON parser takes UTF-8 bytes directly."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 class DeltaLog:
     """The `_delta_log` of one Delta table on the local filesystem, read without a JVM.
 
@@ -208,8 +221,7 @@ class DeltaLog:
         mtime = self._commit_mtime_ms.get(version)
         if mtime is None:
             raise LookupError(f"commit {version} is not in {self.log_path}")
-        with open(os.path.join(self.log_path, f"{version:020d}.json"), encoding="utf-8") as fh:
-            text = fh.read()
+        text = _read_bytes(os.path.join(self.log_path, f"{version:020d}.json"))
         commit = parse_commit(version, text, file_modification_ms=mtime, table_root=self.table_path)
         self._commits[version] = commit
         return commit

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+import orjson
+
 CDF_ENABLED_KEY = "delta.enableChangeDataFeed"
 # Delta still honours the pre-GA name (DeltaConfigs.CHANGE_DATA_FEED has it as alternate key).
 CDF_ENABLED_LEGACY_KEY = "delta.enableChangeDataCapture"
@@ -64,6 +66,8 @@ def decode_action_path(path: str) -> str:
     once and stay relative to the table root. `file:` URIs become absolute local paths; other
     URIs (s3a://, abfss://) are returned as they are.
     """
+    if "%" not in path and ":" not in path:
+        return path  # the common case, a plain relative path: nothing to decode (and fast)
     parsed = urlparse(path)
     if len(parsed.scheme) > 1:  # a one-letter "scheme" is a Windows drive letter
         return unquote(parsed.path) if parsed.scheme == "file" else path
@@ -208,7 +212,8 @@ class Commit:
             or any cdc file. OPTIMIZE, VACUUM START/END and property changes have none.
         in_commit_timestamp_ms: `commitInfo.inCommitTimestamp`, when in-commit timestamps are on.
         file_modification_ms: Modification time of the commit file.
-        operation_metrics: `commitInfo.operationMetrics`.
+        operation_metrics: `commitInfo.operationMetrics` as logged (delta-spark writes the
+            values as strings, delta-rs as numbers).
     """
 
     version: int
@@ -221,7 +226,7 @@ class Commit:
     has_data_change: bool
     in_commit_timestamp_ms: int | None
     file_modification_ms: int
-    operation_metrics: Mapping[str, str]
+    operation_metrics: Mapping[str, Any]
 
     def files_read_by_cdf(self) -> tuple[FileAction, ...]:
         """The file actions a batch change-feed read of this version reads.
@@ -233,18 +238,20 @@ class Commit:
         if self.cdcs:
             return self.cdcs
         if self.operation == "MERGE" and all(
-            self.operation_metrics.get(name) == "0" for name in _NO_OP_MERGE_METRICS
+            str(self.operation_metrics.get(name)) == "0" for name in _NO_OP_MERGE_METRICS
         ):
             return ()
         return tuple(a for a in (*self.removes, *self.adds) if a.data_change)
 
 
-def parse_commit(version: int, text: str, *, file_modification_ms: int, table_root: str) -> Commit:
+def parse_commit(
+    version: int, text: str | bytes, *, file_modification_ms: int, table_root: str
+) -> Commit:
     """Parse the text of one commit file.
 
     Args:
         version: The commit's version.
-        text: The file's content (newline-delimited JSON actions).
+        text: The file's content (newline-delimited JSON actions), as text or bytes.
         file_modification_ms: The file's modification time in epoch milliseconds.
         table_root: Absolute local path of the table, to resolve deletion-vector files.
     """
@@ -256,7 +263,7 @@ def parse_commit(version: int, text: str, *, file_modification_ms: int, table_ro
     for line in text.splitlines():
         if not line.strip():
             continue
-        action: dict[str, Any] = json.loads(line)
+        action: dict[str, Any] = orjson.loads(line)
         if "add" in action:
             adds.append(FileAction.from_action(action["add"], table_root))
         elif "remove" in action:
@@ -282,7 +289,5 @@ def parse_commit(version: int, text: str, *, file_modification_ms: int, table_ro
         has_data_change=bool(cdcs) or any(a.data_change for a in (*adds, *removes)),
         in_commit_timestamp_ms=in_commit_timestamp,
         file_modification_ms=file_modification_ms,
-        operation_metrics={
-            str(k): str(v) for k, v in (commit_info.get("operationMetrics") or {}).items()
-        },
+        operation_metrics=commit_info.get("operationMetrics") or {},
     )

@@ -132,6 +132,13 @@ def killed_runs(
                 run.process.kill()
 
 
+def _killed(runs: dict[FaultPoint, KilledRun], point: FaultPoint) -> KilledRun:
+    """The run killed at `point`, after checking it died there."""
+    run = runs[point]
+    assert run.returncode == FAULT_EXIT_CODE, run.stderr[-3000:]
+    return run
+
+
 def _assert_nothing_applied(run: KilledRun) -> None:
     harness = run.harness
     state = read_silver_state(harness.spec.target, harness.spec.id)
@@ -144,8 +151,7 @@ def _assert_nothing_applied(run: KilledRun) -> None:
 def test_killed_after_read_leaves_silver_untouched_and_rerun_converges(
     killed_runs: dict[FaultPoint, KilledRun],
 ) -> None:
-    run = killed_runs[FaultPoint.AFTER_READ]
-    assert run.returncode == FAULT_EXIT_CODE, run.stderr[-3000:]
+    run = _killed(killed_runs, FaultPoint.AFTER_READ)
     _assert_nothing_applied(run)
     harness = run.harness
     assert harness.bronze is not None
@@ -157,8 +163,7 @@ def test_killed_after_read_leaves_silver_untouched_and_rerun_converges(
 def test_killed_after_merge_keeps_the_atomic_watermark_and_rerun_repairs_control(
     killed_runs: dict[FaultPoint, KilledRun],
 ) -> None:
-    run = killed_runs[FaultPoint.AFTER_MERGE]
-    assert run.returncode == FAULT_EXIT_CODE, run.stderr[-3000:]
+    run = _killed(killed_runs, FaultPoint.AFTER_MERGE)
     harness = run.harness
     # The MERGE committed with its watermark: silver is the oracle's at the pinned version...
     assert read_silver_state(harness.spec.target, harness.spec.id).watermark == run.latest
@@ -177,8 +182,7 @@ def test_killed_after_merge_keeps_the_atomic_watermark_and_rerun_repairs_control
 def test_killed_during_rebuild_leaves_silver_untouched_and_rerun_rebuilds(
     killed_runs: dict[FaultPoint, KilledRun],
 ) -> None:
-    run = killed_runs[FaultPoint.DURING_REBUILD]
-    assert run.returncode == FAULT_EXIT_CODE, run.stderr[-3000:]
+    run = _killed(killed_runs, FaultPoint.DURING_REBUILD)
     _assert_nothing_applied(run)
     harness = run.harness
     harness.consumer_run(Op.RUN)  # the ground truth says lost: a rebuild is required
