@@ -10,10 +10,13 @@ from pyspark.sql import SparkSession
 from cdf_platform.engine import session as session_mod
 from cdf_platform.engine.errors import RuntimeEnvironmentError, UnsafeSparkConfig
 from cdf_platform.engine.session import (
+    SparkSettings,
     assert_safe_spark_config,
     delta_maven_coordinate,
     java_major_version,
+    local_cores,
     require_java,
+    spark_conf,
 )
 from cdf_platform.engine.tables import sql_path
 
@@ -24,6 +27,30 @@ def test_delta_coordinate_matches_installed_spark_and_delta() -> None:
     spark_minor = ".".join(importlib.metadata.version("pyspark").split(".")[:2])
     delta = importlib.metadata.version("delta-spark")
     assert delta_maven_coordinate() == f"io.delta:delta-spark_{spark_minor}_2.13:{delta}"
+
+
+@pytest.mark.parametrize(
+    ("master", "cores"),
+    [
+        ("local", 1),
+        ("local[3]", 3),
+        ("local[4, 2]", 4),
+        ("spark://host:7077", None),
+        ("yarn", None),
+    ],
+)
+def test_local_masters_get_delta_parallelism_sized_to_their_cores(
+    master: str, cores: int | None
+) -> None:
+    assert local_cores(master) == cores
+    conf = spark_conf(SparkSettings(master=master))
+    expected = None if cores is None else str(max(2, cores))
+    assert conf.get("spark.databricks.delta.snapshotPartitions") == expected
+    assert conf.get("spark.sql.sources.parallelPartitionDiscovery.parallelism") == expected
+    given = SparkSettings(
+        master=master, extra_conf={"spark.databricks.delta.snapshotPartitions": "64"}
+    )
+    assert spark_conf(given)["spark.databricks.delta.snapshotPartitions"] == "64"
 
 
 def test_java_17_or_newer_is_present() -> None:
