@@ -126,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the process exit code."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    # Dagster's SQLite instance logs its schema migration checks at INFO each time it opens.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
