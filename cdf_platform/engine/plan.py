@@ -75,7 +75,7 @@ class RunPlan:
 def window_problem(
     plan_spec: PipelineSpec, window: ReplayWindow, start: int
 ) -> CdfPlatformError | None:
-    found = window.break_for(start)
+    found = window.break_for_consumer(start - 1)
     if found is None:
         return None
     what = f"bronze versions {start}..{window.latest_version} cannot be replayed: {found.detail}"

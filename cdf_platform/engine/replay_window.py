@@ -100,6 +100,27 @@ class ReplayWindow:
             return None
         return self.criteria.first_break(start_version)
 
+    def break_for_consumer(self, watermark: int) -> WindowBreak | None:
+        """What stops a consumer at `watermark` from continuing incrementally, or None.
+
+        `break_for(watermark + 1)`, plus a non-additive schema change in version watermark + 1
+        itself: Delta reads [W + 1, L] fine (it checks schema changes after the start only), but
+        silver was built on the schema before it, and a dropped or renamed column would keep
+        stale values there instead of being retired by a rebuild.
+        """
+        start = watermark + 1
+        found = self.break_for(start)
+        if found is not None or start > self.latest_version or start == 0:
+            return found
+        change = self.criteria.schema_change(start)
+        if change is None:
+            return None
+        return WindowBreak(
+            WindowBreakKind.SCHEMA_CHANGE,
+            start,
+            f"version {start}: {change} (silver follows the schema before it)",
+        )
+
     def timestamp_of(self, version: int) -> datetime | None:
         """Delta's timestamp of `version` (in-commit timestamp, else commit-file mtime).
 
@@ -208,7 +229,7 @@ def assess_consumer(
         for version in range(start, latest + 1)
         if log.has_commit(version) and log.commit(version).has_data_change
     )
-    window_break = None if watermark is None else window.break_for(start)
+    window_break = None if watermark is None else window.break_for_consumer(watermark)
     replayable = watermark is None or caught_up or start >= window.earliest_replayable_version
 
     deadlines: tuple[HeadroomDeadline, ...] = ()

@@ -221,6 +221,34 @@ def test_added_column_flows_to_silver(spark: SparkSession, lake: Path) -> None:
     assert rows(spark, spec.target) == [(1, "ada", 10, "silver"), (2, "bob", 20, "gold")]
 
 
+def test_column_dropped_in_the_first_version_after_the_watermark_is_not_replayed(
+    spark: SparkSession, lake: Path
+) -> None:
+    """Delta reads [W + 1, L] across a schema change at W + 1 itself without complaint, but
+    silver follows the schema before it: the run must rebuild (retiring the column) rather
+    than MERGE rows that leave stale values in it."""
+    spec = spec_for(lake, fallback_mode="SNAPSHOT_REBUILD")
+    control = control_for(lake)
+    make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20)])
+    watermark = run_pipeline(spec, spark_factory=lambda: spark, control=control).watermark_after
+    narrower = spark.createDataFrame([(1, "ada2"), (2, "bob")], "id BIGINT, name STRING")
+    narrower.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(
+        spec.source
+    )  # version W + 1: `amount` dropped by an overwrite
+    insert_narrow = spark.createDataFrame([(3, "cy")], "id BIGINT, name STRING")
+    insert_narrow.write.format("delta").mode("append").save(spec.source)
+    assert watermark is not None
+
+    assert pipeline_status(spec).state is WindowState.LOST
+    result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    assert (result.mode, result.incident_code) == (RunMode.REBUILD, "INCOMPATIBLE_SCHEMA_CHANGE")
+    assert rows(spark, spec.target, "id", "name", "amount") == [
+        (1, "ada2", None),
+        (2, "bob", None),
+        (3, "cy", None),
+    ]
+
+
 def test_dropped_column_falls_back_to_a_rebuild_that_retires_it(
     spark: SparkSession, lake: Path
 ) -> None:
