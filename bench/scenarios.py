@@ -50,7 +50,7 @@ TUNING_VARIANTS: dict[str, dict[str, str]] = {
         "spark.databricks.delta.snapshotPartitions": "2",
     },
 }
-DELETION_VECTORS = "silver without deletion vectors"
+WITHOUT_DELETION_VECTORS = "silver without deletion vectors"
 METHODS = ("incremental", "rebuild", "handwritten", "streaming")
 
 
@@ -88,9 +88,9 @@ def tune(bench: Bench, workload: Workload) -> None:
         seconds, _, _ = bench.platform_run(
             workload,
             prepare=partial(disable_deletion_vectors, bench),
-            name=f"tuning/{DELETION_VECTORS}",
+            name=f"tuning/{WITHOUT_DELETION_VECTORS}",
         )
-        bench.record(f"tuning/{DELETION_VECTORS}", seconds)
+        bench.record(f"tuning/{WITHOUT_DELETION_VECTORS}", seconds)
 
 
 def platform_overhead(bench: Bench, workload: Workload) -> None:
@@ -140,7 +140,7 @@ def scale(bench: Bench, base: Workload) -> Workload:
         bench.run_method(scaled, "incremental", "incremental_scaled")
         if config.tuning:
             for workload in (base, scaled):
-                name = f"tuning/{DELETION_VECTORS}, {workload.rows:,} rows (e)"
+                name = f"tuning/{WITHOUT_DELETION_VECTORS}, {workload.rows:,} rows (e)"
                 seconds, _, _ = bench.platform_run(
                     workload, prepare=partial(disable_deletion_vectors, bench), name=name
                 )

@@ -7,8 +7,10 @@ for that single commit (small: only that commit's `_change_data` files are read)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from cdf_platform.engine.changes import read_changes
 from cdf_platform.engine.spec import DeleteMode
 from cdf_platform.engine.watermark import HISTORY_SCAN, parse_user_metadata
 
@@ -32,10 +34,15 @@ def find_run_commit(target: str, pipeline_id: str, run_id: str) -> dict[str, obj
 def silver_commit_counts(
     spark: SparkSession, target: str, pipeline_id: str, run_id: str, delete_mode: DeleteMode
 ) -> Counts:
-    """(inserted, updated, deleted) rows of the silver commit of `run_id`."""
+    """(inserted, updated, deleted) rows of the silver commit of `run_id` ((0, 0, 0) if none)."""
     entry = find_run_commit(target, pipeline_id, run_id)
-    if entry is None:
-        return (0, 0, 0)
+    return (0, 0, 0) if entry is None else commit_counts(spark, target, entry, delete_mode)
+
+
+def commit_counts(
+    spark: SparkSession, target: str, entry: Mapping[str, object], delete_mode: DeleteMode
+) -> Counts:
+    """(inserted, updated, deleted) rows of the silver commit whose history entry is `entry`."""
     if delete_mode is DeleteMode.HARD:
         raw = entry.get("operationMetrics")
         metrics = raw if isinstance(raw, dict) else {}
@@ -47,13 +54,7 @@ def silver_commit_counts(
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
     version = int(str(entry["version"]))
-    changes = (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", version)
-        .option("endingVersion", version)
-        .load(target)
-    )
+    changes = read_changes(spark, target, version, version)
     postimage = F.col("_change_type") == "update_postimage"
     row = changes.agg(
         F.count_if(F.col("_change_type") == "insert").alias("inserted"),

@@ -36,7 +36,7 @@ from cdf_platform.engine.errors import (
 )
 from cdf_platform.engine.faults import FaultPoint, fault_point
 from cdf_platform.engine.merge import SilverLayout, TxnStamp, ensure_silver, merge_changes
-from cdf_platform.engine.metrics import silver_commit_counts
+from cdf_platform.engine.metrics import commit_counts, find_run_commit, silver_commit_counts
 from cdf_platform.engine.plan import RunMode, RunPlan, plan_run
 from cdf_platform.engine.rebuild import rebuild_silver
 from cdf_platform.engine.replay_window import (
@@ -224,16 +224,17 @@ def _incremental(run: _Run, plan: RunPlan) -> RunResult:
         collapsed.release()
     since = run.lap("write", since)
     fault_point(FaultPoint.AFTER_MERGE)
-    applied = read_silver_state(spec.target, spec.id).watermark
-    if applied != end:
+    committed = find_run_commit(spec.target, spec.id, run.run_id)
+    if committed is None:
         # Delta skipped the MERGE (txnVersion not above the stored one): a newer run of this
         # pipeline applied a later range first. Silver's watermark is the truth to report.
+        applied = read_silver_state(spec.target, spec.id).watermark
         logger.warning(
             "%s: a newer run already applied up to %s; nothing written", spec.id, applied
         )
         _write_control(run, plan, RunMode.INCREMENTAL, applied, None, (0, 0, 0), start=start)
         return _result(run, plan, RunMode.INCREMENTAL, start, end, applied, (0, 0, 0))
-    counts = silver_commit_counts(spark, spec.target, spec.id, run.run_id, spec.delete_mode)
+    counts = commit_counts(spark, spec.target, committed, spec.delete_mode)
     fault_point(FaultPoint.BEFORE_CONTROL)
     _write_control(run, plan, RunMode.INCREMENTAL, end, None, counts, start=start)
     return _result(run, plan, RunMode.INCREMENTAL, start, end, end, counts)
