@@ -1,7 +1,7 @@
 """Scenario (d): the replay-window check on long logs, JVM-free versus a Spark history check.
 
 A small real bronze table (versions 0 and 1 written by delta-spark) is extended with synthetic
-commits modelled on delta-spark's own (the idea of the engine tests' `synthetic_log`): one `add`
+commits modelled on delta-spark's own (the engine tests' `synthetic_log`): one `add`
 per commit, every third commit a `cdc` file, every referenced file present. The JVM-free path is
 the platform's `compute_replay_window` + `assess_consumer`. The Spark path is what a Spark
 engineer would write: `DESCRIBE HISTORY` and `SHOW TBLPROPERTIES`, then a contiguity and
@@ -12,12 +12,8 @@ is cleared before each Spark repetition, as a fresh check process would start.
 
 from __future__ import annotations
 
-import json
-import os
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cdf_platform.engine.log import DEFAULT_DELETED_FILE_RETENTION, parse_interval
@@ -44,45 +40,6 @@ def create_log_table(spark: SparkSession, path: str) -> None:
         "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
     )
     spark.sql(f"INSERT INTO {sql_path(path)} VALUES (1, 'a')")
-
-
-def _commit_file(path: str, version: int) -> Path:
-    return Path(path, "_delta_log", f"{version:020d}.json")
-
-
-def extend_log(path: str, first: int, last: int) -> None:
-    """Synthetic commits first..last, each with an add (every third with a cdc file too)."""
-    model = json.loads(_commit_file(path, 1).read_text().splitlines()[0])["commitInfo"]
-    os.makedirs(os.path.join(path, "_change_data"), exist_ok=True)
-    previous_ms = _commit_file(path, first - 1).stat().st_mtime_ns // 1_000_000
-    for version in range(first, last + 1):
-        # Delta takes a commit's timestamp from its file's mtime: keep them strictly increasing,
-        # as real commits are (equal ones make delta-spark warn once per commit).
-        now_ms = previous_ms = max(int(time.time() * 1000), previous_ms + 1)
-        data = f"part-00000-{version:08d}-c000.snappy.parquet"
-        actions: list[dict[str, object]] = [
-            {"commitInfo": {**model, "timestamp": now_ms, "readVersion": version - 1}},
-            {
-                "add": {
-                    "path": data,
-                    "partitionValues": {},
-                    "size": 1,
-                    "modificationTime": now_ms,
-                    "dataChange": True,
-                }
-            },
-        ]
-        Path(path, data).touch()
-        if version % 3 == 0:
-            cdc = f"_change_data/cdc-00000-{version:08d}.c000.snappy.parquet"
-            actions.append(
-                {"cdc": {"path": cdc, "partitionValues": {}, "size": 1, "dataChange": False}}
-            )
-            Path(path, cdc).touch()
-        text = "\n".join(json.dumps(action) for action in actions) + "\n"
-        commit = _commit_file(path, version)
-        commit.write_text(text)
-        os.utime(commit, ns=(now_ms * 1_000_000, now_ms * 1_000_000))
 
 
 def jvm_free_check(path: str) -> bool:

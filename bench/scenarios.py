@@ -16,7 +16,6 @@ from bench.probes import noop_via_cli, write_pipelines_file
 from bench.replay_check import (
     clear_delta_cache,
     create_log_table,
-    extend_log,
     jvm_free_check,
     spark_history_check,
 )
@@ -27,6 +26,7 @@ from cdf_platform.engine.metrics import silver_commit_counts
 from cdf_platform.engine.pipeline import run_pipeline
 from cdf_platform.engine.spec import DeleteMode
 from cdf_platform.engine.tables import sql_path
+from cdf_platform_tests.engine.synthetic_log import write_synthetic_commits
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -155,7 +155,7 @@ def replay_windows(bench: Bench) -> None:
     written = 1
     session = bench.baseline_session
     for size in bench.config.log_sizes:
-        extend_log(path, written + 1, size - 1)
+        write_synthetic_commits(path, written + 1, size - 1)
         written = size - 1
         jvm_free_check(path)  # warm the OS page cache for both paths alike
         for _ in range(bench.config.reps):

@@ -3,14 +3,8 @@ after a small demo run. Screenshots land in the test's temp folder."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +14,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdf_platform.resources.spark import SparkResource
+from cdf_platform_tests.dagster_dev import dagster_dev
 from cdf_platform_tests.lake_platform import bronze_batch, lake_defs
-from cdf_platform_tests.test_definitions import DAGSTER, PROJECT_ROOT, _free_port
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # Flags for a root, sandboxed-network machine: no sandbox, no GPU, no background traffic.
@@ -60,40 +54,13 @@ def served_demo(
         assert defs.resolve_job_def("checks_job").execute_in_process(instance=instance).success
     instance.dispose()
 
-    port = _free_port()
     env = {
-        **os.environ,
         "DAGSTER_HOME": str(home),
         "CDF_LAKE_ROOT": str(lake),
         "CDF_PIPELINES_FILE": str(lake / "pipelines.yaml"),
     }
-    process = subprocess.Popen(
-        [DAGSTER, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=PROJECT_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert process.poll() is None, "dagster dev exited early"
-            assert time.monotonic() < deadline, "dagster dev did not answer in 180 s"
-            try:
-                with urllib.request.urlopen(f"{url}/server_info", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                time.sleep(1)
+    with dagster_dev(env) as url:
         yield url
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
 
 
 def _dismiss_welcome(page: Any) -> None:
