@@ -130,10 +130,15 @@ class UnknownReadFailure(CdfPlatformError):
 
 
 class TargetOwnershipConflict(CdfPlatformError):
-    """A silver table is already maintained by another pipeline."""
+    """The target location is not the pipeline's to write: silver of another pipeline, a Delta
+    table the platform did not create, or files that are not a Delta table."""
 
     incident_code = "TARGET_OWNED_BY_OTHER_PIPELINE"
     default_action = "give each pipeline its own `target`"
+
+
+# The action of a TargetOwnershipConflict raised for files that are not a Delta table.
+FOREIGN_FILES_ACTION = "point `target` at a new or empty location, or move the files there away"
 
 
 class ConcurrentWriteConflict(CdfPlatformError):

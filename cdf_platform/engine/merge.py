@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -23,6 +24,7 @@ from cdf_platform.engine.changes import (
     CollapsedChanges,
 )
 from cdf_platform.engine.errors import (
+    FOREIGN_FILES_ACTION,
     DataQualityError,
     IncompatibleSchemaChange,
     TargetOwnershipConflict,
@@ -30,6 +32,7 @@ from cdf_platform.engine.errors import (
 from cdf_platform.engine.spec import DeleteMode
 from cdf_platform.engine.tables import (
     create_table_sql,
+    holds_foreign_files,
     is_delta_table,
     quote_ident,
     sql_path,
@@ -52,6 +55,10 @@ TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 SOURCE_VIEW = "cdf_platform_source"
+# Delta's refusal to create a table in a folder that holds files but no commit yet.
+NON_EMPTY_LOCATION = "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION"
+# How long a CREATE that lost a race waits for the winner's first commit to appear.
+CREATE_RACE_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -133,6 +140,35 @@ def _existing_silver(target: str) -> tuple[str | None, dict[str, str]] | None:
     return owner, {f.name: f.dataType.simpleString() for f in schema.fields}
 
 
+def _create_silver(
+    spark: SparkSession, target: str, wanted: dict[str, str], properties: dict[str, str]
+) -> tuple[str | None, dict[str, str]] | None:
+    """Run the CREATE; return silver as the log then shows it (this run's table, or the one a
+    concurrent run created first), or None when the location holds other files.
+
+    `CREATE TABLE IF NOT EXISTS delta.`<path>`` does nothing on a non-empty folder without a
+    Delta table (Spark sees a table there), hence the read back. A CREATE racing another run's
+    fails with a commit conflict once the winner's first commit exists, or with
+    DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION (or does nothing) while the winner's log folder
+    exists but its first commit does not yet: then it waits up to CREATE_RACE_WAIT_S for it.
+    """
+    try:
+        spark.sql(create_table_sql(target, wanted, properties))
+    except Exception as err:
+        if any(marker in str(err) for marker in CONFLICT_MARKERS):
+            if (found := _existing_silver(target)) is None:
+                raise
+            return found
+        if NON_EMPTY_LOCATION not in str(err):
+            raise
+    deadline = time.monotonic() + CREATE_RACE_WAIT_S
+    while (found := _existing_silver(target)) is None:
+        if holds_foreign_files(target) or time.monotonic() >= deadline:
+            return None
+        time.sleep(0.1)
+    return found
+
+
 def ensure_silver(
     spark: SparkSession,
     target: str,
@@ -145,7 +181,8 @@ def ensure_silver(
     Returns `layout` with the silver columns that bronze no longer has as `retired_columns`.
 
     Raises:
-        TargetOwnershipConflict: silver belongs to another pipeline.
+        TargetOwnershipConflict: silver belongs to another pipeline, or its location holds
+            files that are not a Delta table.
         IncompatibleSchemaChange: a silver column changed type in bronze, or the delete mode's
             columns do not match the table.
     """
@@ -155,14 +192,15 @@ def ensure_silver(
         properties = {"delta.enableChangeDataFeed": "true", OWNER_PROPERTY: pipeline_id}
         if layout.deletion_vectors:
             properties["delta.enableDeletionVectors"] = "true"
-        try:
-            spark.sql(create_table_sql(target, wanted, properties))
-            return layout
-        except Exception as err:
-            # Another run created silver first: check that table like any existing one.
-            found = _existing_silver(target)
-            if found is None or not any(m in str(err) for m in CONFLICT_MARKERS):
-                raise
+        found = _create_silver(spark, target, wanted, properties)
+        if found is None:
+            raise TargetOwnershipConflict(
+                "the target location holds files that are not a Delta table",
+                pipeline_id=pipeline_id,
+                table=target,
+                action=FOREIGN_FILES_ACTION,
+            )
+        # This run's table, or the one another run created first: checked like any other.
     owner, existing = found
     if owner != pipeline_id:
         raise TargetOwnershipConflict(

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 
 from cdf_platform.engine.errors import (
+    FOREIGN_FILES_ACTION,
     CdfNotEnabled,
     CdfPlatformError,
     IncompatibleSchemaChange,
@@ -34,7 +35,7 @@ from cdf_platform.engine.replay_window import (
     compute_replay_window,
 )
 from cdf_platform.engine.spec import CDF_COLUMNS, RESERVED_COLUMNS, PipelineSpec
-from cdf_platform.engine.tables import is_delta_table
+from cdf_platform.engine.tables import holds_foreign_files, is_delta_table
 from cdf_platform.engine.watermark import SilverState, read_silver_state
 
 
@@ -156,7 +157,8 @@ def plan_run(
 
     Raises:
         SourceNotFound: bronze is missing or not a Delta table.
-        TargetOwnershipConflict: silver belongs to another pipeline.
+        TargetOwnershipConflict: silver belongs to another pipeline, or its location holds
+            files that are not a Delta table.
     """
     now = now or datetime.now(UTC)
     if not is_delta_table(spec.source):
@@ -171,6 +173,13 @@ def plan_run(
             else "silver table exists but was not created by cdf_platform",
             pipeline_id=spec.id,
             table=spec.target,
+        )
+    if not silver.exists and holds_foreign_files(spec.target):
+        raise TargetOwnershipConflict(
+            "the target location holds files that are not a Delta table",
+            pipeline_id=spec.id,
+            table=spec.target,
+            action=FOREIGN_FILES_ACTION,
         )
     window = compute_replay_window(spec.source, now=now)
     check_source_columns(spec, window)

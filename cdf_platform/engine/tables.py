@@ -50,6 +50,19 @@ def is_delta_table(path: str) -> bool:
     return bool(DeltaTable.is_deltatable(path))
 
 
+def holds_foreign_files(path: str) -> bool:
+    """Whether local `path` is a file, or a non-empty folder without a `_delta_log` folder:
+    Delta will not create a table there. False for remote URIs (not checked JVM-free) and for a
+    folder whose `_delta_log` exists (a table, or one being created)."""
+    local = local_path(path)
+    if local is None or not os.path.exists(local):
+        return False
+    if not os.path.isdir(local):
+        return True
+    entries = os.listdir(local)
+    return bool(entries) and "_delta_log" not in entries
+
+
 def create_table_sql(
     path: str,
     schema: Mapping[str, str],

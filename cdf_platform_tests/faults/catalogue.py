@@ -163,6 +163,12 @@ def _not_delta(lake: BadInputLake) -> None:
     (Path(lake.bronze) / "part-0000.parquet").write_bytes(b"PAR1 not really")
 
 
+def _files_at_target(lake: BadInputLake) -> None:
+    lake.make_bronze()
+    os.makedirs(lake.silver)
+    (Path(lake.silver) / "orders.csv").write_text("id,name\n1,ada\n")
+
+
 def _foreign_silver(owner: str | None) -> Callable[[BadInputLake], None]:
     def setup(lake: BadInputLake) -> None:
         lake.make_bronze()
@@ -328,6 +334,14 @@ CATALOGUE: list[BadInput] = [
         "give each pipeline its own `target`",
         act=lambda lake: lake.run(),
         setup=_foreign_silver(None),
+    ),
+    BadInput(
+        "target_holds_other_files",
+        "`target` is a folder of files that is not a Delta table",
+        TargetOwnershipConflict,
+        "point `target` at a new or empty location",
+        act=lambda lake: lake.run(),
+        setup=_files_at_target,
     ),
     BadInput(
         "key_not_in_source",

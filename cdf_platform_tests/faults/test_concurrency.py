@@ -5,19 +5,28 @@ lost. Runs share the test SparkSession (each run takes its own `newSession()`)."
 from __future__ import annotations
 
 import random
+import shutil
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from cdf_platform.engine.errors import CdfPlatformError, ConcurrentWriteConflict
+from cdf_platform.engine.errors import (
+    CdfPlatformError,
+    ConcurrentWriteConflict,
+    TargetOwnershipConflict,
+)
+from cdf_platform.engine.merge import CREATE_RACE_WAIT_S, SilverLayout, ensure_silver
 from cdf_platform.engine.pipeline import execute_plan, plan_pipeline, run_pipeline
 from cdf_platform.engine.plan import RunMode
 from cdf_platform.engine.run_result import RunResult
+from cdf_platform.engine.spec import DeleteMode
 from cdf_platform.engine.watermark import read_silver_state
 from cdf_platform_tests.faults.bronze_model import BronzeTable
 from cdf_platform_tests.faults.harness import HistoryHarness
@@ -85,6 +94,13 @@ def _race(
     return results, classified, others
 
 
+def _describe(err: BaseException) -> str:
+    """An unexpected failure with its message and where it was raised (Py4J errors have an
+    empty repr)."""
+    where = "".join(traceback.format_tb(err.__traceback__)[-6:])
+    return f"{type(err).__name__}: {str(err)[:1500]}\n{where}"
+
+
 @pytest.mark.parametrize("mode", list(SETUPS), ids=[m.value for m in SETUPS])
 def test_two_runs_of_one_pipeline_at_once_end_serialized_or_with_one_classified_failure(
     spark: SparkSession, lake: Path, mode: RunMode
@@ -99,18 +115,25 @@ def test_two_runs_of_one_pipeline_at_once_end_serialized_or_with_one_classified_
         2, lambda: run_pipeline(harness.spec, spark_factory=lambda: spark, control=harness.control)
     )
 
-    # The table first: whatever the outcome, silver is the oracle's at the pinned version.
-    assert results, f"no run succeeded: {classified!r} {others!r}"
-    assert all(r.mode is mode and r.watermark_after == latest for r in results)
-    assert read_silver_state(harness.spec.target, harness.spec.id).watermark == latest
-    harness.verify_silver(mode, results[0].incident_code, latest, plan_at)
+    outcome = (
+        f"results {[(r.mode.value, r.watermark_after) for r in results]}, "
+        f"classified {classified!r}, others {[_describe(e) for e in others]}"
+    )
+    # The table first: whatever the outcome, silver is the oracle's at the pinned version. A run
+    # that planned after the other one finished is a no-op: serialized, and as correct.
+    applied = [r for r in results if r.mode is mode]
+    assert len(applied) >= 1, outcome
+    assert all(r.mode in (mode, RunMode.NOOP) for r in results), outcome
+    assert all(r.watermark_after == latest for r in results), outcome
+    assert read_silver_state(harness.spec.target, harness.spec.id).watermark == latest, outcome
+    harness.verify_silver(mode, applied[0].incident_code, latest, plan_at)
     harness.consumer_run(Op.RUN)  # a later run is a no-op and the control table is right
     assert harness.report.modes["noop"] == 1
     # Then the outcome: serialized, or one clean classified failure.
-    assert others == [], f"unclassified failures: {[repr(e)[:300] for e in others]}"
-    assert len(classified) <= 1, f"both runs failed: {classified!r}"
-    assert all(isinstance(err, ConcurrentWriteConflict) for err in classified), classified
-    assert all("What to do" in str(err) for err in classified)
+    assert others == [], outcome
+    assert len(classified) <= 1, outcome
+    assert all(isinstance(err, ConcurrentWriteConflict) for err in classified), outcome
+    assert all("What to do" in str(err) for err in classified), outcome
 
 
 def test_a_stale_run_finishing_after_a_newer_one_never_moves_the_watermark_back(
@@ -172,3 +195,62 @@ def test_bronze_commits_made_during_consumer_runs_are_never_lost(
     harness.consumer_run(Op.RUN)
     assert harness.watermark == bronze.version
     assert harness.report.silent_losses == harness.report.actual_losses == 0
+
+
+SILVER_INPUT = StructType(
+    [
+        StructField("id", LongType()),
+        StructField("name", StringType()),
+        StructField("amount", LongType()),
+    ]
+)
+
+
+def _layout() -> SilverLayout:
+    return SilverLayout(["id"], ["id", "name", "amount"], DeleteMode.HARD)
+
+
+def test_a_create_that_finds_another_runs_log_folder_waits_for_its_first_commit(
+    spark: SparkSession, lake: Path
+) -> None:
+    """The race the initial-load case above can hit: the winner's `_delta_log` exists but its
+    first commit is still a temp file, so Delta refuses the loser's CREATE (non-empty location).
+    The loser waits for the commit and goes on with the winner's table."""
+    winner, silver = lake / "winner", lake / "silver"
+    ensure_silver(spark, str(winner), "people", SILVER_INPUT, _layout())
+    first_commit = "00000000000000000000.json"
+    in_flight = silver / "_delta_log" / f".{first_commit}.0c4f.tmp"
+    in_flight.parent.mkdir(parents=True)
+    shutil.copy(winner / "_delta_log" / first_commit, in_flight)
+
+    def commit() -> None:
+        time.sleep(1.5)
+        in_flight.rename(silver / "_delta_log" / first_commit)
+
+    thread = threading.Thread(target=commit)
+    started = time.monotonic()
+    thread.start()
+    try:
+        layout = ensure_silver(spark, str(silver), "people", SILVER_INPUT, _layout())
+    finally:
+        thread.join()
+    assert time.monotonic() - started >= 1.5  # it waited for the winner's commit
+    assert layout.retired_columns == ()
+    assert sorted(p.name for p in (silver / "_delta_log").glob("*.json")) == [first_commit]
+    assert read_silver_state(str(silver), "people").owner == "people"
+
+
+def test_a_create_in_a_folder_of_other_files_is_refused_without_touching_them(
+    spark: SparkSession, lake: Path
+) -> None:
+    """Past the plan's JVM-free check (files landing after it): `CREATE TABLE IF NOT EXISTS`
+    does nothing on such a folder (Spark sees a table there), and the read-back refuses it at
+    once: no wait, no log folder, the files as they were."""
+    silver = lake / "silver"
+    silver.mkdir()
+    (silver / "orders.csv").write_text("id,name\n1,ada\n")
+    started = time.monotonic()
+    with pytest.raises(TargetOwnershipConflict, match="new or empty location"):
+        ensure_silver(spark, str(silver), "people", SILVER_INPUT, _layout())
+    assert time.monotonic() - started < CREATE_RACE_WAIT_S
+    assert sorted(p.name for p in silver.iterdir()) == ["orders.csv"]
