@@ -137,8 +137,14 @@ class TargetOwnershipConflict(CdfPlatformError):
     default_action = "give each pipeline its own `target`"
 
 
-# The action of a TargetOwnershipConflict raised for files that are not a Delta table.
-FOREIGN_FILES_ACTION = "point `target` at a new or empty location, or move the files there away"
+def foreign_files_at_target(pipeline_id: str, target: str) -> TargetOwnershipConflict:
+    """The conflict for a target location holding files that are not a Delta table."""
+    return TargetOwnershipConflict(
+        "the target location holds files that are not a Delta table",
+        pipeline_id=pipeline_id,
+        table=target,
+        action="point `target` at a new or empty location, or move the files there away",
+    )
 
 
 class ConcurrentWriteConflict(CdfPlatformError):

@@ -24,10 +24,10 @@ from cdf_platform.engine.changes import (
     CollapsedChanges,
 )
 from cdf_platform.engine.errors import (
-    FOREIGN_FILES_ACTION,
     DataQualityError,
     IncompatibleSchemaChange,
     TargetOwnershipConflict,
+    foreign_files_at_target,
 )
 from cdf_platform.engine.spec import DeleteMode
 from cdf_platform.engine.tables import (
@@ -194,12 +194,7 @@ def ensure_silver(
             properties["delta.enableDeletionVectors"] = "true"
         found = _create_silver(spark, target, wanted, properties)
         if found is None:
-            raise TargetOwnershipConflict(
-                "the target location holds files that are not a Delta table",
-                pipeline_id=pipeline_id,
-                table=target,
-                action=FOREIGN_FILES_ACTION,
-            )
+            raise foreign_files_at_target(pipeline_id, target)
         # This run's table, or the one another run created first: checked like any other.
     owner, existing = found
     if owner != pipeline_id:

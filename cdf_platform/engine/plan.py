@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 from enum import StrEnum
 
 from cdf_platform.engine.errors import (
-    FOREIGN_FILES_ACTION,
     CdfNotEnabled,
     CdfPlatformError,
     IncompatibleSchemaChange,
@@ -26,6 +25,7 @@ from cdf_platform.engine.errors import (
     SourceNotFound,
     SourceReset,
     TargetOwnershipConflict,
+    foreign_files_at_target,
 )
 from cdf_platform.engine.replay_window import (
     ConsumerAssessment,
@@ -175,12 +175,7 @@ def plan_run(
             table=spec.target,
         )
     if not silver.exists and holds_foreign_files(spec.target):
-        raise TargetOwnershipConflict(
-            "the target location holds files that are not a Delta table",
-            pipeline_id=spec.id,
-            table=spec.target,
-            action=FOREIGN_FILES_ACTION,
-        )
+        raise foreign_files_at_target(spec.id, spec.target)
     window = compute_replay_window(spec.source, now=now)
     check_source_columns(spec, window)
     assessment = assess_consumer(window, silver.watermark, now=now)

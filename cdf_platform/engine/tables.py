@@ -51,8 +51,8 @@ def is_delta_table(path: str) -> bool:
 
 
 def holds_foreign_files(path: str) -> bool:
-    """Whether local `path` is a file, or a non-empty folder without a `_delta_log` folder:
-    Delta will not create a table there. False for remote URIs (not checked JVM-free) and for a
+    """Whether local `path` is a file, or a non-empty folder without a `_delta_log` folder: no
+    Delta table can be created there. False for remote URIs (not checked JVM-free) and for a
     folder whose `_delta_log` exists (a table, or one being created)."""
     local = local_path(path)
     if local is None or not os.path.exists(local):
