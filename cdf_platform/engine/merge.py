@@ -231,6 +231,17 @@ def _assignments(columns: Sequence[str]) -> list[str]:
     return [f"{quote_ident(c)} = s.{quote_ident(c)}" for c in columns]
 
 
+def _retired_nulls(layout: SilverLayout) -> list[str]:
+    """Assignments that keep the retired columns NULL: every write that touches a row sets them,
+    so no path (an upsert over a soft-deleted row, a re-insert) can bring an old value back."""
+    return [f"{quote_ident(c)} = NULL" for c in layout.retired_columns]
+
+
+def _any_retired_value(layout: SilverLayout) -> str:
+    """A condition true on a row that still holds a value in a retired column."""
+    return "".join(f" OR t.{quote_ident(c)} IS NOT NULL" for c in layout.retired_columns)
+
+
 def _insert(layout: SilverLayout, version_expr: str) -> str:
     columns = [*layout.data_columns, SOURCE_VERSION]
     values = [f"s.{quote_ident(c)}" for c in layout.data_columns] + [version_expr]
@@ -249,13 +260,18 @@ def merge_changes_sql(target: str, layout: SilverLayout) -> str:
     """
     newer = f"s.{COMMIT_VERSION} > t.{SOURCE_VERSION}"
     insert = _insert(layout, "s." + COMMIT_VERSION)
+    retired = _retired_nulls(layout)
     upsert = [*_assignments(layout.value_columns), f"{SOURCE_VERSION} = s.{COMMIT_VERSION}"]
+    upsert += retired
     if layout.delete_mode is DeleteMode.SOFT:
         upsert += [f"{IS_DELETED} = false", f"{DELETED_AT} = CAST(NULL AS TIMESTAMP)"]
-        on_delete = (
-            f"UPDATE SET {IS_DELETED} = true, {DELETED_AT} = s.{COMMIT_TIMESTAMP}, "
-            f"{SOURCE_VERSION} = s.{COMMIT_VERSION}"
-        )
+        soft_delete = [
+            f"{IS_DELETED} = true",
+            f"{DELETED_AT} = s.{COMMIT_TIMESTAMP}",
+            f"{SOURCE_VERSION} = s.{COMMIT_VERSION}",
+            *retired,
+        ]
+        on_delete = f"UPDATE SET {', '.join(soft_delete)}"
     else:
         on_delete = "DELETE"
     return f"""
@@ -277,20 +293,24 @@ def reconcile_sql(target: str, layout: SilverLayout, version: int, deleted_at: d
     re-stamped so later changes are not refused as older.
     """
     stamp = str(int(version))
+    retired = _retired_nulls(layout)
     differs = f"NOT ({_null_safe_equal(layout.value_columns)}) OR t.{SOURCE_VERSION} > {stamp}"
-    differs += "".join(f" OR t.{quote_ident(c)} IS NOT NULL" for c in layout.retired_columns)
-    update = [*_assignments(layout.value_columns), f"{SOURCE_VERSION} = {stamp}"]
-    update += [f"{quote_ident(c)} = NULL" for c in layout.retired_columns]
+    differs += _any_retired_value(layout)
+    update = [*_assignments(layout.value_columns), f"{SOURCE_VERSION} = {stamp}", *retired]
     at = f"CAST({sql_string(deleted_at.isoformat())} AS TIMESTAMP)"
     if layout.delete_mode is DeleteMode.SOFT:
         differs = f"t.{IS_DELETED} OR {differs}"
         update += [f"{IS_DELETED} = false", f"{DELETED_AT} = CAST(NULL AS TIMESTAMP)"]
-        gone = (
-            f"WHEN NOT MATCHED BY SOURCE AND (NOT t.{IS_DELETED} OR t.{SOURCE_VERSION} > {stamp}) "
-            f"THEN UPDATE SET {IS_DELETED} = true, "
-            f"{DELETED_AT} = CASE WHEN t.{IS_DELETED} THEN t.{DELETED_AT} ELSE {at} END, "
-            f"{SOURCE_VERSION} = {stamp}"
-        )
+        # Rows already soft-deleted are rewritten too while a retired column holds a value:
+        # a later re-insert of the key would otherwise bring that value back.
+        stale = f"NOT t.{IS_DELETED} OR t.{SOURCE_VERSION} > {stamp}{_any_retired_value(layout)}"
+        soft_delete = [
+            f"{IS_DELETED} = true",
+            f"{DELETED_AT} = CASE WHEN t.{IS_DELETED} THEN t.{DELETED_AT} ELSE {at} END",
+            f"{SOURCE_VERSION} = {stamp}",
+            *retired,
+        ]
+        gone = f"WHEN NOT MATCHED BY SOURCE AND ({stale}) THEN UPDATE SET {', '.join(soft_delete)}"
     else:
         gone = "WHEN NOT MATCHED BY SOURCE THEN DELETE"
     return f"""

@@ -103,6 +103,15 @@ class BronzeTable:
         """Keys present now, sorted."""
         return sorted(self.rows)
 
+    def gone_keys(self) -> list[int]:
+        """Keys some earlier version held that the table does not hold now: those whose last
+        row had a value in the extra column first, then by key."""
+        last: dict[int, Row] = {}
+        for version in sorted(self.versions):
+            last.update(self.versions[version].rows)
+        gone = [k for k in last if k not in self.rows]
+        return sorted(gone, key=lambda k: (last[k].get(EXTRA_COLUMN) is None, k))
+
     def _record(self, operation: str) -> None:
         latest = self.version
         known = max(self.versions, default=-1)

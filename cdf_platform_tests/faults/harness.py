@@ -370,7 +370,7 @@ class HistoryHarness:
             raise self._fail(f"harness model of bronze {latest} differs from delta-rs' snapshot")
         silver_columns = self.columns + [c for c in columns if c not in self.columns]
         soft = self.spec.delete_mode.value == "soft"
-        expected = expected_silver(self.expected, snapshot, silver_columns, soft=soft)
+        expected = expected_silver(self.expected, snapshot, silver_columns, columns, soft=soft)
         silver = read_silver(self.spec.target)
         reset = incident == "SOURCE_RESET" or (
             self.table_id is not None and self.table_id != bronze.table_id

@@ -5,7 +5,8 @@
 same seeded generator, so a seed replays the same history (only the instant a concurrent commit
 lands inside a run depends on timing).
 
-Operations: insert batches, updates, deletes, MERGE upserts (with deletes), full overwrite,
+Operations: insert batches, updates, deletes, re-inserts of deleted keys, MERGE upserts (with
+deletes), full overwrite,
 `replaceWhere`, an added column, an overwrite that drops that column, OPTIMIZE, checkpoints,
 VACUUM with zero retention, VACUUM after aging under a one-second retention (with log cleanup
 behind a checkpoint), a change-feed gap, a table recreate, and consumer runs after pauses of
@@ -32,6 +33,7 @@ class Op(StrEnum):
     INSERT = "insert"
     UPDATE = "update"
     DELETE = "delete"
+    REINSERT = "reinsert"
     MERGE = "merge"
     OVERWRITE = "overwrite"
     REPLACE_WHERE = "replace_where"
@@ -55,6 +57,7 @@ _COMMON_WEIGHTS = {
     Op.INSERT: 5,
     Op.UPDATE: 5,
     Op.DELETE: 3,
+    Op.REINSERT: 1,
     Op.MERGE: 4,
     Op.OVERWRITE: 1,
     Op.REPLACE_WHERE: 2,
@@ -124,9 +127,46 @@ def plan_history(seed: int, profile: HistoryProfile) -> list[Op]:
             plan[slot] = rare
     if Op.ADD_COLUMN in plan and rng.random() < 0.5:
         later = [i for i in free if i > plan.index(Op.ADD_COLUMN)]
+        # Prefer a drop with a run after it and room for a re-insert before the last run.
+        roomy = [
+            i for i in later if _reinsert_slots(plan, free, i) and _delete_slots(plan, free, i)
+        ]
         if later:
-            plan[rng.choice(later)] = Op.DROP_COLUMN
+            drop = rng.choice(roomy or later)
+            plan[drop] = Op.DROP_COLUMN
+            free.remove(drop)
+            _retire_around(plan, free, plan.index(Op.ADD_COLUMN), drop)
     return plan
+
+
+def _reinsert_slots(plan: list[Op], free: list[int], dropped: int) -> list[int]:
+    """Free slots after the first run that follows slot `dropped`."""
+    retiring = next((i for i in range(dropped + 1, len(plan)) if plan[i] in RUNS), None)
+    return [i for i in free if retiring is not None and i > retiring]
+
+
+def _delete_slots(plan: list[Op], free: list[int], dropped: int) -> list[int]:
+    """Free slots before slot `dropped` and after a run that follows the added column (so silver
+    holds the column's values when the delete comes)."""
+    added = plan.index(Op.ADD_COLUMN)
+    loaded = next((i for i in range(added + 1, dropped) if plan[i] in RUNS), None)
+    return [i for i in free if loaded is not None and loaded < i < dropped]
+
+
+def _retire_around(plan: list[Op], free: list[int], added: int, dropped: int) -> None:
+    """Around a dropped column: a delete before the drop and a re-insert of the deleted key after
+    the run that retires the column (the rebuild), so a soft-delete pipeline shows whether the
+    re-inserted row revives the retired column's old value."""
+    before = _delete_slots(plan, free, dropped) or [i for i in free if added < i < dropped]
+    if before:
+        slot = max(before)
+        plan[slot] = Op.DELETE
+        free.remove(slot)
+    after = _reinsert_slots(plan, free, dropped)
+    if after:
+        slot = min(after)
+        plan[slot] = Op.REINSERT
+        free.remove(slot)
 
 
 def _row(rng: random.Random, key: int, columns: list[str]) -> Row:
@@ -163,6 +203,8 @@ def apply_bronze_op(op: Op, bronze: BronzeTable, rng: random.Random, profile: Hi
     columns = bronze.columns
     if op in (Op.UPDATE, Op.DELETE, Op.CDF_GAP) and not keys:
         op = Op.INSERT
+    if op is Op.REINSERT and not bronze.gone_keys():
+        op = Op.INSERT
     if op is Op.ADD_COLUMN and EXTRA_COLUMN in columns:
         op = Op.INSERT
     if op is Op.DROP_COLUMN and EXTRA_COLUMN not in columns:
@@ -174,9 +216,17 @@ def apply_bronze_op(op: Op, bronze: BronzeTable, rng: random.Random, profile: Hi
         bronze.update(_present(rng, bronze, 1, 3), amount_delta=rng.randint(1, 50), name=name)
     elif op is Op.DELETE:
         targets = _present(rng, bronze, 1, 3)
+        noted = [k for k in keys if bronze.rows[k].get(EXTRA_COLUMN) is not None]
+        if noted:
+            # A deleted row holding a value in the column a later drop retires: a soft-delete
+            # silver must not bring that value back when the key returns.
+            targets = rng.sample(noted, min(len(noted), len(targets)))
         if rng.random() < 0.15:
             targets = _new_keys(rng, bronze, 1)  # matches nothing: no version is written
         bronze.delete(targets)
+    elif op is Op.REINSERT:
+        gone = bronze.gone_keys()
+        bronze.insert([_row(rng, k, columns) for k in gone[: rng.randint(1, 2)]])
     elif op is Op.MERGE:
         updated = _present(rng, bronze, 0, 2)
         deleted = [k for k in _present(rng, bronze, 0, 2) if k not in updated]

@@ -7,7 +7,8 @@ delta-rs, never with the Spark engine under test):
   such as a dropped column, are NULL).
 - soft delete: the live rows (`_is_deleted = false`) are exactly S's rows; the deleted rows are
   exactly the keys silver held before the run (live or deleted) that S lacks, with the values
-  silver last held for them (a delete never rewrites values). A key inserted and deleted between
+  silver last held for them (a delete never rewrites values), except the retired columns (silver
+  columns S does not have), which are NULL on every row. A key inserted and deleted between
   two runs never appears. `_deleted_at` is NULL on live rows and, on a row deleted by this run,
   the time of a bronze commit made after the previous run was planned.
 - `_source_commit_version`: a row this run changed carries a version of the run's range
@@ -116,6 +117,7 @@ def expected_silver(
     previous: dict[int, ExpectedRow],
     snapshot: list[Row],
     columns: list[str],
+    bronze_columns: list[str],
     *,
     soft: bool,
 ) -> dict[int, ExpectedRow]:
@@ -125,13 +127,14 @@ def expected_silver(
         previous: the expected rows after the previous successful run (empty before the first).
         snapshot: bronze rows at W.
         columns: silver's data columns after the run.
+        bronze_columns: bronze's columns at W (silver's other columns are retired: NULL).
         soft: soft delete mode.
     """
     expected = {row[KEY]: ExpectedRow({c: row.get(c) for c in columns}, False) for row in snapshot}
     if soft:
         for key, row in previous.items():
             if key not in expected:
-                values = {c: row.values.get(c) for c in columns}
+                values = {c: row.values.get(c) if c in bronze_columns else None for c in columns}
                 expected[key] = ExpectedRow(values, True)
     return expected
 

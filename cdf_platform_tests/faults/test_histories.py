@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from cdf_platform_tests.faults.harness import Divergence, HistoryHarness
+from cdf_platform_tests.faults.harness import Divergence, HistoryHarness, history_spec
 from cdf_platform_tests.faults.history import CI_PROFILE, RUNS, Op, plan_history
 from cdf_platform_tests.faults.oracle import read_silver
 
@@ -27,6 +27,26 @@ def test_ci_seeds_cover_every_operation_kind() -> None:
         plan = plan_history(seed, CI_PROFILE)
         assert len(plan) >= 25
         assert plan[-1] in RUNS
+
+
+def test_ci_seeds_retire_a_column_then_reinsert_a_soft_deleted_key() -> None:
+    """Some soft-delete CI history loads an added column, deletes a row holding a value in it,
+    drops the column, rebuilds (FAIL_FAST: the operator's rebuild), then re-inserts the deleted
+    key: neither the deleted row nor the re-inserted one may keep the retired column's value."""
+    wanted = [Op.ADD_COLUMN, RUNS, Op.DELETE, Op.DROP_COLUMN, RUNS, Op.REINSERT, RUNS]
+
+    def holds_sequence(plan: list[Op]) -> bool:
+        step = 0
+        for op in plan:
+            want = wanted[step]
+            if op is want or (isinstance(want, tuple) and op in want):
+                step += 1
+                if step == len(wanted):
+                    return True
+        return False
+
+    soft = [s for s in CI_SEEDS if history_spec(Path("lake"), s).delete_mode == "soft"]
+    assert any(holds_sequence(plan_history(seed, CI_PROFILE)) for seed in soft)
 
 
 @pytest.mark.parametrize("seed", CI_SEEDS)
