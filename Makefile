@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev]"
-	$(BIN)/python -c "from cdf_platform.engine.session import require_java; require_java()"
+	$(BIN)/python -c "from cdf_platform.spark.session import require_java; require_java()"
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -145,7 +145,7 @@ def run_seeds(
 
 
 def _spark() -> SparkSession:
-    from cdf_platform.resources.spark import SparkResource
+    from cdf_platform.orchestration.spark_resource import SparkResource
     from cdf_platform_tests.conftest import TEST_SPARK_CONF
 
     warehouse = tempfile.mkdtemp(prefix="fuzz-warehouse-")

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from bench.baselines import handwritten_merge, streaming_merge
 from bench.workload import Backlog, Workload, build_workload, fingerprint, last_commit_metrics
-from cdf_platform.engine.pipeline import run_pipeline
-from cdf_platform.engine.run_result import RunResult
+from cdf_platform.planning.run_result import RunResult
+from cdf_platform.runner import run_pipeline
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from cdf_platform.engine.spec import PipelineSpec
+from cdf_platform.core.spec import PipelineSpec
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,13 @@ from bench.replay_check import (
     spark_history_check,
 )
 from bench.workload import DATA_COLUMNS, KEY, Workload, spec_for
-from cdf_platform.engine.control import ControlTable, LoadLogEntry
-from cdf_platform.engine.merge import SilverLayout, ensure_silver
-from cdf_platform.engine.metrics import silver_commit_counts
-from cdf_platform.engine.pipeline import run_pipeline
-from cdf_platform.engine.spec import DeleteMode
-from cdf_platform.engine.tables import sql_path
-from cdf_platform_tests.engine.synthetic_log import write_synthetic_commits
+from cdf_platform.core.spec import DeleteMode
+from cdf_platform.core.sql import sql_path
+from cdf_platform.runner import run_pipeline
+from cdf_platform.spark.merge import SilverLayout, ensure_silver
+from cdf_platform.spark.metrics import silver_commit_counts
+from cdf_platform.state.control import ControlTable, LoadLogEntry
+from cdf_platform_tests.deltalog.synthetic_log import write_synthetic_commits
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

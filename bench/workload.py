@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cdf_platform.engine.control import ControlTable
-from cdf_platform.engine.pipeline import run_pipeline
-from cdf_platform.engine.spec import PipelineSpec
-from cdf_platform.engine.tables import sql_path
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.sql import sql_path
+from cdf_platform.runner import run_pipeline
+from cdf_platform.state.control import ControlTable
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

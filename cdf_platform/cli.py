@@ -8,17 +8,48 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from cdf_platform.engine.config import default_control_root, default_lake_root, default_master
-from cdf_platform.engine.control import ControlTable
-from cdf_platform.engine.errors import CdfPlatformError
-from cdf_platform.engine.pipeline import run_pipeline
-from cdf_platform.engine.run_result import RunResult
-from cdf_platform.engine.session import SparkSettings, build_spark_session
-from cdf_platform.engine.spec import PipelineSpec, find_spec, load_specs
-from cdf_platform.engine.status import pipeline_status, render_status_table
+from cdf_platform.core.config import default_control_root, default_lake_root, default_master
+from cdf_platform.core.errors import CdfPlatformError
+from cdf_platform.core.spec import PipelineSpec, find_spec, load_specs
+from cdf_platform.planning.run_result import RunResult
+from cdf_platform.planning.status import pipeline_status
+from cdf_platform.runner import run_pipeline
+from cdf_platform.spark.session import SparkSettings, build_spark_session
+from cdf_platform.state.control import ControlTable
 
 logger = logging.getLogger("cdf_platform")
+
+STATUS_COLUMNS = (
+    ("pipeline_id", "pipeline"),
+    ("state", "state"),
+    ("watermark", "watermark"),
+    ("latest_version", "latest"),
+    ("version_lag", "lag (versions)"),
+    ("data_version_lag", "lag (data versions)"),
+    ("lag_hours", "lag (h)"),
+    ("earliest_replayable_version", "earliest replayable"),
+    ("headroom_hours", "headroom (h)"),
+)
+
+
+def render_status_table(statuses: list[dict[str, Any]]) -> str:
+    """A plain-text table of status rows, one line per pipeline, problems listed below."""
+    header = [title for _, title in STATUS_COLUMNS]
+    body = [
+        ["-" if row[name] is None else str(row[name]) for name, _ in STATUS_COLUMNS]
+        for row in statuses
+    ]
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)) for r in [header, *body]
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for row in statuses:
+        if row["problem"]:
+            lines.append(f"\n{row['pipeline_id']}: {row['problem']}")
+    return "\n".join(lines)
 
 
 def _context(args: argparse.Namespace) -> tuple[list[PipelineSpec], ControlTable, SparkSettings]:
@@ -64,7 +95,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from cdf_platform.demo import run_demo
+    from cdf_platform.demo.story import run_demo
 
     return run_demo(
         workdir=Path(args.workdir),

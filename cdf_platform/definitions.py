@@ -6,22 +6,25 @@ pipeline); nothing starts Spark at import.
 
 import dagster as dg
 
-from cdf_platform.assets.bronze import demo_bronze_assets
-from cdf_platform.assets.external import external_bronze_assets
-from cdf_platform.assets.gold import customer_order_totals_asset
-from cdf_platform.assets.silver import WATERMARK_IO_MANAGER_KEY, silver_assets
-from cdf_platform.checks.consumer_lag import consumer_lag_check
-from cdf_platform.checks.replay_window import replay_window_check
-from cdf_platform.io_managers.watermark import WatermarkIOManager
-from cdf_platform.jobs.checks import checks_job, checks_schedule
-from cdf_platform.jobs.demo import demo_bronze_job, gold_job
-from cdf_platform.jobs.incremental import incremental_job
-from cdf_platform.jobs.maintenance import build_maintenance_jobs, build_maintenance_schedules
-from cdf_platform.jobs.rebuild import build_rebuild_job
-from cdf_platform.resources.control import ControlTableResource
-from cdf_platform.resources.spark import SparkResource
-from cdf_platform.sensors.incremental import incremental_sensor
-from cdf_platform.sensors.rebuild import rebuild_sensor
+from cdf_platform.demo.bronze_assets import demo_bronze_assets
+from cdf_platform.demo.gold_asset import customer_order_totals_asset
+from cdf_platform.demo.jobs import demo_bronze_job, gold_job
+from cdf_platform.orchestration.checks_job import checks_job, checks_schedule
+from cdf_platform.orchestration.consumer_lag import consumer_lag_check
+from cdf_platform.orchestration.external import external_bronze_assets
+from cdf_platform.orchestration.incremental_job import incremental_job
+from cdf_platform.orchestration.incremental_sensor import incremental_sensor
+from cdf_platform.orchestration.lake_resource import ControlTableResource
+from cdf_platform.orchestration.maintenance_jobs import (
+    build_maintenance_jobs,
+    build_maintenance_schedules,
+)
+from cdf_platform.orchestration.rebuild_job import build_rebuild_job
+from cdf_platform.orchestration.rebuild_sensor import rebuild_sensor
+from cdf_platform.orchestration.replay_window_check import replay_window_check
+from cdf_platform.orchestration.silver import WATERMARK_IO_MANAGER_KEY, silver_assets
+from cdf_platform.orchestration.spark_resource import SparkResource
+from cdf_platform.orchestration.watermark_io import WatermarkIOManager
 
 # The pipeline whose silver table feeds gold/customer_order_totals.
 ORDERS_PIPELINE = "orders"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from cdf_platform.resources.spark import SparkResource
+from cdf_platform.orchestration.spark_resource import SparkResource
 
 # Small local config: 2 cores here, so few partitions; no UI.
 TEST_SPARK_CONF = {

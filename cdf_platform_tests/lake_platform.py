@@ -10,10 +10,10 @@ import dagster as dg
 import yaml
 from pyspark.sql import SparkSession
 
+from cdf_platform.core.sql import sql_path
 from cdf_platform.definitions import build_defs
-from cdf_platform.engine.tables import sql_path
-from cdf_platform.resources.control import ControlTableResource
-from cdf_platform.resources.spark import SparkResource
+from cdf_platform.orchestration.lake_resource import ControlTableResource
+from cdf_platform.orchestration.spark_resource import SparkResource
 from cdf_platform_tests.conftest import resource_for_lake
 
 ORDERS = {

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from cdf_platform.engine.merge import TXN_APP_ID_CONF, TXN_VERSION_CONF
-from cdf_platform.engine.tables import sql_path
-from cdf_platform.engine.watermark import OWNER_PROPERTY
-from cdf_platform_tests.engine.bronze import make_bronze, rows, sql
-from cdf_platform_tests.engine.synthetic_log import write_synthetic_commits
+from cdf_platform.core.sql import sql_path
+from cdf_platform.spark.merge import TXN_APP_ID_CONF, TXN_VERSION_CONF
+from cdf_platform.state.watermark import OWNER_PROPERTY
+from cdf_platform_tests.bronze import make_bronze, rows, sql
+from cdf_platform_tests.deltalog.synthetic_log import write_synthetic_commits
 
 CLI = str(Path(sys.executable).parent / "cdf-platform")
 

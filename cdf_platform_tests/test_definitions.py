@@ -16,7 +16,7 @@ from cdf_platform_tests.lake_platform import ORDERS, control_for
 
 
 def test_definitions_load_without_starting_spark() -> None:
-    from cdf_platform.resources.spark import SparkResource
+    from cdf_platform.orchestration.spark_resource import SparkResource
 
     assert isinstance(defs, dg.Definitions)
     spark = (defs.resources or {})["spark"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from cdf_platform.cli import build_parser
-from cdf_platform.engine.spec import PipelineSpec, parse_specs
+from cdf_platform.core.spec import PipelineSpec, parse_specs
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 from pyspark.sql import SparkSession
 
-from cdf_platform.resources.spark import SparkResource
+from cdf_platform.orchestration.spark_resource import SparkResource
 from cdf_platform_tests.dagster_dev import dagster_dev
 from cdf_platform_tests.lake_platform import bronze_batch, lake_defs
 

@@ -19,8 +19,7 @@ from arro3.core import Array, DataType, Table
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
-from cdf_platform.engine.control import ControlTable
-from cdf_platform.engine.errors import (
+from cdf_platform.core.errors import (
     CdfNotEnabled,
     CdfPlatformError,
     DataQualityError,
@@ -29,10 +28,11 @@ from cdf_platform.engine.errors import (
     TargetOwnershipConflict,
     UnsafeSparkConfig,
 )
-from cdf_platform.engine.pipeline import run_pipeline
-from cdf_platform.engine.run_result import RunResult
-from cdf_platform.engine.spec import PipelineSpec, find_spec, load_specs
-from cdf_platform.engine.watermark import OWNER_PROPERTY
+from cdf_platform.core.spec import PipelineSpec, find_spec, load_specs
+from cdf_platform.planning.run_result import RunResult
+from cdf_platform.runner import run_pipeline
+from cdf_platform.state.control import ControlTable
+from cdf_platform.state.watermark import OWNER_PROPERTY
 from cdf_platform_tests.faults.bronze_model import CDF, BronzeTable, arrow_table
 
 PIPELINE_ID = "people"

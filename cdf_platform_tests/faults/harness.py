@@ -27,19 +27,19 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from cdf_platform.engine.control import ControlTable
-from cdf_platform.engine.errors import (
+from cdf_platform.core.errors import (
     CdfNotEnabled,
     CdfPlatformError,
     IncompatibleSchemaChange,
     ReplayWindowLost,
     SourceReset,
 )
-from cdf_platform.engine.pipeline import execute_plan, plan_pipeline, run_pipeline
-from cdf_platform.engine.plan import RunMode
-from cdf_platform.engine.run_result import RunResult
-from cdf_platform.engine.spec import FallbackMode, PipelineSpec
-from cdf_platform.engine.watermark import read_silver_state
+from cdf_platform.core.spec import FallbackMode, PipelineSpec
+from cdf_platform.planning.plan import RunMode
+from cdf_platform.planning.run_result import RunResult
+from cdf_platform.runner import execute_plan, plan_pipeline, run_pipeline
+from cdf_platform.state.control import ControlTable
+from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_tests.faults.bronze_model import (
     DELETED_FILE_RETENTION,
     LONG_RETENTION,

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from cdf_platform.engine.errors import DataQualityError
-from cdf_platform.engine.watermark import read_silver_state
+from cdf_platform.core.errors import DataQualityError
+from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_tests.faults.catalogue import (
     CATALOGUE,
     PIPELINE_ID,

@@ -17,17 +17,17 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from cdf_platform.engine.errors import (
+from cdf_platform.core.errors import (
     CdfPlatformError,
     ConcurrentWriteConflict,
     TargetOwnershipConflict,
 )
-from cdf_platform.engine.merge import CREATE_RACE_WAIT_S, SilverLayout, ensure_silver
-from cdf_platform.engine.pipeline import execute_plan, plan_pipeline, run_pipeline
-from cdf_platform.engine.plan import RunMode
-from cdf_platform.engine.run_result import RunResult
-from cdf_platform.engine.spec import DeleteMode
-from cdf_platform.engine.watermark import read_silver_state
+from cdf_platform.core.spec import DeleteMode
+from cdf_platform.planning.plan import RunMode
+from cdf_platform.planning.run_result import RunResult
+from cdf_platform.runner import execute_plan, plan_pipeline, run_pipeline
+from cdf_platform.spark.merge import CREATE_RACE_WAIT_S, SilverLayout, ensure_silver
+from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_tests.faults.bronze_model import BronzeTable
 from cdf_platform_tests.faults.harness import HistoryHarness
 from cdf_platform_tests.faults.history import CI_PROFILE, CONCURRENT_OPS, Op, apply_bronze_op

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from cdf_platform.engine.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
-from cdf_platform.engine.plan import RunMode
-from cdf_platform.engine.watermark import read_silver_state
+from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
+from cdf_platform.planning.plan import RunMode
+from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_tests.faults.bronze_model import BronzeTable
 from cdf_platform_tests.faults.harness import HistoryHarness
 from cdf_platform_tests.faults.history import Op

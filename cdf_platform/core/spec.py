@@ -1,0 +1,261 @@
+"""PipelineSpec: what one pipeline keeps in step, and under which policy.
+
+Specs are loaded from a YAML file (`pipelines.yaml` by default, `$CDF_PIPELINES_FILE` or an
+explicit path otherwise). Relative `source`/`target` paths are resolved against the lake root.
+
+Example:
+    >>> spec = PipelineSpec(id="orders", source="/lake/bronze/orders",
+    ...                     target="/lake/silver/orders", keys=["order_id"])
+    >>> spec.delete_mode.value, spec.fallback_mode.value
+    ('hard', 'SNAPSHOT_REBUILD')
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from cdf_platform.core.errors import InvalidPipelineSpec, TargetOwnershipConflict
+
+PIPELINES_FILE_ENV = "CDF_PIPELINES_FILE"
+DEFAULT_PIPELINES_FILE = "pipelines.yaml"
+# Pipeline ids become Delta txn app ids, asset names and Dagster pool names.
+PIPELINE_ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+# Column names are always backtick-quoted in SQL; this pattern keeps them readable as well.
+COLUMN_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# Columns the platform adds to silver.
+RESERVED_COLUMNS = frozenset({"_source_commit_version", "_is_deleted", "_deleted_at"})
+CDF_COLUMNS = frozenset({"_change_type", "_commit_version", "_commit_timestamp"})
+
+
+class DeleteMode(StrEnum):
+    """What a bronze delete does to the silver row."""
+
+    HARD = "hard"
+    """Remove the row from silver."""
+    SOFT = "soft"
+    """Keep the row, set `_is_deleted = true` and `_deleted_at` to the delete's commit time."""
+
+
+class FallbackMode(StrEnum):
+    """What an incremental run does when the change feed cannot be replayed."""
+
+    SNAPSHOT_REBUILD = "SNAPSHOT_REBUILD"
+    """Reconcile silver from a pinned bronze snapshot (the rebuild sensor launches it)."""
+    FAIL_FAST = "FAIL_FAST"
+    """Fail, log the incident and wait for a person."""
+
+
+class PipelineSpec(BaseModel):
+    """One bronze -> silver pipeline.
+
+    Example:
+        >>> PipelineSpec(id="customers", source="bronze/customers", target="silver/customers",
+        ...              keys=["customer_id"], delete_mode="soft").delete_mode
+        <DeleteMode.SOFT: 'soft'>
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(description="Pipeline id: lowercase letters, digits, `_`; unique.")
+    source: str = Field(description="Bronze Delta table: a path or URI (relative: under the lake).")
+    target: str = Field(description="Silver Delta table: a path or URI (relative: under the lake).")
+    keys: list[str] = Field(min_length=1, description="Primary-key columns of the source.")
+    delete_mode: DeleteMode = Field(default=DeleteMode.HARD, description="`hard` or `soft`.")
+    fallback_mode: FallbackMode = Field(
+        default=FallbackMode.SNAPSHOT_REBUILD,
+        description="`SNAPSHOT_REBUILD` or `FAIL_FAST` when the window is lost or bronze reset.",
+    )
+    max_allowed_lag_hours: float = Field(
+        default=24.0, gt=0, description="consumer_lag fails above this many hours of lag."
+    )
+    min_headroom_hours: float = Field(
+        default=24.0, ge=0, description="replay_window warns below this many hours of headroom."
+    )
+    include_columns: list[str] | None = Field(
+        default=None, description="Only these source columns (keys are always included)."
+    )
+    exclude_columns: list[str] = Field(
+        default_factory=list, description="Source columns never copied to silver."
+    )
+    deletion_vectors: bool = Field(
+        default=True,
+        description="Create silver with deletion vectors: a MERGE marks the rows it replaces "
+        "instead of rewriting whole files (readers need Delta reader version 3).",
+    )
+    bronze_table: str | None = Field(
+        default=None,
+        description="Name of the bronze asset (bronze/<name>); default: last part of `source`.",
+    )
+
+    @field_validator("id")
+    @classmethod
+    def _check_id(cls, value: str) -> str:
+        if not PIPELINE_ID_PATTERN.match(value):
+            raise ValueError(
+                f"pipeline id {value!r} must match {PIPELINE_ID_PATTERN.pattern} "
+                "(lowercase letters, digits and _, starting with a letter)"
+            )
+        return value
+
+    @field_validator("source", "target")
+    @classmethod
+    def _check_table(cls, value: str) -> str:
+        if not value.strip() or any(ch in value for ch in "\n\r\0`;"):
+            raise ValueError(f"table location {value!r} is empty or has `, ; or control chars")
+        return value.strip()
+
+    @field_validator("keys", "exclude_columns", "include_columns")
+    @classmethod
+    def _check_columns(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return value
+        for column in value:
+            if not COLUMN_PATTERN.match(column):
+                raise ValueError(f"column {column!r} must match {COLUMN_PATTERN.pattern}")
+            if column in RESERVED_COLUMNS | CDF_COLUMNS:
+                raise ValueError(f"column {column!r} is reserved by the platform")
+        if len(set(value)) != len(value):
+            raise ValueError(f"columns listed twice in {value}")
+        return value
+
+    @field_validator("bronze_table")
+    @classmethod
+    def _check_bronze_table(cls, value: str | None) -> str | None:
+        if value is not None and not COLUMN_PATTERN.match(value):
+            raise ValueError(f"bronze_table {value!r} must match {COLUMN_PATTERN.pattern}")
+        return value
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> PipelineSpec:
+        if set(self.keys) & set(self.exclude_columns):
+            raise ValueError(f"keys {self.keys} cannot be excluded")
+        if self.source.rstrip("/") == self.target.rstrip("/"):
+            raise ValueError("source and target are the same table")
+        return self
+
+    @property
+    def bronze_name(self) -> str:
+        """Table name of the bronze asset: `bronze_table`, else the last part of `source`."""
+        return self.bronze_table or re.sub(r"\W", "_", self.source.rstrip("/").rsplit("/", 1)[-1])
+
+    def resolved(self, lake_root: str) -> PipelineSpec:
+        """This spec with relative `source`/`target` resolved under `lake_root`."""
+        return self.model_copy(
+            update={
+                "source": resolve_location(self.source, lake_root),
+                "target": resolve_location(self.target, lake_root),
+            }
+        )
+
+
+def resolve_location(location: str, lake_root: str) -> str:
+    """`location` if it is absolute or a URI, else `lake_root/location`."""
+    if "://" in location or location.startswith("/"):
+        return location
+    return f"{lake_root.rstrip('/')}/{location}"
+
+
+def _describe(err: ValidationError) -> str:
+    parts = []
+    for item in err.errors():
+        where = ".".join(str(p) for p in item["loc"])
+        parts.append(f"{where}: {item['msg']}")
+    return "; ".join(parts)
+
+
+def parse_specs(document: Any, *, origin: str = "<config>") -> list[PipelineSpec]:
+    """Validate a parsed pipelines document (`{"pipelines": [...]}`).
+
+    Raises:
+        InvalidPipelineSpec: the document or a spec is malformed, or ids repeat.
+        TargetOwnershipConflict: two pipelines write the same target.
+    """
+    if not isinstance(document, dict) or not isinstance(document.get("pipelines"), list):
+        raise InvalidPipelineSpec(
+            f"{origin} must be a mapping with a `pipelines:` list",
+            action="start the file with `pipelines:` and one `- id: ...` entry per pipeline",
+        )
+    unknown = set(document) - {"pipelines"}
+    if unknown:
+        raise InvalidPipelineSpec(f"{origin} has unknown top-level keys {sorted(unknown)}")
+    specs: list[PipelineSpec] = []
+    for index, raw in enumerate(document["pipelines"]):
+        name = raw.get("id", f"#{index}") if isinstance(raw, dict) else f"#{index}"
+        try:
+            specs.append(PipelineSpec.model_validate(raw))
+        except ValidationError as err:
+            raise InvalidPipelineSpec(
+                f"{origin}, pipeline {name}: {_describe(err)}",
+                pipeline_id=str(name),
+                action="fix the named field (see the PipelineSpec reference in README.md)",
+            ) from err
+    seen: dict[str, PipelineSpec] = {}
+    targets: dict[str, str] = {}
+    for spec in specs:
+        if spec.id in seen:
+            raise InvalidPipelineSpec(f"{origin}: pipeline id {spec.id!r} appears twice")
+        seen[spec.id] = spec
+        target = spec.target.rstrip("/")
+        if target in targets:
+            raise TargetOwnershipConflict(
+                f"{origin}: pipelines {targets[target]!r} and {spec.id!r} both write {target}",
+                pipeline_id=spec.id,
+                table=target,
+            )
+        targets[target] = spec.id
+    return specs
+
+
+def default_pipelines_file() -> Path:
+    """`$CDF_PIPELINES_FILE`, else `pipelines.yaml` in the working directory."""
+    return Path(os.environ.get(PIPELINES_FILE_ENV) or DEFAULT_PIPELINES_FILE)
+
+
+def load_specs(
+    path: str | Path | None = None, *, lake_root: str | None = None
+) -> list[PipelineSpec]:
+    """Load and validate the pipelines file; resolve relative locations under `lake_root`.
+
+    Raises:
+        InvalidPipelineSpec: the file is missing, is not YAML, or holds an invalid spec.
+        TargetOwnershipConflict: two pipelines write the same target.
+    """
+    file = Path(path) if path is not None else default_pipelines_file()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as err:
+        raise InvalidPipelineSpec(
+            f"cannot read pipelines file {file}: {err.strerror}",
+            action=f"create {file} or point ${PIPELINES_FILE_ENV} at your pipelines file",
+        ) from err
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise InvalidPipelineSpec(
+            f"{file} is not valid YAML: {err}", action="fix the YAML syntax at the line shown"
+        ) from err
+    specs = parse_specs(document, origin=str(file))
+    return [spec.resolved(lake_root) for spec in specs] if lake_root is not None else specs
+
+
+def find_spec(specs: list[PipelineSpec], pipeline_id: str) -> PipelineSpec:
+    """The spec with `pipeline_id`.
+
+    Raises:
+        InvalidPipelineSpec: no such pipeline.
+    """
+    for spec in specs:
+        if spec.id == pipeline_id:
+            return spec
+    raise InvalidPipelineSpec(
+        f"no pipeline {pipeline_id!r}; known: {sorted(s.id for s in specs)}",
+        pipeline_id=pipeline_id,
+        action="use one of the ids in the pipelines file",
+    )

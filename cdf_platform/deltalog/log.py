@@ -1,0 +1,389 @@
+"""A read-only, JVM-free view of a Delta table's `_delta_log`.
+
+Everything here is plain file reads of the local filesystem: the log folder is listed once when
+a `DeltaLog` is built, commit files are parsed on demand and cached, and the table's data files
+are listed once (on first use) into a set, so questions about thousands of commits are answered
+in milliseconds without starting Spark. The only table state kept outside commit files is the
+`metaData` of a checkpoint; it is read from the version's `.crc` checksum (plain JSON that
+delta-spark writes beside each commit) or, failing that, through the `deltalake` package.
+
+Example:
+    >>> log = DeltaLog("/lake/bronze/orders")  # doctest: +SKIP
+    >>> log.latest_version(), log.commit(3).operation  # doctest: +SKIP
+    (12, 'MERGE')
+    >>> log.deleted_file_retention()  # doctest: +SKIP
+    datetime.timedelta(days=7)
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+from functools import cached_property
+
+from cdf_platform.core.errors import SourceNotFound
+from cdf_platform.deltalog.actions import Commit, TableMetadata, parse_commit
+from cdf_platform.deltalog.tables import local_path
+
+logger = logging.getLogger(__name__)
+
+DELETED_FILE_RETENTION_KEY = "delta.deletedFileRetentionDuration"
+LOG_RETENTION_KEY = "delta.logRetentionDuration"
+# Delta 4.4 defaults (DeltaConfigs.TOMBSTONE_RETENTION, DeltaConfigs.LOG_RETENTION).
+DEFAULT_DELETED_FILE_RETENTION = timedelta(weeks=1)
+DEFAULT_LOG_RETENTION = timedelta(days=30)
+
+_COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
+_CLASSIC_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
+_MULTIPART_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet$")
+_V2_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.[0-9a-fA-F-]{36}\.(?:json|parquet)$")
+_CHECKSUM_FILE = re.compile(r"^(\d{20})\.crc$")
+
+_INTERVAL_UNITS = {
+    "week": timedelta(weeks=1),
+    "day": timedelta(days=1),
+    "hour": timedelta(hours=1),
+    "minute": timedelta(minutes=1),
+    "second": timedelta(seconds=1),
+    "millisecond": timedelta(milliseconds=1),
+    "microsecond": timedelta(microseconds=1),
+}
+_INTERVAL_TERM = re.compile(r"\s*([+-]?\d+(?:\.\d+)?)\s*([a-z]+)\s*")
+
+
+def parse_interval(text: str) -> timedelta:
+    """Parse a Delta interval property ("interval 7 days", "168 hours", "1 week 2 days").
+
+    Follows DeltaConfigs.parseCalendarInterval: case-insensitive, the `interval` keyword is
+    optional, units may be singular or plural. Months and years are refused, as Delta refuses
+    them for retention properties (their length is not fixed).
+
+    Raises:
+        ValueError: the text is not such an interval.
+    """
+    rest = text.strip().lower()
+    if rest.startswith("interval"):
+        rest = rest[len("interval") :]
+    total, position = timedelta(), 0
+    for match in _INTERVAL_TERM.finditer(rest):
+        if match.start() != position:
+            break
+        unit = match.group(2).removesuffix("s")
+        if unit in ("month", "year"):
+            raise ValueError(f"interval {text!r}: months and years are not accepted by Delta")
+        if unit not in _INTERVAL_UNITS:
+            raise ValueError(f"interval {text!r}: unknown unit {match.group(2)!r}")
+        total += _INTERVAL_UNITS[unit] * float(match.group(1))
+        position = match.end()
+    if position == 0 or position != len(rest):
+        raise ValueError(f"not a Delta interval: {text!r}")
+    return total
+
+
+def _read_bytes(path: str) -> bytes:
+    """A whole file as bytes, through the OS calls alone: the replay window reads every commit
+    file of the log, and the JSON parser takes UTF-8 bytes directly."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+class DeltaLog:
+    """The `_delta_log` of one Delta table on the local filesystem, read without a JVM.
+
+    The log folder is listed once, at construction: build a new `DeltaLog` to see later
+    commits. Commits and metadata are parsed lazily and cached.
+
+    Example:
+        >>> log = DeltaLog("/lake/bronze/orders")  # doctest: +SKIP
+        >>> [log.commit(v).has_data_change for v in log.commit_versions()]  # doctest: +SKIP
+        [False, True, True, False]
+
+    Raises:
+        SourceNotFound: `table_path` has no `_delta_log` with a commit or checkpoint in it.
+        NotImplementedError: `table_path` is a remote URI (s3a://, abfss://, ...).
+    """
+
+    def __init__(self, table_path: str) -> None:
+        local = local_path(table_path)
+        if local is None:
+            raise NotImplementedError(
+                f"the JVM-free log reader reads local tables only: {table_path}"
+            )
+        self.table_path = os.path.abspath(local)
+        self.log_path = os.path.join(self.table_path, "_delta_log")
+        self._commit_mtime_ms: dict[int, int] = {}
+        self._checkpoints: tuple[int, ...] = ()
+        self._checksums: set[int] = set()
+        self._list_log()
+        if not self._commit_mtime_ms and not self._checkpoints:
+            raise SourceNotFound(
+                "no Delta commit or checkpoint found in _delta_log", table=table_path
+            )
+        self._versions = tuple(sorted(self._commit_mtime_ms))
+        self._runs = _contiguous_runs(self._versions)
+        self._run_starts = [start for start, _ in self._runs]
+        self._commits: dict[int, Commit] = {}
+        self._metadata: dict[int, TableMetadata | None] = {}
+
+    def _list_log(self) -> None:
+        try:
+            entries = list(os.scandir(self.log_path))
+        except (FileNotFoundError, NotADirectoryError) as err:
+            raise SourceNotFound("no _delta_log folder", table=self.table_path) from err
+        classic: set[int] = set()
+        v2: set[int] = set()
+        parts: dict[tuple[int, int], set[int]] = {}
+        for entry in entries:
+            name = entry.name
+            if match := _COMMIT_FILE.match(name):
+                # Java's File.lastModified (what Hadoop's local FileSystem reports): whole ms.
+                self._commit_mtime_ms[int(match.group(1))] = entry.stat().st_mtime_ns // 1_000_000
+            elif match := _CLASSIC_CHECKPOINT.match(name):
+                classic.add(int(match.group(1)))
+            elif match := _MULTIPART_CHECKPOINT.match(name):
+                key = (int(match.group(1)), int(match.group(3)))
+                parts.setdefault(key, set()).add(int(match.group(2)))
+            elif match := _V2_CHECKPOINT.match(name):
+                v2.add(int(match.group(1)))
+            elif match := _CHECKSUM_FILE.match(name):
+                self._checksums.add(int(match.group(1)))
+        # A multi-part checkpoint counts only with every part present (Delta's
+        # getLatestCompleteCheckpointFromList); a UUID-named (v2) one by its top-level file.
+        complete_parts = {v for (v, n), seen in parts.items() if seen == set(range(1, n + 1))}
+        self._checkpoints = tuple(sorted(classic | v2 | complete_parts))
+
+    # -- versions -------------------------------------------------------------------------
+
+    def commit_versions(self) -> tuple[int, ...]:
+        """Versions whose commit file is present, ascending."""
+        return self._versions
+
+    def checkpoint_versions(self) -> tuple[int, ...]:
+        """Versions with a complete checkpoint (classic, all parts of a multi-part, or v2)."""
+        return self._checkpoints
+
+    def latest_version(self) -> int:
+        """The table's latest version (newest commit file, or newer checkpoint)."""
+        return max(self._versions[-1:] + self._checkpoints[-1:])
+
+    def has_commit(self, version: int) -> bool:
+        """Whether the commit file of `version` is present."""
+        return version in self._commit_mtime_ms
+
+    def first_missing_commit(self, start: int, end: int) -> int | None:
+        """The smallest version in [start, end] whose commit file is absent, or None."""
+        if start > end:
+            return None
+        index = bisect.bisect_right(self._run_starts, start) - 1
+        if index < 0 or self._runs[index][1] < start:
+            return start
+        run_end = self._runs[index][1]
+        return None if run_end >= end else run_end + 1
+
+    def latest_checkpoint_at_or_before(self, version: int) -> int | None:
+        """The newest complete checkpoint version <= `version`, or None."""
+        index = bisect.bisect_right(self._checkpoints, version) - 1
+        return self._checkpoints[index] if index >= 0 else None
+
+    def snapshot_gap(self, version: int) -> int | None:
+        """The commit that stops Delta from building the snapshot at `version`, or None.
+
+        Delta starts from the newest complete checkpoint c <= version (or from commit 0) and
+        needs every commit c+1..version (SnapshotManagement.getLogSegmentForVersion); it does not
+        fall back to an older checkpoint when one of those is missing.
+        """
+        checkpoint = self.latest_checkpoint_at_or_before(version)
+        first = 0 if checkpoint is None else checkpoint + 1
+        return self.first_missing_commit(first, version)
+
+    # -- commits --------------------------------------------------------------------------
+
+    def commit(self, version: int) -> Commit:
+        """The parsed commit `version` (cached).
+
+        Raises:
+            LookupError: the commit file is not in `_delta_log`.
+        """
+        cached = self._commits.get(version)
+        if cached is not None:
+            return cached
+        mtime = self._commit_mtime_ms.get(version)
+        if mtime is None:
+            raise LookupError(f"commit {version} is not in {self.log_path}")
+        text = _read_bytes(os.path.join(self.log_path, f"{version:020d}.json"))
+        commit = parse_commit(version, text, file_modification_ms=mtime, table_root=self.table_path)
+        self._commits[version] = commit
+        return commit
+
+    def commit_timestamp_ms(self, version: int) -> int | None:
+        """Delta's timestamp of `version` (see `Commit.timestamp_ms`); None without its file."""
+        return self.commit(version).timestamp_ms if self.has_commit(version) else None
+
+    # -- metadata and properties ----------------------------------------------------------
+
+    def metadata_at(self, version: int) -> TableMetadata | None:
+        """The `metaData` in force at `version`, or None when the log no longer shows it.
+
+        Walks back from `version` to the newest commit with a `metaData` action, or to a
+        complete checkpoint (whose state holds it). None means a commit is missing on the way
+        and no checkpoint covers it: Delta could not build that snapshot either.
+        """
+        visited: list[int] = []
+        result: TableMetadata | None = None
+        current = version
+        while current >= 0:
+            if current in self._metadata:
+                result = self._metadata[current]
+                break
+            visited.append(current)
+            if self.has_commit(current) and (found := self.commit(current).metadata):
+                result = found
+                break
+            if current in self._checkpoints:
+                result = self._checkpoint_metadata(current)
+                break
+            if not self.has_commit(current):
+                break
+            current -= 1
+        for seen in visited:
+            self._metadata[seen] = result
+        return result
+
+    def _checksum_metadata(self, version: int) -> TableMetadata | None:
+        """The metadata recorded in the `.crc` checksum of `version`, if there is one."""
+        if version not in self._checksums:
+            return None
+        # delta-spark writes a VersionChecksum (.crc, JSON) with the full metadata beside each
+        # commit and reads it itself as a fast path for protocol and metadata.
+        path = os.path.join(self.log_path, f"{version:020d}.crc")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                checksum = json.load(fh)
+        except (OSError, ValueError):
+            logger.warning("unreadable checksum %s", path)
+            return None
+        found = checksum.get("metadata")
+        return TableMetadata.from_action(found) if found else None
+
+    def _checkpoint_metadata(self, version: int) -> TableMetadata:
+        """The metadata of the table state at checkpoint `version`."""
+        from_checksum = self._checksum_metadata(version)
+        if from_checksum is not None:
+            return from_checksum
+        # Parquet checkpoints need a Parquet reader; `deltalake` has one (pyarrow is absent).
+        # deltalake 1.6 loads the file list too (its `without_files` is ignored): slower, but
+        # only reached for checkpoints without a checksum.
+        from deltalake import DeltaTable
+
+        table = DeltaTable(self.table_path, version=version)
+        meta = table.metadata()
+        return TableMetadata(
+            table_id=str(meta.id),
+            schema=json.loads(table.schema().to_json()),
+            partition_columns=tuple(meta.partition_columns),
+            configuration=dict(meta.configuration),
+        )
+
+    def latest_metadata(self) -> TableMetadata:
+        """The metadata at the latest version.
+
+        Raises:
+            LookupError: the log is damaged so that no metadata reaches the latest version.
+        """
+        latest = self.latest_version()
+        # A commit missing below the latest (criterion 2) breaks the walk back to a metaData
+        # action; the latest checksum still records the current metadata.
+        metadata = self.metadata_at(latest) or self._checksum_metadata(latest)
+        if metadata is None:
+            raise LookupError(
+                f"no metaData reaches version {self.latest_version()} in {self.log_path}"
+            )
+        return metadata
+
+    def table_id(self) -> str:
+        """The table's id (a new id means the table was recreated)."""
+        return self.latest_metadata().table_id
+
+    def properties_at(self, version: int) -> Mapping[str, str]:
+        """The table properties in force at `version` (empty when unknown)."""
+        metadata = self.metadata_at(version)
+        return metadata.configuration if metadata is not None else {}
+
+    def properties(self) -> Mapping[str, str]:
+        """The current table properties."""
+        return self.latest_metadata().configuration
+
+    def schema_at(self, version: int) -> Mapping[str, object] | None:
+        """The table schema (Spark JSON StructType) in force at `version`, or None if unknown."""
+        metadata = self.metadata_at(version)
+        return metadata.schema if metadata is not None else None
+
+    def deleted_file_retention(self) -> timedelta:
+        """Current `delta.deletedFileRetentionDuration` (default 7 days).
+
+        Delta checks time travel and CDF reads against the LATEST snapshot's value
+        (SnapshotManagement.enforceTimeTravelWithinDeletedFileRetentionDuration), and VACUUM
+        uses the latest value too, so the value at older versions does not matter.
+        """
+        value = self.latest_metadata().table_property(DELETED_FILE_RETENTION_KEY)
+        return parse_interval(value) if value else DEFAULT_DELETED_FILE_RETENTION
+
+    def log_retention(self) -> timedelta:
+        """Current `delta.logRetentionDuration` (default 30 days)."""
+        value = self.latest_metadata().table_property(LOG_RETENTION_KEY)
+        return parse_interval(value) if value else DEFAULT_LOG_RETENTION
+
+    # -- data files ---------------------------------------------------------------------------
+
+    @cached_property
+    def table_files(self) -> frozenset[str]:
+        """Every file under the table root except `_delta_log`, as relative posix paths.
+
+        Listed once, on first use: one walk instead of a stat per needed file.
+        """
+        found: set[str] = set()
+        for root, dirs, files in os.walk(self.table_path):
+            if root == self.table_path and "_delta_log" in dirs:
+                dirs.remove("_delta_log")
+            relative_root = os.path.relpath(root, self.table_path)
+            for name in files:
+                relative = name if relative_root == "." else os.path.join(relative_root, name)
+                found.add(relative.replace(os.sep, "/"))
+        return frozenset(found)
+
+    def file_exists(self, path: str) -> bool:
+        """Whether a file exists; `path` is relative to the table root or absolute.
+
+        Remote URIs (s3a://, ... e.g. from a shallow clone) cannot be checked here and count
+        as present.
+        """
+        if "://" in path:
+            return True
+        if os.path.isabs(path):
+            relative = os.path.relpath(path, self.table_path)
+            if relative.startswith(".."):
+                return os.path.exists(path)
+            path = relative
+        return os.path.normpath(path).replace(os.sep, "/") in self.table_files
+
+
+def _contiguous_runs(versions: tuple[int, ...]) -> list[tuple[int, int]]:
+    """[(first, last), ...] of the runs of consecutive versions in sorted `versions`."""
+    runs: list[tuple[int, int]] = []
+    for version in versions:
+        if runs and runs[-1][1] == version - 1:
+            runs[-1] = (runs[-1][0], version)
+        else:
+            runs.append((version, version))
+    return runs

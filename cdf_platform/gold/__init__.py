@@ -1,1 +1,0 @@
-"""Gold: Dagster-free consumers of silver's own change feed (plain PySpark + Delta)."""

@@ -1,0 +1,136 @@
+"""Maintenance jobs: one consumer-aware VACUUM job per bronze table (DESIGN.md section 9).
+
+`maintenance_<table>_job` decides from the logs (no JVM) whether vacuuming now would cut a
+registered consumer's replay window, raises `delta.deletedFileRetentionDuration` to cover them
+(up to a cap) or refuses, and only then starts Spark to vacuum. The decision, the retention
+sizing (max expected downtime + recovery buffer, from the load log) and the current setting are
+the run's metadata, and an observation on the bronze asset. A refusal fails the run, so it is
+seen: the table was not vacuumed.
+"""
+
+import dagster as dg
+from pydantic import Field
+
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.orchestration.lake_resource import ControlTableResource
+from cdf_platform.orchestration.spark_resource import SparkResource
+from cdf_platform.planning.vacuum import RetentionPolicy, plan_vacuum
+from cdf_platform.spark.vacuum import execute_vacuum
+
+
+class MaintenanceConfig(dg.Config):
+    """How a maintenance run treats the table's consumers."""
+
+    policy: RetentionPolicy = Field(
+        default=RetentionPolicy.RAISE,
+        description="`raise`: raise delta.deletedFileRetentionDuration to cover the consumers "
+        "(up to max_retention_hours) before vacuuming; `refuse`: do not vacuum when it does not.",
+    )
+    buffer_hours: float = Field(
+        default=24.0, ge=0, description="Hours kept beyond what each consumer needs right now."
+    )
+    max_retention_hours: float = Field(
+        default=30 * 24.0, gt=0, description="Cap on delta.deletedFileRetentionDuration."
+    )
+    recovery_buffer_hours: float = Field(
+        default=24.0, ge=0, description="Added to the observed downtime in the sizing report."
+    )
+    retain_zero: bool = Field(
+        default=False, description="VACUUM RETAIN 0 HOURS (refused while a consumer is behind)."
+    )
+    allow_window_loss: bool = Field(
+        default=False,
+        description="Explicit override: vacuum even if a consumer loses its replay window.",
+    )
+    listing_parallelism: int | None = Field(
+        default=None,
+        ge=1,
+        description="Tasks VACUUM lists files with (Spark's default 10,000 suits huge tables).",
+    )
+
+
+def _numeric(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def maintenance_job_name(bronze_name: str) -> str:
+    """`maintenance_<bronze table>_job`."""
+    return f"maintenance_{bronze_name}_job"
+
+
+def build_maintenance_job(bronze_name: str, source: str) -> dg.JobDefinition:
+    """The VACUUM job of the bronze table `bronze_name` stored at `source`."""
+
+    @dg.op(name=f"vacuum_{bronze_name}", tags={"kind": "delta"})
+    def _vacuum(
+        context: dg.OpExecutionContext,
+        config: MaintenanceConfig,
+        spark: SparkResource,
+        control_table: ControlTableResource,
+    ) -> dg.Output[None]:
+        decision = plan_vacuum(
+            source,
+            control_table.specs(),
+            policy=config.policy,
+            buffer_hours=config.buffer_hours,
+            max_retention_hours=config.max_retention_hours,
+            recovery_buffer_hours=config.recovery_buffer_hours,
+            retain_zero=config.retain_zero,
+            allow_window_loss=config.allow_window_loss,
+            control=control_table.control(),
+        )
+        figures = decision.as_metadata()
+        metadata: dict[str, dg.RawMetadataValue] = {
+            key: value
+            for key, value in figures.items()
+            if _numeric(value) or isinstance(value, str)
+        }
+        metadata["consumers"] = dg.MetadataValue.json(figures["consumers"])
+        context.log.info("%s: %s", decision.action.value, decision.reason)
+        if not decision.will_vacuum:
+            context.log_event(
+                dg.AssetObservation(
+                    asset_key=dg.AssetKey(["bronze", bronze_name]), metadata=metadata
+                )
+            )
+            raise dg.Failure(description=f"VACUUM refused: {decision.reason}", metadata=metadata)
+        outcome = execute_vacuum(
+            spark.spark_session, decision, listing_parallelism=config.listing_parallelism
+        )
+        if outcome.files_deleted is not None:
+            metadata["files_deleted"] = outcome.files_deleted
+        context.log_event(
+            dg.AssetObservation(asset_key=dg.AssetKey(["bronze", bronze_name]), metadata=metadata)
+        )
+        return dg.Output(None, metadata=metadata)
+
+    @dg.job(
+        name=maintenance_job_name(bronze_name),
+        description=f"Consumer-aware VACUUM of bronze/{bronze_name}: raises the retention its "
+        "consumers need or refuses, never silently cutting a replay window.",
+    )
+    def _job() -> None:
+        _vacuum()
+
+    return _job
+
+
+def build_maintenance_jobs(specs: list[PipelineSpec]) -> list[dg.JobDefinition]:
+    """One maintenance job per bronze table the pipelines read."""
+    sources: dict[str, str] = {}
+    for spec in specs:
+        sources.setdefault(spec.bronze_name, spec.source)
+    return [build_maintenance_job(name, source) for name, source in sorted(sources.items())]
+
+
+def build_maintenance_schedules(jobs: list[dg.JobDefinition]) -> list[dg.ScheduleDefinition]:
+    """A nightly schedule per maintenance job (stopped until an operator turns it on)."""
+    return [
+        dg.ScheduleDefinition(
+            name=f"{job.name.removesuffix('_job')}_schedule",
+            job=job,
+            cron_schedule="0 3 * * *",
+            default_status=dg.DefaultScheduleStatus.STOPPED,
+        )
+        for job in jobs
+    ]

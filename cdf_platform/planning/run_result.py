@@ -1,0 +1,60 @@
+"""What one pipeline run did: the result handed to logs, Dagster metadata and the CLI.
+
+Example:
+    >>> result.as_metadata()["mode"]  # doctest: +SKIP
+    'incremental'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cdf_platform.planning.plan import RunMode
+from cdf_platform.window.replay_window import ConsumerAssessment
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one pipeline run did, for logs, Dagster metadata and the CLI."""
+
+    pipeline_id: str
+    run_id: str
+    mode: RunMode
+    start_version: int | None
+    end_version: int | None
+    watermark_before: int | None
+    watermark_after: int | None
+    rows_inserted: int
+    rows_updated: int
+    rows_deleted: int
+    duration_seconds: float
+    spark_started: bool
+    lag_before: ConsumerAssessment
+    lag_after: ConsumerAssessment
+    incident_code: str | None = None
+    incident_message: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def as_metadata(self) -> dict[str, Any]:
+        """Flat figures for Dagster metadata and JSON output."""
+        return {
+            "pipeline_id": self.pipeline_id,
+            "run_id": self.run_id,
+            "mode": self.mode.value,
+            "start_version": self.start_version,
+            "end_version": self.end_version,
+            "watermark_before": self.watermark_before,
+            "watermark_after": self.watermark_after,
+            "rows_inserted": self.rows_inserted,
+            "rows_updated": self.rows_updated,
+            "rows_deleted": self.rows_deleted,
+            "duration_seconds": round(self.duration_seconds, 3),
+            "spark_started": self.spark_started,
+            "version_lag_before": self.lag_before.version_lag,
+            "lag_hours_before": self.lag_before.lag_hours,
+            "version_lag_after": self.lag_after.version_lag,
+            "lag_hours_after": self.lag_after.lag_hours,
+            "incident_code": self.incident_code,
+            **{f"{name}_seconds": round(value, 3) for name, value in self.timings.items()},
+        }

@@ -1,0 +1,259 @@
+"""Consumer-aware VACUUM of a bronze table (DESIGN.md section 9).
+
+In delta-spark 4.x `VACUUM ... RETAIN n HOURS` ignores n unless n = 0: the table property
+`delta.deletedFileRetentionDuration` is what decides which files survive. So before vacuuming,
+the retention the registered consumers need (now - timestamp(min watermark + 1) + buffer) is
+compared with that property; it is raised to cover them (up to a cap), or the VACUUM is refused.
+`RETAIN 0 HOURS` runs only when no consumer would lose its window, or with an explicit override.
+
+The decision is made from the logs alone (`plan_vacuum`, no JVM);
+`cdf_platform.spark.vacuum.execute_vacuum` carries it out.
+
+Example:
+    >>> decision = plan_vacuum("/lake/bronze/orders", specs, policy=RetentionPolicy.RAISE)
+    ... # doctest: +SKIP
+    >>> decision.action  # doctest: +SKIP
+    <VacuumAction.RAISE_RETENTION_AND_VACUUM: 'RAISE_RETENTION_AND_VACUUM'>
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.state.control import ControlTable
+from cdf_platform.state.watermark import read_silver_state
+from cdf_platform.window.replay_window import assess_consumer, compute_replay_window
+
+logger = logging.getLogger(__name__)
+
+DELETED_FILE_RETENTION = "delta.deletedFileRetentionDuration"
+LOG_RETENTION = "delta.logRetentionDuration"
+_HOUR = 3600.0
+
+
+class RetentionPolicy(StrEnum):
+    """What to do when the consumers need more retention than the table has."""
+
+    RAISE = "raise"
+    """Raise `delta.deletedFileRetentionDuration` to cover them (up to the cap), then vacuum."""
+    REFUSE = "refuse"
+    """Do not vacuum; report what the consumers need."""
+
+
+class VacuumAction(StrEnum):
+    """The maintenance decision."""
+
+    VACUUM = "VACUUM"
+    RAISE_RETENTION_AND_VACUUM = "RAISE_RETENTION_AND_VACUUM"
+    VACUUM_RETAIN_ZERO = "VACUUM_RETAIN_ZERO"
+    REFUSE = "REFUSE"
+
+
+@dataclass(frozen=True)
+class ConsumerNeed:
+    """What one consumer needs kept: everything from its first unprocessed version on."""
+
+    pipeline_id: str
+    watermark: int | None
+    first_needed_version: int | None
+    needed_hours: float
+    lag_hours: float
+    observed_max_downtime_hours: float
+
+
+@dataclass(frozen=True)
+class VacuumDecision:
+    """The maintenance decision for one bronze table, with the figures behind it."""
+
+    table: str
+    action: VacuumAction
+    reason: str
+    latest_version: int
+    deleted_file_retention_hours: float
+    log_retention_hours: float
+    required_retention_hours: float
+    new_deleted_file_retention_hours: float | None
+    new_log_retention_hours: float | None
+    max_retention_hours: float
+    buffer_hours: float
+    max_expected_downtime_hours: float
+    recovery_buffer_hours: float
+    consumers: list[ConsumerNeed] = field(default_factory=list)
+
+    @property
+    def recommended_retention_hours(self) -> float:
+        """The sizing: max_expected_downtime_hours + recovery_buffer_hours."""
+        return self.max_expected_downtime_hours + self.recovery_buffer_hours
+
+    @property
+    def will_vacuum(self) -> bool:
+        """Whether `execute_vacuum` deletes anything."""
+        return self.action is not VacuumAction.REFUSE
+
+    def as_metadata(self) -> dict[str, Any]:
+        """Flat figures for logs and Dagster metadata."""
+        data = asdict(self)
+        data["action"] = self.action.value
+        data["recommended_retention_hours"] = self.recommended_retention_hours
+        data["consumers"] = [asdict(c) for c in self.consumers]
+        return data
+
+
+def _observed_downtime_hours(
+    control: ControlTable | None, pipeline_id: str, now: datetime
+) -> float:
+    """Longest gap between consecutive successful runs of a pipeline, the open gap included."""
+    if control is None:
+        return 0.0
+    finished = sorted(
+        _as_utc(r["finished_at"])
+        for r in control.read_log(pipeline_id)
+        if r.get("outcome") in ("SUCCESS", "REPAIRED") and r.get("finished_at") is not None
+    )
+    if not finished:
+        return 0.0
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(finished)]
+    gaps.append((now - finished[-1]).total_seconds())
+    return max(0.0, max(gaps)) / _HOUR
+
+
+def _as_utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _hours(delta: timedelta) -> float:
+    return delta.total_seconds() / _HOUR
+
+
+def plan_vacuum(
+    table: str,
+    specs: list[PipelineSpec],
+    *,
+    policy: RetentionPolicy = RetentionPolicy.RAISE,
+    buffer_hours: float = 24.0,
+    max_retention_hours: float = 30 * 24.0,
+    recovery_buffer_hours: float = 24.0,
+    log_retention_margin_hours: float = 24.0,
+    retain_zero: bool = False,
+    allow_window_loss: bool = False,
+    control: ControlTable | None = None,
+    now: datetime | None = None,
+) -> VacuumDecision:
+    """Decide how to vacuum `table` without cutting the replay window of its consumers.
+
+    Args:
+        table: Bronze table location.
+        specs: All pipelines; those whose `source` is `table` are its consumers.
+        policy: Raise the retention property (up to `max_retention_hours`) or refuse.
+        buffer_hours: Extra hours kept beyond what each consumer needs right now.
+        max_retention_hours: Cap on `delta.deletedFileRetentionDuration` when raising it.
+        recovery_buffer_hours: Added to the observed downtime for the sizing report.
+        log_retention_margin_hours: `logRetentionDuration` is kept at least this much above
+            `deletedFileRetentionDuration`.
+        retain_zero: Vacuum with `RETAIN 0 HOURS` (delete every unreferenced file now).
+        allow_window_loss: Explicit override: vacuum even if a consumer loses its window.
+        control: Control tables, for the consumers' observed downtime.
+        now: The clock (default: now, UTC).
+    """
+    now = now or datetime.now(UTC)
+    window = compute_replay_window(table, now=now)
+    current = _hours(window.deleted_file_retention)
+    log_hours = _hours(window.log_retention)
+    consumers = []
+    for spec in specs:
+        if spec.source.rstrip("/") != table.rstrip("/"):
+            continue
+        watermark = read_silver_state(spec.target, spec.id).watermark
+        assessment = assess_consumer(window, watermark, now=now)
+        # A consumer that has not started loads a snapshot, and one that is caught up needs only
+        # the buffer for its next commit: neither needs history kept.
+        needed = assessment.lag_hours + buffer_hours if assessment.first_unprocessed_version else 0
+        consumers.append(
+            ConsumerNeed(
+                pipeline_id=spec.id,
+                watermark=watermark,
+                first_needed_version=assessment.first_unprocessed_version
+                if watermark is not None
+                else None,
+                needed_hours=needed if watermark is not None else 0.0,
+                lag_hours=assessment.lag_hours if watermark is not None else 0.0,
+                observed_max_downtime_hours=_observed_downtime_hours(control, spec.id, now),
+            )
+        )
+    required = max([buffer_hours, *(c.needed_hours for c in consumers)])
+    max_downtime = max([0.0, *(c.observed_max_downtime_hours for c in consumers)])
+    lagging = [c.pipeline_id for c in consumers if c.first_needed_version is not None]
+
+    def decide(
+        action: VacuumAction, reason: str, new_retention: float | None = None
+    ) -> VacuumDecision:
+        effective = new_retention if new_retention is not None else current
+        new_log = None
+        if action is not VacuumAction.REFUSE and log_hours < effective + log_retention_margin_hours:
+            new_log = effective + log_retention_margin_hours
+        return VacuumDecision(
+            table=table,
+            action=action,
+            reason=reason,
+            latest_version=window.latest_version,
+            deleted_file_retention_hours=current,
+            log_retention_hours=log_hours,
+            required_retention_hours=required,
+            new_deleted_file_retention_hours=new_retention,
+            new_log_retention_hours=new_log,
+            max_retention_hours=max_retention_hours,
+            buffer_hours=buffer_hours,
+            max_expected_downtime_hours=max_downtime,
+            recovery_buffer_hours=recovery_buffer_hours,
+            consumers=consumers,
+        )
+
+    if retain_zero:
+        if lagging and not allow_window_loss:
+            return decide(
+                VacuumAction.REFUSE,
+                f"RETAIN 0 HOURS would delete files that consumers {lagging} still need to "
+                "replay; catch them up first or pass the explicit window-loss override",
+            )
+        return decide(
+            VacuumAction.VACUUM_RETAIN_ZERO,
+            "RETAIN 0 HOURS: no consumer is behind"
+            if not lagging
+            else f"RETAIN 0 HOURS with the override: consumers {lagging} lose their window",
+        )
+    if required <= current:
+        return decide(
+            VacuumAction.VACUUM,
+            f"the retention of {current:g} h covers every consumer (needs {required:.2f} h)",
+        )
+    if policy is RetentionPolicy.RAISE and required <= max_retention_hours:
+        new_retention = float(math.ceil(required))
+        return decide(
+            VacuumAction.RAISE_RETENTION_AND_VACUUM,
+            f"consumers need {required:.2f} h but the table keeps {current:g} h: raising "
+            f"{DELETED_FILE_RETENTION} to {new_retention:g} h before vacuuming",
+            new_retention,
+        )
+    if allow_window_loss:
+        return decide(
+            VacuumAction.VACUUM,
+            f"consumers need {required:.2f} h, more than {current:g} h kept; vacuuming anyway "
+            "with the explicit window-loss override",
+        )
+    why = (
+        f"above the cap of {max_retention_hours:g} h"
+        if policy is RetentionPolicy.RAISE
+        else "and the policy is to refuse"
+    )
+    return decide(
+        VacuumAction.REFUSE,
+        f"consumers need {required:.2f} h of history but the table keeps {current:g} h, {why}: "
+        "vacuuming now would cut their replay window",
+    )

@@ -1,0 +1,406 @@
+"""Running a pipeline: plan (JVM-free), then incremental, initial load, rebuild or nothing, with
+the fallback policy, the control table and the load log.
+
+Example:
+    >>> result = run_pipeline(spec, spark_factory=lambda: spark, control=ControlTable(root))
+    ... # doctest: +SKIP
+    >>> result.mode, result.end_version  # doctest: +SKIP
+    (<RunMode.INCREMENTAL: 'incremental'>, 57)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from cdf_platform.core.errors import (
+    CdfNotEnabled,
+    CdfPlatformError,
+    IncompatibleSchemaChange,
+    ReplayWindowLost,
+    SourceReset,
+)
+from cdf_platform.core.faults import FaultPoint, fault_point
+from cdf_platform.core.spec import FallbackMode, PipelineSpec
+from cdf_platform.planning.plan import RunMode, RunPlan, plan_run
+from cdf_platform.planning.run_result import RunResult
+from cdf_platform.spark.changes import (
+    COMMIT_TIMESTAMP,
+    COMMIT_VERSION,
+    ReadContext,
+    classified,
+    collapse_changes,
+    project_columns,
+    read_changes,
+)
+from cdf_platform.spark.merge import SilverLayout, TxnStamp, ensure_silver, merge_changes
+from cdf_platform.spark.metrics import commit_counts, find_run_commit, silver_commit_counts
+from cdf_platform.spark.rebuild import rebuild_silver
+from cdf_platform.spark.session import assert_safe_spark_config
+from cdf_platform.state.control import ControlTable, LoadLogEntry
+from cdf_platform.state.watermark import app_id, read_silver_state, user_metadata
+from cdf_platform.window.replay_window import (
+    assess_consumer,
+    compute_replay_window,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+logger = logging.getLogger(__name__)
+
+SparkFactory = Callable[[], "SparkSession"]
+# Problems a snapshot rebuild repairs (when the pipeline's fallback allows it).
+REBUILDABLE = (ReplayWindowLost, SourceReset, IncompatibleSchemaChange, CdfNotEnabled)
+
+
+class _Run:
+    """State of one run in progress (Spark started lazily, timings, ids)."""
+
+    def __init__(self, spec: PipelineSpec, spark_factory: SparkFactory, control: ControlTable):
+        self.spec = spec
+        self.control = control
+        self.run_id = uuid.uuid4().hex
+        self.started_at = datetime.now(UTC)
+        self.clock = time.monotonic()
+        self.timings: dict[str, float] = {}
+        self._spark_factory = spark_factory
+        self._spark: SparkSession | None = None
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            started = time.monotonic()
+            # A session of its own: the txn confs set around the MERGE never leak to other work.
+            self._spark = self._spark_factory().newSession()
+            assert_safe_spark_config(self._spark)
+            self.timings["spark_start"] = time.monotonic() - started
+        return self._spark
+
+    @property
+    def spark_started(self) -> bool:
+        return self._spark is not None
+
+    def lap(self, name: str, since: float) -> float:
+        now = time.monotonic()
+        self.timings[name] = self.timings.get(name, 0.0) + now - since
+        return now
+
+
+def _control_repair_needed(control: ControlTable, plan: RunPlan) -> bool:
+    state = control.read_states().get(plan.spec.id)
+    return state is None or state.get("last_commit_version") != plan.silver.watermark
+
+
+def plan_pipeline(
+    spec: PipelineSpec, control: ControlTable, *, now: datetime | None = None
+) -> RunPlan:
+    """The JVM-free plan of `spec`'s next run (the control table supplies the recorded source
+    table id when silver's recent log no longer holds it)."""
+    return plan_run(spec, now=now, known_source_id=_known_source_id(control, spec.id))
+
+
+def run_pipeline(
+    spec: PipelineSpec,
+    *,
+    spark_factory: SparkFactory,
+    control: ControlTable,
+    now: datetime | None = None,
+    force_rebuild: bool = False,
+) -> RunResult:
+    """Plan and run `spec` once: no-op, initial load, incremental, or rebuild per the fallback
+    policy (see `execute_plan`).
+
+    Raises:
+        CdfPlatformError: the classified failure (FAIL_FAST, bad input, or a read failure).
+    """
+    started = time.monotonic()
+    plan = plan_pipeline(spec, control, now=now)
+    return execute_plan(
+        plan,
+        spark_factory=spark_factory,
+        control=control,
+        force_rebuild=force_rebuild,
+        plan_seconds=time.monotonic() - started,
+    )
+
+
+def execute_plan(
+    plan: RunPlan,
+    *,
+    spark_factory: SparkFactory,
+    control: ControlTable,
+    force_rebuild: bool = False,
+    plan_seconds: float = 0.0,
+) -> RunResult:
+    """Carry out `plan`: no-op, initial load, incremental, or rebuild per the fallback policy.
+
+    A no-op (no bronze version after the watermark) never starts Spark. A problem that a
+    rebuild repairs (lost window, source reset, incompatible schema change, CDF gap) runs the
+    rebuild under `SNAPSHOT_REBUILD` and raises under `FAIL_FAST`; either way the incident is
+    written to the load log. Nothing is written to silver before the problem is known.
+    `force_rebuild` reconciles from the snapshot at the plan's end version whatever the state.
+
+    Raises:
+        CdfPlatformError: the classified failure (FAIL_FAST, bad input, or a read failure).
+    """
+    spec = plan.spec
+    run = _Run(spec, spark_factory, control)
+    run.timings["plan"] = plan_seconds
+    if force_rebuild:
+        return _rebuild(run, plan, plan.problem, requested=True)
+    if plan.mode is RunMode.NOOP:
+        if _control_repair_needed(control, plan):
+            _write_control(run, plan, RunMode.NOOP, plan.silver.watermark, None, (0, 0, 0))
+        return _result(run, plan, RunMode.NOOP, None, None, plan.silver.watermark, (0, 0, 0))
+    if plan.problem is not None:
+        rebuildable = isinstance(plan.problem, REBUILDABLE) and plan.window.cdf_enabled_at_latest
+        if spec.fallback_mode is FallbackMode.FAIL_FAST or not rebuildable:
+            _log_incident(run, plan, plan.problem)
+            raise plan.problem
+        return _rebuild(run, plan, plan.problem, requested=False)
+    if plan.mode is RunMode.INITIAL_LOAD:
+        return _rebuild(run, plan, None, requested=False)
+    try:
+        return _incremental(run, plan)
+    except CdfPlatformError as err:
+        # The read itself re-checks the window: a failure classified as a lost window is handled
+        # exactly like one found by the plan.
+        rebuildable = isinstance(err, REBUILDABLE) and plan.window.cdf_enabled_at_latest
+        if spec.fallback_mode is FallbackMode.SNAPSHOT_REBUILD and rebuildable:
+            return _rebuild(run, plan, err, requested=False)
+        _log_incident(run, plan, err)
+        raise
+
+
+def _known_source_id(control: ControlTable, pipeline_id: str) -> str | None:
+    state = control.read_states().get(pipeline_id)
+    value = state.get("source_table_id") if state else None
+    return str(value) if value else None
+
+
+def _incremental(run: _Run, plan: RunPlan) -> RunResult:
+    spec = plan.spec
+    assert plan.start_version is not None
+    start, end = plan.start_version, plan.end_version
+    ctx = ReadContext(spec.id, spec.source, start, end)
+    spark = run.spark
+    since = time.monotonic()
+    raw = read_changes(spark, spec.source, start, end, pipeline_id=spec.id)
+    extra = ["_change_type", COMMIT_VERSION, COMMIT_TIMESTAMP]
+    changes = project_columns(raw, spec, extra)
+    data_columns = [c for c in changes.columns if c not in extra]
+    collapsed = collapse_changes(changes, spec.keys, data_columns, ctx)
+    try:
+        since = run.lap("read", since)
+        fault_point(FaultPoint.AFTER_READ)
+        layout = SilverLayout(
+            list(spec.keys),
+            data_columns,
+            spec.delete_mode,
+            deletion_vectors=spec.deletion_vectors,
+        )
+        schema = changes.select(*(f"`{c}`" for c in data_columns)).schema
+        layout = ensure_silver(spark, spec.target, spec.id, schema, layout)
+        stamp = TxnStamp(
+            app_id=app_id(spec.id, plan.silver.generation),
+            version=end,
+            metadata=user_metadata(
+                pipeline_id=spec.id,
+                run_id=run.run_id,
+                mode=RunMode.INCREMENTAL.value,
+                start_version=start,
+                end_version=end,
+                source_table_id=plan.window.table_id,
+                generation=plan.silver.generation,
+            ),
+        )
+        classified(ctx, lambda: merge_changes(spark, spec.target, collapsed, layout, stamp))
+    finally:
+        collapsed.release()
+    since = run.lap("write", since)
+    fault_point(FaultPoint.AFTER_MERGE)
+    committed = find_run_commit(spec.target, spec.id, run.run_id)
+    if committed is None:
+        # Delta skipped the MERGE (txnVersion not above the stored one): a newer run of this
+        # pipeline applied a later range first. Silver's watermark is the truth to report.
+        applied = read_silver_state(spec.target, spec.id).watermark
+        logger.warning(
+            "%s: a newer run already applied up to %s; nothing written", spec.id, applied
+        )
+        _write_control(run, plan, RunMode.INCREMENTAL, applied, None, (0, 0, 0), start=start)
+        return _result(run, plan, RunMode.INCREMENTAL, start, end, applied, (0, 0, 0))
+    counts = commit_counts(spark, spec.target, committed, spec.delete_mode)
+    fault_point(FaultPoint.BEFORE_CONTROL)
+    _write_control(run, plan, RunMode.INCREMENTAL, end, None, counts, start=start)
+    return _result(run, plan, RunMode.INCREMENTAL, start, end, end, counts)
+
+
+def _rebuild(
+    run: _Run, plan: RunPlan, problem: CdfPlatformError | None, *, requested: bool
+) -> RunResult:
+    spec = plan.spec
+    mode = (
+        RunMode.INITIAL_LOAD
+        if plan.mode is RunMode.INITIAL_LOAD and not requested
+        else RunMode.REBUILD
+    )
+    # Pin V first, from the log: commits landing from now on wait for the next incremental run.
+    version = plan.end_version
+    if problem is not None:
+        logger.warning("%s: %s; rebuilding from bronze version %d", spec.id, problem, version)
+    spark = run.spark
+    since = time.monotonic()
+    try:
+        outcome = rebuild_silver(
+            spark,
+            spec,
+            version=version,
+            silver=plan.silver,
+            run_id=run.run_id,
+            mode=mode.value,
+            source_table_id=plan.window.table_id,
+            source_reset=isinstance(problem, SourceReset),
+            version_timestamp=plan.window.timestamp_of(version),
+        )
+    except CdfPlatformError as err:
+        _log_incident(run, plan, err, mode=mode)
+        raise
+    since = run.lap("write", since)
+    counts = silver_commit_counts(spark, spec.target, spec.id, run.run_id, spec.delete_mode)
+    incident = (
+        problem.incident_code if problem is not None else ("MANUAL_REBUILD" if requested else None)
+    )
+    message = str(problem) if problem is not None else None
+    _write_control(
+        run, plan, mode, version, incident, counts, message=message, generation=outcome.generation
+    )
+    return _result(run, plan, mode, None, version, version, counts, incident, message)
+
+
+def _write_control(
+    run: _Run,
+    plan: RunPlan,
+    mode: RunMode,
+    watermark_after: int | None,
+    incident: str | None,
+    counts: tuple[int, int, int],
+    *,
+    start: int | None = None,
+    message: str | None = None,
+    generation: int | None = None,
+) -> None:
+    spec = plan.spec
+    finished = datetime.now(UTC)
+    run.control.append_log(
+        LoadLogEntry(
+            run_id=run.run_id,
+            pipeline_id=spec.id,
+            mode=mode.value,
+            outcome="REPAIRED" if mode is RunMode.NOOP else "SUCCESS",
+            started_at=run.started_at,
+            finished_at=finished,
+            incident_code=incident,
+            message=message,
+            start_version=start,
+            end_version=watermark_after if mode is not RunMode.NOOP else None,
+            watermark_before=plan.silver.watermark,
+            watermark_after=watermark_after,
+            rows_inserted=counts[0],
+            rows_updated=counts[1],
+            rows_deleted=counts[2],
+            plan_seconds=run.timings.get("plan", 0.0),
+            read_seconds=run.timings.get("read", 0.0),
+            write_seconds=run.timings.get("write", 0.0),
+        ),
+    )
+    run.control.upsert_state(
+        {
+            "pipeline_id": spec.id,
+            "source": spec.source,
+            "target": spec.target,
+            "source_table_id": plan.window.table_id,
+            "generation": plan.silver.generation if generation is None else generation,
+            "last_commit_version": watermark_after,
+            "last_success_at": finished,
+            "last_mode": mode.value,
+            "status": "OK",
+            "delete_mode": spec.delete_mode.value,
+            "fallback_mode": spec.fallback_mode.value,
+            "max_allowed_lag_hours": spec.max_allowed_lag_hours,
+            "min_headroom_hours": spec.min_headroom_hours,
+        },
+    )
+
+
+def _log_incident(
+    run: _Run, plan: RunPlan, problem: CdfPlatformError, *, mode: RunMode | None = None
+) -> None:
+    """A FAILED load-log row for `problem` (`mode`: what the run was doing; default: the plan's)."""
+    spec = plan.spec
+    mode = mode or plan.mode
+    rebuilding = mode in (RunMode.REBUILD, RunMode.INITIAL_LOAD)
+    run.control.append_log(
+        LoadLogEntry(
+            run_id=run.run_id,
+            pipeline_id=spec.id,
+            mode=mode.value,
+            outcome="FAILED",
+            started_at=run.started_at,
+            finished_at=datetime.now(UTC),
+            incident_code=problem.incident_code,
+            message=str(problem),
+            start_version=None if rebuilding else plan.start_version,
+            end_version=plan.end_version,
+            watermark_before=plan.silver.watermark,
+            watermark_after=plan.silver.watermark,
+        ),
+    )
+
+
+def _result(
+    run: _Run,
+    plan: RunPlan,
+    mode: RunMode,
+    start: int | None,
+    end: int | None,
+    watermark_after: int | None,
+    counts: tuple[int, int, int],
+    incident: str | None = None,
+    message: str | None = None,
+) -> RunResult:
+    if mode is RunMode.NOOP:
+        lag_after = plan.assessment
+    else:
+        now = datetime.now(UTC)
+        lag_after = assess_consumer(
+            compute_replay_window(plan.spec.source, now=now), watermark_after, now=now
+        )
+    return RunResult(
+        pipeline_id=plan.spec.id,
+        run_id=run.run_id,
+        mode=mode,
+        start_version=start,
+        end_version=end,
+        watermark_before=plan.silver.watermark,
+        watermark_after=watermark_after,
+        rows_inserted=counts[0],
+        rows_updated=counts[1],
+        rows_deleted=counts[2],
+        duration_seconds=time.monotonic() - run.clock,
+        spark_started=run.spark_started,
+        lag_before=plan.assessment,
+        lag_after=lag_after,
+        incident_code=incident,
+        incident_message=message,
+        timings=dict(run.timings),
+    )
+
+
+def current_watermark(spec: PipelineSpec) -> int | None:
+    """The watermark silver's log holds for `spec` (JVM-free)."""
+    return read_silver_state(spec.target, spec.id).watermark

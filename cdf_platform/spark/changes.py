@@ -1,0 +1,295 @@
+"""Pinned-range change-feed reads, failure classification, and collapse to one change per key.
+
+A read is always pinned on both ends: `startingVersion` = watermark + 1 and `endingVersion` = a
+version verified to exist (Delta clamps a larger `endingVersion` to the latest silently).
+Failures are classified by Delta error condition, whether they surface at `load()` or only when
+an action runs.
+
+Example:
+    >>> frame = read_changes(spark, "/lake/bronze/orders", 42, 57)  # doctest: +SKIP
+    >>> collapsed = collapse_changes(frame, ["order_id"], source=..., )  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+from cdf_platform.core.errors import (
+    CdfNotEnabled,
+    CdfPlatformError,
+    ConcurrentWriteConflict,
+    DataQualityError,
+    IncompatibleSchemaChange,
+    InvalidPipelineSpec,
+    ReplayWindowLost,
+    SourceNotFound,
+    UnknownReadFailure,
+)
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.sql import quote_ident
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+T = TypeVar("T")
+
+CHANGE_TYPE = "_change_type"
+COMMIT_VERSION = "_commit_version"
+COMMIT_TIMESTAMP = "_commit_timestamp"
+# Priority of a change inside one commit: an overwrite, replaceWhere or RESTORE writes a delete and
+# an insert of the same key in one commit, and the row exists after that commit.
+_SURVIVOR_PRIORITY = 1
+_DELETE_PRIORITY = 0
+
+# Error conditions (and the Java exceptions behind raw Py4JJavaErrors) that mean the change feed
+# for the range is gone: vacuumed files, cleaned-up commits, or the Delta >= 4.1 time-travel
+# limit on CDF reads older than delta.deletedFileRetentionDuration.
+_WINDOW_LOST_MARKERS = (
+    "FAILED_READ_FILE.FILE_NOT_EXIST",
+    "FAILED_READ_FILE",
+    "DELTA_CHANGE_DATA_FILE_NOT_FOUND",
+    "DELTA_FILE_NOT_FOUND",
+    "DELTA_TRUNCATED_TRANSACTION_LOG",
+    "DELTA_LOG_FILE_NOT_FOUND",
+    "DELTA_VERSIONS_NOT_CONTIGUOUS",
+    "DELTA_UNSUPPORTED_TIME_TRAVEL_BEYOND_DELETED_FILE_RETENTION_DURATION",
+    "DELTA_STATE_RECOVER_ERROR",
+    "DELTA_NO_COMMITS_FOUND",
+    "DELTA_INVALID_CDC_RANGE",
+    "java.io.FileNotFoundException",
+)
+_CDF_DISABLED_MARKERS = (
+    "DELTA_MISSING_CHANGE_DATA",
+    "DELTA_CHANGE_TABLE_FEED_DISABLED",
+)
+_SCHEMA_MARKERS = (
+    "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE",
+    "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_DATA_SCHEMA",
+    "DELTA_BLOCK_CDF_COLUMN_MAPPING_READS",
+    "DELTA_STREAMING_INCOMPATIBLE_SCHEMA_CHANGE",
+)
+# Optimistic-concurrency conflicts of a silver write: another run committed first.
+CONFLICT_MARKERS = (
+    "DELTA_CONCURRENT_",
+    "ConcurrentAppendException",
+    "ConcurrentDeleteReadException",
+    "ConcurrentDeleteDeleteException",
+    "ConcurrentTransactionException",
+    "DELTA_PROTOCOL_CHANGED",
+    "ProtocolChangedException",
+    "DELTA_METADATA_CHANGED",
+    "MetadataChangedException",
+)
+_NOT_FOUND_MARKERS = (
+    "DELTA_MISSING_DELTA_TABLE",
+    "DELTA_TABLE_NOT_FOUND",
+    "PATH_NOT_FOUND",
+    "DELTA_PATH_DOES_NOT_EXIST",
+)
+
+
+@dataclass(frozen=True)
+class ReadContext:
+    """What a read is about, for error messages."""
+
+    pipeline_id: str | None
+    table: str
+    start_version: int
+    end_version: int
+
+
+def classify_read_failure(err: BaseException, ctx: ReadContext) -> CdfPlatformError:
+    """Map a Spark/Delta failure of a change-feed read to the platform's taxonomy.
+
+    Classification goes by error condition text, since many of these reach Python as a raw
+    Py4JJavaError without a structured condition.
+    """
+    if isinstance(err, CdfPlatformError):
+        return err
+    text = f"{type(err).__name__}: {err}"
+    first_line = text.strip().splitlines()[0][:500] if text.strip() else type(err).__name__
+
+    def error(cls: type[CdfPlatformError], problem: str) -> CdfPlatformError:
+        return cls(problem, pipeline_id=ctx.pipeline_id, table=ctx.table, version=ctx.start_version)
+
+    range_text = f"bronze change feed ({ctx.start_version - 1}, {ctx.end_version}]"
+    if any(marker in text for marker in CONFLICT_MARKERS):
+        return error(
+            ConcurrentWriteConflict,
+            f"another run committed to silver while this one applied {range_text} ({first_line})",
+        )
+    if any(marker in text for marker in _NOT_FOUND_MARKERS):
+        return error(SourceNotFound, f"{ctx.table} is not a readable Delta table ({first_line})")
+    if any(marker in text for marker in _CDF_DISABLED_MARKERS):
+        return error(
+            CdfNotEnabled, f"the change feed is not recorded for all of {range_text} ({first_line})"
+        )
+    if any(marker in text for marker in _SCHEMA_MARKERS):
+        return error(
+            IncompatibleSchemaChange,
+            f"{range_text} crosses a non-additive schema change ({first_line})",
+        )
+    if any(marker in text for marker in _WINDOW_LOST_MARKERS):
+        return error(ReplayWindowLost, f"{range_text} can no longer be read: {first_line}")
+    return error(UnknownReadFailure, f"reading {range_text} failed: {first_line}")
+
+
+def classified(ctx: ReadContext, action: Callable[[], T]) -> T:
+    """Run `action`, re-raising any failure as a classified platform error.
+
+    Never retries: a lost window does not come back, and a blind retry with
+    `ignoreMissingFiles` would turn it into silent loss.
+    """
+    try:
+        return action()
+    except CdfPlatformError:
+        raise
+    except Exception as err:
+        raise classify_read_failure(err, ctx) from err
+
+
+def read_changes(
+    spark: SparkSession,
+    path: str,
+    start_version: int,
+    end_version: int,
+    *,
+    pipeline_id: str | None = None,
+) -> DataFrame:
+    """The change feed of the Delta table at `path` for versions [start, end], both pinned.
+
+    `end_version` must be a version known to exist (Delta would clamp a larger one silently).
+    Failures at `load()` are classified here; failures at the action must be wrapped by the
+    caller with `classified(...)`.
+
+    Raises:
+        ReplayWindowLost, CdfNotEnabled, IncompatibleSchemaChange, SourceNotFound,
+        UnknownReadFailure: classified load-time failures.
+    """
+    if start_version > end_version:
+        raise ValueError(f"empty range [{start_version}, {end_version}]")
+    ctx = ReadContext(pipeline_id, path, start_version, end_version)
+    return classified(
+        ctx,
+        lambda: (
+            spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", start_version)
+            .option("endingVersion", end_version)
+            .load(path)
+        ),
+    )
+
+
+def project_columns(frame: DataFrame, spec: PipelineSpec, extra: Sequence[str] = ()) -> DataFrame:
+    """Keep `spec`'s columns (keys first and always, include/exclude applied) plus `extra`.
+
+    Raises:
+        InvalidPipelineSpec: a key or an included column is not in the source schema.
+    """
+    internal = {CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP, *extra}
+    available = [c for c in frame.columns if c not in internal]
+    named = [*spec.keys, *(spec.include_columns or [])]
+    missing = [c for c in named if c not in available]
+    if missing:
+        raise InvalidPipelineSpec(
+            f"columns {missing} (keys or include_columns) are not in the source schema {available}",
+            pipeline_id=spec.id,
+            table=spec.source,
+            action="fix `keys` / `include_columns` in the pipelines file",
+        )
+    data = [c for c in available if c not in spec.keys]
+    if spec.include_columns is not None:
+        data = [c for c in data if c in spec.include_columns]
+    data = [c for c in data if c not in spec.exclude_columns]
+    return frame.select(*(quote_ident(c) for c in [*spec.keys, *data, *extra]))
+
+
+@dataclass(frozen=True)
+class CollapsedChanges:
+    """One change per key: the latest one in the range, as a DataFrame with `_change_type`,
+    `_commit_version` and `_commit_timestamp` next to the data columns."""
+
+    frame: DataFrame
+    data_columns: list[str]
+    cached: DataFrame
+
+    def release(self) -> None:
+        """Drop the cached per-commit aggregate."""
+        self.cached.unpersist()
+
+
+def collapse_changes(
+    changes: DataFrame,
+    keys: Sequence[str],
+    data_columns: Sequence[str],
+    ctx: ReadContext,
+) -> CollapsedChanges:
+    """Collapse a change feed to the latest change per key, after checking key quality.
+
+    Rules (DESIGN.md section 5): `update_preimage` rows are dropped; the change with the highest
+    `_commit_version` wins; inside one commit an insert/postimage beats a delete of the same key.
+    The per-(key, version) aggregate is cached, so the feed is read once for both the checks and
+    the MERGE; the caller must `unpersist` the result's frame when done.
+
+    Raises:
+        DataQualityError: a null key, or two surviving rows for one key in one commit.
+        ReplayWindowLost, ...: the read failed while running (classified).
+    """
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    priority = (
+        F.when(F.col(CHANGE_TYPE) == "delete", F.lit(_DELETE_PRIORITY))
+        .otherwise(F.lit(_SURVIVOR_PRIORITY))
+        .alias("_priority")
+    )
+    payload = [*(c for c in data_columns if c not in keys), CHANGE_TYPE, COMMIT_TIMESTAMP]
+    relevant = changes.filter(F.col(CHANGE_TYPE) != "update_preimage")
+    key_cols = [F.col(quote_ident(k)) for k in keys]
+    per_commit = (
+        relevant.groupBy(*key_cols, F.col(COMMIT_VERSION))
+        .agg(
+            F.count_if(F.col(CHANGE_TYPE) != "delete").alias("_survivors"),
+            F.max(F.struct(priority, *(F.col(quote_ident(c)) for c in payload))).alias("_row"),
+        )
+        .persist()
+    )
+    null_key = F.lit(False)
+    for key in keys:
+        null_key = null_key | F.col(quote_ident(key)).isNull()
+    problems = classified(
+        ctx,
+        lambda: (
+            per_commit.filter(null_key | (F.col("_survivors") > 1))
+            .select(*key_cols, COMMIT_VERSION, "_survivors")
+            .orderBy(COMMIT_VERSION)
+            .limit(5)
+            .collect()
+        ),
+    )
+    if problems:
+        per_commit.unpersist()
+        first = problems[0]
+        key_text = ", ".join(f"{k}={first[k]!r}" for k in keys)
+        version = int(first[COMMIT_VERSION])
+        if any(first[k] is None for k in keys):
+            problem = f"bronze commit {version} has a row with a null key ({key_text})"
+        else:
+            problem = (
+                f"bronze commit {version} holds {first['_survivors']} rows for key "
+                f"({key_text}): the source has duplicate keys"
+            )
+        raise DataQualityError(
+            problem, pipeline_id=ctx.pipeline_id, table=ctx.table, version=version
+        )
+    latest = per_commit.groupBy(*key_cols).agg(
+        F.max(F.struct(F.col(COMMIT_VERSION), F.col("_row"))).alias("_latest")
+    )
+    frame = latest.select(
+        *key_cols,
+        *(F.col(f"_latest._row.{quote_ident(c)}").alias(c) for c in payload),
+        F.col(f"_latest.{COMMIT_VERSION}").alias(COMMIT_VERSION),
+    )
+    return CollapsedChanges(frame=frame, data_columns=list(data_columns), cached=per_commit)

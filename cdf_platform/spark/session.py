@@ -1,0 +1,195 @@
+"""SparkSession construction with Delta Lake configured, and the checks that make it safe.
+
+The session is built on demand, never at import. Delta's jars come from Maven Central through
+Spark's own package resolution (`spark.jars.packages`), at the coordinate that matches the
+installed pyspark and delta-spark.
+
+Example:
+    >>> settings = SparkSettings(master="local[2]", shuffle_partitions=2)
+    >>> spark = build_spark_session(settings)  # doctest: +SKIP
+    >>> spark.sql("SELECT 1").collect()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from cdf_platform.core.errors import RuntimeEnvironmentError, UnsafeSparkConfig
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+logger = logging.getLogger(__name__)
+
+MIN_JAVA_MAJOR = 17
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+# The conf that turns a vanished `_change_data` or data file into silently skipped rows.
+IGNORE_MISSING_FILES_CONFS = (
+    "spark.sql.files.ignoreMissingFiles",
+    "spark.files.ignoreMissingFiles",
+)
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """What a cdf_platform SparkSession is built from.
+
+    Attributes:
+        master: Spark master URL (`local[*]`, `spark://host:7077`, ...).
+        app_name: Name shown in the Spark UI and cluster manager.
+        ui_enabled: Start the Spark UI (off by default: it costs start-up time and a port).
+        shuffle_partitions: `spark.sql.shuffle.partitions`; small for a laptop.
+        driver_memory: `spark.driver.memory`, applied when this process starts the JVM.
+        extra_conf: Any further Spark conf, applied last.
+    """
+
+    master: str = "local[*]"
+    app_name: str = "cdf_platform"
+    ui_enabled: bool = False
+    shuffle_partitions: int = 8
+    driver_memory: str = "4g"
+    extra_conf: dict[str, str] = field(default_factory=dict)
+
+
+def delta_maven_coordinate() -> str:
+    """The Maven coordinate of the Delta jar matching the installed pyspark and delta-spark.
+
+    delta-spark >= 4.1 publishes one artifact per Spark minor version
+    (`io.delta:delta-spark_<spark major.minor>_2.13:<delta version>`).
+    """
+    spark_version = importlib.metadata.version("pyspark")
+    delta_version = importlib.metadata.version("delta-spark")
+    spark_minor = ".".join(spark_version.split(".")[:2])
+    return f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version}"
+
+
+def java_major_version(java: str | None = None) -> int:
+    """The major version of the Java runtime Spark will launch.
+
+    Spark uses `$JAVA_HOME/bin/java` when JAVA_HOME is set, else `java` on PATH.
+
+    Raises:
+        RuntimeEnvironmentError: no Java runtime can be found or run.
+    """
+    if java is None:
+        java_home = os.environ.get("JAVA_HOME")
+        java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
+    if not java or not os.path.exists(java):
+        raise RuntimeEnvironmentError(
+            "no Java runtime found (Spark 4 needs Java 17 or newer)",
+        )
+    try:
+        completed = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except OSError as err:
+        raise RuntimeEnvironmentError(f"cannot run {java}: {err}") from err
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', completed.stderr + completed.stdout)
+    if not match:
+        raise RuntimeEnvironmentError(f"cannot read the version printed by `{java} -version`")
+    major = int(match.group(1))
+    # Java 8 and older print "1.8.0_x".
+    return int(match.group(2) or 0) if major == 1 else major
+
+
+def require_java() -> int:
+    """Fail with a clear message unless a Java 17+ runtime is available; return its major."""
+    major = java_major_version()
+    if major < MIN_JAVA_MAJOR:
+        raise RuntimeEnvironmentError(
+            f"Java {major} found, but Spark 4 needs Java {MIN_JAVA_MAJOR} or newer",
+        )
+    return major
+
+
+def local_cores(master: str) -> int | None:
+    """The cores of a `local`, `local[N]` or `local[*]` master; None for a cluster master."""
+    match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
+    if match is None:
+        return None
+    count = match.group(1)
+    if count is None:
+        return 1
+    return os.cpu_count() or 1 if count == "*" else max(int(count), 1)
+
+
+def _local_conf(cores: int) -> dict[str, str]:
+    """Parallelism that fits a local master's cores.
+
+    Delta rebuilds a table's state from its log with `snapshotPartitions` tasks (default 50)
+    in every job that opens a snapshot, and VACUUM lists files with
+    `parallelPartitionDiscovery.parallelism` tasks (default 10000): on a few cores that
+    scheduling dominates small runs (bench: an incremental run at 1M rows takes about twice as
+    long with the defaults).
+    """
+    width = str(max(2, cores))
+    return {
+        "spark.databricks.delta.snapshotPartitions": width,
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": width,
+    }
+
+
+def spark_conf(settings: SparkSettings) -> dict[str, str]:
+    """The full Spark conf for `settings`, Delta included (local masters get parallelism
+    sized to their cores; `extra_conf` overrides anything)."""
+    conf = {
+        "spark.master": settings.master,
+        "spark.app.name": settings.app_name,
+        "spark.jars.packages": delta_maven_coordinate(),
+        "spark.sql.extensions": DELTA_EXTENSION,
+        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+        "spark.ui.enabled": str(settings.ui_enabled).lower(),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.driver.memory": settings.driver_memory,
+        # Commit timestamps, `_deleted_at` and lag hours are compared across machines: keep UTC.
+        "spark.sql.session.timeZone": "UTC",
+    }
+    cores = local_cores(settings.master)
+    if cores is not None:
+        conf.update(_local_conf(cores))
+    conf.update(settings.extra_conf)
+    return conf
+
+
+def build_spark_session(settings: SparkSettings) -> SparkSession:
+    """Create (or reuse) the process's SparkSession with Delta configured.
+
+    Raises:
+        RuntimeEnvironmentError: no Java 17+ runtime.
+        UnsafeSparkConfig: the resulting session ignores missing files.
+    """
+    require_java()
+    from pyspark.sql import SparkSession  # deferred: importing pyspark is not free
+
+    builder = SparkSession.builder
+    for key, value in spark_conf(settings).items():
+        builder = builder.config(key, value)
+    logger.info("starting SparkSession (master=%s)", settings.master)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    assert_safe_spark_config(spark)
+    return spark
+
+
+def assert_safe_spark_config(spark: SparkSession) -> None:
+    """Refuse a session that would turn a lost replay window into silent data loss.
+
+    With `spark.sql.files.ignoreMissingFiles=true`, a CDF read whose `_change_data` or data
+    files were vacuumed returns the rows that remain and drops the rest without an error.
+
+    Raises:
+        UnsafeSparkConfig: the session ignores missing files.
+    """
+    for key in IGNORE_MISSING_FILES_CONFS:
+        value = spark.conf.get(key, "false")
+        if value is not None and value.strip().lower() == "true":
+            raise UnsafeSparkConfig(f"the Spark session sets {key}=true", action=f"unset {key}")

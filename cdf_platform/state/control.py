@@ -1,0 +1,239 @@
+"""The control table: one state row per pipeline and one load-log row per run (two Delta tables
+under one control root).
+
+The state mirrors the watermark that silver's own log holds; when they differ (a crash between
+the MERGE and the control write) it is repaired from silver. Reads and writes are JVM-free
+(`deltalake`): a control write is a few milliseconds instead of a Spark job, and status, no-op
+runs and incidents found by the plan never start a JVM.
+
+Example:
+    >>> control = ControlTable("/lake/_control")
+    >>> control.read_states()  # doctest: +SKIP
+    {'orders': {'pipeline_id': 'orders', 'last_commit_version': 57, ...}}
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from cdf_platform.deltalog.tables import is_delta_table
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Column -> Delta type name (the names of the Delta protocol's schema serialization).
+STATE_SCHEMA: dict[str, str] = {
+    "pipeline_id": "string",
+    "source": "string",
+    "target": "string",
+    "source_table_id": "string",
+    "generation": "integer",
+    "last_commit_version": "long",
+    "last_success_at": "timestamp",
+    "last_mode": "string",
+    "status": "string",
+    "delete_mode": "string",
+    "fallback_mode": "string",
+    "max_allowed_lag_hours": "double",
+    "min_headroom_hours": "double",
+    "updated_at": "timestamp",
+}
+LOG_SCHEMA: dict[str, str] = {
+    "run_id": "string",
+    "pipeline_id": "string",
+    "mode": "string",
+    "outcome": "string",
+    "incident_code": "string",
+    "message": "string",
+    "start_version": "long",
+    "end_version": "long",
+    "watermark_before": "long",
+    "watermark_after": "long",
+    "rows_inserted": "long",
+    "rows_updated": "long",
+    "rows_deleted": "long",
+    "started_at": "timestamp",
+    "finished_at": "timestamp",
+    "plan_seconds": "double",
+    "read_seconds": "double",
+    "write_seconds": "double",
+    "duration_seconds": "double",
+}
+# Runs of different pipelines write the same two tables. deltalake retries a commit that lost
+# the race when the winner does not conflict (appends); a state MERGE that touched the file
+# another MERGE rewrote raises CommitFailedError and is retried here from a fresh snapshot.
+_RETRIES = 8
+
+
+@dataclass(frozen=True)
+class LoadLogEntry:
+    """One row of the load log."""
+
+    run_id: str
+    pipeline_id: str
+    mode: str
+    outcome: str
+    started_at: datetime
+    finished_at: datetime
+    incident_code: str | None = None
+    message: str | None = None
+    start_version: int | None = None
+    end_version: int | None = None
+    watermark_before: int | None = None
+    watermark_after: int | None = None
+    rows_inserted: int = 0
+    rows_updated: int = 0
+    rows_deleted: int = 0
+    plan_seconds: float = 0.0
+    read_seconds: float = 0.0
+    write_seconds: float = 0.0
+
+    @property
+    def duration_seconds(self) -> float:
+        """Wall time of the run."""
+        return (self.finished_at - self.started_at).total_seconds()
+
+    def as_row(self) -> dict[str, Any]:
+        """The row as written to the load log."""
+        row = {name: getattr(self, name) for name in LOG_SCHEMA if name != "duration_seconds"}
+        row["duration_seconds"] = self.duration_seconds
+        return row
+
+
+def _retry_on_conflict(action: Callable[[], T], what: str) -> T:
+    from deltalake.exceptions import CommitFailedError
+
+    for attempt in range(_RETRIES):
+        try:
+            return action()
+        except CommitFailedError:
+            if attempt == _RETRIES - 1:
+                raise
+            logger.info("%s hit a concurrent commit, retrying (%d)", what, attempt + 1)
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _micros(value: datetime | None) -> int | None:
+    # Delta timestamps are UTC instants; a naive datetime is taken as UTC.
+    if value is None:
+        return None
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    delta = aware - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _arrow_row(schema: Mapping[str, str], row: Mapping[str, Any]) -> Any:
+    """`row` as a one-row Arrow table with exactly `schema`'s column types."""
+    from arro3.core import Array, DataType, Table
+
+    arrow_types = {
+        "string": DataType.string(),
+        "integer": DataType.int32(),
+        "long": DataType.int64(),
+        "double": DataType.float64(),
+    }
+    columns: dict[str, Any] = {}
+    for name, delta_type in schema.items():
+        value = row.get(name)
+        if delta_type == "timestamp":
+            # arro3 builds timestamps only by casting their epoch microseconds.
+            micros = Array([_micros(value)], DataType.int64())
+            columns[name] = micros.cast(DataType.timestamp("us", tz="UTC"))
+        else:
+            if value is not None:
+                value = float(value) if delta_type == "double" else value
+            columns[name] = Array([value], arrow_types[delta_type])
+    return Table.from_pydict(columns)
+
+
+def _delta_schema(schema: Mapping[str, str]) -> Any:
+    from deltalake.schema import Field, PrimitiveType, Schema
+
+    fields = [Field(name, PrimitiveType(kind), nullable=True) for name, kind in schema.items()]
+    return Schema(fields)
+
+
+class ControlTable:
+    """The platform's control tables under `root` (`pipeline_state/` and `load_log/`)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root.rstrip("/")
+
+    @property
+    def state_path(self) -> str:
+        """The pipeline state table."""
+        return f"{self.root}/pipeline_state"
+
+    @property
+    def log_path(self) -> str:
+        """The load log table."""
+        return f"{self.root}/load_log"
+
+    def ensure(self) -> None:
+        """Create both tables if missing."""
+        for path, schema in ((self.state_path, STATE_SCHEMA), (self.log_path, LOG_SCHEMA)):
+            if not is_delta_table(path):
+                self._create(path, schema)
+
+    def _create(self, path: str, schema: Mapping[str, str]) -> None:
+        from deltalake import DeltaTable
+
+        def create() -> None:
+            # mode="ignore": a concurrent creator that won the race leaves the table as wanted.
+            DeltaTable.create(path, _delta_schema(schema), mode="ignore")
+
+        _retry_on_conflict(create, f"creating {path}")
+
+    def upsert_state(self, state: Mapping[str, Any]) -> None:
+        """Insert or replace the state row of `state["pipeline_id"]`."""
+        from deltalake import DeltaTable
+
+        self.ensure()
+        row = _arrow_row(STATE_SCHEMA, {**state, "updated_at": datetime.now(UTC)})
+
+        def merge() -> None:
+            (
+                DeltaTable(self.state_path)
+                .merge(row, "t.pipeline_id = s.pipeline_id", source_alias="s", target_alias="t")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute()
+            )
+
+        _retry_on_conflict(merge, "control state upsert")
+
+    def append_log(self, entry: LoadLogEntry) -> None:
+        """Append one load-log row (a blind append: never conflicts)."""
+        from deltalake import write_deltalake
+
+        self.ensure()
+        row = _arrow_row(LOG_SCHEMA, entry.as_row())
+        _retry_on_conflict(
+            lambda: write_deltalake(self.log_path, row, mode="append"), "load log append"
+        )
+
+    def _query(self, path: str, sql: str) -> list[dict[str, Any]]:
+        if not is_delta_table(path):
+            return []
+        from deltalake import DeltaTable, QueryBuilder
+
+        table = QueryBuilder().register("t", DeltaTable(path)).execute(sql).read_all()
+        columns = [column.to_pylist() for column in table.columns]
+        names = table.column_names
+        return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
+
+    def read_states(self) -> dict[str, dict[str, Any]]:
+        """Every pipeline's state row, JVM-free."""
+        rows = self._query(self.state_path, "SELECT * FROM t")
+        return {str(row["pipeline_id"]): row for row in rows}
+
+    def read_log(self, pipeline_id: str | None = None) -> list[dict[str, Any]]:
+        """Load-log rows (oldest first), optionally of one pipeline, JVM-free."""
+        rows = self._query(self.log_path, "SELECT * FROM t ORDER BY started_at, run_id")
+        return [r for r in rows if pipeline_id is None or r["pipeline_id"] == pipeline_id]

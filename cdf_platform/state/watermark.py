@@ -1,0 +1,124 @@
+"""The watermark as silver's own Delta log holds it, read without a JVM.
+
+Every platform write to silver carries a Delta idempotent-write transaction
+(`txnAppId`, `txnVersion` = the bronze version it applies through) and commit `userMetadata`
+describing the run, in the same commit as the data. The silver log is therefore the source of
+truth for the watermark; the control table mirrors it.
+
+Delta skips a write whose `txnVersion` is not above the stored one, so the watermark can only
+move backwards (a rebuild after a source reset) under a new app id: `<pipeline_id>` for
+generation 0, `<pipeline_id>~<n>` after the n-th source reset.
+
+Example:
+    >>> state = read_silver_state("/lake/silver/orders", "orders")  # doctest: +SKIP
+    >>> state.watermark, state.app_id  # doctest: +SKIP
+    (57, 'orders')
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from cdf_platform.deltalog.tables import is_delta_table
+
+OWNER_PROPERTY = "cdf_platform.pipeline_id"
+USER_METADATA_KEY = "cdf_platform"
+# How many recent silver commits to scan for the last platform commit's metadata.
+HISTORY_SCAN = 100
+
+
+def app_id(pipeline_id: str, generation: int) -> str:
+    """The Delta txn app id of `pipeline_id` at `generation`."""
+    return pipeline_id if generation == 0 else f"{pipeline_id}~{generation}"
+
+
+@dataclass(frozen=True)
+class SilverState:
+    """What silver's log says about one pipeline.
+
+    Attributes:
+        exists: silver is a Delta table.
+        watermark: last bronze version applied (None: nothing applied yet).
+        generation: source generation (incremented by each rebuild after a source reset).
+        owner: the pipeline id recorded in silver's table properties.
+        last_run: `userMetadata` of the latest platform commit for this pipeline, if still in
+            the log (pipeline_id, mode, start/end version, source_table_id, generation, run_id).
+        silver_version: silver's latest version.
+    """
+
+    exists: bool
+    watermark: int | None
+    generation: int
+    owner: str | None
+    last_run: dict[str, Any] | None
+    silver_version: int | None
+
+    @property
+    def app_id(self) -> str | None:
+        """The txn app id of the current generation (None when silver has none)."""
+        if self.owner is None:
+            return None
+        return app_id(self.owner, self.generation)
+
+    @property
+    def source_table_id(self) -> str | None:
+        """Bronze table id the watermark refers to, when known from silver's log."""
+        if self.last_run is None:
+            return None
+        value = self.last_run.get("source_table_id")
+        return str(value) if value is not None else None
+
+
+def parse_user_metadata(raw: object, pipeline_id: str) -> dict[str, Any] | None:
+    """The platform's run description from a commit's `userMetadata`, if it is ours."""
+    if not isinstance(raw, str):
+        return None
+    try:
+        document = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(document, dict):
+        return None
+    ours = document.get(USER_METADATA_KEY)
+    if isinstance(ours, dict) and ours.get("pipeline_id") == pipeline_id:
+        return ours
+    return None
+
+
+def read_silver_state(target: str, pipeline_id: str) -> SilverState:
+    """Read the watermark of `pipeline_id` from silver's log (JVM-free)."""
+    if not is_delta_table(target):
+        return SilverState(False, None, 0, None, None, None)
+    from deltalake import DeltaTable
+
+    table = DeltaTable(target)
+    owner = table.metadata().configuration.get(OWNER_PROPERTY)
+    generation = 0
+    watermark = table.transaction_version(app_id(pipeline_id, 0))
+    # Generations are consecutive: probe until the first one that was never written.
+    while True:
+        newer = table.transaction_version(app_id(pipeline_id, generation + 1))
+        if newer is None:
+            break
+        generation += 1
+        watermark = newer
+    last_run = None
+    for entry in table.history(HISTORY_SCAN):
+        last_run = parse_user_metadata(entry.get("userMetadata"), pipeline_id)
+        if last_run is not None:
+            break
+    return SilverState(
+        exists=True,
+        watermark=None if watermark is None else int(watermark),
+        generation=generation,
+        owner=owner,
+        last_run=last_run,
+        silver_version=int(table.version()),
+    )
+
+
+def user_metadata(**fields: Any) -> str:
+    """The `userMetadata` JSON the platform writes on its silver commits."""
+    return json.dumps({USER_METADATA_KEY: fields}, sort_keys=True, default=str)

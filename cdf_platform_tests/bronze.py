@@ -1,0 +1,59 @@
+"""Small helpers to build bronze tables and read silver in engine tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.sql import sql_path
+from cdf_platform.state.control import ControlTable
+
+
+def make_bronze(spark: SparkSession, path: str, rows: list[tuple[Any, ...]] | None = None) -> None:
+    """A CDF-enabled bronze table (id BIGINT, name STRING, amount INT), optionally seeded."""
+    spark.sql(
+        f"CREATE TABLE {sql_path(path)} (id BIGINT, name STRING, amount INT) USING DELTA "
+        "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+    )
+    if rows:
+        insert(spark, path, rows)
+
+
+def insert(spark: SparkSession, path: str, rows: list[tuple[Any, ...]]) -> None:
+    """One INSERT commit."""
+    spark.createDataFrame(rows, "id BIGINT, name STRING, amount INT").write.format("delta").mode(
+        "append"
+    ).save(path)
+
+
+def sql(spark: SparkSession, path: str, statement: str) -> None:
+    """Run `statement` with `{t}` replaced by the table reference."""
+    spark.sql(statement.format(t=sql_path(path)))
+
+
+def rows(spark: SparkSession, path: str, *columns: str) -> list[tuple[Any, ...]]:
+    """Sorted tuples of `columns` (default: all data columns) of the Delta table at `path`."""
+    frame = spark.read.format("delta").load(path)
+    selected = frame.select(*(columns or [c for c in frame.columns if not c.startswith("_")]))
+    return sorted(tuple(r) for r in selected.collect())
+
+
+def spec_for(lake: Path, **overrides: Any) -> PipelineSpec:
+    """A pipeline from `lake/bronze` to `lake/silver` keyed on id."""
+    fields: dict[str, Any] = {
+        "id": "people",
+        "source": str(lake / "bronze"),
+        "target": str(lake / "silver"),
+        "keys": ["id"],
+        "fallback_mode": "FAIL_FAST",
+    }
+    fields.update(overrides)
+    return PipelineSpec(**fields)
+
+
+def control_for(lake: Path) -> ControlTable:
+    """The control tables of a test lake."""
+    return ControlTable(str(lake / "_control"))

@@ -1,0 +1,147 @@
+"""consumer_lag and replay_window results for each pipeline state: pass, WARN or ERROR, with every
+figure numeric on every evaluation (-1 for a figure that does not exist)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import dagster as dg
+import pytest
+
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.orchestration.consumer_lag import consumer_lag_result
+from cdf_platform.orchestration.figures import UNKNOWN
+from cdf_platform.orchestration.replay_window_check import replay_window_result
+from cdf_platform.planning.status import PipelineStatus, WindowState
+
+SPEC = PipelineSpec(
+    id="orders",
+    source="/lake/bronze/orders",
+    target="/lake/silver/orders",
+    keys=["order_id"],
+    max_allowed_lag_hours=24,
+    min_headroom_hours=48,
+)
+HEALTHY = PipelineStatus(
+    pipeline_id="orders",
+    watermark=40,
+    latest_version=43,
+    version_lag=3,
+    data_version_lag=2,
+    lag_hours=5.25,
+    earliest_replayable_version=12,
+    replayable=True,
+    headroom_hours=120.5,
+    state=WindowState.OK,
+    lag_exceeded=False,
+    problem_code=None,
+    problem=None,
+)
+LOW = replace(HEALTHY, headroom_hours=20.0, state=WindowState.LOW_HEADROOM)
+LAGGING = replace(HEALTHY, lag_hours=30.0, lag_exceeded=True)
+LOST = replace(
+    HEALTHY,
+    earliest_replayable_version=42,
+    replayable=False,
+    headroom_hours=0.0,
+    state=WindowState.LOST,
+    problem_code="WATERMARK_OUTSIDE_RETENTION",
+    problem="ReplayWindowLost: bronze versions 41..43 cannot be replayed",
+)
+MISSING = PipelineStatus(
+    pipeline_id="orders",
+    watermark=None,
+    latest_version=None,
+    version_lag=None,
+    data_version_lag=None,
+    lag_hours=None,
+    earliest_replayable_version=None,
+    replayable=False,
+    headroom_hours=None,
+    state=WindowState.SOURCE_MISSING,
+    lag_exceeded=False,
+    problem_code="SOURCE_NOT_FOUND",
+    problem="no Delta table at /lake/bronze/orders",
+)
+
+LAG_FIGURES = ("version_lag", "data_version_lag", "watermark", "latest_version")
+WINDOW_FIGURES = ("earliest_replayable_version", "watermark", "latest_version", "replayable")
+
+
+def assert_numeric(
+    result: dg.AssetCheckResult, ints: tuple[str, ...], floats: tuple[str, ...]
+) -> None:
+    for name in ints:
+        assert isinstance(result.metadata[name], dg.IntMetadataValue), name
+    for name in floats:
+        assert isinstance(result.metadata[name], dg.FloatMetadataValue), name
+
+
+@pytest.mark.parametrize(
+    ("status", "passed", "severity"),
+    [
+        (HEALTHY, True, dg.AssetCheckSeverity.ERROR),
+        (LOST, True, dg.AssetCheckSeverity.ERROR),
+        (LAGGING, False, dg.AssetCheckSeverity.ERROR),
+        (MISSING, False, dg.AssetCheckSeverity.WARN),
+    ],
+    ids=["healthy", "lost-but-recent", "lag-exceeded", "bronze-missing"],
+)
+def test_consumer_lag_fails_above_the_allowed_hours(
+    status: PipelineStatus, passed: bool, severity: dg.AssetCheckSeverity
+) -> None:
+    result = consumer_lag_result(SPEC, status)
+    assert (result.passed, result.severity) == (passed, severity)
+    assert_numeric(result, LAG_FIGURES, ("lag_hours", "max_allowed_lag_hours"))
+
+
+def test_consumer_lag_figures_and_their_sentinel() -> None:
+    figures = {k: v.value for k, v in consumer_lag_result(SPEC, LAGGING).metadata.items()}
+    assert figures == {
+        "version_lag": 3,
+        "data_version_lag": 2,
+        "lag_hours": 30.0,
+        "watermark": 40,
+        "latest_version": 43,
+        "max_allowed_lag_hours": 24.0,
+        "state": "OK",
+    }
+    missing = consumer_lag_result(SPEC, MISSING).metadata
+    assert {missing[name].value for name in (*LAG_FIGURES, "lag_hours")} == {UNKNOWN}
+
+
+@pytest.mark.parametrize(
+    ("status", "headroom", "passed", "severity"),
+    [
+        (HEALTHY, 120.5, True, dg.AssetCheckSeverity.ERROR),
+        (LOW, 20.0, False, dg.AssetCheckSeverity.WARN),
+        (LOST, 0.0, False, dg.AssetCheckSeverity.ERROR),
+        (MISSING, None, False, dg.AssetCheckSeverity.WARN),
+    ],
+    ids=["healthy", "low-headroom", "lost", "bronze-missing"],
+)
+def test_replay_window_warns_on_low_headroom_and_errors_when_lost(
+    status: PipelineStatus, headroom: float | None, passed: bool, severity: dg.AssetCheckSeverity
+) -> None:
+    result = replay_window_result(SPEC, status, headroom)
+    assert (result.passed, result.severity) == (passed, severity)
+    assert_numeric(result, WINDOW_FIGURES, ("headroom_hours", "min_headroom_hours"))
+    assert result.metadata["state"].value == status.state.value
+
+
+def test_replay_window_figures_of_a_lost_window() -> None:
+    result = replay_window_result(SPEC, LOST, 0.0)
+    figures = {k: v.value for k, v in result.metadata.items()}
+    assert figures == {
+        "earliest_replayable_version": 42,
+        "watermark": 40,
+        "latest_version": 43,
+        "headroom_hours": 0.0,
+        "min_headroom_hours": 48.0,
+        "replayable": 0,
+        "state": "LOST",
+        "problem_code": "WATERMARK_OUTSIDE_RETENTION",
+    }
+    assert "41..43 cannot be replayed" in (result.description or "")
+    healthy = replay_window_result(SPEC, HEALTHY, 120.5).metadata
+    assert (healthy["replayable"].value, healthy["problem_code"].value) == (1, "NONE")

@@ -1,0 +1,257 @@
+"""An outage and a VACUUM break the replay window: the checks job reports it and blocks gold, the
+rebuild sensor requests exactly one rebuild (and leaves the FAIL_FAST pipeline to a person), the
+rebuild restores silver (and gold follows it incrementally), and the checks pass again; every
+evaluation kept numeric lag and headroom."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from pyspark.sql import SparkSession
+
+from cdf_platform.core.spec import find_spec
+from cdf_platform.core.sql import sql_path
+from cdf_platform.demo.gold import CONSUMER_ID
+from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
+from cdf_platform.demo.silver_feed import consumer_watermark
+from cdf_platform.orchestration.consumer_lag import CONSUMER_LAG
+from cdf_platform.orchestration.lake_resource import ControlTableResource
+from cdf_platform.orchestration.rebuild_job import rebuild_run_config
+from cdf_platform.orchestration.replay_window_check import REPLAY_WINDOW
+from cdf_platform.orchestration.silver import silver_key
+from cdf_platform.orchestration.spark_resource import SparkResource
+from cdf_platform.planning.status import WindowState, pipeline_status
+from cdf_platform_tests.lake_platform import (
+    ORDERS,
+    bronze_batch,
+    expected_totals,
+    lake_defs,
+    last_spark_job_id,
+    materialization,
+    materialize,
+    table_rows,
+)
+
+STRICT = {**ORDERS, "id": "orders_strict", "target": "silver/orders_strict"}
+STRICT["fallback_mode"] = "FAIL_FAST"
+DEFAULT_RETENTION_HOURS = 7 * 24.0
+
+
+@contextmanager
+def spark_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
+    """Set Spark confs for the block, then unset them (the session is shared)."""
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in conf:
+            spark.conf.unset(key)
+
+
+def vacuum_breaking_the_window(spark: SparkSession, bronze: str) -> None:
+    """A too-short retention and `VACUUM ... RETAIN 0 HOURS` delete the change files silver
+    still needs; then the operator restores the default retention (too late)."""
+    table = sql_path(bronze)
+    retention = "'delta.deletedFileRetentionDuration'"
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({retention} = 'interval 1 seconds')")
+    time.sleep(1.5)  # the change files become older than the retention
+    with spark_conf(
+        spark,
+        {
+            "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+            # VACUUM lists files with this many tasks (default 10000): slow on a tiny table.
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+        },
+    ):
+        spark.sql(f"VACUUM {table} RETAIN 0 HOURS")
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({retention} = 'interval 7 days')")
+
+
+def latest_evaluation(result: dg.ExecuteInProcessResult, pipeline_id: str, check: str) -> Any:
+    """The evaluation of `check` on `pipeline_id`'s silver asset in `result`."""
+    (evaluation,) = [
+        e
+        for e in result.get_asset_check_evaluations()
+        if e.asset_key == silver_key(pipeline_id) and e.check_name == check
+    ]
+    return evaluation
+
+
+def figures(evaluation: Any, *names: str) -> tuple[Any, ...]:
+    """Metadata values of an evaluation."""
+    return tuple(evaluation.metadata[name].value for name in names)
+
+
+def stored(
+    instance: dg.DagsterInstance,
+    check: str,
+    name: str,
+    kind: type[dg.IntMetadataValue] | type[dg.FloatMetadataValue],
+) -> list[float]:
+    """Figure `name` of every stored evaluation of `check` on silver/orders, oldest first,
+    read back from the instance; each must be of the numeric metadata type `kind`."""
+    records = instance.event_log_storage.get_asset_check_execution_history(
+        dg.AssetCheckKey(silver_key("orders"), check), limit=50
+    )
+    figures = []
+    for record in reversed(records):
+        evaluation = record.evaluation
+        assert evaluation is not None
+        value = evaluation.metadata[name]
+        assert isinstance(value, kind), (name, value)
+        assert value.value is not None
+        figures.append(value.value)
+    return figures
+
+
+def tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | None) -> Any:
+    """One evaluation of the real rebuild sensor against `instance`."""
+    sensor = defs.resolve_sensor_def("rebuild_sensor")
+    resources = {key: (defs.resources or {})[key] for key in sensor.required_resource_keys}
+    with dg.build_sensor_context(
+        instance=instance, cursor=cursor, definitions=defs, resources=resources
+    ) as context:
+        return sensor(context)
+
+
+def test_lost_window_is_reported_rebuilt_once_and_passes_again(
+    spark: SparkSession, spark_resource: SparkResource, lake: Path
+) -> None:
+    defs = lake_defs(spark_resource, lake, ORDERS, STRICT)
+    control = defs.resources["control_table"]  # type: ignore[index]
+    assert isinstance(control, ControlTableResource)
+    orders = find_spec(control.specs(), "orders")
+    bronze, silver = orders.source, orders.target
+    gold = control.table_path("gold", "customer_order_totals")
+    checks_job = defs.resolve_job_def("checks_job")
+
+    with dg.instance_for_test() as instance:
+        bronze_batch(defs, "orders", instance, 30)  # version 1
+        assert defs.resolve_job_def("incremental_job").execute_in_process(instance=instance).success
+        gold_before = materialize(defs, CUSTOMER_ORDER_TOTALS_KEY, instance=instance)
+        silver_version = materialization(gold_before, CUSTOMER_ORDER_TOTALS_KEY)["end_version"]
+        healthy = checks_job.execute_in_process(instance=instance)
+        assert figures(latest_evaluation(healthy, "orders", REPLAY_WINDOW), "state") == ("OK",)
+        quiet = tick(defs, instance, None)
+        assert not quiet.run_requests
+
+        # Outage: bronze moves on while silver is paused, then VACUUM breaks the window.
+        bronze_batch(defs, "orders", instance, 30)
+        bronze_batch(defs, "orders", instance, 30)
+        vacuum_breaking_the_window(spark, bronze)
+        status = pipeline_status(orders)
+        assert status.state is WindowState.LOST
+        latest = status.latest_version
+        assert latest is not None
+
+        spark_jobs = last_spark_job_id(spark)
+        broken = checks_job.execute_in_process(instance=instance, raise_on_error=False)
+        assert last_spark_job_id(spark) == spark_jobs  # the checks read logs only
+        for pipeline_id in ("orders", "orders_strict"):
+            lost = latest_evaluation(broken, pipeline_id, REPLAY_WINDOW)
+            assert not lost.passed
+            assert lost.severity is dg.AssetCheckSeverity.ERROR
+            assert figures(lost, "state", "replayable", "problem_code") == (
+                "LOST",
+                0,
+                "WATERMARK_OUTSIDE_RETENTION",
+            )
+            assert figures(lost, "watermark", "latest_version") == (1, latest)
+            assert lost.metadata["earliest_replayable_version"].value > 2
+            assert lost.metadata["headroom_hours"].value <= 0.0
+
+        # The blocking check keeps gold from reading silver while the window is lost.
+        blocked = materialize(
+            defs,
+            CUSTOMER_ORDER_TOTALS_KEY,
+            checks=(dg.AssetCheckKey(silver_key("orders"), REPLAY_WINDOW),),
+            instance=instance,
+            raise_on_error=False,
+        )
+        assert not blocked.get_asset_materialization_events()
+        assert consumer_watermark(gold, CONSUMER_ID) == silver_version
+
+        # One rebuild request for the loss; FAIL_FAST is named and left alone; then silence.
+        first = tick(defs, instance, None)
+        (request,) = first.run_requests
+        assert request.run_key == f"rebuild:orders:1:{latest}"
+        assert request.asset_selection == [silver_key("orders")]
+        assert request.tags["cdf_platform/incident_code"] == "WATERMARK_OUTSIDE_RETENTION"
+        second = tick(defs, instance, first.cursor)
+        assert not second.run_requests
+        assert "FAIL_FAST pipelines left for a person: orders_strict" in str(second.skip_reason)
+
+        rebuild_job = defs.resolve_job_def("rebuild_job")
+        rebuilt = rebuild_job.execute_in_process(
+            instance=instance,
+            run_config=request.run_config,
+            asset_selection=list(request.asset_selection or []),
+            tags=request.tags,
+        )
+        outcome = materialization(rebuilt, silver_key("orders"))
+        assert (outcome["mode"], outcome["end_version"]) == ("rebuild", latest)
+        assert outcome["incident_code"] == "WATERMARK_OUTSIDE_RETENTION"
+        assert table_rows(spark, silver) == table_rows(spark, bronze)
+        assert latest_evaluation(rebuilt, "orders", REPLAY_WINDOW).passed
+        # The rebuild reconciled silver by MERGE: gold follows it incrementally, exactly.
+        gold_after = materialize(defs, CUSTOMER_ORDER_TOTALS_KEY, instance=instance)
+        refresh = materialization(gold_after, CUSTOMER_ORDER_TOTALS_KEY)
+        assert (refresh["mode"], refresh["start_version"]) == ("incremental", silver_version + 1)
+        assert table_rows(spark, gold) == expected_totals(spark, silver)
+
+        # FAIL_FAST: a rebuild is refused until a person overrides it.
+        strict_key = silver_key("orders_strict")
+        refused = rebuild_job.execute_in_process(
+            instance=instance,
+            run_config=rebuild_run_config("orders_strict"),
+            asset_selection=[strict_key],
+            raise_on_error=False,
+        )
+        assert not refused.success
+        assert not refused.get_asset_materialization_events()
+        (failure,) = [e for e in refused.all_events if e.is_step_failure]
+        assert "override_fail_fast" in str(failure.step_failure_data.error)
+        overridden = rebuild_job.execute_in_process(
+            instance=instance,
+            run_config=rebuild_run_config("orders_strict", override_fail_fast=True),
+            asset_selection=[strict_key],
+        )
+        assert materialization(overridden, strict_key)["mode"] == "rebuild"
+        assert table_rows(spark, str(lake / "silver" / "orders_strict")) == table_rows(
+            spark, bronze
+        )
+
+        healed = checks_job.execute_in_process(instance=instance)
+        for pipeline_id in ("orders", "orders_strict"):
+            evaluation = latest_evaluation(healed, pipeline_id, REPLAY_WINDOW)
+            assert evaluation.passed
+            assert figures(evaluation, "watermark", "latest_version") == (latest, latest)
+        assert not tick(defs, instance, second.cursor).run_requests
+
+        # Acceptance 5: each evaluation stored its lag and headroom figures as numbers, oldest
+        # first: incremental run, healthy checks, outage checks, (blocked gold run,) rebuild run,
+        # healed checks.
+        int_figure, float_figure = dg.IntMetadataValue, dg.FloatMetadataValue
+        assert stored(instance, CONSUMER_LAG, "version_lag", int_figure) == [0, 0, latest - 1, 0, 0]
+        # Two data commits behind; the ALTER TABLE and VACUUM commits are versions, not data.
+        assert stored(instance, CONSUMER_LAG, "data_version_lag", int_figure) == [0, 0, 2, 0, 0]
+        assert stored(instance, CONSUMER_LAG, "watermark", int_figure) == [1, 1, 1, latest, latest]
+        lag_hours = stored(instance, CONSUMER_LAG, "lag_hours", float_figure)
+        assert [hours > 0.0 for hours in lag_hours] == [False, False, True, False, False]
+        headroom = stored(instance, REPLAY_WINDOW, "headroom_hours", float_figure)
+        # Caught up: the retention horizon (7 days); lost: at most 0.
+        assert [hours if hours > 0 else "lost" for hours in headroom] == [
+            DEFAULT_RETENTION_HOURS,
+            DEFAULT_RETENTION_HOURS,
+            "lost",
+            "lost",
+            DEFAULT_RETENTION_HOURS,
+            DEFAULT_RETENTION_HOURS,
+        ]
+        assert stored(instance, REPLAY_WINDOW, "replayable", int_figure) == [1, 1, 0, 0, 1, 1]
