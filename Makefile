@@ -22,6 +22,7 @@ demo: setup
 lint: setup
 	$(BIN)/ruff check cdf_platform cdf_platform_tests bench
 	$(BIN)/ruff format --check cdf_platform cdf_platform_tests bench
+	$(BIN)/lint-imports
 
 typecheck: setup
 	$(BIN)/mypy
@@ -44,7 +45,7 @@ bench: setup
 # The Dagster UI on the demo's instance and lake (run `make demo` first).
 dev: setup
 	DAGSTER_HOME=$(CURDIR)/.demo/dagster_home CDF_LAKE_ROOT=$(CURDIR)/.demo/lake \
-		$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+		$(BIN)/dagster dev -w workspace.demo.yaml -h 127.0.0.1 -p 3000
 
 clean:
 	rm -rf lake .demo .dagster_home spark-warehouse

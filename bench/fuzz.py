@@ -145,7 +145,7 @@ def run_seeds(
 
 
 def _spark() -> SparkSession:
-    from cdf_platform.orchestration.spark_resource import SparkResource
+    from cdf_platform.orchestration.resources import SparkResource
     from cdf_platform_tests.conftest import TEST_SPARK_CONF
 
     warehouse = tempfile.mkdtemp(prefix="fuzz-warehouse-")
@@ -154,7 +154,6 @@ def _spark() -> SparkSession:
         app_name="cdf_platform_fuzz",
         shuffle_partitions=2,
         driver_memory="2g",
-        lake_root=warehouse,
         spark_config={**TEST_SPARK_CONF, "spark.sql.warehouse.dir": warehouse},
     ).spark_session
 

@@ -85,8 +85,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    specs, _, _ = _context(args)
-    statuses = [pipeline_status(spec).as_dict() for spec in specs]
+    specs, control, _ = _context(args)
+    statuses = [pipeline_status(spec, control).as_dict() for spec in specs]
     if args.json:
         sys.stdout.write(json.dumps(statuses, default=str, indent=2) + "\n")
     else:

@@ -17,16 +17,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from cdf_platform.core.errors import (
-    CdfNotEnabled,
-    CdfPlatformError,
-    IncompatibleSchemaChange,
-    ReplayWindowLost,
-    SourceReset,
-)
+from cdf_platform.core.errors import CdfPlatformError, SourceReset
 from cdf_platform.core.faults import FaultPoint, fault_point
 from cdf_platform.core.spec import FallbackMode, PipelineSpec
-from cdf_platform.planning.plan import RunMode, RunPlan, plan_run
+from cdf_platform.planning.assessment import REBUILDABLE
+from cdf_platform.planning.plan import RunMode, RunPlan, plan_pipeline
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.spark.changes import (
     COMMIT_TIMESTAMP,
@@ -54,8 +49,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SparkFactory = Callable[[], "SparkSession"]
-# Problems a snapshot rebuild repairs (when the pipeline's fallback allows it).
-REBUILDABLE = (ReplayWindowLost, SourceReset, IncompatibleSchemaChange, CdfNotEnabled)
 
 
 class _Run:
@@ -94,14 +87,6 @@ class _Run:
 def _control_repair_needed(control: ControlTable, plan: RunPlan) -> bool:
     state = control.read_states().get(plan.spec.id)
     return state is None or state.get("last_commit_version") != plan.silver.watermark
-
-
-def plan_pipeline(
-    spec: PipelineSpec, control: ControlTable, *, now: datetime | None = None
-) -> RunPlan:
-    """The JVM-free plan of `spec`'s next run (the control table supplies the recorded source
-    table id when silver's recent log no longer holds it)."""
-    return plan_run(spec, now=now, known_source_id=_known_source_id(control, spec.id))
 
 
 def run_pipeline(
@@ -175,12 +160,6 @@ def execute_plan(
             return _rebuild(run, plan, err, requested=False)
         _log_incident(run, plan, err)
         raise
-
-
-def _known_source_id(control: ControlTable, pipeline_id: str) -> str | None:
-    state = control.read_states().get(pipeline_id)
-    value = state.get("source_table_id") if state else None
-    return str(value) if value else None
 
 
 def _incremental(run: _Run, plan: RunPlan) -> RunResult:
@@ -399,8 +378,3 @@ def _result(
         incident_message=message,
         timings=dict(run.timings),
     )
-
-
-def current_watermark(spec: PipelineSpec) -> int | None:
-    """The watermark silver's log holds for `spec` (JVM-free)."""
-    return read_silver_state(spec.target, spec.id).watermark

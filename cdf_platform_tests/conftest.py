@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from cdf_platform.orchestration.spark_resource import SparkResource
+from cdf_platform.orchestration.resources import SparkResource
 
 # Small local config: 2 cores here, so few partitions; no UI.
 TEST_SPARK_CONF = {
@@ -29,7 +29,6 @@ def spark_resource(tmp_path_factory: pytest.TempPathFactory) -> SparkResource:
         app_name="cdf_platform_tests",
         shuffle_partitions=2,
         driver_memory="2g",
-        lake_root=str(tmp_path_factory.mktemp("shared-lake")),
         spark_config={**TEST_SPARK_CONF, "spark.sql.warehouse.dir": str(warehouse)},
     )
 
@@ -48,8 +47,3 @@ def lake(tmp_path: Path) -> Path:
     root = tmp_path / "lake"
     root.mkdir()
     return root
-
-
-def resource_for_lake(spark_resource: SparkResource, lake: Path) -> SparkResource:
-    """The shared test Spark resource pointed at another lake folder (same SparkSession)."""
-    return SparkResource(**{**spark_resource.model_dump(), "lake_root": str(lake)})

@@ -26,12 +26,12 @@ def _free_port() -> int:
 
 
 @contextmanager
-def dagster_dev(env: Mapping[str, str]) -> Iterator[str]:
-    """Start `dagster dev` with `env` added to this process's environment, wait until it
-    answers `/server_info`, yield its URL; stop its whole process group on exit."""
+def dagster_dev(env: Mapping[str, str], workspace: str = "workspace.yaml") -> Iterator[str]:
+    """Start `dagster dev` on `workspace` with `env` added to this process's environment, wait
+    until it answers `/server_info`, yield its URL; stop its whole process group on exit."""
     port = _free_port()
     process = subprocess.Popen(
-        [DAGSTER, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+        [DAGSTER, "dev", "-w", workspace, "-h", "127.0.0.1", "-p", str(port)],
         cwd=PROJECT_ROOT,
         env={**os.environ, **env},
         stdout=subprocess.DEVNULL,

@@ -11,10 +11,8 @@ import yaml
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.sql import sql_path
-from cdf_platform.definitions import build_defs
-from cdf_platform.orchestration.lake_resource import ControlTableResource
-from cdf_platform.orchestration.spark_resource import SparkResource
-from cdf_platform_tests.conftest import resource_for_lake
+from cdf_platform.demo.definitions import build_demo_defs
+from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 
 ORDERS = {
     "id": "orders",
@@ -35,22 +33,20 @@ CUSTOMERS = {
 }
 
 
-def control_for(lake: Path, *pipelines: dict[str, Any]) -> ControlTableResource:
-    """A control-table resource on `lake` whose pipelines file lists `pipelines`."""
+def control_for(lake: Path, *pipelines: dict[str, Any]) -> LakeLayout:
+    """A lake layout on `lake` whose pipelines file lists `pipelines`."""
     pipelines_file = lake / "pipelines.yaml"
     document = {"pipelines": list(pipelines or (ORDERS, CUSTOMERS))}
     pipelines_file.write_text(yaml.safe_dump(document), encoding="utf-8")
-    return ControlTableResource(lake_root=str(lake), pipelines_file=str(pipelines_file))
+    return LakeLayout(lake_root=str(lake), pipelines_file=str(pipelines_file))
 
 
 def lake_defs(
     spark_resource: SparkResource, lake: Path, *pipelines: dict[str, Any]
 ) -> dg.Definitions:
-    """The platform's Definitions (build_defs) on `lake`, sharing the test SparkSession."""
-    return build_defs(
-        control_table=control_for(lake, *pipelines),
-        spark=resource_for_lake(spark_resource, lake),
-    )
+    """The demo's Definitions (the platform's, with the demo bronze writers and gold) on
+    `lake`, sharing the test SparkSession."""
+    return build_demo_defs(control_for(lake, *pipelines), spark_resource)
 
 
 def materialize(

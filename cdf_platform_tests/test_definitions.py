@@ -9,59 +9,71 @@ import urllib.request
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from cdf_platform.definitions import build_defs, defs
+from cdf_platform.demo.definitions import defs as demo_defs
 from cdf_platform_tests.dagster_dev import DAGSTER, PROJECT_ROOT, dagster_dev
 from cdf_platform_tests.lake_platform import ORDERS, control_for
 
 
 def test_definitions_load_without_starting_spark() -> None:
-    from cdf_platform.orchestration.spark_resource import SparkResource
+    from cdf_platform.orchestration.resources import SparkResource
 
-    assert isinstance(defs, dg.Definitions)
-    spark = (defs.resources or {})["spark"]
+    loaded = defs()
+    assert isinstance(loaded, dg.Definitions)
+    spark = (loaded.resources or {})["spark"]
     assert isinstance(spark, SparkResource)
     assert not spark.started
-    keys = defs.resolve_asset_graph().get_all_asset_keys()
+    keys = loaded.resolve_asset_graph().get_all_asset_keys()
     assert dg.AssetKey(["bronze", "orders"]) in keys
     assert dg.AssetKey(["bronze", "customers"]) in keys
 
 
-def test_asset_graph_runs_bronze_to_silver_to_gold_with_checks_on_silver() -> None:
-    graph = defs.resolve_asset_graph()
+def test_asset_graph_runs_bronze_to_silver_with_checks_on_silver() -> None:
+    loaded = defs()
+    graph = loaded.resolve_asset_graph()
     for pipeline in ("orders", "customers"):
+        bronze = graph.get(dg.AssetKey(["bronze", pipeline]))
+        assert bronze.is_external and not bronze.is_materializable  # production: never written
         silver = graph.get(dg.AssetKey(["silver", pipeline]))
-        assert silver.parent_keys == {dg.AssetKey(["bronze", pipeline])}
+        assert silver.parent_keys == {bronze.key}
         assert silver.group_name == "silver"
         assert silver.pools == {f"cdf_pipeline_{pipeline}"}
-        assert silver.io_manager_key == "watermark_io_manager"
+        assert silver.io_manager_key == "io_manager"  # nothing passes through an IO manager
         assert {key.name for key in silver.check_keys} == {"consumer_lag", "replay_window"}
         blocking = {key.name: graph.get_check_spec(key).blocking for key in silver.check_keys}
         assert blocking == {"consumer_lag": False, "replay_window": True}
+    assert dg.AssetKey(["gold", "customer_order_totals"]) not in graph.get_all_asset_keys()
+    assert set(loaded.resources or {}) == {"spark", "lake"}
+
+
+def test_the_demo_definitions_add_the_demo_writers_and_gold() -> None:
+    graph = demo_defs().resolve_asset_graph()
+    for pipeline in ("orders", "customers"):
+        bronze = graph.get(dg.AssetKey(["bronze", pipeline]))
+        assert bronze.is_materializable and not bronze.is_external
+        assert graph.get(dg.AssetKey(["silver", pipeline])).parent_keys == {bronze.key}
     gold = graph.get(dg.AssetKey(["gold", "customer_order_totals"]))
     assert gold.parent_keys == {dg.AssetKey(["silver", "orders"])}
-    assert set(defs.resources or {}) == {"spark", "control_table", "watermark_io_manager"}
 
 
 def test_every_job_sensor_and_schedule_resolves() -> None:
+    loaded = defs()
     for name in ("incremental_job", "rebuild_job", "checks_job"):
-        assert defs.resolve_job_def(name).name == name
+        assert loaded.resolve_job_def(name).name == name
     for name in ("incremental_sensor", "rebuild_sensor"):
-        assert defs.resolve_sensor_def(name).name == name
-    assert defs.resolve_schedule_def("checks_schedule").job_name == "checks_job"
+        assert loaded.resolve_sensor_def(name).name == name
+    assert loaded.resolve_schedule_def("checks_schedule").job_name == "checks_job"
 
-    # The checks job runs the four silver checks and nothing that needs Spark.
-    checks_job = defs.resolve_job_def("checks_job")
+    # The checks job evaluates both checks of each pipeline in one op, without Spark.
+    checks_job = loaded.resolve_job_def("checks_job")
     nodes = {}
     for node in checks_job.graph.node_defs:
         assert isinstance(node, dg.OpDefinition)
         nodes[node.name] = node.required_resource_keys
-    assert set(nodes) == {
-        f"silver__{pipeline}_{check}"
-        for pipeline in ("orders", "customers")
-        for check in ("consumer_lag", "replay_window")
-    }
-    assert set().union(*nodes.values()) == {"control_table"}
+    assert set(nodes) == {f"silver__{pipeline}_checks" for pipeline in ("orders", "customers")}
+    assert set().union(*nodes.values()) == {"lake"}
     assert "spark" not in checks_job.required_resource_keys
 
 
@@ -74,7 +86,7 @@ def test_a_bronze_table_written_elsewhere_is_an_external_asset(tmp_path: Path) -
         "keys": ["payment_id"],
         "bronze_table": "payments",
     }
-    graph = build_defs(control_table=control_for(tmp_path, payments)).resolve_asset_graph()
+    graph = build_defs(control_for(tmp_path, payments)).resolve_asset_graph()
     bronze = graph.get(dg.AssetKey(["bronze", "payments"]))
     assert bronze.is_external and not bronze.is_materializable
     assert bronze.metadata["path"].value == "/data/partner/payments_v2"
@@ -83,9 +95,27 @@ def test_a_bronze_table_written_elsewhere_is_an_external_asset(tmp_path: Path) -
     assert dg.AssetKey(["gold", "customer_order_totals"]) not in graph.get_all_asset_keys()
 
 
-def test_dagster_definitions_validate_passes(tmp_path: Path) -> None:
+def test_a_real_orders_table_outside_the_lake_gets_no_demo_asset(tmp_path: Path) -> None:
+    """A pipeline named like a demo one, on a bronze table elsewhere, is only the platform's:
+    an external bronze asset, its silver asset and checks, and nothing of the demo."""
+    orders = {**ORDERS, "source": "/mnt/landing/sales/orders", "target": "silver/orders"}
+    loaded = build_defs(control_for(tmp_path, orders))
+    graph = loaded.resolve_asset_graph()
+    assert graph.get_all_asset_keys() == {
+        dg.AssetKey(["bronze", "orders"]),
+        dg.AssetKey(["silver", "orders"]),
+    }
+    bronze = graph.get(dg.AssetKey(["bronze", "orders"]))
+    assert bronze.is_external and not bronze.is_materializable
+    assert bronze.metadata["path"].value == "/mnt/landing/sales/orders"
+    jobs = {job.name for job in loaded.jobs or []}
+    assert not jobs & {"demo_bronze_job", "gold_job"}
+
+
+@pytest.mark.parametrize("workspace", ["workspace.yaml", "workspace.demo.yaml"])
+def test_dagster_definitions_validate_passes(tmp_path: Path, workspace: str) -> None:
     completed = subprocess.run(
-        [DAGSTER, "definitions", "validate", "-w", "workspace.yaml"],
+        [DAGSTER, "definitions", "validate", "-w", workspace],
         cwd=PROJECT_ROOT,
         env={**os.environ, "DAGSTER_HOME": str(tmp_path)},
         capture_output=True,

@@ -17,6 +17,22 @@ def _blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", README.read_text(), flags=re.S)
 
 
+def _fenced_blocks() -> list[str]:
+    """Every fenced block of README.md, in order (fences paired line by line)."""
+    blocks: list[str] = []
+    current: list[str] | None = None
+    for line in README.read_text().splitlines():
+        if not line.startswith("```"):
+            if current is not None:
+                current.append(line)
+        elif current is None:
+            current = []
+        else:
+            blocks.append("\n".join(current) + "\n")
+            current = None
+    return blocks
+
+
 def test_readme_example_spec_is_valid_and_uses_every_field() -> None:
     (example,) = [b for b in _blocks("yaml") if b.startswith("pipelines:")]
     (spec,) = parse_specs(yaml.safe_load(example), origin="README.md")
@@ -51,3 +67,25 @@ def test_readme_make_targets_exist() -> None:
     for target in re.findall(r"^make (\w+)", "\n".join(_blocks("bash")), flags=re.M):
         assert re.search(rf"^{target}:", makefile, flags=re.M), target
     assert (README.parent / ".ci" / "run").read_text().strip().endswith("make test")
+
+
+def test_readme_layout_matches_the_package_tree() -> None:
+    """Every package and top-level module of cdf_platform is in README's Layout, and nothing
+    that is not."""
+    (layout,) = [b for b in _fenced_blocks() if b.startswith("cdf_platform/\n")]
+    documented = set()
+    for line in layout.splitlines()[1:]:
+        if not line.startswith("  ") or line.startswith("   "):
+            if not line.startswith(" "):
+                break  # the tree of cdf_platform/ ends at the next top-level entry
+            continue  # a continuation line of a description
+        documented.add(line.split()[0].rstrip("/"))
+    package = README.parent / "cdf_platform"
+    actual = {
+        p.name if p.is_dir() else p.stem
+        for p in package.iterdir()
+        if (p.is_dir() and (p / "__init__.py").exists())
+        or (p.suffix == ".py" and p.name != "__init__.py")
+    }
+    actual = {name if (package / name).is_dir() else f"{name}.py" for name in actual}
+    assert documented == actual

@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 from pyspark.sql import SparkSession
 
-from cdf_platform.orchestration.spark_resource import SparkResource
+from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform_tests.dagster_dev import dagster_dev
 from cdf_platform_tests.lake_platform import bronze_batch, lake_defs
 
@@ -59,7 +59,7 @@ def served_demo(
         "CDF_LAKE_ROOT": str(lake),
         "CDF_PIPELINES_FILE": str(lake / "pipelines.yaml"),
     }
-    with dagster_dev(env) as url:
+    with dagster_dev(env, "workspace.demo.yaml") as url:
         yield url
 
 

@@ -1,7 +1,8 @@
-"""Where things live by default: Spark master, lake root, control tables.
+"""Where things live: the environment variables that configure the platform and their embedded
+defaults (local Spark, `./lake`, `<lake>/_control`, `./pipelines.yaml`).
 
-Environment variables override the embedded defaults, so the same code runs on a laptop and
-against a cluster and object store.
+Nothing here runs at import: the CLI reads the environment when a command runs, and the Dagster
+definitions when they load (as `dg.EnvVar`, see `cdf_platform.orchestration.resources`).
 """
 
 from __future__ import annotations
@@ -12,19 +13,37 @@ from pathlib import Path
 MASTER_ENV = "CDF_SPARK_MASTER"
 LAKE_ROOT_ENV = "CDF_LAKE_ROOT"
 CONTROL_ROOT_ENV = "CDF_CONTROL_ROOT"
+PIPELINES_FILE_ENV = "CDF_PIPELINES_FILE"
+DEFAULT_MASTER = "local[*]"
+DEFAULT_PIPELINES_FILE = "pipelines.yaml"
+
+
+def embedded_lake_root() -> str:
+    """`lake/` under the working directory (the project root when run through `dagster dev`,
+    `make` or `cdf-platform`)."""
+    return str(Path.cwd() / "lake")
+
+
+def control_root_under(lake_root: str) -> str:
+    """The control tables' default folder: `<lake root>/_control`."""
+    return f"{lake_root.rstrip('/')}/_control"
 
 
 def default_master() -> str:
     """`$CDF_SPARK_MASTER`, else all local cores."""
-    return os.environ.get(MASTER_ENV, "local[*]")
+    return os.environ.get(MASTER_ENV) or DEFAULT_MASTER
 
 
 def default_lake_root() -> str:
-    """`$CDF_LAKE_ROOT`, else `lake/` under the working directory (the project root when run
-    through `dagster dev`, `make` or `cdf-platform`)."""
-    return os.environ.get(LAKE_ROOT_ENV) or str(Path.cwd() / "lake")
+    """`$CDF_LAKE_ROOT`, else `lake/` under the working directory."""
+    return os.environ.get(LAKE_ROOT_ENV) or embedded_lake_root()
 
 
 def default_control_root(lake_root: str) -> str:
     """`$CDF_CONTROL_ROOT`, else `<lake root>/_control`."""
-    return os.environ.get(CONTROL_ROOT_ENV) or f"{lake_root.rstrip('/')}/_control"
+    return os.environ.get(CONTROL_ROOT_ENV) or control_root_under(lake_root)
+
+
+def default_pipelines_file() -> Path:
+    """`$CDF_PIPELINES_FILE`, else `pipelines.yaml` in the working directory."""
+    return Path(os.environ.get(PIPELINES_FILE_ENV) or DEFAULT_PIPELINES_FILE)

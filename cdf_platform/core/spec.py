@@ -12,7 +12,6 @@ Example:
 
 from __future__ import annotations
 
-import os
 import re
 from enum import StrEnum
 from pathlib import Path
@@ -21,10 +20,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from cdf_platform.core.config import PIPELINES_FILE_ENV, default_pipelines_file
 from cdf_platform.core.errors import InvalidPipelineSpec, TargetOwnershipConflict
 
-PIPELINES_FILE_ENV = "CDF_PIPELINES_FILE"
-DEFAULT_PIPELINES_FILE = "pipelines.yaml"
 # Pipeline ids become Delta txn app ids, asset names and Dagster pool names.
 PIPELINE_ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 # Column names are always backtick-quoted in SQL; this pattern keeps them readable as well.
@@ -211,11 +209,6 @@ def parse_specs(document: Any, *, origin: str = "<config>") -> list[PipelineSpec
             )
         targets[target] = spec.id
     return specs
-
-
-def default_pipelines_file() -> Path:
-    """`$CDF_PIPELINES_FILE`, else `pipelines.yaml` in the working directory."""
-    return Path(os.environ.get(PIPELINES_FILE_ENV) or DEFAULT_PIPELINES_FILE)
 
 
 def load_specs(

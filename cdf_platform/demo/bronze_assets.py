@@ -1,12 +1,12 @@
-"""Bronze assets: the demo sources that feed the silver pipelines."""
+"""Demo bronze assets: the demo sources that feed the silver pipelines (materializable here,
+unlike the external bronze assets of the production definitions)."""
 
 import dagster as dg
 from pydantic import Field
 
 from cdf_platform.demo.source import DEMO_KEYS, write_demo_batch
-from cdf_platform.orchestration.spark_resource import SparkResource
-
-BRONZE_PREFIX = "bronze"
+from cdf_platform.orchestration.keys import BRONZE_PREFIX
+from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 
 
 class DemoBatchConfig(dg.Config):
@@ -36,9 +36,12 @@ def demo_bronze_asset(table: str) -> dg.AssetsDefinition:
         ),
     )
     def _bronze(
-        context: dg.AssetExecutionContext, config: DemoBatchConfig, spark: SparkResource
+        context: dg.AssetExecutionContext,
+        config: DemoBatchConfig,
+        spark: SparkResource,
+        lake: LakeLayout,
     ) -> dg.MaterializeResult:
-        path = bronze_path(spark.lake_root, table)
+        path = bronze_path(lake.lake_root, table)
         batch = write_demo_batch(
             spark.spark_session, path, table, batch_size=config.batch_size, seed=config.seed
         )

@@ -8,9 +8,8 @@ from cdf_platform.demo.gold import (
     RefreshOutcome,
     refresh_customer_order_totals,
 )
-from cdf_platform.orchestration.lake_resource import ControlTableResource
-from cdf_platform.orchestration.silver import silver_key
-from cdf_platform.orchestration.spark_resource import SparkResource
+from cdf_platform.orchestration.keys import silver_key
+from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 
 GOLD_PREFIX = "gold"
 CUSTOMER_ORDER_TOTALS = "customer_order_totals"
@@ -55,10 +54,10 @@ def customer_order_totals_asset(orders_pipeline_id: str = "orders") -> dg.Assets
     def _customer_order_totals(
         context: dg.AssetExecutionContext,
         spark: SparkResource,
-        control_table: ControlTableResource,
+        lake: LakeLayout,
     ) -> dg.MaterializeResult:
-        silver = control_table.spec(orders_pipeline_id).target
-        target = control_table.table_path(GOLD_PREFIX, CUSTOMER_ORDER_TOTALS)
+        silver = lake.spec(orders_pipeline_id).target
+        target = lake.table_path(GOLD_PREFIX, CUSTOMER_ORDER_TOTALS)
         try:
             outcome = refresh_customer_order_totals(
                 spark_factory=lambda: spark.spark_session, silver=silver, target=target

@@ -1,6 +1,6 @@
 """Planning one read of a silver table's change feed by a downstream (gold) consumer.
 
-A consumer keeps its watermark the way silver does (DESIGN.md section 3): as a Delta
+A consumer keeps its watermark the way silver does (docs/design.md section 3): as a Delta
 idempotent-write transaction (`txnAppId` = consumer id, `txnVersion` = last silver version
 applied) in the same commit as its data, so the consumer's own log is the truth. Planning reads
 only logs: silver's replay window and the consumer's transaction version.

@@ -19,7 +19,7 @@ from typing import Any
 import dagster as dg
 
 from cdf_platform.core.sql import sql_path, sql_string
-from cdf_platform.orchestration.replay_window_check import REPLAY_WINDOW
+from cdf_platform.orchestration.checks import REPLAY_WINDOW
 from cdf_platform.planning.status import pipeline_status
 
 logger = logging.getLogger(__name__)
@@ -75,13 +75,12 @@ class DemoStory:
         self.home.mkdir(parents=True)
         os.environ["DAGSTER_HOME"] = str(self.home)
         os.environ["CDF_LAKE_ROOT"] = str(self.lake)
-        from cdf_platform.definitions import build_defs
-        from cdf_platform.orchestration.lake_resource import ControlTableResource
-        from cdf_platform.orchestration.spark_resource import SparkResource
+        from cdf_platform.demo.definitions import build_demo_defs
+        from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 
-        self.control = ControlTableResource(lake_root=str(self.lake))
-        self.spark_resource = SparkResource(
-            lake_root=str(self.lake),
+        self.layout = LakeLayout.from_environment().bound()
+        self.control = self.layout.control()
+        self.spark_resource = SparkResource.from_environment(
             shuffle_partitions=4,
             # Laptop-sized: Delta replays its log with 50 tasks and VACUUM lists files with
             # 10,000 by default, which is most of the time spent on tables this small.
@@ -91,9 +90,9 @@ class DemoStory:
                 "spark.default.parallelism": "4",
             },
         )
-        self.defs = build_defs(control_table=self.control, spark=self.spark_resource)
+        self.defs = build_demo_defs(self.layout, self.spark_resource)
         self.instance = dg.DagsterInstance.get()
-        self.specs = self.control.specs()
+        self.specs = self.layout.specs()
 
     def step(self, name: str, action: Callable[[Step], None]) -> None:
         """Run one step, timing it and keeping its figures."""
@@ -186,16 +185,15 @@ class DemoStory:
 
     def rebuild_by_sensor(self, current: Step) -> None:
         """Tick the rebuild sensor, launch what it requests, tick again (nothing new)."""
-        from cdf_platform.orchestration.rebuild_sensor import rebuild_sensor
+        sensor = self.defs.resolve_sensor_def("rebuild_sensor")
 
         def tick(cursor: str | None) -> dg.SensorResult:
             with dg.build_sensor_context(
                 instance=self.instance,
                 cursor=cursor,
                 definitions=self.defs,
-                resources={"control_table": self.control},
             ) as context:
-                result = rebuild_sensor(context)
+                result = sensor(context)
                 assert isinstance(result, dg.SensorResult)
                 return result
 
@@ -222,7 +220,7 @@ class DemoStory:
         """Silver equals the bronze snapshot at the rebuilt watermark (live rows)."""
         spark = self.spark_resource.spark_session
         for spec in self.specs:
-            watermark = pipeline_status(spec).watermark
+            watermark = pipeline_status(spec, self.control).watermark
             bronze = spark.read.format("delta").option("versionAsOf", watermark).load(spec.source)
             silver = spark.read.format("delta").load(spec.target)
             if "_is_deleted" in silver.columns:

@@ -1,9 +1,10 @@
 """External bronze assets: bronze tables written by other systems (ingestion tools, streaming
 jobs, another team's pipelines) that the platform only reads.
 
-A pipeline whose bronze table is not one of the demo sources gets an external asset
-`bronze/<bronze_name>`: Dagster shows it in the lineage upstream of silver, but never
-materializes it. To point the platform at your own lake, list your tables in the pipelines file:
+Every pipeline's bronze table is an external asset `bronze/<bronze_name>` (unless the
+definitions are given an asset that writes it, as the demo does): Dagster shows it in the
+lineage upstream of silver, but never materializes it. To point the platform at your own lake,
+list your tables in the pipelines file:
 
     pipelines:
       - id: payments
@@ -13,12 +14,12 @@ materializes it. To point the platform at your own lake, list your tables in the
         bronze_table: payments            # asset key bronze/payments (default: last path part)
 """
 
+from collections.abc import Collection
+
 import dagster as dg
 
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.demo.bronze_assets import BRONZE_PREFIX
-from cdf_platform.demo.source import DEMO_KEYS
-from cdf_platform.orchestration.silver import bronze_key
+from cdf_platform.orchestration.keys import BRONZE_PREFIX, bronze_key
 
 
 def external_bronze_asset(spec: PipelineSpec) -> dg.AssetSpec:
@@ -35,10 +36,14 @@ def external_bronze_asset(spec: PipelineSpec) -> dg.AssetSpec:
     )
 
 
-def external_bronze_assets(specs: list[PipelineSpec]) -> list[dg.AssetSpec]:
-    """One external asset per bronze table that the specs read and no demo source writes."""
-    seen: dict[str, dg.AssetSpec] = {}
+def external_bronze_assets(
+    specs: list[PipelineSpec], written_here: Collection[dg.AssetKey] = ()
+) -> list[dg.AssetSpec]:
+    """One external asset per bronze table that the specs read, except those `written_here`
+    (keys of assets in the same definitions that write them)."""
+    seen: dict[dg.AssetKey, dg.AssetSpec] = {}
     for spec in specs:
-        if spec.bronze_name not in DEMO_KEYS and spec.bronze_name not in seen:
-            seen[spec.bronze_name] = external_bronze_asset(spec)
+        key = bronze_key(spec)
+        if key not in written_here and key not in seen:
+            seen[key] = external_bronze_asset(spec)
     return list(seen.values())

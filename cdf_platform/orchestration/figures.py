@@ -11,18 +11,12 @@ is therefore recorded as `UNKNOWN` (-1), never dropped:
 Versions and lag are never negative otherwise, so -1 cannot be mistaken for a real value.
 """
 
-from datetime import timedelta
-
 import dagster as dg
 
-from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.deltalog.log import DeltaLog
-from cdf_platform.planning.status import PipelineStatus, WindowState
+from cdf_platform.planning.status import PipelineStatus
 
 UNKNOWN = -1
 """Sentinel of a figure that does not exist at this evaluation (see the module docstring)."""
-
-_HOUR = timedelta(hours=1)
 
 
 def count(value: int | None) -> dg.IntMetadataValue:
@@ -45,23 +39,16 @@ def text(value: str | None) -> dg.TextMetadataValue:
     return dg.TextMetadataValue(value if value is not None else "NONE")
 
 
-def retention_horizon_hours(spec: PipelineSpec) -> float:
-    """The headroom a consumer gets from the next bronze commit: the smaller of bronze's
-    `delta.deletedFileRetentionDuration` and `delta.logRetentionDuration`, in hours.
+def headroom_hours(status: PipelineStatus) -> float | None:
+    """The status's headroom, or the retention horizon when nothing waits to be replayed;
+    None when bronze is missing.
 
     The engine reports no headroom while nothing waits to be replayed (caught up, or never ran:
     the initial load reads a snapshot), since the clock only starts with the next commit. Its
-    deadline is at least this far away, so this is the headroom the check plots then.
+    deadline is then at least the retention horizon away (the smaller of bronze's
+    `delta.deletedFileRetentionDuration` and `delta.logRetentionDuration`), so that is the
+    headroom the check plots.
     """
-    log = DeltaLog(spec.source)
-    return min(log.deleted_file_retention(), log.log_retention()) / _HOUR
-
-
-def headroom_hours(spec: PipelineSpec, status: PipelineStatus) -> float | None:
-    """The status's headroom, or the retention horizon when nothing waits to be replayed;
-    None when bronze is missing."""
     if status.headroom_hours is not None:
         return status.headroom_hours
-    if status.state is WindowState.SOURCE_MISSING:
-        return None
-    return retention_horizon_hours(spec)
+    return status.retention_horizon_hours

@@ -4,63 +4,72 @@ Each tick compares every pipeline's watermark with its bronze table's latest ver
 logs alone (no Spark, well under a second per pipeline) and requests `incremental_job` for the
 pipelines that are behind, one run per pipeline and bronze version (run key
 `incremental:<pipeline>:<latest version>`). Runs of one pipeline never overlap: its silver asset
-holds the pipeline's pool (see `cdf_platform.orchestration.silver.pipeline_pool` for the
+holds the pipeline's pool (see `cdf_platform.orchestration.keys.pipeline_pool` for the
 dagster.yaml limit). Pipelines whose window is lost are left to the rebuild sensor; a missing
-bronze table is waited for.
+bronze table is waited for, and a pipeline whose input is wrong (BLOCKED) is left to its failing
+check.
 """
 
 import dagster as dg
 
 from cdf_platform.core.errors import CdfPlatformError
-from cdf_platform.orchestration.incremental_job import INCREMENTAL_JOB
-from cdf_platform.orchestration.lake_resource import ControlTableResource
-from cdf_platform.orchestration.silver import PIPELINE_TAG, silver_key
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.orchestration.jobs import INCREMENTAL_JOB
+from cdf_platform.orchestration.keys import PIPELINE_TAG, silver_key
+from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.planning.status import WindowState, pipeline_status
 
 INCREMENTAL_SENSOR = "incremental_sensor"
-_NOT_OURS = (WindowState.LOST, WindowState.SOURCE_MISSING)
+_NOT_OURS = (WindowState.LOST, WindowState.SOURCE_MISSING, WindowState.BLOCKED)
 
 
-@dg.sensor(
-    name=INCREMENTAL_SENSOR,
-    job_name=INCREMENTAL_JOB,
-    minimum_interval_seconds=60,
-    description="Requests a silver run when its bronze table has versions after the watermark.",
-)
-def incremental_sensor(
-    context: dg.SensorEvaluationContext, control_table: ControlTableResource
-) -> dg.SensorResult:
-    """One run request per pipeline whose bronze table moved past the watermark."""
-    requests: list[dg.RunRequest] = []
-    waiting: list[str] = []
-    for spec in control_table.specs():
-        try:
-            status = pipeline_status(spec)
-        except (CdfPlatformError, NotImplementedError) as err:
-            # One unreadable pipeline (e.g. a remote table the JVM-free log reader does not
-            # read yet) must not stop the others from being triggered.
-            context.log.warning("%s: cannot read its status: %s", spec.id, err)
-            waiting.append(f"{spec.id} ({getattr(err, 'incident_code', type(err).__name__)})")
-            continue
-        if status.state in _NOT_OURS:
-            waiting.append(f"{spec.id} ({status.state.value})")
-            continue
-        latest = status.latest_version
-        if latest is None or (status.watermark is not None and latest <= status.watermark):
-            continue
-        context.log.info(
-            "%s: bronze at version %d, watermark %s", spec.id, latest, status.watermark
-        )
-        requests.append(
-            dg.RunRequest(
-                run_key=f"incremental:{spec.id}:{latest}",
-                asset_selection=[silver_key(spec.id)],
-                tags={PIPELINE_TAG: spec.id},
+def build_incremental_sensor(specs: list[PipelineSpec]) -> dg.SensorDefinition:
+    """The incremental sensor over the pipelines `specs`."""
+
+    @dg.sensor(
+        name=INCREMENTAL_SENSOR,
+        job_name=INCREMENTAL_JOB,
+        minimum_interval_seconds=60,
+        description="Requests a silver run when its bronze table has versions after the watermark.",
+    )
+    def _incremental_sensor(
+        context: dg.SensorEvaluationContext, lake: LakeLayout
+    ) -> dg.SensorResult:
+        """One run request per pipeline whose bronze table moved past the watermark."""
+        control = lake.control()
+        requests: list[dg.RunRequest] = []
+        waiting: list[str] = []
+        for spec in specs:
+            try:
+                status = pipeline_status(spec, control)
+            except (CdfPlatformError, NotImplementedError) as err:
+                # One unreadable pipeline (e.g. a remote table the JVM-free log reader does not
+                # read yet) must not stop the others from being triggered.
+                context.log.warning("%s: cannot read its status: %s", spec.id, err)
+                code = getattr(err, "incident_code", type(err).__name__)
+                waiting.append(f"{spec.id} ({code})")
+                continue
+            if status.state in _NOT_OURS:
+                waiting.append(f"{spec.id} ({status.state.value})")
+                continue
+            latest = status.latest_version
+            if latest is None or (status.watermark is not None and latest <= status.watermark):
+                continue
+            context.log.info(
+                "%s: bronze at version %d, watermark %s", spec.id, latest, status.watermark
             )
-        )
-    if requests:
-        return dg.SensorResult(run_requests=requests)
-    reason = "every silver table is up to date"
-    if waiting:
-        reason += f"; not run here: {', '.join(waiting)}"
-    return dg.SensorResult(skip_reason=dg.SkipReason(reason))
+            requests.append(
+                dg.RunRequest(
+                    run_key=f"incremental:{spec.id}:{latest}",
+                    asset_selection=[silver_key(spec.id)],
+                    tags={PIPELINE_TAG: spec.id},
+                )
+            )
+        if requests:
+            return dg.SensorResult(run_requests=requests)
+        reason = "every silver table is up to date"
+        if waiting:
+            reason += f"; not run here: {', '.join(waiting)}"
+        return dg.SensorResult(skip_reason=dg.SkipReason(reason))
+
+    return _incremental_sensor

@@ -1,4 +1,4 @@
-"""Maintenance jobs: one consumer-aware VACUUM job per bronze table (DESIGN.md section 9).
+"""Maintenance jobs: one consumer-aware VACUUM job per bronze table (docs/design.md section 9).
 
 `maintenance_<table>_job` decides from the logs (no JVM) whether vacuuming now would cut a
 registered consumer's replay window, raises `delta.deletedFileRetentionDuration` to cover them
@@ -12,8 +12,8 @@ import dagster as dg
 from pydantic import Field
 
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.orchestration.lake_resource import ControlTableResource
-from cdf_platform.orchestration.spark_resource import SparkResource
+from cdf_platform.orchestration.keys import BRONZE_PREFIX
+from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.vacuum import RetentionPolicy, plan_vacuum
 from cdf_platform.spark.vacuum import execute_vacuum
 
@@ -58,26 +58,29 @@ def maintenance_job_name(bronze_name: str) -> str:
     return f"maintenance_{bronze_name}_job"
 
 
-def build_maintenance_job(bronze_name: str, source: str) -> dg.JobDefinition:
-    """The VACUUM job of the bronze table `bronze_name` stored at `source`."""
+def build_maintenance_job(
+    bronze_name: str, source: str, specs: list[PipelineSpec]
+) -> dg.JobDefinition:
+    """The VACUUM job of the bronze table `bronze_name` stored at `source`, whose consumers are
+    among the pipelines `specs`."""
 
     @dg.op(name=f"vacuum_{bronze_name}", tags={"kind": "delta"})
     def _vacuum(
         context: dg.OpExecutionContext,
         config: MaintenanceConfig,
         spark: SparkResource,
-        control_table: ControlTableResource,
+        lake: LakeLayout,
     ) -> dg.Output[None]:
         decision = plan_vacuum(
             source,
-            control_table.specs(),
+            specs,
             policy=config.policy,
             buffer_hours=config.buffer_hours,
             max_retention_hours=config.max_retention_hours,
             recovery_buffer_hours=config.recovery_buffer_hours,
             retain_zero=config.retain_zero,
             allow_window_loss=config.allow_window_loss,
-            control=control_table.control(),
+            control=lake.control(),
         )
         figures = decision.as_metadata()
         metadata: dict[str, dg.RawMetadataValue] = {
@@ -90,7 +93,7 @@ def build_maintenance_job(bronze_name: str, source: str) -> dg.JobDefinition:
         if not decision.will_vacuum:
             context.log_event(
                 dg.AssetObservation(
-                    asset_key=dg.AssetKey(["bronze", bronze_name]), metadata=metadata
+                    asset_key=dg.AssetKey([BRONZE_PREFIX, bronze_name]), metadata=metadata
                 )
             )
             raise dg.Failure(description=f"VACUUM refused: {decision.reason}", metadata=metadata)
@@ -100,7 +103,9 @@ def build_maintenance_job(bronze_name: str, source: str) -> dg.JobDefinition:
         if outcome.files_deleted is not None:
             metadata["files_deleted"] = outcome.files_deleted
         context.log_event(
-            dg.AssetObservation(asset_key=dg.AssetKey(["bronze", bronze_name]), metadata=metadata)
+            dg.AssetObservation(
+                asset_key=dg.AssetKey([BRONZE_PREFIX, bronze_name]), metadata=metadata
+            )
         )
         return dg.Output(None, metadata=metadata)
 
@@ -120,7 +125,7 @@ def build_maintenance_jobs(specs: list[PipelineSpec]) -> list[dg.JobDefinition]:
     sources: dict[str, str] = {}
     for spec in specs:
         sources.setdefault(spec.bronze_name, spec.source)
-    return [build_maintenance_job(name, source) for name, source in sorted(sources.items())]
+    return [build_maintenance_job(name, source, specs) for name, source in sorted(sources.items())]
 
 
 def build_maintenance_schedules(jobs: list[dg.JobDefinition]) -> list[dg.ScheduleDefinition]:

@@ -21,15 +21,13 @@ import json
 
 import dagster as dg
 
-from cdf_platform.core.spec import FallbackMode
-from cdf_platform.orchestration.lake_resource import ControlTableResource
-from cdf_platform.orchestration.rebuild_job import REBUILD_JOB, rebuild_run_config
-from cdf_platform.orchestration.replay_window_check import REPLAY_WINDOW
-from cdf_platform.orchestration.silver import PIPELINE_TAG, silver_key
+from cdf_platform.core.spec import FallbackMode, PipelineSpec
+from cdf_platform.orchestration.checks import REPLAY_WINDOW
+from cdf_platform.orchestration.jobs import REBUILD_JOB, rebuild_run_config
+from cdf_platform.orchestration.keys import INCIDENT_TAG, PIPELINE_TAG, silver_key
 from cdf_platform.planning.status import WindowState
 
 REBUILD_SENSOR = "rebuild_sensor"
-INCIDENT_TAG = "cdf_platform/incident_code"
 
 
 def _read_cursor(cursor: str | None) -> dict[str, int]:
@@ -48,63 +46,66 @@ def rebuild_run_key(pipeline_id: str, watermark: object, latest_version: object)
     return f"rebuild:{pipeline_id}:{watermark}:{latest_version}"
 
 
-@dg.sensor(
-    name=REBUILD_SENSOR,
-    job_name=REBUILD_JOB,
-    minimum_interval_seconds=60,
-    description="Requests rebuild_job once per lost replay window, read from the latest "
-    "replay_window check evaluations (FAIL_FAST pipelines are left for a person).",
-)
-def rebuild_sensor(
-    context: dg.SensorEvaluationContext, control_table: ControlTableResource
-) -> dg.SensorResult:
-    """One run request per pipeline whose newest replay_window evaluation says LOST."""
-    handled = _read_cursor(context.cursor)
-    requests: list[dg.RunRequest] = []
-    left_for_a_person: list[str] = []
-    for spec in control_table.specs():
-        check_key = dg.AssetCheckKey(silver_key(spec.id), REPLAY_WINDOW)
-        record = context.instance.get_latest_asset_check_evaluation_record(check_key)
-        evaluation = record.evaluation if record is not None else None
-        if record is None or not isinstance(evaluation, dg.AssetCheckEvaluation):
-            continue  # never evaluated, or planned in a run still in progress: next tick
-        is_new = record.id > handled.get(spec.id, -1)
-        handled[spec.id] = record.id
-        if evaluation.passed or _figure(evaluation, "state") != WindowState.LOST.value:
-            continue
-        problem_code = str(_figure(evaluation, "problem_code"))
-        if spec.fallback_mode is FallbackMode.FAIL_FAST:
-            # An open incident: named on every tick until a person rebuilds or the check passes.
-            left_for_a_person.append(spec.id)
-            if is_new:
-                context.log.warning(
-                    "%s lost its replay window (%s) but is FAIL_FAST: not rebuilding; run %s "
-                    "with override_fail_fast once a person has decided",
-                    spec.id,
-                    problem_code,
-                    REBUILD_JOB,
-                )
-            continue
-        if not is_new:
-            continue
-        run_key = rebuild_run_key(
-            spec.id, _figure(evaluation, "watermark"), _figure(evaluation, "latest_version")
-        )
-        context.log.info(
-            "%s lost its replay window (%s): requesting %s", spec.id, problem_code, run_key
-        )
-        requests.append(
-            dg.RunRequest(
-                run_key=run_key,
-                asset_selection=[silver_key(spec.id)],
-                run_config=rebuild_run_config(spec.id),
-                tags={PIPELINE_TAG: spec.id, INCIDENT_TAG: problem_code},
+def build_rebuild_sensor(specs: list[PipelineSpec]) -> dg.SensorDefinition:
+    """The rebuild sensor over the pipelines `specs`."""
+
+    @dg.sensor(
+        name=REBUILD_SENSOR,
+        job_name=REBUILD_JOB,
+        minimum_interval_seconds=60,
+        description="Requests rebuild_job once per lost replay window, read from the latest "
+        "replay_window check evaluations (FAIL_FAST pipelines are left for a person).",
+    )
+    def _rebuild_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        """One run request per pipeline whose newest replay_window evaluation says LOST."""
+        handled = _read_cursor(context.cursor)
+        requests: list[dg.RunRequest] = []
+        left_for_a_person: list[str] = []
+        for spec in specs:
+            check_key = dg.AssetCheckKey(silver_key(spec.id), REPLAY_WINDOW)
+            record = context.instance.get_latest_asset_check_evaluation_record(check_key)
+            evaluation = record.evaluation if record is not None else None
+            if record is None or not isinstance(evaluation, dg.AssetCheckEvaluation):
+                continue  # never evaluated, or planned in a run still in progress: next tick
+            is_new = record.id > handled.get(spec.id, -1)
+            handled[spec.id] = record.id
+            if evaluation.passed or _figure(evaluation, "state") != WindowState.LOST.value:
+                continue
+            problem_code = str(_figure(evaluation, "problem_code"))
+            if spec.fallback_mode is FallbackMode.FAIL_FAST:
+                # An open incident: named on every tick until a person rebuilds or the check passes.
+                left_for_a_person.append(spec.id)
+                if is_new:
+                    context.log.warning(
+                        "%s lost its replay window (%s) but is FAIL_FAST: not rebuilding; run %s "
+                        "with override_fail_fast once a person has decided",
+                        spec.id,
+                        problem_code,
+                        REBUILD_JOB,
+                    )
+                continue
+            if not is_new:
+                continue
+            run_key = rebuild_run_key(
+                spec.id, _figure(evaluation, "watermark"), _figure(evaluation, "latest_version")
             )
-        )
-    cursor = json.dumps(handled, sort_keys=True)
-    if requests:
-        return dg.SensorResult(run_requests=requests, cursor=cursor)
-    reason = "no new replay_window loss"
-    if left_for_a_person:
-        reason += f"; FAIL_FAST pipelines left for a person: {', '.join(left_for_a_person)}"
-    return dg.SensorResult(skip_reason=dg.SkipReason(reason), cursor=cursor)
+            context.log.info(
+                "%s lost its replay window (%s): requesting %s", spec.id, problem_code, run_key
+            )
+            requests.append(
+                dg.RunRequest(
+                    run_key=run_key,
+                    asset_selection=[silver_key(spec.id)],
+                    run_config=rebuild_run_config(spec.id),
+                    tags={PIPELINE_TAG: spec.id, INCIDENT_TAG: problem_code},
+                )
+            )
+        cursor = json.dumps(handled, sort_keys=True)
+        if requests:
+            return dg.SensorResult(run_requests=requests, cursor=cursor)
+        reason = "no new replay_window loss"
+        if left_for_a_person:
+            reason += f"; FAIL_FAST pipelines left for a person: {', '.join(left_for_a_person)}"
+        return dg.SensorResult(skip_reason=dg.SkipReason(reason), cursor=cursor)
+
+    return _rebuild_sensor

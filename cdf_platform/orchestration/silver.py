@@ -1,26 +1,25 @@
 """Silver assets: one per PipelineSpec, each kept in step with its bronze table by the engine.
 
-A silver materialization is one pipeline run: the watermark IO manager pins the change set from
-the logs, the asset applies it (incremental MERGE, snapshot rebuild, or nothing at all), and the
-IO manager records the outcome as metadata.
+A silver materialization is one pipeline run. The asset body plans from the logs alone (bronze's
+replay window, silver's watermark: a run that finds nothing to do never starts Spark), carries
+the plan out (incremental MERGE, snapshot rebuild, or nothing at all) and returns what the run
+did as the materialization's metadata. The data never passes through Dagster: silver is a Delta
+table written by the MERGE that also stamps the watermark (docs/design.md section 3), so no IO
+manager is involved.
 """
+
+import time
 
 import dagster as dg
 from pydantic import Field
 
 from cdf_platform.core.errors import CdfPlatformError
 from cdf_platform.core.spec import DeleteMode, FallbackMode, PipelineSpec
-from cdf_platform.demo.bronze_assets import BRONZE_PREFIX
-from cdf_platform.orchestration.lake_resource import ControlTableResource
-from cdf_platform.orchestration.spark_resource import SparkResource
-from cdf_platform.orchestration.watermark_io import PIPELINE_ID_METADATA, PinnedChangeSet
+from cdf_platform.orchestration.keys import SILVER_PREFIX, bronze_key, pipeline_pool, silver_key
+from cdf_platform.orchestration.resources import LakeLayout, SparkResource
+from cdf_platform.planning.plan import RunMode, RunPlan, plan_pipeline
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.runner import execute_plan
-
-SILVER_PREFIX = "silver"
-WATERMARK_IO_MANAGER_KEY = "watermark_io_manager"
-# Run tag naming the pipeline of a run (sensors set it; handy for filtering runs in the UI).
-PIPELINE_TAG = "cdf_platform/pipeline_id"
 
 
 class SilverRunConfig(dg.Config):
@@ -38,36 +37,56 @@ class SilverRunConfig(dg.Config):
     )
 
 
-def bronze_key(spec: PipelineSpec) -> dg.AssetKey:
-    """The bronze asset `spec` reads: `bronze/<bronze_name>`."""
-    return dg.AssetKey([BRONZE_PREFIX, spec.bronze_name])
+def describe_plan(plan: RunPlan) -> str:
+    """One line for the run log: the pinned change set a run applies."""
+    problem = f"; problem: {plan.problem.incident_code}" if plan.problem else ""
+    if plan.mode is RunMode.INCREMENTAL:
+        what = f"bronze versions ({plan.watermark}, {plan.end_version}]"
+    elif plan.mode is RunMode.NOOP:
+        what = f"nothing after watermark {plan.watermark}"
+    else:
+        what = f"bronze snapshot at version {plan.end_version}"
+    return f"{plan.spec.id}: {plan.mode.value}, {what}{problem}"
 
 
-def silver_key(pipeline_id: str) -> dg.AssetKey:
-    """The silver asset of a pipeline: `silver/<pipeline_id>`."""
-    return dg.AssetKey([SILVER_PREFIX, pipeline_id])
+def _metadata_value(value: object) -> dg.MetadataValue:
+    if value is None:
+        return dg.MetadataValue.null()
+    if isinstance(value, bool):
+        return dg.MetadataValue.bool(value)
+    if isinstance(value, int):
+        return dg.MetadataValue.int(value)
+    if isinstance(value, float):
+        return dg.MetadataValue.float(value)
+    return dg.MetadataValue.text(str(value))
 
 
-def silver_op_name(pipeline_id: str) -> str:
-    """The op name of a silver asset (the key of its config in run config)."""
-    return silver_key(pipeline_id).to_python_identifier()
+def run_result_metadata(result: RunResult) -> dict[str, dg.MetadataValue]:
+    """Typed Dagster metadata of one pipeline run: mode, start/end version, rows inserted /
+    updated / deleted, lag before and after, duration, whether Spark started, the incident.
 
-
-def pipeline_pool(pipeline_id: str) -> str:
-    """The Dagster pool of a pipeline's silver asset.
-
-    Every run that writes a pipeline's silver table (incremental or rebuild) holds this pool, so
-    with a limit of 1 at run granularity at most one such run is in progress. In the instance's
-    dagster.yaml:
-
-        concurrency:
-          pools:
-            granularity: run   # the limit counts runs holding the pool, not ops
-            default_limit: 1   # every cdf_pipeline_* pool without an explicit limit
-
-    or per pool: `dagster instance concurrency set cdf_pipeline_orders 1`.
+    Numbers stay numbers (so the UI plots them); a figure the run does not have (the range of a
+    no-op, the incident of a clean run) is recorded as null.
     """
-    return f"cdf_pipeline_{pipeline_id}"
+    metadata = {name: _metadata_value(value) for name, value in result.as_metadata().items()}
+    if result.incident_message:
+        metadata["incident_message"] = dg.MetadataValue.text(result.incident_message)
+    return metadata
+
+
+def _failure(spec: PipelineSpec, err: CdfPlatformError) -> dg.Failure:
+    """The classified failure, with the facts an operator filters on, on the failed step."""
+    return dg.Failure(
+        str(err),
+        metadata={
+            "pipeline_id": spec.id,
+            "incident_code": err.incident_code,
+            "version": dg.MetadataValue.int(err.version)
+            if err.version is not None
+            else dg.MetadataValue.null(),
+        },
+        allow_retries=False,
+    )
 
 
 def _description(spec: PipelineSpec) -> str:
@@ -91,14 +110,7 @@ def silver_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
 
     @dg.asset(
         key=silver_key(spec.id),
-        ins={
-            "changes": dg.AssetIn(
-                key=bronze_key(spec),
-                input_manager_key=WATERMARK_IO_MANAGER_KEY,
-                metadata={PIPELINE_ID_METADATA: spec.id},
-            )
-        },
-        io_manager_key=WATERMARK_IO_MANAGER_KEY,
+        deps=[bronze_key(spec)],
         group_name=SILVER_PREFIX,
         kinds={"spark", "delta"},
         pool=pipeline_pool(spec.id),
@@ -113,15 +125,14 @@ def silver_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
         },
     )
     def _silver(
+        context: dg.AssetExecutionContext,
         config: SilverRunConfig,
-        changes: PinnedChangeSet,
         spark: SparkResource,
-        control_table: ControlTableResource,
-    ) -> RunResult:
-        plan = changes.plan
+        lake: LakeLayout,
+    ) -> dg.MaterializeResult:
         if (
             config.force_rebuild
-            and plan.spec.fallback_mode is FallbackMode.FAIL_FAST
+            and spec.fallback_mode is FallbackMode.FAIL_FAST
             and not config.override_fail_fast
         ):
             raise dg.Failure(
@@ -130,27 +141,35 @@ def silver_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
                 metadata={"pipeline_id": spec.id, "fallback_mode": FallbackMode.FAIL_FAST.value},
                 allow_retries=False,
             )
+        control = lake.control()
         try:
-            return execute_plan(
+            started = time.monotonic()
+            plan = plan_pipeline(spec, control)
+            context.log.info("pinned change set: %s", describe_plan(plan))
+            result = execute_plan(
                 plan,
                 spark_factory=lambda: spark.spark_session,
-                control=control_table.control(),
+                control=control,
                 force_rebuild=config.force_rebuild,
-                plan_seconds=changes.plan_seconds,
+                plan_seconds=time.monotonic() - started,
             )
         except CdfPlatformError as err:
-            # The classified failure, with the facts an operator filters on, on the failed step.
-            raise dg.Failure(
-                str(err),
-                metadata={
-                    "pipeline_id": spec.id,
-                    "incident_code": err.incident_code,
-                    "version": dg.MetadataValue.int(err.version)
-                    if err.version is not None
-                    else dg.MetadataValue.null(),
-                },
-                allow_retries=False,
-            ) from err
+            raise _failure(spec, err) from err
+        context.log.info(
+            "%s: %s, watermark %s -> %s, +%d ~%d -%d rows in %.1f s (spark started: %s)",
+            spec.id,
+            result.mode.value,
+            result.watermark_before,
+            result.watermark_after,
+            result.rows_inserted,
+            result.rows_updated,
+            result.rows_deleted,
+            result.duration_seconds,
+            result.spark_started,
+        )
+        metadata = run_result_metadata(result)
+        metadata["path"] = dg.MetadataValue.path(spec.target)
+        return dg.MaterializeResult(metadata=metadata)
 
     return _silver
 

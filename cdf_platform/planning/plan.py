@@ -1,8 +1,9 @@
 """Planning a pipeline run without a JVM: what mode, which pinned range, and what is wrong.
 
-The plan reads bronze's log (latest version, table id, exact replay window) and silver's log
-(the watermark), and decides: no-op, initial load, incremental, or a rebuild that the
-pipeline's fallback policy must allow. Nothing is read through Spark and nothing is written.
+The plan is derived from the pipeline's assessment (`cdf_platform.planning.assessment`, the same
+one `status` and the checks use) and decides: no-op, initial load, incremental, or a rebuild
+that the pipeline's fallback policy must allow. Nothing is read through Spark and nothing is
+written.
 
 Example:
     >>> plan = plan_run(spec)  # doctest: +SKIP
@@ -13,30 +14,19 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 
-from cdf_platform.core.errors import (
-    CdfNotEnabled,
-    CdfPlatformError,
-    IncompatibleSchemaChange,
-    InvalidPipelineSpec,
-    ReplayWindowLost,
-    SourceNotFound,
-    SourceReset,
-    TargetOwnershipConflict,
-    foreign_files_at_target,
+from cdf_platform.core.errors import CdfPlatformError, SourceReset
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.planning.assessment import (
+    PipelineAssessment,
+    assess_pipeline,
+    assess_with_control,
 )
-from cdf_platform.core.spec import CDF_COLUMNS, RESERVED_COLUMNS, PipelineSpec
-from cdf_platform.deltalog.tables import holds_foreign_files, is_delta_table
-from cdf_platform.state.watermark import SilverState, read_silver_state
-from cdf_platform.window.replay_window import (
-    ConsumerAssessment,
-    ReplayWindow,
-    WindowBreakKind,
-    assess_consumer,
-    compute_replay_window,
-)
+from cdf_platform.state.control import ControlTable
+from cdf_platform.state.watermark import SilverState
+from cdf_platform.window.replay_window import ConsumerAssessment, ReplayWindow
 
 
 class RunMode(StrEnum):
@@ -73,72 +63,34 @@ class RunPlan:
         return self.silver.watermark
 
 
-def window_problem(
-    plan_spec: PipelineSpec, window: ReplayWindow, start: int
-) -> CdfPlatformError | None:
-    found = window.break_for_consumer(start - 1)
-    if found is None:
-        return None
-    what = f"bronze versions {start}..{window.latest_version} cannot be replayed: {found.detail}"
-    kind: type[CdfPlatformError] = ReplayWindowLost
-    if found.kind is WindowBreakKind.SCHEMA_CHANGE:
-        kind = IncompatibleSchemaChange
-    elif found.kind is WindowBreakKind.CDF_DISABLED:
-        kind = CdfNotEnabled
-    else:
-        what += f" (earliest replayable version is {window.earliest_replayable_version})"
-    return kind(what, pipeline_id=plan_spec.id, table=plan_spec.source, version=found.version)
-
-
-def check_source_columns(spec: PipelineSpec, window: ReplayWindow) -> None:
-    """Refuse a bronze schema with a column named like one the change feed or silver adds.
-
-    Delta's change feed adds `_change_type`, `_commit_version` and `_commit_timestamp` to every
-    row, and silver adds `_source_commit_version`, `_is_deleted` and `_deleted_at`: a bronze
-    column of the same name would be shadowed or collide, so it is refused before any read.
+def plan_from(found: PipelineAssessment) -> RunPlan:
+    """The run plan an assessment leads to (see `plan_run`).
 
     Raises:
-        InvalidPipelineSpec: naming the colliding columns.
+        CdfPlatformError: the assessment's blocking problem (`SourceNotFound`,
+            `TargetOwnershipConflict`, `InvalidPipelineSpec`, `CdfNotEnabled` before the first
+            load): a person must fix the input.
     """
-    schema = window.log.schema_at(window.latest_version) or {}
-    fields = schema.get("fields", [])
-    columns = (
-        [str(f["name"]) for f in fields if isinstance(f, dict)] if isinstance(fields, list) else []
-    )
-    copied = set(spec.include_columns) if spec.include_columns is not None else set(columns)
-    colliding = [c for c in columns if c in CDF_COLUMNS or (c in RESERVED_COLUMNS and c in copied)]
-    if colliding:
-        raise InvalidPipelineSpec(
-            f"bronze columns {colliding} are named like columns the change feed or silver adds "
-            f"({sorted(CDF_COLUMNS | RESERVED_COLUMNS)})",
-            pipeline_id=spec.id,
-            table=spec.source,
-            action="rename the bronze column (a silver column name can also be left out with "
-            "`include_columns`)",
+    if found.problem is not None and found.blocking:
+        raise found.problem
+    window, consumer = found.window, found.consumer
+    assert window is not None and consumer is not None  # only a blocking problem leaves them out
+    latest = window.latest_version
+
+    def make(mode: RunMode, start: int | None) -> RunPlan:
+        return RunPlan(
+            found.spec, mode, found.silver, window, consumer, start, latest, found.problem
         )
 
-
-def reset_problem(
-    spec: PipelineSpec, silver: SilverState, window: ReplayWindow, known_source_id: str | None
-) -> SourceReset | None:
-    watermark = silver.watermark
-    recorded = silver.source_table_id or known_source_id
-    if watermark is not None and recorded is not None and recorded != window.table_id:
-        return SourceReset(
-            f"bronze table id changed from {recorded} to {window.table_id} (the table was "
-            "recreated); the watermark no longer refers to this table",
-            pipeline_id=spec.id,
-            table=spec.source,
-            version=watermark,
-        )
-    if watermark is not None and window.latest_version < watermark:
-        return SourceReset(
-            f"bronze latest version {window.latest_version} is below the watermark {watermark}",
-            pipeline_id=spec.id,
-            table=spec.source,
-            version=watermark,
-        )
-    return None
+    watermark = found.silver.watermark
+    if watermark is None:
+        return make(RunMode.INITIAL_LOAD, None)
+    if found.problem is not None:
+        start = None if isinstance(found.problem, SourceReset) else watermark + 1
+        return make(RunMode.REBUILD, start)
+    if watermark >= latest:
+        return make(RunMode.NOOP, None)
+    return make(RunMode.INCREMENTAL, watermark + 1)
 
 
 def plan_run(
@@ -159,46 +111,15 @@ def plan_run(
         SourceNotFound: bronze is missing or not a Delta table.
         TargetOwnershipConflict: silver belongs to another pipeline, or its location holds
             files that are not a Delta table.
+        InvalidPipelineSpec: a bronze column is named like one the platform adds.
+        CdfNotEnabled: the change feed is off on bronze before the first load.
     """
-    now = now or datetime.now(UTC)
-    if not is_delta_table(spec.source):
-        raise SourceNotFound(
-            f"no Delta table at {spec.source}", pipeline_id=spec.id, table=spec.source
-        )
-    silver = read_silver_state(spec.target, spec.id)
-    if silver.exists and silver.owner != spec.id:
-        raise TargetOwnershipConflict(
-            f"silver table is owned by {silver.owner!r}"
-            if silver.owner
-            else "silver table exists but was not created by cdf_platform",
-            pipeline_id=spec.id,
-            table=spec.target,
-        )
-    if not silver.exists and holds_foreign_files(spec.target):
-        raise foreign_files_at_target(spec.id, spec.target)
-    window = compute_replay_window(spec.source, now=now)
-    check_source_columns(spec, window)
-    assessment = assess_consumer(window, silver.watermark, now=now)
-    latest = window.latest_version
+    return plan_from(assess_pipeline(spec, known_source_id=known_source_id, now=now))
 
-    def make(mode: RunMode, start: int | None, problem: CdfPlatformError | None = None) -> RunPlan:
-        return RunPlan(spec, mode, silver, window, assessment, start, latest, problem)
 
-    reset = reset_problem(spec, silver, window, known_source_id)
-    if reset is not None:
-        return make(RunMode.REBUILD, None, reset)
-    if silver.watermark is None:
-        if not window.cdf_enabled_at_latest:
-            raise CdfNotEnabled(
-                "the change feed is off on the source, so silver could not follow it",
-                pipeline_id=spec.id,
-                table=spec.source,
-            )
-        return make(RunMode.INITIAL_LOAD, None)
-    if silver.watermark >= latest:
-        return make(RunMode.NOOP, None)
-    start = silver.watermark + 1
-    problem = window_problem(spec, window, start)
-    if problem is not None:
-        return make(RunMode.REBUILD, start, problem)
-    return make(RunMode.INCREMENTAL, start)
+def plan_pipeline(
+    spec: PipelineSpec, control: ControlTable, *, now: datetime | None = None
+) -> RunPlan:
+    """The JVM-free plan of `spec`'s next run (the control table supplies the recorded source
+    table id when silver's recent log no longer holds it)."""
+    return plan_from(assess_with_control(spec, control, now=now))

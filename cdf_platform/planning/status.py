@@ -1,25 +1,27 @@
 """Per-pipeline status from the logs alone (no JVM): watermark, lag, replay window, headroom.
 
-This is what `cdf-platform status` prints and what the Dagster checks evaluate.
+This is what `cdf-platform status` prints and what the Dagster checks evaluate; it is derived
+from the same assessment a run plans from (`cdf_platform.planning.assessment`).
 
 Example:
-    >>> pipeline_status(spec).as_dict()["version_lag"]  # doctest: +SKIP
+    >>> control = ControlTable("/lake/_control")
+    >>> pipeline_status(spec, control).as_dict()["version_lag"]  # doctest: +SKIP
     3
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from cdf_platform.core.errors import CdfPlatformError
+from cdf_platform.core.errors import SourceNotFound
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.deltalog.tables import is_delta_table
-from cdf_platform.planning.plan import reset_problem, window_problem
-from cdf_platform.state.watermark import read_silver_state
-from cdf_platform.window.replay_window import assess_consumer, compute_replay_window
+from cdf_platform.planning.assessment import PipelineAssessment, assess_with_control
+from cdf_platform.state.control import ControlTable
+
+_HOUR = timedelta(hours=1)
 
 
 class WindowState(StrEnum):
@@ -30,6 +32,9 @@ class WindowState(StrEnum):
     LOST = "LOST"
     NOT_STARTED = "NOT_STARTED"
     SOURCE_MISSING = "SOURCE_MISSING"
+    # A problem a person must fix (target owned by another pipeline, a bronze column named like
+    # a platform column, the change feed off before the first load): runs fail until then.
+    BLOCKED = "BLOCKED"
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,7 @@ class PipelineStatus:
     earliest_replayable_version: int | None
     replayable: bool
     headroom_hours: float | None
+    retention_horizon_hours: float | None
     state: WindowState
     lag_exceeded: bool
     problem_code: str | None
@@ -54,65 +60,54 @@ class PipelineStatus:
         """JSON-ready fields."""
         data = asdict(self)
         data["state"] = self.state.value
-        for name in ("lag_hours", "headroom_hours"):
+        for name in ("lag_hours", "headroom_hours", "retention_horizon_hours"):
             if data[name] is not None:
                 data[name] = round(float(data[name]), 3)
         return data
 
 
-def pipeline_status(spec: PipelineSpec, *, now: datetime | None = None) -> PipelineStatus:
-    """Compute `spec`'s status from bronze's and silver's logs (JVM-free)."""
-    now = now or datetime.now(UTC)
-    if not is_delta_table(spec.source):
-        return PipelineStatus(
-            spec.id,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            False,
-            None,
-            WindowState.SOURCE_MISSING,
-            False,
-            "SOURCE_NOT_FOUND",
-            f"no Delta table at {spec.source}",
-        )
-    silver = read_silver_state(spec.target, spec.id)
-    window = compute_replay_window(spec.source, now=now)
-    assessment = assess_consumer(window, silver.watermark, now=now)
-    problem: CdfPlatformError | None = reset_problem(spec, silver, window, None)
-    if (
-        problem is None
-        and silver.watermark is not None
-        and silver.watermark < window.latest_version
-    ):
-        problem = window_problem(spec, window, silver.watermark + 1)
-    if silver.watermark is None:
+def status_from(found: PipelineAssessment) -> PipelineStatus:
+    """The status an assessment shows (see `WindowState` for the states)."""
+    spec, window, consumer, problem = found.spec, found.window, found.consumer, found.problem
+    if isinstance(problem, SourceNotFound):
+        state = WindowState.SOURCE_MISSING
+    elif problem is not None and found.blocking:
+        state = WindowState.BLOCKED
+    elif found.watermark is None:
         state = WindowState.NOT_STARTED
     elif problem is not None:
         state = WindowState.LOST
     elif (
-        assessment.headroom_hours is not None
-        and assessment.headroom_hours < spec.min_headroom_hours
+        consumer is not None
+        and consumer.headroom_hours is not None
+        and consumer.headroom_hours < spec.min_headroom_hours
     ):
         state = WindowState.LOW_HEADROOM
     else:
         state = WindowState.OK
-    lag_hours = assessment.lag_hours
+    lag_hours = consumer.lag_hours if consumer else None
+    horizon = min(window.deleted_file_retention, window.log_retention) / _HOUR if window else None
     return PipelineStatus(
         pipeline_id=spec.id,
-        watermark=silver.watermark,
-        latest_version=window.latest_version,
-        version_lag=assessment.version_lag,
-        data_version_lag=assessment.data_version_lag,
+        watermark=found.watermark,
+        latest_version=window.latest_version if window else None,
+        version_lag=consumer.version_lag if consumer else None,
+        data_version_lag=consumer.data_version_lag if consumer else None,
         lag_hours=lag_hours,
-        earliest_replayable_version=window.earliest_replayable_version,
-        replayable=problem is None and assessment.replayable,
-        headroom_hours=assessment.headroom_hours,
+        earliest_replayable_version=window.earliest_replayable_version if window else None,
+        replayable=problem is None and consumer is not None and consumer.replayable,
+        headroom_hours=consumer.headroom_hours if consumer else None,
+        retention_horizon_hours=horizon,
         state=state,
         lag_exceeded=lag_hours is not None and lag_hours > spec.max_allowed_lag_hours,
         problem_code=problem.incident_code if problem else None,
         problem=str(problem) if problem else None,
     )
+
+
+def pipeline_status(
+    spec: PipelineSpec, control: ControlTable, *, now: datetime | None = None
+) -> PipelineStatus:
+    """Compute `spec`'s status from bronze's and silver's logs and the table id `control`
+    recorded (JVM-free): the assessment a run of `spec` would plan from."""
+    return status_from(assess_with_control(spec, control, now=now))

@@ -1,4 +1,4 @@
-"""Consumer-aware VACUUM of a bronze table (DESIGN.md section 9).
+"""Consumer-aware VACUUM of a bronze table (docs/design.md section 9).
 
 In delta-spark 4.x `VACUUM ... RETAIN n HOURS` ignores n unless n = 0: the table property
 `delta.deletedFileRetentionDuration` is what decides which files survive. So before vacuuming,

@@ -233,6 +233,12 @@ class ControlTable:
         rows = self._query(self.state_path, "SELECT * FROM t")
         return {str(row["pipeline_id"]): row for row in rows}
 
+    def recorded_source_id(self, pipeline_id: str) -> str | None:
+        """The bronze table id recorded for `pipeline_id` at its last run (None if none)."""
+        state = self.read_states().get(pipeline_id)
+        value = state.get("source_table_id") if state else None
+        return str(value) if value else None
+
     def read_log(self, pipeline_id: str | None = None) -> list[dict[str, Any]]:
         """Load-log rows (oldest first), optionally of one pipeline, JVM-free."""
         rows = self._query(self.log_path, "SELECT * FROM t ORDER BY started_at, run_id")

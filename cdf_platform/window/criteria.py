@@ -1,4 +1,4 @@
-"""The six replay-window criteria of DESIGN.md section 4, evaluated on a `DeltaLog`.
+"""The six replay-window criteria of docs/design.md section 4, evaluated on a `DeltaLog`.
 
 For a change-data-feed read of [s, L] to return every change, delta-spark 4.4 needs:
 

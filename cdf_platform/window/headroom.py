@@ -1,6 +1,6 @@
 """Headroom: when a consumer's first unprocessed version leaves the replay window.
 
-DESIGN.md section 4: headroom is the time until W + 1 leaves the window if nothing else
+docs/design.md section 4: headroom is the time until W + 1 leaves the window if nothing else
 happens, the earliest of three deadlines (`DeadlineKind`). Reported so an operator sees the loss
 coming days before it happens.
 

@@ -1,7 +1,7 @@
 """The exact replay window of a bronze table, and where each consumer stands in it.
 
-DESIGN.md section 4. For a table with latest version L, the earliest replayable version E is the
-smallest s such that a change-data-feed read of [s, L] returns every change (and so does every
+docs/design.md section 4. For a table with latest version L, the earliest replayable version E is
+the smallest s such that a change-data-feed read of [s, L] returns every change (and so does every
 later start). The six criteria that decide it are in `cdf_platform.window.criteria`; the
 headroom deadlines in `cdf_platform.window.headroom`.
 
@@ -86,8 +86,8 @@ class ReplayWindow:
     def break_for(self, start_version: int) -> WindowBreak | None:
         """The first violated criterion for a CDF read of [start_version, L], or None.
 
-        Criteria are checked in DESIGN order (snapshot, commit files, time-travel limit, files,
-        CDF, schema). None when there is nothing to read (start_version > L) or
+        Criteria are checked in the order of docs/design.md (snapshot, commit files, time-travel
+        limit, files, CDF, schema). None when there is nothing to read (start_version > L) or
         start_version >= E. Below E the answer is exact for that start; it is None there only
         if commit timestamps go backwards (clock skew): E is then conservative.
 

@@ -8,15 +8,14 @@ import dagster as dg
 from pyspark.sql import SparkSession
 
 from cdf_platform.demo.bronze_assets import bronze_path, demo_bronze_asset
-from cdf_platform.orchestration.spark_resource import SparkResource
-from cdf_platform_tests.conftest import resource_for_lake
+from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 
 
 def _materialize_orders(spark_resource: SparkResource, lake: Path, batch_size: int) -> dict:
-    resource = resource_for_lake(spark_resource, lake)
+    lake_layout = LakeLayout(lake_root=str(lake), pipelines_file=str(lake / "pipelines.yaml"))
     result = dg.materialize(
         [demo_bronze_asset("orders")],
-        resources={"spark": resource},
+        resources={"spark": spark_resource, "lake": lake_layout},
         run_config={"ops": {"bronze__orders": {"config": {"batch_size": batch_size}}}},
     )
     assert result.success

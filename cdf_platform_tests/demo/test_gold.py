@@ -12,8 +12,8 @@ from cdf_platform.core.sql import sql_path
 from cdf_platform.demo.gold import CONSUMER_ID
 from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
 from cdf_platform.demo.silver_feed import consumer_watermark
-from cdf_platform.orchestration.silver import silver_key
-from cdf_platform.orchestration.spark_resource import SparkResource
+from cdf_platform.orchestration.keys import silver_key
+from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform_tests.lake_platform import (
     ORDERS,
     expected_totals,

@@ -16,13 +16,13 @@ delta-rs, never with the Spark engine under test):
   its stamp (an incremental run may also re-stamp a row a commit in the range rewrote with equal
   values; a rebuild after a source reset re-stamps rows stamped above W).
 
-Ground truth of a lost window for a run from watermark W to latest L (DESIGN.md section 4, checked
-independently of the engine's replay-window code): the table was recreated (new table id), or a
-commit file of W+1..L is missing or the snapshot at W+1 cannot be built, or a file that a commit
-of W+1..L needs is gone (its `cdc` files, else its `add`/`remove` files with dataChange), or
-W+1 < L and timestamp(W+1) is older than `delta.deletedFileRetentionDuration` (Delta always lets
-a read start at the latest version), or the change feed was off at a version in W+1..L, or a
-column was dropped in W+1..L.
+Ground truth of a lost window for a run from watermark W to latest L (docs/design.md section 4,
+checked independently of the engine's replay-window code): the table was recreated (new table id),
+or a commit file of W+1..L is missing or the snapshot at W+1 cannot be built, or a file that a
+commit of W+1..L needs is gone (its `cdc` files, else its `add`/`remove` files with dataChange), or
+W+1 < L and timestamp(W+1) is older than `delta.deletedFileRetentionDuration` (Delta always lets a
+read start at the latest version), or the change feed was off at a version in W+1..L, or a column
+was dropped in W+1..L.
 """
 
 from __future__ import annotations

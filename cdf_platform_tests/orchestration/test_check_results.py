@@ -9,9 +9,8 @@ import dagster as dg
 import pytest
 
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.orchestration.consumer_lag import consumer_lag_result
-from cdf_platform.orchestration.figures import UNKNOWN
-from cdf_platform.orchestration.replay_window_check import replay_window_result
+from cdf_platform.orchestration.checks import consumer_lag_result, replay_window_result
+from cdf_platform.orchestration.figures import UNKNOWN, headroom_hours
 from cdf_platform.planning.status import PipelineStatus, WindowState
 
 SPEC = PipelineSpec(
@@ -32,6 +31,7 @@ HEALTHY = PipelineStatus(
     earliest_replayable_version=12,
     replayable=True,
     headroom_hours=120.5,
+    retention_horizon_hours=168.0,
     state=WindowState.OK,
     lag_exceeded=False,
     problem_code=None,
@@ -58,11 +58,20 @@ MISSING = PipelineStatus(
     earliest_replayable_version=None,
     replayable=False,
     headroom_hours=None,
+    retention_horizon_hours=None,
     state=WindowState.SOURCE_MISSING,
     lag_exceeded=False,
     problem_code="SOURCE_NOT_FOUND",
     problem="no Delta table at /lake/bronze/orders",
 )
+BLOCKED = replace(
+    HEALTHY,
+    state=WindowState.BLOCKED,
+    replayable=False,
+    problem_code="TARGET_OWNED_BY_OTHER_PIPELINE",
+    problem="TargetOwnershipConflict: silver table is owned by 'payments'",
+)
+CAUGHT_UP = replace(HEALTHY, watermark=43, version_lag=0, lag_hours=0.0, headroom_hours=None)
 
 LAG_FIGURES = ("version_lag", "data_version_lag", "watermark", "latest_version")
 WINDOW_FIGURES = ("earliest_replayable_version", "watermark", "latest_version", "replayable")
@@ -117,8 +126,9 @@ def test_consumer_lag_figures_and_their_sentinel() -> None:
         (LOW, 20.0, False, dg.AssetCheckSeverity.WARN),
         (LOST, 0.0, False, dg.AssetCheckSeverity.ERROR),
         (MISSING, None, False, dg.AssetCheckSeverity.WARN),
+        (BLOCKED, 120.5, False, dg.AssetCheckSeverity.ERROR),
     ],
-    ids=["healthy", "low-headroom", "lost", "bronze-missing"],
+    ids=["healthy", "low-headroom", "lost", "bronze-missing", "blocked"],
 )
 def test_replay_window_warns_on_low_headroom_and_errors_when_lost(
     status: PipelineStatus, headroom: float | None, passed: bool, severity: dg.AssetCheckSeverity
@@ -145,3 +155,9 @@ def test_replay_window_figures_of_a_lost_window() -> None:
     assert "41..43 cannot be replayed" in (result.description or "")
     healthy = replay_window_result(SPEC, HEALTHY, 120.5).metadata
     assert (healthy["replayable"].value, healthy["problem_code"].value) == (1, "NONE")
+
+
+def test_headroom_is_the_retention_horizon_while_nothing_waits_to_be_replayed() -> None:
+    assert headroom_hours(HEALTHY) == 120.5
+    assert headroom_hours(CAUGHT_UP) == 168.0
+    assert headroom_hours(MISSING) is None

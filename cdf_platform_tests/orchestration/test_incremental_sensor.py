@@ -9,8 +9,8 @@ from typing import Any
 import dagster as dg
 from pyspark.sql import SparkSession
 
-from cdf_platform.orchestration.silver import silver_key
-from cdf_platform.orchestration.spark_resource import SparkResource
+from cdf_platform.orchestration.keys import silver_key
+from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform_tests.lake_platform import (
     bronze_batch,
     lake_defs,

@@ -10,21 +10,19 @@ import yaml
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.sql import sql_path
-from cdf_platform.orchestration.lake_resource import ControlTableResource
 from cdf_platform.orchestration.maintenance_jobs import build_maintenance_jobs, maintenance_job_name
-from cdf_platform.orchestration.spark_resource import SparkResource
+from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.runner import run_pipeline
 from cdf_platform_tests.bronze import insert, make_bronze, sql
-from cdf_platform_tests.conftest import resource_for_lake
 
 PIPELINE = {"id": "people", "source": "bronze/people", "target": "silver/people", "keys": ["id"]}
 
 
-def _lagging_platform(spark: SparkSession, lake: Path) -> ControlTableResource:
+def _lagging_platform(spark: SparkSession, lake: Path) -> LakeLayout:
     """bronze/people keeps 1 hour of deleted files; its consumer is behind by an update."""
     pipelines = lake / "pipelines.yaml"
     pipelines.write_text(yaml.safe_dump({"pipelines": [PIPELINE]}), encoding="utf-8")
-    control = ControlTableResource(lake_root=str(lake), pipelines_file=str(pipelines))
+    control = LakeLayout(lake_root=str(lake), pipelines_file=str(pipelines))
     spec = control.spec("people")
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20)])
     sql(
@@ -40,14 +38,14 @@ def _lagging_platform(spark: SparkSession, lake: Path) -> ControlTableResource:
 
 
 def _run(
-    spark_resource: SparkResource, lake: Path, control: ControlTableResource, **config: Any
+    spark_resource: SparkResource, lake: Path, control: LakeLayout, **config: Any
 ) -> tuple[dg.ExecuteInProcessResult, dg.DagsterInstance]:
     (job,) = build_maintenance_jobs(control.specs())
     assert job.name == maintenance_job_name("people")
     instance = dg.DagsterInstance.ephemeral()
     result = job.execute_in_process(
         run_config={"ops": {"vacuum_people": {"config": {"listing_parallelism": 2, **config}}}},
-        resources={"spark": resource_for_lake(spark_resource, lake), "control_table": control},
+        resources={"spark": spark_resource, "lake": control},
         instance=instance,
         raise_on_error=False,
     )

@@ -19,12 +19,10 @@ from cdf_platform.core.sql import sql_path
 from cdf_platform.demo.gold import CONSUMER_ID
 from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
 from cdf_platform.demo.silver_feed import consumer_watermark
-from cdf_platform.orchestration.consumer_lag import CONSUMER_LAG
-from cdf_platform.orchestration.lake_resource import ControlTableResource
-from cdf_platform.orchestration.rebuild_job import rebuild_run_config
-from cdf_platform.orchestration.replay_window_check import REPLAY_WINDOW
-from cdf_platform.orchestration.silver import silver_key
-from cdf_platform.orchestration.spark_resource import SparkResource
+from cdf_platform.orchestration.checks import CONSUMER_LAG, REPLAY_WINDOW
+from cdf_platform.orchestration.jobs import rebuild_run_config
+from cdf_platform.orchestration.keys import silver_key
+from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.status import WindowState, pipeline_status
 from cdf_platform_tests.lake_platform import (
     ORDERS,
@@ -124,8 +122,8 @@ def test_lost_window_is_reported_rebuilt_once_and_passes_again(
     spark: SparkSession, spark_resource: SparkResource, lake: Path
 ) -> None:
     defs = lake_defs(spark_resource, lake, ORDERS, STRICT)
-    control = defs.resources["control_table"]  # type: ignore[index]
-    assert isinstance(control, ControlTableResource)
+    control = defs.resources["lake"]  # type: ignore[index]
+    assert isinstance(control, LakeLayout)
     orders = find_spec(control.specs(), "orders")
     bronze, silver = orders.source, orders.target
     gold = control.table_path("gold", "customer_order_totals")
@@ -145,7 +143,7 @@ def test_lost_window_is_reported_rebuilt_once_and_passes_again(
         bronze_batch(defs, "orders", instance, 30)
         bronze_batch(defs, "orders", instance, 30)
         vacuum_breaking_the_window(spark, bronze)
-        status = pipeline_status(orders)
+        status = pipeline_status(orders, control.control())
         assert status.state is WindowState.LOST
         latest = status.latest_version
         assert latest is not None

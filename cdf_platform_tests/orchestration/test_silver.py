@@ -8,8 +8,8 @@ from pathlib import Path
 import dagster as dg
 from pyspark.sql import SparkSession
 
-from cdf_platform.orchestration.silver import silver_key
-from cdf_platform.orchestration.spark_resource import SparkResource
+from cdf_platform.orchestration.keys import silver_key
+from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform_tests.lake_platform import (
     ORDERS,
     bronze_batch,

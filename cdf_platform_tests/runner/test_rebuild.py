@@ -67,7 +67,7 @@ def test_classic_outage_timeline_is_detected_before_any_read_and_rebuilt_exactly
     latest = DeltaTable(spec.source).version()
     assert latest >= watermark + 150
 
-    status = pipeline_status(spec)
+    status = pipeline_status(spec, control)
     assert status.state is WindowState.LOST
     assert status.problem_code == "WATERMARK_OUTSIDE_RETENTION"
     plan = plan_pipeline(spec, control)
@@ -239,7 +239,7 @@ def test_column_dropped_in_the_first_version_after_the_watermark_is_not_replayed
     insert_narrow.write.format("delta").mode("append").save(spec.source)
     assert watermark is not None
 
-    assert pipeline_status(spec).state is WindowState.LOST
+    assert pipeline_status(spec, control).state is WindowState.LOST
     result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
     assert (result.mode, result.incident_code) == (RunMode.REBUILD, "INCOMPATIBLE_SCHEMA_CHANGE")
     assert rows(spark, spec.target, "id", "name", "amount") == [

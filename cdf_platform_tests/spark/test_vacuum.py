@@ -64,7 +64,7 @@ def test_raise_policy_extends_retention_then_vacuums_without_cutting_the_window(
     assert _property(spark, spec.source, "delta.deletedFileRetentionDuration") == "interval 7 hours"
     # The default logRetentionDuration (30 days) already exceeds 7 h + the 24 h margin.
     assert decision.new_log_retention_hours is None
-    status = pipeline_status(spec)
+    status = pipeline_status(spec, control)
     assert status.replayable
     # Replayable, with ~7 h of headroom: below the spec's 24 h minimum, so it warns.
     assert status.state is WindowState.LOW_HEADROOM
@@ -101,7 +101,7 @@ def test_refuses_when_retention_cannot_cover_a_consumer(
 def test_retain_zero_is_refused_while_a_consumer_is_behind_and_cuts_the_window_with_override(
     spark: SparkSession, lake: Path
 ) -> None:
-    spec, _control = _lagging_consumer(spark, lake)
+    spec, control = _lagging_consumer(spark, lake)
     refused = plan_vacuum(spec.source, [spec], retain_zero=True)
     assert refused.action is VacuumAction.REFUSE
     assert "['people']" in refused.reason
@@ -111,7 +111,7 @@ def test_retain_zero_is_refused_while_a_consumer_is_behind_and_cuts_the_window_w
     outcome = execute_vacuum(spark, forced)
     assert outcome.vacuumed
     assert outcome.files_deleted is None or outcome.files_deleted > 0
-    status = pipeline_status(spec)
+    status = pipeline_status(spec, control)
     assert status.state is WindowState.LOST
     assert status.problem_code == "WATERMARK_OUTSIDE_RETENTION"
 
@@ -123,11 +123,11 @@ def test_vacuums_when_every_consumer_is_caught_up(spark: SparkSession, lake: Pat
     assert decision.action is VacuumAction.VACUUM
     assert decision.consumers[0].first_needed_version is None
     assert execute_vacuum(spark, decision).vacuumed
-    status = pipeline_status(spec)
+    status = pipeline_status(spec, control)
     # VACUUM START/END are two new versions without data: a lag in versions, not in data.
     assert (status.version_lag, status.data_version_lag) == (2, 0)
     assert status.replayable
     assert (
         run_pipeline(spec, spark_factory=lambda: spark, control=control).mode is RunMode.INCREMENTAL
     )
-    assert pipeline_status(spec).state is WindowState.OK
+    assert pipeline_status(spec, control).state is WindowState.OK

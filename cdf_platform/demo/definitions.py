@@ -1,0 +1,46 @@
+"""The demo's Definitions: the platform's definitions merged with the demo's own bronze writers,
+the gold asset fed by silver orders, and their jobs.
+
+Used by `cdf-platform demo` and by `make dev` on the demo's instance (workspace.demo.yaml); the
+production entry point (`cdf_platform.definitions`) never includes any of it, so a real bronze
+table named `orders` stays an external asset there.
+"""
+
+import dagster as dg
+
+from cdf_platform.definitions import build_defs
+from cdf_platform.demo.bronze_assets import demo_bronze_assets
+from cdf_platform.demo.gold_asset import customer_order_totals_asset
+from cdf_platform.demo.jobs import demo_bronze_job, gold_job
+from cdf_platform.orchestration.resources import LakeLayout, SparkResource
+
+# The demo pipeline whose silver table feeds gold/customer_order_totals.
+ORDERS_PIPELINE = "orders"
+
+
+def build_demo_defs(
+    lake: LakeLayout | None = None, spark: SparkResource | None = None
+) -> dg.Definitions:
+    """The platform's definitions for the pipelines `lake` lists, plus the demo's assets.
+
+    Args:
+        lake: pipelines file, lake root and control tables (default: from the environment).
+        spark: the Spark resource (default: from the environment).
+    """
+    lake = lake or LakeLayout.from_environment()
+    writers = [asset.key for asset in demo_bronze_assets]
+    platform = build_defs(lake, spark, bronze_written_here=writers)
+    specs = lake.bound().specs()
+    gold = (
+        [customer_order_totals_asset(ORDERS_PIPELINE)]
+        if any(spec.id == ORDERS_PIPELINE for spec in specs)
+        else []
+    )
+    demo = dg.Definitions(assets=[*demo_bronze_assets, *gold], jobs=[demo_bronze_job, gold_job])
+    return dg.Definitions.merge(platform, demo)
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    """The demo's definitions on the environment's lake (loaded by Dagster, not at import)."""
+    return build_demo_defs()

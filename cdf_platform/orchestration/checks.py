@@ -1,0 +1,185 @@
+"""The `consumer_lag` and `replay_window` checks of every silver asset, evaluated together.
+
+- `consumer_lag`: how far silver is behind bronze, counted from the first bronze commit silver
+  has not applied (docs/design.md section 4): versions L - W, the data-changing ones among them,
+  and hours since commit W + 1. Fails with severity ERROR above `max_allowed_lag_hours`.
+- `replay_window`: whether the first unapplied bronze commit is still inside the exact replay
+  window with at least `min_headroom_hours` to spare; WARN below that headroom, ERROR once the
+  window is lost (or a problem blocks every run). It is blocking: a run that includes it does
+  not materialize silver's downstream assets after an ERROR. The rebuild sensor reads it.
+
+One `multi_asset_check` per pipeline computes the pipeline's status once (bronze's log read
+once, the same assessment a run plans from) and reports both. Never starts Spark.
+"""
+
+from collections.abc import Iterator
+from typing import Any
+
+import dagster as dg
+
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.orchestration.figures import count, flag, headroom_hours, hours, text
+from cdf_platform.orchestration.keys import silver_key
+from cdf_platform.orchestration.resources import LakeLayout
+from cdf_platform.planning.status import PipelineStatus, WindowState, pipeline_status
+
+CONSUMER_LAG = "consumer_lag"
+REPLAY_WINDOW = "replay_window"
+
+
+def _result(check: str, spec: PipelineSpec, **fields: Any) -> dg.AssetCheckResult:
+    """A result of `check` on `spec`'s silver asset (named: one op reports both checks)."""
+    return dg.AssetCheckResult(asset_key=silver_key(spec.id), check_name=check, **fields)
+
+
+def consumer_lag_result(spec: PipelineSpec, status: PipelineStatus) -> dg.AssetCheckResult:
+    """The check result for `status`, with numeric lag figures (see `orchestration.figures`)."""
+    metadata: dict[str, dg.MetadataValue] = {
+        "version_lag": count(status.version_lag),
+        "data_version_lag": count(status.data_version_lag),
+        "lag_hours": hours(status.lag_hours),
+        "watermark": count(status.watermark),
+        "latest_version": count(status.latest_version),
+        "max_allowed_lag_hours": hours(spec.max_allowed_lag_hours),
+        "state": text(status.state.value),
+    }
+    if status.state is WindowState.SOURCE_MISSING:
+        return _result(
+            CONSUMER_LAG,
+            spec,
+            passed=False,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=f"bronze is missing, lag unknown: {status.problem}",
+            metadata=metadata,
+        )
+    if status.lag_exceeded:
+        return _result(
+            CONSUMER_LAG,
+            spec,
+            passed=False,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=(
+                f"silver is {status.lag_hours:.1f} h behind bronze (allowed: "
+                f"{spec.max_allowed_lag_hours:g} h): {status.version_lag} versions, "
+                f"{status.data_version_lag} with data, after watermark {status.watermark}"
+            ),
+            metadata=metadata,
+        )
+    return _result(
+        CONSUMER_LAG,
+        spec,
+        passed=True,
+        description=f"{status.version_lag} versions ({status.lag_hours or 0:.1f} h) behind",
+        metadata=metadata,
+    )
+
+
+def replay_window_result(
+    spec: PipelineSpec, status: PipelineStatus, headroom: float | None
+) -> dg.AssetCheckResult:
+    """The check result for `status`; `headroom` as from `orchestration.figures.headroom_hours`."""
+    metadata: dict[str, dg.MetadataValue] = {
+        "earliest_replayable_version": count(status.earliest_replayable_version),
+        "watermark": count(status.watermark),
+        "latest_version": count(status.latest_version),
+        "headroom_hours": hours(headroom),
+        "min_headroom_hours": hours(spec.min_headroom_hours),
+        "replayable": flag(status.replayable),
+        "state": text(status.state.value),
+        "problem_code": text(status.problem_code),
+    }
+    if status.state is WindowState.LOST:
+        return _result(
+            REPLAY_WINDOW,
+            spec,
+            passed=False,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=f"replay window lost: {status.problem}",
+            metadata=metadata,
+        )
+    if status.state is WindowState.BLOCKED:
+        return _result(
+            REPLAY_WINDOW,
+            spec,
+            passed=False,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=f"runs fail until the input is fixed: {status.problem}",
+            metadata=metadata,
+        )
+    if status.state is WindowState.SOURCE_MISSING:
+        return _result(
+            REPLAY_WINDOW,
+            spec,
+            passed=False,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=f"bronze is missing: {status.problem}",
+            metadata=metadata,
+        )
+    if status.state is WindowState.LOW_HEADROOM:
+        return _result(
+            REPLAY_WINDOW,
+            spec,
+            passed=False,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=(
+                f"{headroom or 0:.1f} h until bronze version {(status.watermark or 0) + 1} leaves "
+                f"the replay window (minimum {spec.min_headroom_hours:g} h): run silver, or "
+                "raise delta.deletedFileRetentionDuration on bronze"
+            ),
+            metadata=metadata,
+        )
+    return _result(
+        REPLAY_WINDOW,
+        spec,
+        passed=True,
+        description=f"replayable from version {status.earliest_replayable_version}",
+        metadata=metadata,
+    )
+
+
+def pipeline_checks(spec: PipelineSpec) -> dg.AssetChecksDefinition:
+    """`consumer_lag` and the blocking `replay_window` on `spec`'s silver asset, computed from one
+    status evaluation."""
+    key = silver_key(spec.id)
+
+    @dg.multi_asset_check(
+        name=f"{key.to_python_identifier()}_checks",
+        specs=[
+            dg.AssetCheckSpec(
+                CONSUMER_LAG,
+                asset=key,
+                description=(
+                    "How far silver is behind bronze, counted from the first unapplied bronze "
+                    f"commit: fails above {spec.max_allowed_lag_hours:g} hours."
+                ),
+            ),
+            dg.AssetCheckSpec(
+                REPLAY_WINDOW,
+                asset=key,
+                blocking=True,
+                description=(
+                    "Whether the bronze versions silver has not applied can still be read from "
+                    f"the change feed: warns below {spec.min_headroom_hours:g} hours of headroom, "
+                    "errors (and blocks downstream assets) once the window is lost."
+                ),
+            ),
+        ],
+        # Only the selected checks are computed and reported (a run may select one of them).
+        can_subset=True,
+    )
+    def _checks(
+        context: dg.AssetCheckExecutionContext, lake: LakeLayout
+    ) -> Iterator[dg.AssetCheckResult]:
+        status = pipeline_status(spec, lake.control())
+        selected = {check.name for check in context.selected_asset_check_keys}
+        if CONSUMER_LAG in selected:
+            yield consumer_lag_result(spec, status)
+        if REPLAY_WINDOW in selected:
+            yield replay_window_result(spec, status, headroom_hours(status))
+
+    return _checks
+
+
+def silver_checks(specs: list[PipelineSpec]) -> list[dg.AssetChecksDefinition]:
+    """The checks of every pipeline's silver asset."""
+    return [pipeline_checks(spec) for spec in specs]

@@ -1,0 +1,86 @@
+"""The platform's jobs over silver and their schedule.
+
+- `incremental_job`: bring silver assets up to date with their bronze tables. Each silver asset
+  runs in the mode its plan picks (incremental, initial load, fallback rebuild, or a no-op that
+  never starts Spark), followed by its checks. The incremental sensor launches it for one
+  pipeline at a time.
+- `rebuild_job`: reconcile silver from a pinned bronze snapshot. A rebuild is a materialization
+  of the silver asset with `force_rebuild: true`, so it holds the pipeline's pool (never
+  concurrent with an incremental run of the same pipeline), records the incident on silver's
+  materialization and re-evaluates silver's checks in the same run. Launch it for one silver
+  asset ("Materialize selected" in the UI, or `asset_selection` in a run request). A FAIL_FAST
+  pipeline refuses unless its config also says `override_fail_fast: true`.
+- `checks_job` and `checks_schedule`: evaluate silver's checks without materializing anything.
+  The checks read logs only, so this job never starts Spark. Each evaluation stores numeric lag
+  and headroom figures (plotted on the checks' pages) and feeds the rebuild sensor.
+"""
+
+from typing import TYPE_CHECKING
+
+import dagster as dg
+
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.orchestration.keys import SILVER_PREFIX, silver_key, silver_op_name
+from cdf_platform.orchestration.silver import SilverRunConfig
+
+if TYPE_CHECKING:
+    # Not exported at the top level of dagster; the type of what define_asset_job returns.
+    from dagster._core.definitions.unresolved_asset_job_definition import (
+        UnresolvedAssetJobDefinition,
+    )
+
+INCREMENTAL_JOB = "incremental_job"
+REBUILD_JOB = "rebuild_job"
+CHECKS_JOB = "checks_job"
+CHECKS_SCHEDULE = "checks_schedule"
+
+_SILVER = dg.AssetSelection.groups(SILVER_PREFIX)
+
+incremental_job = dg.define_asset_job(
+    INCREMENTAL_JOB,
+    # A group selection includes the checks of the selected assets.
+    selection=_SILVER,
+    description="Apply new bronze versions to silver (per pipeline: incremental MERGE, initial "
+    "load, fallback rebuild, or nothing), then evaluate silver's checks.",
+)
+
+checks_job = dg.define_asset_job(
+    CHECKS_JOB,
+    # The checks that target silver assets, without the assets themselves.
+    selection=_SILVER - _SILVER.without_checks(),
+    description="Evaluate consumer_lag and replay_window on every silver asset (no Spark).",
+)
+
+checks_schedule = dg.ScheduleDefinition(
+    name=CHECKS_SCHEDULE,
+    job=checks_job,
+    # Often enough that a window shrinking by hours is seen long before it is lost, and that the
+    # rebuild sensor reacts within minutes; each evaluation costs well under a second.
+    cron_schedule="*/15 * * * *",
+    description="Evaluate silver's checks every 15 minutes.",
+)
+
+
+def rebuild_run_config(pipeline_id: str, *, override_fail_fast: bool = False) -> dg.RunConfig:
+    """Run config of a rebuild of `pipeline_id` (for run requests and launches)."""
+    return dg.RunConfig(
+        ops={
+            silver_op_name(pipeline_id): SilverRunConfig(
+                force_rebuild=True, override_fail_fast=override_fail_fast
+            )
+        }
+    )
+
+
+def build_rebuild_job(specs: list[PipelineSpec]) -> "UnresolvedAssetJobDefinition":
+    """The rebuild job over the silver assets of `specs`, rebuilding by default."""
+    return dg.define_asset_job(
+        REBUILD_JOB,
+        selection=dg.AssetSelection.assets(*(silver_key(spec.id) for spec in specs)),
+        config=dg.RunConfig(
+            ops={silver_op_name(spec.id): SilverRunConfig(force_rebuild=True) for spec in specs}
+        ),
+        description="Reconcile the selected silver assets from a pinned bronze snapshot and "
+        "stamp that version as the watermark (select one pipeline; FAIL_FAST pipelines need "
+        "`override_fail_fast: true`).",
+    )

@@ -1,0 +1,47 @@
+"""Names the Dagster layer shares: asset keys, op names, pools and run tags.
+
+Asset keys follow docs/design.md section 8: `bronze/<table>` and `silver/<pipeline id>`.
+"""
+
+import dagster as dg
+
+from cdf_platform.core.spec import PipelineSpec
+
+BRONZE_PREFIX = "bronze"
+SILVER_PREFIX = "silver"
+# Run tag naming the pipeline of a run (sensors set it; handy for filtering runs in the UI).
+PIPELINE_TAG = "cdf_platform/pipeline_id"
+# Run tag naming the incident a rebuild repairs.
+INCIDENT_TAG = "cdf_platform/incident_code"
+
+
+def bronze_key(spec: PipelineSpec) -> dg.AssetKey:
+    """The bronze asset `spec` reads: `bronze/<bronze_name>`."""
+    return dg.AssetKey([BRONZE_PREFIX, spec.bronze_name])
+
+
+def silver_key(pipeline_id: str) -> dg.AssetKey:
+    """The silver asset of a pipeline: `silver/<pipeline_id>`."""
+    return dg.AssetKey([SILVER_PREFIX, pipeline_id])
+
+
+def silver_op_name(pipeline_id: str) -> str:
+    """The op name of a silver asset (the key of its config in run config)."""
+    return silver_key(pipeline_id).to_python_identifier()
+
+
+def pipeline_pool(pipeline_id: str) -> str:
+    """The Dagster pool of a pipeline's silver asset.
+
+    Every run that writes a pipeline's silver table (incremental or rebuild) holds this pool, so
+    with a limit of 1 at run granularity at most one such run is in progress. In the instance's
+    dagster.yaml:
+
+        concurrency:
+          pools:
+            granularity: run   # the limit counts runs holding the pool, not ops
+            default_limit: 1   # every cdf_pipeline_* pool without an explicit limit
+
+    or per pool: `dagster instance concurrency set cdf_pipeline_orders 1`.
+    """
+    return f"cdf_pipeline_{pipeline_id}"

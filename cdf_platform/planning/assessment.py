@@ -1,0 +1,225 @@
+"""One assessment of a pipeline from the logs alone (no JVM): the run plan, `status` and the
+Dagster checks are all derived from it, so they can never disagree.
+
+The assessment reads bronze's log once (latest version, table id, exact replay window), silver's
+log (owner and watermark) and the table id the control table recorded, and names the first
+problem in the order a run meets them:
+
+- blocking (a person must fix the input; a rebuild would not help): bronze missing
+  (`SourceNotFound`), a target owned by another pipeline or holding other files
+  (`TargetOwnershipConflict`), a bronze column named like one the platform adds
+  (`InvalidPipelineSpec`), the change feed off before the first load (`CdfNotEnabled`);
+- the replay window lost for this consumer (a rebuild repairs it): bronze recreated or behind
+  the watermark (`SourceReset`), then the first break of the window after the watermark
+  (`ReplayWindowLost`, `IncompatibleSchemaChange`, `CdfNotEnabled`).
+
+Example:
+    >>> assessment = assess_pipeline(spec, known_source_id=None)  # doctest: +SKIP
+    >>> assessment.problem is None, assessment.watermark  # doctest: +SKIP
+    (True, 57)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from cdf_platform.core.errors import (
+    CdfNotEnabled,
+    CdfPlatformError,
+    IncompatibleSchemaChange,
+    InvalidPipelineSpec,
+    ReplayWindowLost,
+    SourceNotFound,
+    SourceReset,
+    TargetOwnershipConflict,
+    foreign_files_at_target,
+)
+from cdf_platform.core.spec import CDF_COLUMNS, RESERVED_COLUMNS, PipelineSpec
+from cdf_platform.deltalog.tables import holds_foreign_files, is_delta_table
+from cdf_platform.state.control import ControlTable
+from cdf_platform.state.watermark import SilverState, read_silver_state
+from cdf_platform.window.replay_window import (
+    ConsumerAssessment,
+    ReplayWindow,
+    WindowBreakKind,
+    assess_consumer,
+    compute_replay_window,
+)
+
+# Problems a snapshot rebuild repairs (when the pipeline's fallback allows it).
+REBUILDABLE = (ReplayWindowLost, SourceReset, IncompatibleSchemaChange, CdfNotEnabled)
+
+
+@dataclass(frozen=True)
+class PipelineAssessment:
+    """What the logs say about one pipeline at one instant.
+
+    Attributes:
+        spec: the pipeline (locations resolved).
+        silver: silver's log (owner, watermark, generation).
+        window: bronze's replay window (None when bronze is missing).
+        consumer: lag and headroom of the watermark against the window (None likewise).
+        problem: the first problem a run meets (see the module docstring), or None.
+        blocking: whether `problem` needs a person (True) or a rebuild repairs it (False).
+    """
+
+    spec: PipelineSpec
+    silver: SilverState
+    window: ReplayWindow | None
+    consumer: ConsumerAssessment | None
+    problem: CdfPlatformError | None
+    blocking: bool
+
+    @property
+    def watermark(self) -> int | None:
+        """The last bronze version applied to silver."""
+        return self.silver.watermark
+
+    @property
+    def window_lost(self) -> bool:
+        """Whether the consumer can no longer continue incrementally (a rebuild repairs it)."""
+        return self.problem is not None and not self.blocking
+
+
+def window_problem(spec: PipelineSpec, window: ReplayWindow, start: int) -> CdfPlatformError | None:
+    """The classified reason a CDF read of [start, L] cannot give every change, or None."""
+    found = window.break_for_consumer(start - 1)
+    if found is None:
+        return None
+    what = f"bronze versions {start}..{window.latest_version} cannot be replayed: {found.detail}"
+    kind: type[CdfPlatformError] = ReplayWindowLost
+    if found.kind is WindowBreakKind.SCHEMA_CHANGE:
+        kind = IncompatibleSchemaChange
+    elif found.kind is WindowBreakKind.CDF_DISABLED:
+        kind = CdfNotEnabled
+    else:
+        what += f" (earliest replayable version is {window.earliest_replayable_version})"
+    return kind(what, pipeline_id=spec.id, table=spec.source, version=found.version)
+
+
+def colliding_columns_problem(
+    spec: PipelineSpec, window: ReplayWindow
+) -> InvalidPipelineSpec | None:
+    """A bronze column named like one the change feed or silver adds, or None.
+
+    Delta's change feed adds `_change_type`, `_commit_version` and `_commit_timestamp` to every
+    row, and silver adds `_source_commit_version`, `_is_deleted` and `_deleted_at`: a bronze
+    column of the same name would be shadowed or collide, so it is refused before any read.
+    """
+    schema = window.log.schema_at(window.latest_version) or {}
+    fields = schema.get("fields", [])
+    columns = (
+        [str(f["name"]) for f in fields if isinstance(f, dict)] if isinstance(fields, list) else []
+    )
+    copied = set(spec.include_columns) if spec.include_columns is not None else set(columns)
+    colliding = [c for c in columns if c in CDF_COLUMNS or (c in RESERVED_COLUMNS and c in copied)]
+    if not colliding:
+        return None
+    return InvalidPipelineSpec(
+        f"bronze columns {colliding} are named like columns the change feed or silver adds "
+        f"({sorted(CDF_COLUMNS | RESERVED_COLUMNS)})",
+        pipeline_id=spec.id,
+        table=spec.source,
+        action="rename the bronze column (a silver column name can also be left out with "
+        "`include_columns`)",
+    )
+
+
+def reset_problem(
+    spec: PipelineSpec, silver: SilverState, window: ReplayWindow, known_source_id: str | None
+) -> SourceReset | None:
+    """Bronze recreated (another table id than silver or the control table recorded) or its
+    latest version below the watermark, or None."""
+    watermark = silver.watermark
+    recorded = silver.source_table_id or known_source_id
+    if watermark is not None and recorded is not None and recorded != window.table_id:
+        return SourceReset(
+            f"bronze table id changed from {recorded} to {window.table_id} (the table was "
+            "recreated); the watermark no longer refers to this table",
+            pipeline_id=spec.id,
+            table=spec.source,
+            version=watermark,
+        )
+    if watermark is not None and window.latest_version < watermark:
+        return SourceReset(
+            f"bronze latest version {window.latest_version} is below the watermark {watermark}",
+            pipeline_id=spec.id,
+            table=spec.source,
+            version=watermark,
+        )
+    return None
+
+
+def _ownership_problem(spec: PipelineSpec, silver: SilverState) -> CdfPlatformError | None:
+    if silver.exists and silver.owner != spec.id:
+        return TargetOwnershipConflict(
+            f"silver table is owned by {silver.owner!r}"
+            if silver.owner
+            else "silver table exists but was not created by cdf_platform",
+            pipeline_id=spec.id,
+            table=spec.target,
+        )
+    if not silver.exists and holds_foreign_files(spec.target):
+        return foreign_files_at_target(spec.id, spec.target)
+    return None
+
+
+def assess_pipeline(
+    spec: PipelineSpec, *, known_source_id: str | None, now: datetime | None = None
+) -> PipelineAssessment:
+    """Assess `spec` from bronze's and silver's logs (JVM-free; bronze's log is read once).
+
+    Args:
+        spec: the pipeline (locations resolved).
+        known_source_id: the bronze table id the control table recorded, used when silver's
+            recent log no longer holds it (see `ControlTable.recorded_source_id`).
+        now: the clock for lag, headroom and the time-travel limit (default: current UTC time).
+    """
+    now = now or datetime.now(UTC)
+    silver = read_silver_state(spec.target, spec.id)
+
+    def blocked(
+        problem: CdfPlatformError, window: ReplayWindow | None = None
+    ) -> PipelineAssessment:
+        consumer = assess_consumer(window, silver.watermark, now=now) if window else None
+        return PipelineAssessment(spec, silver, window, consumer, problem, blocking=True)
+
+    if not is_delta_table(spec.source):
+        return blocked(
+            SourceNotFound(
+                f"no Delta table at {spec.source}", pipeline_id=spec.id, table=spec.source
+            )
+        )
+    ownership = _ownership_problem(spec, silver)
+    if ownership is not None:
+        return blocked(ownership)
+    window = compute_replay_window(spec.source, now=now)
+    invalid = colliding_columns_problem(spec, window)
+    if invalid is not None:
+        return blocked(invalid, window)
+    if silver.watermark is None and not window.cdf_enabled_at_latest:
+        return blocked(
+            CdfNotEnabled(
+                "the change feed is off on the source, so silver could not follow it",
+                pipeline_id=spec.id,
+                table=spec.source,
+            ),
+            window,
+        )
+    consumer = assess_consumer(window, silver.watermark, now=now)
+    problem: CdfPlatformError | None = reset_problem(spec, silver, window, known_source_id)
+    if (
+        problem is None
+        and silver.watermark is not None
+        and silver.watermark < window.latest_version
+    ):
+        problem = window_problem(spec, window, silver.watermark + 1)
+    return PipelineAssessment(spec, silver, window, consumer, problem, blocking=False)
+
+
+def assess_with_control(
+    spec: PipelineSpec, control: ControlTable, *, now: datetime | None = None
+) -> PipelineAssessment:
+    """`assess_pipeline` with the bronze table id `control` recorded for the pipeline."""
+    return assess_pipeline(spec, known_source_id=control.recorded_source_id(spec.id), now=now)
