@@ -2,8 +2,8 @@
 
 A read is always pinned on both ends: `startingVersion` = watermark + 1 and `endingVersion` = a
 version verified to exist (Delta clamps a larger `endingVersion` to the latest silently).
-Failures are classified by Delta error condition, whether they surface at `load()` or only when
-an action runs.
+Failures are classified by Delta error condition (`cdf_platform.spark.failures`), whether they
+surface at `load()` or only when an action runs.
 
 Example:
     >>> frame = read_changes(spark, "/lake/bronze/orders", 42, 57)  # doctest: +SKIP
@@ -17,18 +17,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from cdf_platform.core.errors import (
-    CdfNotEnabled,
     CdfPlatformError,
-    ConcurrentWriteConflict,
     DataQualityError,
-    IncompatibleSchemaChange,
     InvalidPipelineSpec,
-    ReplayWindowLost,
     SourceNotFound,
     UnknownReadFailure,
 )
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident
+from cdf_platform.spark.failures import failure_facts, rule_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -43,52 +40,6 @@ COMMIT_TIMESTAMP = "_commit_timestamp"
 _SURVIVOR_PRIORITY = 1
 _DELETE_PRIORITY = 0
 
-# Error conditions (and the Java exceptions behind raw Py4JJavaErrors) that mean the change feed
-# for the range is gone: vacuumed files, cleaned-up commits, or the Delta >= 4.1 time-travel
-# limit on CDF reads older than delta.deletedFileRetentionDuration.
-_WINDOW_LOST_MARKERS = (
-    "FAILED_READ_FILE.FILE_NOT_EXIST",
-    "FAILED_READ_FILE",
-    "DELTA_CHANGE_DATA_FILE_NOT_FOUND",
-    "DELTA_FILE_NOT_FOUND",
-    "DELTA_TRUNCATED_TRANSACTION_LOG",
-    "DELTA_LOG_FILE_NOT_FOUND",
-    "DELTA_VERSIONS_NOT_CONTIGUOUS",
-    "DELTA_UNSUPPORTED_TIME_TRAVEL_BEYOND_DELETED_FILE_RETENTION_DURATION",
-    "DELTA_STATE_RECOVER_ERROR",
-    "DELTA_NO_COMMITS_FOUND",
-    "DELTA_INVALID_CDC_RANGE",
-    "java.io.FileNotFoundException",
-)
-_CDF_DISABLED_MARKERS = (
-    "DELTA_MISSING_CHANGE_DATA",
-    "DELTA_CHANGE_TABLE_FEED_DISABLED",
-)
-_SCHEMA_MARKERS = (
-    "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE",
-    "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_DATA_SCHEMA",
-    "DELTA_BLOCK_CDF_COLUMN_MAPPING_READS",
-    "DELTA_STREAMING_INCOMPATIBLE_SCHEMA_CHANGE",
-)
-# Optimistic-concurrency conflicts of a silver write: another run committed first.
-CONFLICT_MARKERS = (
-    "DELTA_CONCURRENT_",
-    "ConcurrentAppendException",
-    "ConcurrentDeleteReadException",
-    "ConcurrentDeleteDeleteException",
-    "ConcurrentTransactionException",
-    "DELTA_PROTOCOL_CHANGED",
-    "ProtocolChangedException",
-    "DELTA_METADATA_CHANGED",
-    "MetadataChangedException",
-)
-_NOT_FOUND_MARKERS = (
-    "DELTA_MISSING_DELTA_TABLE",
-    "DELTA_TABLE_NOT_FOUND",
-    "PATH_NOT_FOUND",
-    "DELTA_PATH_DOES_NOT_EXIST",
-)
-
 
 @dataclass(frozen=True)
 class ReadContext:
@@ -101,39 +52,26 @@ class ReadContext:
 
 
 def classify_read_failure(err: BaseException, ctx: ReadContext) -> CdfPlatformError:
-    """Map a Spark/Delta failure of a change-feed read to the platform's taxonomy.
+    """Map a Spark/Delta failure of a read or a silver write to the platform's taxonomy.
 
-    Classification goes by error condition text, since many of these reach Python as a raw
-    Py4JJavaError without a structured condition.
+    The table of `cdf_platform.spark.failures` decides: error conditions and Delta's typed
+    exceptions along the cause chain first, the message text only as the fallback (many of
+    these failures reach Python as a raw Py4JJavaError).
     """
     if isinstance(err, CdfPlatformError):
         return err
-    text = f"{type(err).__name__}: {err}"
-    first_line = text.strip().splitlines()[0][:500] if text.strip() else type(err).__name__
-
-    def error(cls: type[CdfPlatformError], problem: str) -> CdfPlatformError:
-        return cls(problem, pipeline_id=ctx.pipeline_id, table=ctx.table, version=ctx.start_version)
-
+    facts = failure_facts(err)
+    first_line = facts.first_line or type(err).__name__
     range_text = f"bronze change feed ({ctx.start_version - 1}, {ctx.end_version}]"
-    if any(marker in text for marker in CONFLICT_MARKERS):
-        return error(
-            ConcurrentWriteConflict,
-            f"another run committed to silver while this one applied {range_text} ({first_line})",
-        )
-    if any(marker in text for marker in _NOT_FOUND_MARKERS):
-        return error(SourceNotFound, f"{ctx.table} is not a readable Delta table ({first_line})")
-    if any(marker in text for marker in _CDF_DISABLED_MARKERS):
-        return error(
-            CdfNotEnabled, f"the change feed is not recorded for all of {range_text} ({first_line})"
-        )
-    if any(marker in text for marker in _SCHEMA_MARKERS):
-        return error(
-            IncompatibleSchemaChange,
-            f"{range_text} crosses a non-additive schema change ({first_line})",
-        )
-    if any(marker in text for marker in _WINDOW_LOST_MARKERS):
-        return error(ReplayWindowLost, f"{range_text} can no longer be read: {first_line}")
-    return error(UnknownReadFailure, f"reading {range_text} failed: {first_line}")
+    rule = rule_for(facts)
+    if rule is None:
+        error: type[CdfPlatformError] = UnknownReadFailure
+        problem = f"reading {range_text} failed: {first_line}"
+    elif rule.error is SourceNotFound:
+        error, problem = SourceNotFound, f"{ctx.table} is not a readable Delta table ({first_line})"
+    else:
+        error, problem = rule.error, f"{rule.summary} {range_text} ({first_line})"
+    return error(problem, pipeline_id=ctx.pipeline_id, table=ctx.table, version=ctx.start_version)
 
 
 def classified(ctx: ReadContext, action: Callable[[], T]) -> T:

@@ -26,12 +26,8 @@ from cdf_platform.core.errors import (
 from cdf_platform.core.spec import DeleteMode
 from cdf_platform.core.sql import create_table_sql, quote_ident, sql_path, sql_string
 from cdf_platform.deltalog.tables import holds_foreign_files, is_delta_table
-from cdf_platform.spark.changes import (
-    COMMIT_TIMESTAMP,
-    COMMIT_VERSION,
-    CONFLICT_MARKERS,
-    CollapsedChanges,
-)
+from cdf_platform.spark.changes import COMMIT_TIMESTAMP, COMMIT_VERSION, CollapsedChanges
+from cdf_platform.spark.failures import failure_facts, is_conflict
 from cdf_platform.state.watermark import OWNER_PROPERTY
 
 if TYPE_CHECKING:
@@ -149,11 +145,12 @@ def _create_silver(
     try:
         spark.sql(create_table_sql(target, wanted, properties))
     except Exception as err:
-        if any(marker in str(err) for marker in CONFLICT_MARKERS):
+        if is_conflict(err):
             if (found := _existing_silver(target)) is None:
                 raise
             return found
-        if NON_EMPTY_LOCATION not in str(err):
+        facts = failure_facts(err)
+        if NON_EMPTY_LOCATION not in facts.conditions and NON_EMPTY_LOCATION not in facts.text:
             raise
     deadline = time.monotonic() + CREATE_RACE_WAIT_S
     while (found := _existing_silver(target)) is None:

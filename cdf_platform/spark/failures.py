@@ -1,0 +1,229 @@
+"""Classify a Spark/Delta failure into the platform's error taxonomy (docs/design.md section 6).
+
+Structured facts come first: the error conditions (`getCondition()`) and the Java exception
+classes (Delta's typed `io.delta.exceptions.*`) along the whole cause chain, whether the failure
+reached Python as a `CapturedException`, a raw `Py4JJavaError` (common for failures inside an
+action) or a Spark Connect `SparkConnectGrpcException` (no JVM in this process). Only when no
+structured fact matches a rule is the message text searched for the same names, since some
+failures carry the condition in a nested message only (a task failure wraps the executor's
+`FAILED_READ_FILE` in a generic `SparkException`).
+
+Example:
+    >>> kind = failure_kind(err)  # doctest: +SKIP
+    >>> kind.error if kind else UnknownReadFailure  # doctest: +SKIP
+    <class 'cdf_platform.core.errors.ReplayWindowLost'>
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from cdf_platform.core.errors import (
+    CdfNotEnabled,
+    CdfPlatformError,
+    ConcurrentWriteConflict,
+    IncompatibleSchemaChange,
+    ReplayWindowLost,
+    SourceNotFound,
+)
+
+# Causes followed at most (Java chains can loop through suppressed/cause references).
+MAX_CHAIN = 16
+
+
+@dataclass(frozen=True)
+class FailureRule:
+    """One row of the classification table.
+
+    Attributes:
+        error: the platform error a matching failure becomes.
+        conditions: Spark/Delta error conditions; a sub-condition (`A.B`) matches its parent `A`,
+            and an entry ending in `_` matches every condition it starts.
+        java_classes: fully qualified Java exception classes (Delta's typed exceptions).
+        summary: the phrase the caller's message starts from.
+    """
+
+    error: type[CdfPlatformError]
+    conditions: tuple[str, ...]
+    java_classes: tuple[str, ...]
+    summary: str
+
+    def matches_condition(self, condition: str) -> bool:
+        """Whether `condition` (e.g. `FAILED_READ_FILE.FILE_NOT_EXIST`) is one of this rule's."""
+        parent = condition.split(".")[0]
+        return any(
+            parent == name or (name.endswith("_") and parent.startswith(name))
+            for name in self.conditions
+        )
+
+    def matches_text(self, text: str) -> bool:
+        """Fallback: whether `text` names one of the rule's conditions or classes."""
+        short_classes = (name.rsplit(".", 1)[-1] for name in self.java_classes)
+        return any(name in text for name in (*self.conditions, *short_classes))
+
+
+# In priority order: a failure that matches several rules by text takes the first.
+RULES: tuple[FailureRule, ...] = (
+    # Optimistic-concurrency conflicts of a silver write: another run committed first.
+    FailureRule(
+        ConcurrentWriteConflict,
+        conditions=("DELTA_CONCURRENT_", "DELTA_PROTOCOL_CHANGED", "DELTA_METADATA_CHANGED"),
+        java_classes=(
+            "io.delta.exceptions.ConcurrentAppendException",
+            "io.delta.exceptions.ConcurrentDeleteReadException",
+            "io.delta.exceptions.ConcurrentDeleteDeleteException",
+            "io.delta.exceptions.ConcurrentTransactionException",
+            "io.delta.exceptions.ProtocolChangedException",
+            "io.delta.exceptions.MetadataChangedException",
+        ),
+        summary="another run committed to silver while this one applied",
+    ),
+    FailureRule(
+        SourceNotFound,
+        conditions=(
+            "DELTA_MISSING_DELTA_TABLE",
+            "DELTA_TABLE_NOT_FOUND",
+            "PATH_NOT_FOUND",
+            "DELTA_PATH_DOES_NOT_EXIST",
+        ),
+        java_classes=(),
+        summary="the source is not a readable Delta table while reading",
+    ),
+    FailureRule(
+        CdfNotEnabled,
+        conditions=("DELTA_MISSING_CHANGE_DATA", "DELTA_CHANGE_TABLE_FEED_DISABLED"),
+        java_classes=(),
+        summary="the change feed is not recorded for all of",
+    ),
+    FailureRule(
+        IncompatibleSchemaChange,
+        conditions=(
+            "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE",
+            "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_DATA_SCHEMA",
+            "DELTA_BLOCK_CDF_COLUMN_MAPPING_READS",
+            "DELTA_STREAMING_INCOMPATIBLE_SCHEMA_CHANGE",
+        ),
+        java_classes=(),
+        summary="a non-additive schema change lies inside",
+    ),
+    # The change feed for the range is gone: vacuumed files, cleaned-up commits, or the
+    # Delta >= 4.1 time-travel limit on CDF reads older than delta.deletedFileRetentionDuration.
+    FailureRule(
+        ReplayWindowLost,
+        conditions=(
+            "FAILED_READ_FILE",
+            "DELTA_CHANGE_DATA_FILE_NOT_FOUND",
+            "DELTA_FILE_NOT_FOUND",
+            "DELTA_FILE_NOT_FOUND_DETAILED",
+            "DELTA_TRUNCATED_TRANSACTION_LOG",
+            "DELTA_LOG_FILE_NOT_FOUND",
+            "DELTA_VERSIONS_NOT_CONTIGUOUS",
+            "DELTA_UNSUPPORTED_TIME_TRAVEL_BEYOND_DELETED_FILE_RETENTION_DURATION",
+            "DELTA_STATE_RECOVER_ERROR",
+            "DELTA_NO_COMMITS_FOUND",
+            "DELTA_INVALID_CDC_RANGE",
+        ),
+        java_classes=("java.io.FileNotFoundException",),
+        summary="the change feed can no longer be read for",
+    ),
+)
+CONFLICT_RULE = RULES[0]
+
+
+@dataclass(frozen=True)
+class FailureFacts:
+    """What a failure says about itself along its cause chain, outermost first."""
+
+    conditions: tuple[str, ...]
+    java_classes: tuple[str, ...]
+    text: str
+
+    @property
+    def first_line(self) -> str:
+        """The failure's first message line, for the platform error's message."""
+        line = self.text.strip().splitlines()[0] if self.text.strip() else ""
+        return line[:500]
+
+
+def _java_chain(throwable: object) -> Iterator[object]:
+    seen = 0
+    while throwable is not None and seen < MAX_CHAIN:
+        yield throwable
+        seen += 1
+        try:
+            throwable = throwable.getCause()  # type: ignore[attr-defined]
+        except Exception:
+            return
+
+
+def _java_facts(throwable: object) -> tuple[list[str], list[str]]:
+    """Conditions and class names of a Java throwable's cause chain (through py4j)."""
+    conditions: list[str] = []
+    classes: list[str] = []
+    for link in _java_chain(throwable):
+        try:
+            classes.append(str(link.getClass().getName()))  # type: ignore[attr-defined]
+        except Exception:
+            continue
+        try:  # only SparkThrowable has it; py4j raises for a missing method
+            condition = link.getCondition()  # type: ignore[attr-defined]
+        except Exception:
+            condition = None
+        if condition:
+            conditions.append(str(condition))
+    return conditions, classes
+
+
+def _python_chain(err: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    link: BaseException | None = err
+    while link is not None and id(link) not in seen and len(seen) < MAX_CHAIN:
+        seen.add(id(link))
+        yield link
+        link = link.__cause__ or link.__context__
+
+
+def failure_facts(err: BaseException) -> FailureFacts:
+    """The structured facts of `err` (conditions, Java classes) and its text."""
+    conditions: list[str] = []
+    classes: list[str] = []
+    texts: list[str] = []
+    for link in _python_chain(err):
+        texts.append(f"{type(link).__name__}: {link}")
+        get_condition = getattr(link, "getCondition", None)
+        if callable(get_condition):
+            try:
+                condition = get_condition()
+            except Exception:
+                condition = None
+            if condition:
+                conditions.append(str(condition))
+        # A raw Py4JJavaError holds the Java exception; a CapturedException its origin.
+        java = getattr(link, "java_exception", None) or getattr(link, "_origin", None)
+        if java is not None:
+            found_conditions, found_classes = _java_facts(java)
+            conditions.extend(found_conditions)
+            classes.extend(found_classes)
+    return FailureFacts(tuple(conditions), tuple(classes), "\n".join(texts))
+
+
+def rule_for(facts: FailureFacts) -> FailureRule | None:
+    """The rule `facts` match: structured facts first (outermost cause first), then the text."""
+    for condition in facts.conditions:
+        for rule in RULES:
+            if rule.matches_condition(condition):
+                return rule
+    for name in facts.java_classes:
+        for rule in RULES:
+            if name in rule.java_classes:
+                return rule
+    for rule in RULES:
+        if rule.matches_text(facts.text):
+            return rule
+    return None
+
+
+def is_conflict(err: BaseException) -> bool:
+    """Whether `err` is an optimistic-concurrency conflict (another writer committed first)."""
+    return rule_for(failure_facts(err)) is CONFLICT_RULE
