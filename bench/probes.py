@@ -1,4 +1,5 @@
-"""Scenarios (f) and (g): the no-op run through the CLI (is a JVM started?) and peak memory.
+"""Scenarios (d), (f) and (g): `status` and the no-op run through the CLI (is a JVM started?),
+and peak memory.
 
 Processes are found by scanning `/proc` (no psutil): a JVM started by PySpark is a `java`
 descendant of the Python process that launched it.
@@ -87,22 +88,12 @@ def write_pipelines_file(path: Path, spec: PipelineSpec) -> None:
     path.write_text(yaml.safe_dump(document, sort_keys=False))
 
 
-def noop_via_cli(pipelines: Path, lake_root: Path, control_root: Path) -> NoopProbe:
-    """`cdf-platform run bench --json` in a subprocess that cannot find Java, watched for a JVM."""
-    command = [
-        sys.executable,
-        "-m",
-        "cdf_platform.cli",
-        "run",
-        "bench",
-        "--pipelines",
-        str(pipelines),
-        "--lake-root",
-        str(lake_root),
-        "--control-root",
-        str(control_root),
-        "--json",
-    ]
+def cli_via_subprocess(*args: str) -> tuple[float, int, str, str, bool]:
+    """`cdf-platform ARGS` in a subprocess that cannot find Java, watched for a JVM child.
+
+    Returns wall seconds, exit code, stdout, stderr and whether a `java` process was seen.
+    """
+    command = [sys.executable, "-m", "cdf_platform.cli", *args]
     seen: list[int] = []
     started = time.perf_counter()
     process = subprocess.Popen(
@@ -123,6 +114,22 @@ def noop_via_cli(pipelines: Path, lake_root: Path, control_root: Path) -> NoopPr
     stdout, stderr = process.communicate(timeout=300)
     seconds = time.perf_counter() - started
     watcher.join()
+    return seconds, process.returncode, stdout, stderr, bool(seen)
+
+
+def noop_via_cli(pipelines: Path, lake_root: Path, control_root: Path) -> NoopProbe:
+    """`cdf-platform run bench --json` in a subprocess that cannot find Java, watched for a JVM."""
+    seconds, returncode, stdout, stderr, java_seen = cli_via_subprocess(
+        "run",
+        "bench",
+        "--pipelines",
+        str(pipelines),
+        "--lake-root",
+        str(lake_root),
+        "--control-root",
+        str(control_root),
+        "--json",
+    )
     report: dict[str, object] = {}
     for line in reversed(stdout.splitlines()):
         if line.startswith("{"):
@@ -132,12 +139,26 @@ def noop_via_cli(pipelines: Path, lake_root: Path, control_root: Path) -> NoopPr
     spark_started = report.get("spark_started")
     return NoopProbe(
         seconds=seconds,
-        returncode=process.returncode,
+        returncode=returncode,
         mode=str(mode) if mode is not None else None,
         spark_started=bool(spark_started) if spark_started is not None else None,
-        java_seen=bool(seen),
+        java_seen=java_seen,
         stderr_tail="\n".join(stderr.strip().splitlines()[-3:]),
     )
+
+
+def status_via_cli(pipelines: Path, lake_root: Path) -> float:
+    """Seconds of `cdf-platform status --json` in a subprocess that cannot find Java.
+
+    Raises:
+        AssertionError: the command failed, printed no status, or started a JVM.
+    """
+    seconds, returncode, stdout, stderr, java_seen = cli_via_subprocess(
+        "status", "--json", "--pipelines", str(pipelines), "--lake-root", str(lake_root)
+    )
+    assert returncode == 0 and not java_seen, (returncode, java_seen, stderr[-2000:])
+    assert json.loads(stdout), stdout
+    return seconds
 
 
 def _status_kib(pid: int, field: str) -> int | None:

@@ -135,6 +135,7 @@ def _tables(bench: Bench) -> dict[str, list[dict[str, Any]]]:
                 "JVM-free s": f"{median(s[f'replay/{size}/jvm_free']):.3f}",
                 "Spark, cold Delta cache s": f"{median(s[f'replay/{size}/spark_cold']):.2f}",
                 "Spark, warm Delta cache s": f"{median(s[f'replay/{size}/spark_warm']):.2f}",
+                "`status --json` CLI, no JVM s": f"{median(s[f'replay/{size}/status_cli']):.2f}",
                 "speed-up (vs faster Spark)": "{:.0f}x".format(
                     min(
                         median(s[f"replay/{size}/spark_cold"]),

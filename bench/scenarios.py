@@ -12,7 +12,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from bench.harness import Bench
-from bench.probes import noop_via_cli, write_pipelines_file
+from bench.probes import noop_via_cli, status_via_cli, write_pipelines_file
 from bench.replay_check import (
     clear_delta_cache,
     create_log_table,
@@ -149,9 +149,13 @@ def scale(bench: Bench, base: Workload) -> Workload:
 
 
 def replay_windows(bench: Bench) -> None:
-    """Scenario (d): both checks at each log size (the log is extended between sizes)."""
+    """Scenario (d): both checks at each log size (the log is extended between sizes), and
+    `cdf-platform status --json` on it in a subprocess that cannot start a JVM (the operator's
+    whole path: interpreter start, imports, pipelines file, both logs, rendering)."""
     path = str(bench.workdir / "long_log")
     create_log_table(bench.spark, path)
+    pipelines = bench.workdir / "long_log_pipelines.yaml"
+    write_pipelines_file(pipelines, spec_for(path, bench.workdir / "long_log_silver"))
     written = 1
     session = bench.baseline_session
     for size in bench.config.log_sizes:
@@ -170,6 +174,7 @@ def replay_windows(bench: Bench) -> None:
             started = time.perf_counter()
             spark_history_check(session, path)
             bench.record(f"replay/{size}/spark_warm", time.perf_counter() - started)
+            bench.record(f"replay/{size}/status_cli", status_via_cli(pipelines, bench.workdir))
 
 
 def noop(bench: Bench, workload: Workload) -> dict[str, Any]:

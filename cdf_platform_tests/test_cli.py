@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -44,9 +43,10 @@ def _pipelines(tmp_path: Path, lake: Path, fallback: str = "FAIL_FAST") -> str:
     return str(path)
 
 
-def test_status_json_on_two_thousand_commits_answers_in_under_a_second_without_a_jvm(
+def test_status_json_on_two_thousand_commits_answers_without_a_jvm(
     spark: SparkSession, lake: Path, tmp_path: Path
 ) -> None:
+    """How fast: bench scenario (d) times `status --json` at up to 5,000 commits."""
     bronze = str(lake / "bronze")
     spark.sql(
         f"CREATE TABLE {sql_path(bronze)} (id INT) USING DELTA "
@@ -68,9 +68,7 @@ def test_status_json_on_two_thousand_commits_answers_in_under_a_second_without_a
     # No Java anywhere: a JVM start would fail the command.
     no_java = {"JAVA_HOME": str(tmp_path / "no-java"), "PATH": str(Path(sys.executable).parent)}
     args = ["status", "--json", "--pipelines", _pipelines(tmp_path, lake), "--lake-root", str(lake)]
-    started = time.perf_counter()
     completed = _cli(*args, env=no_java)
-    elapsed = time.perf_counter() - started
 
     assert completed.returncode == 0, completed.stderr
     (status,) = json.loads(completed.stdout)
@@ -84,7 +82,6 @@ def test_status_json_on_two_thousand_commits_answers_in_under_a_second_without_a
     assert (status["earliest_replayable_version"], status["replayable"]) == (0, True)
     assert status["state"] in ("OK", "LOW_HEADROOM")
     assert isinstance(status["headroom_hours"], float)
-    assert elapsed < 1.0, f"status took {elapsed:.3f} s"
 
 
 def test_rebuild_run_and_status_commands(spark: SparkSession, lake: Path, tmp_path: Path) -> None:

@@ -223,18 +223,21 @@ def test_a_create_that_finds_another_runs_log_folder_waits_for_its_first_commit(
     in_flight.parent.mkdir(parents=True)
     shutil.copy(winner / "_delta_log" / first_commit, in_flight)
 
+    committed = threading.Event()
+
     def commit() -> None:
-        time.sleep(1.5)
+        time.sleep(1.5)  # the loser's CREATE meets the log folder without a commit
         in_flight.rename(silver / "_delta_log" / first_commit)
+        committed.set()
 
     thread = threading.Thread(target=commit)
-    started = time.monotonic()
     thread.start()
     try:
         layout = ensure_silver(spark, str(silver), "people", SILVER_INPUT, _layout())
+        returned_after_commit = committed.is_set()
     finally:
         thread.join()
-    assert time.monotonic() - started >= 1.5  # it waited for the winner's commit
+    assert returned_after_commit  # it waited for the winner's commit
     assert layout.retired_columns == ()
     assert sorted(p.name for p in (silver / "_delta_log").glob("*.json")) == [first_commit]
     assert read_silver_state(str(silver), "people").owner == "people"

@@ -1,4 +1,4 @@
-"""The exact replay window (DESIGN.md section 4) against real delta-spark tables.
+"""The exact replay window (docs/design.md section 4) against real delta-spark tables.
 
 Each criterion is broken on its own, the earliest replayable version and the break are asserted
 exactly, and Spark's own change-feed read is shown to fail there (or, for a deleted commit file,
@@ -486,18 +486,16 @@ def test_missing_table_is_source_not_found(tmp_path: Path) -> None:
         compute_replay_window(str(tmp_path / "nothing"))
 
 
-def test_two_thousand_commits_take_well_under_a_second(spark: SparkSession, lake: Path) -> None:
+def test_two_thousand_commits_are_assessed_from_the_log(spark: SparkSession, lake: Path) -> None:
+    """How fast: bench scenario (d) times this check and `status` at up to 5,000 commits."""
     path = str(lake / "big")
     table = create(spark, path, CDF_ON)
     spark.sql(f"INSERT INTO {table} VALUES (1)")
     write_synthetic_commits(path, 2, 1999)
 
-    started = time.perf_counter()
     window = compute_replay_window(path)
     report = assess_consumer(window, 0)
-    elapsed = time.perf_counter() - started
 
     assert window.latest_version == 1999
     assert window.earliest_replayable_version == 0
     assert (report.version_lag, report.data_version_lag, report.replayable) == (1999, 1999, True)
-    assert elapsed < 1.0, f"took {elapsed:.3f} s"
