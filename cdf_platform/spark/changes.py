@@ -167,10 +167,10 @@ def collapse_changes(
 ) -> CollapsedChanges:
     """Collapse a change feed to the latest change per key, after checking key quality.
 
-    Rules (DESIGN.md section 5): `update_preimage` rows are dropped; the change with the highest
-    `_commit_version` wins; inside one commit an insert/postimage beats a delete of the same key.
-    The per-(key, version) aggregate is cached, so the feed is read once for both the checks and
-    the MERGE; the caller must `unpersist` the result's frame when done.
+    Rules (docs/design.md section 5): `update_preimage` rows are dropped; the change with the
+    highest `_commit_version` wins; inside one commit an insert/postimage beats a delete of the
+    same key. The per-(key, version) aggregate is cached, so the feed is read once for both the
+    checks and the MERGE; the caller must `unpersist` the result's frame when done.
 
     Raises:
         DataQualityError: a null key, or two surviving rows for one key in one commit.
