@@ -88,44 +88,31 @@ def replay_window_result(
         "state": text(status.state.value),
         "problem_code": text(status.problem_code),
     }
-    if status.state is WindowState.LOST:
+    failed: dict[WindowState, tuple[dg.AssetCheckSeverity, str]] = {
+        WindowState.LOST: (dg.AssetCheckSeverity.ERROR, f"replay window lost: {status.problem}"),
+        WindowState.BLOCKED: (
+            dg.AssetCheckSeverity.ERROR,
+            f"runs fail until the input is fixed: {status.problem}",
+        ),
+        WindowState.SOURCE_MISSING: (
+            dg.AssetCheckSeverity.WARN,
+            f"bronze is missing: {status.problem}",
+        ),
+        WindowState.LOW_HEADROOM: (
+            dg.AssetCheckSeverity.WARN,
+            f"{headroom or 0:.1f} h until bronze version {(status.watermark or 0) + 1} leaves "
+            f"the replay window (minimum {spec.min_headroom_hours:g} h): run silver, or "
+            "raise delta.deletedFileRetentionDuration on bronze",
+        ),
+    }
+    if status.state in failed:
+        severity, description = failed[status.state]
         return _result(
             REPLAY_WINDOW,
             spec,
             passed=False,
-            severity=dg.AssetCheckSeverity.ERROR,
-            description=f"replay window lost: {status.problem}",
-            metadata=metadata,
-        )
-    if status.state is WindowState.BLOCKED:
-        return _result(
-            REPLAY_WINDOW,
-            spec,
-            passed=False,
-            severity=dg.AssetCheckSeverity.ERROR,
-            description=f"runs fail until the input is fixed: {status.problem}",
-            metadata=metadata,
-        )
-    if status.state is WindowState.SOURCE_MISSING:
-        return _result(
-            REPLAY_WINDOW,
-            spec,
-            passed=False,
-            severity=dg.AssetCheckSeverity.WARN,
-            description=f"bronze is missing: {status.problem}",
-            metadata=metadata,
-        )
-    if status.state is WindowState.LOW_HEADROOM:
-        return _result(
-            REPLAY_WINDOW,
-            spec,
-            passed=False,
-            severity=dg.AssetCheckSeverity.WARN,
-            description=(
-                f"{headroom or 0:.1f} h until bronze version {(status.watermark or 0) + 1} leaves "
-                f"the replay window (minimum {spec.min_headroom_hours:g} h): run silver, or "
-                "raise delta.deletedFileRetentionDuration on bronze"
-            ),
+            severity=severity,
+            description=description,
             metadata=metadata,
         )
     return _result(
