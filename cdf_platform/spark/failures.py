@@ -9,8 +9,8 @@ failures carry the condition in a nested message only (a task failure wraps the 
 `FAILED_READ_FILE` in a generic `SparkException`).
 
 Example:
-    >>> kind = failure_kind(err)  # doctest: +SKIP
-    >>> kind.error if kind else UnknownReadFailure  # doctest: +SKIP
+    >>> rule = rule_for(failure_facts(err))  # doctest: +SKIP
+    >>> rule.error if rule else UnknownReadFailure  # doctest: +SKIP
     <class 'cdf_platform.core.errors.ReplayWindowLost'>
 """
 
