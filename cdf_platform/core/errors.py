@@ -67,6 +67,17 @@ class SourceNotFound(CdfPlatformError):
     default_action = "check the `source` path or table name, and that the table was created"
 
 
+class CatalogManagedSource(CdfPlatformError):
+    """The bronze table has the `catalogManaged` feature: its catalog owns its commits, and the
+    Delta protocol forbids reading it by path (its `_delta_log` alone is not the table)."""
+
+    incident_code = "CATALOG_MANAGED_SOURCE"
+    default_action = (
+        "point `source` at a path-based Delta table: cdf_platform reads bronze by path, and a "
+        "catalog-managed table may only be read through its catalog"
+    )
+
+
 class CdfNotEnabled(CdfPlatformError):
     """The bronze source does not have `delta.enableChangeDataFeed` on for the needed range."""
 

@@ -193,6 +193,37 @@ class TableMetadata:
 
 
 @dataclass(frozen=True)
+class TableProtocol:
+    """A `protocol` action: what a reader and a writer must support.
+
+    Attributes:
+        min_reader_version: `minReaderVersion`.
+        min_writer_version: `minWriterVersion`.
+        reader_features: Named reader features (reader version 3), e.g. `deletionVectors`.
+        writer_features: Named writer features (writer version 7).
+    """
+
+    min_reader_version: int
+    min_writer_version: int
+    reader_features: tuple[str, ...] = ()
+    writer_features: tuple[str, ...] = ()
+
+    @classmethod
+    def from_action(cls, action: Mapping[str, Any]) -> TableProtocol:
+        """Build from the body of a `protocol` action (commit file or `.crc` checksum)."""
+        return cls(
+            min_reader_version=int(action.get("minReaderVersion", 1)),
+            min_writer_version=int(action.get("minWriterVersion", 2)),
+            reader_features=tuple(action.get("readerFeatures") or ()),
+            writer_features=tuple(action.get("writerFeatures") or ()),
+        )
+
+    def has_feature(self, name: str) -> bool:
+        """Whether `name` is a reader or writer feature of the table."""
+        return name in self.reader_features or name in self.writer_features
+
+
+@dataclass(frozen=True)
 class Commit:
     """One commit of the table, as a change-feed read would see it.
 
@@ -208,6 +239,7 @@ class Commit:
         removes: The `remove` actions.
         cdcs: The `cdc` actions (files under `_change_data/`).
         metadata: The `metaData` action of this commit, if it has one.
+        protocol: The `protocol` action of this commit, if it has one.
         has_data_change: Whether the commit changed rows: any add/remove with dataChange=true
             or any cdc file. OPTIMIZE, VACUUM START/END and property changes have none.
         in_commit_timestamp_ms: `commitInfo.inCommitTimestamp`, when in-commit timestamps are on.
@@ -223,6 +255,7 @@ class Commit:
     removes: tuple[FileAction, ...]
     cdcs: tuple[FileAction, ...]
     metadata: TableMetadata | None
+    protocol: TableProtocol | None
     has_data_change: bool
     in_commit_timestamp_ms: int | None
     file_modification_ms: int
@@ -253,12 +286,13 @@ def parse_commit(
         version: The commit's version.
         text: The file's content (newline-delimited JSON actions), as text or bytes.
         file_modification_ms: The file's modification time in epoch milliseconds.
-        table_root: Absolute local path of the table, to resolve deletion-vector files.
+        table_root: The table's absolute path or URI, to resolve deletion-vector files.
     """
     adds: list[FileAction] = []
     removes: list[FileAction] = []
     cdcs: list[FileAction] = []
     metadata: TableMetadata | None = None
+    protocol: TableProtocol | None = None
     commit_info: Mapping[str, Any] = {}
     for line in text.splitlines():
         if not line.strip():
@@ -274,6 +308,8 @@ def parse_commit(
             metadata = TableMetadata.from_action(action["metaData"])
         elif "commitInfo" in action:
             commit_info = action["commitInfo"] or {}
+        elif "protocol" in action:
+            protocol = TableProtocol.from_action(action["protocol"])
     ict = commit_info.get("inCommitTimestamp")
     in_commit_timestamp = int(ict) if ict is not None else None
     return Commit(
@@ -286,6 +322,7 @@ def parse_commit(
         removes=tuple(removes),
         cdcs=tuple(cdcs),
         metadata=metadata,
+        protocol=protocol,
         has_data_change=bool(cdcs) or any(a.data_change for a in (*adds, *removes)),
         in_commit_timestamp_ms=in_commit_timestamp,
         file_modification_ms=file_modification_ms,

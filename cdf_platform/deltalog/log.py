@@ -1,11 +1,13 @@
 """A read-only, JVM-free view of a Delta table's `_delta_log`.
 
-Everything here is plain file reads of the local filesystem: the log folder is listed once when
-a `DeltaLog` is built, commit files are parsed on demand and cached, and the table's data files
-are listed once (on first use) into a set, so questions about thousands of commits are answered
-in milliseconds without starting Spark. The only table state kept outside commit files is the
-`metaData` of a checkpoint; it is read from the version's `.crc` checksum (plain JSON that
-delta-spark writes beside each commit) or, failing that, through the `deltalake` package.
+Everything here goes through one storage layer (`cdf_platform.deltalog.storage`: a local folder
+or an object store): the log folder is listed once when a `DeltaLog` is built, commit files are
+parsed on demand and cached (fetched a batch at a time, concurrently, from an object store), and
+the table's data files are listed once (on first use) into a set, so questions about thousands
+of commits are answered without starting Spark and without one request per file. The only
+table state kept outside commit files is the `metaData` and `protocol` of a checkpoint; they are
+read from the version's `.crc` checksum (plain JSON that delta-spark writes beside each commit)
+or, failing that, through the `deltalake` package.
 
 Example:
     >>> log = DeltaLog("/lake/bronze/orders")  # doctest: +SKIP
@@ -20,15 +22,18 @@ from __future__ import annotations
 import bisect
 import json
 import logging
-import os
 import re
 from collections.abc import Mapping
 from datetime import timedelta
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import SourceNotFound
-from cdf_platform.deltalog.actions import Commit, TableMetadata, parse_commit
-from cdf_platform.deltalog.tables import local_path
+from cdf_platform.deltalog.actions import Commit, TableMetadata, TableProtocol, parse_commit
+from cdf_platform.deltalog.storage import LOG_FOLDER, TableStorage, open_storage
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 logger = logging.getLogger(__name__)
 
@@ -85,47 +90,38 @@ def parse_interval(text: str) -> timedelta:
     return total
 
 
-def _read_bytes(path: str) -> bytes:
-    """A whole file as bytes, through the OS calls alone: the replay window reads every commit
-    file of the log, and the JSON parser takes UTF-8 bytes directly."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 class DeltaLog:
-    """The `_delta_log` of one Delta table on the local filesystem, read without a JVM.
+    """The `_delta_log` of one Delta table, local or on an object store, read without a JVM.
 
     The log folder is listed once, at construction: build a new `DeltaLog` to see later
     commits. Commits and metadata are parsed lazily and cached.
 
     Example:
-        >>> log = DeltaLog("/lake/bronze/orders")  # doctest: +SKIP
+        >>> log = DeltaLog("s3://bucket/lake/bronze/orders")  # doctest: +SKIP
         >>> [log.commit(v).has_data_change for v in log.commit_versions()]  # doctest: +SKIP
         [False, True, True, False]
 
+    Args:
+        table_path: The table's local path or URI (`file:`, `s3://`, `s3a://`, `abfss://`, ...).
+        storage: The storage to read through (default: `open_storage(table_path)`).
+
     Raises:
         SourceNotFound: `table_path` has no `_delta_log` with a commit or checkpoint in it.
-        NotImplementedError: `table_path` is a remote URI (s3a://, abfss://, ...).
     """
 
-    def __init__(self, table_path: str) -> None:
-        local = local_path(table_path)
-        if local is None:
-            raise NotImplementedError(
-                f"the JVM-free log reader reads local tables only: {table_path}"
-            )
-        self.table_path = os.path.abspath(local)
-        self.log_path = os.path.join(self.table_path, "_delta_log")
+    # Commits fetched together when one is missing from the cache: the replay window walks
+    # the log one version at a time, up or down, and an object store pays per request.
+    FETCH_BATCH = 64
+
+    def __init__(self, table_path: str, storage: TableStorage | None = None) -> None:
+        self.storage = storage or open_storage(table_path)
+        self.table_path = self.storage.root
+        self.log_path = f"{self.table_path}/{LOG_FOLDER}"
         self._commit_mtime_ms: dict[int, int] = {}
         self._checkpoints: tuple[int, ...] = ()
         self._checksums: set[int] = set()
-        self._list_log()
+        if not self._list_log():
+            raise SourceNotFound("no _delta_log folder, or an empty one", table=table_path)
         if not self._commit_mtime_ms and not self._checkpoints:
             raise SourceNotFound(
                 "no Delta commit or checkpoint found in _delta_log", table=table_path
@@ -135,20 +131,18 @@ class DeltaLog:
         self._run_starts = [start for start, _ in self._runs]
         self._commits: dict[int, Commit] = {}
         self._metadata: dict[int, TableMetadata | None] = {}
+        self._protocol: dict[int, TableProtocol | None] = {}
 
-    def _list_log(self) -> None:
-        try:
-            entries = list(os.scandir(self.log_path))
-        except (FileNotFoundError, NotADirectoryError) as err:
-            raise SourceNotFound("no _delta_log folder", table=self.table_path) from err
+    def _list_log(self) -> int:
+        """List `_delta_log` once; the number of entries it holds."""
+        entries = self.storage.list_log()
         classic: set[int] = set()
         v2: set[int] = set()
         parts: dict[tuple[int, int], set[int]] = {}
         for entry in entries:
             name = entry.name
             if match := _COMMIT_FILE.match(name):
-                # Java's File.lastModified (what Hadoop's local FileSystem reports): whole ms.
-                self._commit_mtime_ms[int(match.group(1))] = entry.stat().st_mtime_ns // 1_000_000
+                self._commit_mtime_ms[int(match.group(1))] = entry.modified_ms
             elif match := _CLASSIC_CHECKPOINT.match(name):
                 classic.add(int(match.group(1)))
             elif match := _MULTIPART_CHECKPOINT.match(name):
@@ -162,6 +156,7 @@ class DeltaLog:
         # getLatestCompleteCheckpointFromList); a UUID-named (v2) one by its top-level file.
         complete_parts = {v for (v, n), seen in parts.items() if seen == set(range(1, n + 1))}
         self._checkpoints = tuple(sorted(classic | v2 | complete_parts))
+        return len(entries)
 
     # -- versions -------------------------------------------------------------------------
 
@@ -212,19 +207,40 @@ class DeltaLog:
     def commit(self, version: int) -> Commit:
         """The parsed commit `version` (cached).
 
+        A commit not yet read is fetched together with the uncached commits around it (up to
+        FETCH_BATCH on each side), concurrently on an object store.
+
         Raises:
             LookupError: the commit file is not in `_delta_log`.
         """
         cached = self._commits.get(version)
         if cached is not None:
             return cached
-        mtime = self._commit_mtime_ms.get(version)
-        if mtime is None:
+        if version not in self._commit_mtime_ms:
             raise LookupError(f"commit {version} is not in {self.log_path}")
-        text = _read_bytes(os.path.join(self.log_path, f"{version:020d}.json"))
-        commit = parse_commit(version, text, file_modification_ms=mtime, table_root=self.table_path)
-        self._commits[version] = commit
-        return commit
+        index = bisect.bisect_left(self._versions, version)
+        low, high = max(0, index - self.FETCH_BATCH), index + self.FETCH_BATCH + 1
+        batch = [v for v in self._versions[low:high] if v not in self._commits]
+        self.read_commits(batch)
+        return self._commits[version]
+
+    def read_commits(self, versions: list[int]) -> None:
+        """Read and cache the commits `versions` (present ones; fetched concurrently).
+
+        Raises:
+            LookupError: a listed commit file vanished before it could be read.
+        """
+        names = {f"{LOG_FOLDER}/{v:020d}.json": v for v in versions if v in self._commit_mtime_ms}
+        bodies = self.storage.read_many(names)
+        for name, version in names.items():
+            if name not in bodies:
+                raise LookupError(f"commit {version} vanished from {self.log_path}")
+            self._commits[version] = parse_commit(
+                version,
+                bodies[name],
+                file_modification_ms=self._commit_mtime_ms[version],
+                table_root=self.table_path,
+            )
 
     def commit_timestamp_ms(self, version: int) -> int | None:
         """Delta's timestamp of `version` (see `Commit.timestamp_ms`); None without its file."""
@@ -266,33 +282,77 @@ class DeltaLog:
             return None
         # delta-spark writes a VersionChecksum (.crc, JSON) with the full metadata beside each
         # commit and reads it itself as a fast path for protocol and metadata.
-        path = os.path.join(self.log_path, f"{version:020d}.crc")
-        try:
-            with open(path, encoding="utf-8") as fh:
-                checksum = json.load(fh)
-        except (OSError, ValueError):
-            logger.warning("unreadable checksum %s", path)
+        checksum = self._checksum(version)
+        found = checksum.get("metadata") if checksum else None
+        return TableMetadata.from_action(found) if isinstance(found, dict) else None
+
+    def _checksum(self, version: int) -> dict[str, object] | None:
+        """The parsed `.crc` checksum of `version`, or None when absent or unreadable."""
+        if version not in self._checksums:
             return None
-        found = checksum.get("metadata")
-        return TableMetadata.from_action(found) if found else None
+        name = f"{LOG_FOLDER}/{version:020d}.crc"
+        try:
+            checksum = json.loads(self.storage.read(name))
+        except (OSError, ValueError):
+            logger.warning("unreadable checksum %s/%s", self.table_path, name)
+            return None
+        return checksum if isinstance(checksum, dict) else None
 
     def _checkpoint_metadata(self, version: int) -> TableMetadata:
         """The metadata of the table state at checkpoint `version`."""
         from_checksum = self._checksum_metadata(version)
         if from_checksum is not None:
             return from_checksum
-        # Parquet checkpoints need a Parquet reader; `deltalake` has one (pyarrow is absent).
-        # deltalake 1.6 loads the file list too (its `without_files` is ignored): slower, but
-        # only reached for checkpoints without a checksum.
-        from deltalake import DeltaTable
-
-        table = DeltaTable(self.table_path, version=version)
+        table = self._deltalake_table(version)
         meta = table.metadata()
         return TableMetadata(
             table_id=str(meta.id),
             schema=json.loads(table.schema().to_json()),
             partition_columns=tuple(meta.partition_columns),
             configuration=dict(meta.configuration),
+        )
+
+    def _deltalake_table(self, version: int) -> DeltaTable:
+        """The table at `version` through `deltalake`, for state only a Parquet checkpoint
+        holds: it has a Parquet reader (pyarrow is absent). deltalake 1.6 loads the file list
+        too (its `without_files` is ignored): slower, but only reached for checkpoints without
+        a checksum. Object-store credentials come from the same environment as ours."""
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.table_path, version=version)
+
+    def latest_protocol(self) -> TableProtocol:
+        """The protocol (reader/writer versions and features) at the latest version.
+
+        Read from the latest `.crc` checksum when there is one (one small file), else from the
+        newest commit with a `protocol` action, else the checkpoint the walk back reaches.
+
+        Raises:
+            LookupError: the log is damaged so that no protocol reaches the latest version.
+        """
+        latest = self.latest_version()
+        checksum = self._checksum(latest)
+        if checksum and isinstance(action := checksum.get("protocol"), dict):
+            return TableProtocol.from_action(action)
+        current = latest
+        while current >= 0 and self.has_commit(current):
+            found = self.commit(current).protocol
+            if found is not None:
+                return found
+            if current in self._checkpoints:
+                break
+            current -= 1
+        if current not in self._checkpoints:
+            raise LookupError(f"no protocol reaches version {latest} in {self.log_path}")
+        checksum = self._checksum(current)
+        if checksum and isinstance(action := checksum.get("protocol"), dict):
+            return TableProtocol.from_action(action)
+        protocol = self._deltalake_table(current).protocol()
+        return TableProtocol(
+            min_reader_version=protocol.min_reader_version,
+            min_writer_version=protocol.min_writer_version,
+            reader_features=tuple(protocol.reader_features or ()),
+            writer_features=tuple(protocol.writer_features or ()),
         )
 
     def latest_metadata(self) -> TableMetadata:
@@ -350,32 +410,18 @@ class DeltaLog:
     def table_files(self) -> frozenset[str]:
         """Every file under the table root except `_delta_log`, as relative posix paths.
 
-        Listed once, on first use: one walk instead of a stat per needed file.
+        Listed once, on first use: one listing instead of a request per needed file.
         """
-        found: set[str] = set()
-        for root, dirs, files in os.walk(self.table_path):
-            if root == self.table_path and "_delta_log" in dirs:
-                dirs.remove("_delta_log")
-            relative_root = os.path.relpath(root, self.table_path)
-            for name in files:
-                relative = name if relative_root == "." else os.path.join(relative_root, name)
-                found.add(relative.replace(os.sep, "/"))
-        return frozenset(found)
+        return frozenset(self.storage.list_table())
 
     def file_exists(self, path: str) -> bool:
-        """Whether a file exists; `path` is relative to the table root or absolute.
-
-        Remote URIs (s3a://, ... e.g. from a shallow clone) cannot be checked here and count
-        as present.
-        """
-        if "://" in path:
-            return True
-        if os.path.isabs(path):
-            relative = os.path.relpath(path, self.table_path)
-            if relative.startswith(".."):
-                return os.path.exists(path)
-            path = relative
-        return os.path.normpath(path).replace(os.sep, "/") in self.table_files
+        """Whether a file exists; `path` is relative to the table root, or absolute (a local
+        path or a URI). Files outside the table root of an object store (a shallow clone's
+        source) are not listed and count as present."""
+        relative = self.storage.relative(path)
+        if relative is None:
+            return self.storage.exists_outside(path)
+        return relative in self.table_files
 
 
 def _contiguous_runs(versions: tuple[int, ...]) -> list[tuple[int, int]]:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from cdf_platform.core.errors import (
+    CatalogManagedSource,
     CdfNotEnabled,
     CdfPlatformError,
     IncompatibleSchemaChange,
@@ -36,7 +37,8 @@ from cdf_platform.core.errors import (
     foreign_files_at_target,
 )
 from cdf_platform.core.spec import CDF_COLUMNS, RESERVED_COLUMNS, PipelineSpec
-from cdf_platform.deltalog.tables import holds_foreign_files, is_delta_table
+from cdf_platform.deltalog.log import DeltaLog
+from cdf_platform.deltalog.tables import holds_foreign_files
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import SilverState, read_silver_state
 from cdf_platform.window.replay_window import (
@@ -46,6 +48,10 @@ from cdf_platform.window.replay_window import (
     assess_consumer,
     compute_replay_window,
 )
+
+# The table feature of catalog-managed tables (Delta protocol, "Catalog-managed tables"): a
+# path-based reader must refuse them. Delta 4.0-4.1 wrote the preview name.
+CATALOG_MANAGED_FEATURES = ("catalogManaged", "catalogOwned-preview")
 
 # Problems a snapshot rebuild repairs (when the pipeline's fallback allows it).
 REBUILDABLE = (ReplayWindowLost, SourceReset, IncompatibleSchemaChange, CdfNotEnabled)
@@ -185,16 +191,29 @@ def assess_pipeline(
         consumer = assess_consumer(window, silver.watermark, now=now) if window else None
         return PipelineAssessment(spec, silver, window, consumer, problem, blocking=True)
 
-    if not is_delta_table(spec.source):
+    try:
+        log = DeltaLog(spec.source)  # the one listing of bronze's log this assessment makes
+    except SourceNotFound as err:
         return blocked(
             SourceNotFound(
-                f"no Delta table at {spec.source}", pipeline_id=spec.id, table=spec.source
+                f"no Delta table at {spec.source} ({err.problem})",
+                pipeline_id=spec.id,
+                table=spec.source,
+            )
+        )
+    protocol = log.latest_protocol()
+    if managed := [name for name in CATALOG_MANAGED_FEATURES if protocol.has_feature(name)]:
+        return blocked(
+            CatalogManagedSource(
+                f"the source's protocol has the {managed[0]!r} table feature",
+                pipeline_id=spec.id,
+                table=spec.source,
             )
         )
     ownership = _ownership_problem(spec, silver)
     if ownership is not None:
         return blocked(ownership)
-    window = compute_replay_window(spec.source, now=now)
+    window = compute_replay_window(spec.source, now=now, log=log)
     invalid = colliding_columns_problem(spec, window)
     if invalid is not None:
         return blocked(invalid, window)

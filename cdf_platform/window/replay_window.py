@@ -130,19 +130,22 @@ class ReplayWindow:
         return to_datetime(timestamp_ms) if timestamp_ms is not None else None
 
 
-def compute_replay_window(table_path: str, now: datetime | None = None) -> ReplayWindow:
+def compute_replay_window(
+    table_path: str, now: datetime | None = None, *, log: DeltaLog | None = None
+) -> ReplayWindow:
     """The exact replay window of the Delta table at `table_path` at instant `now`.
 
     Args:
-        table_path: Local path (or file: URI) of the bronze table.
+        table_path: Path or URI of the bronze table (local, `file:`, `s3://`, ...).
         now: The instant to evaluate the time-travel limit at; defaults to the current time.
             A naive datetime is taken as UTC.
+        log: The table's log, when the caller has already listed it.
 
     Raises:
         SourceNotFound: the path holds no Delta table.
     """
     moment = as_utc(now)
-    log = DeltaLog(table_path)
+    log = log or DeltaLog(table_path)
     latest = log.latest_metadata()
     criteria = ReplayCriteria(log, moment, log.deleted_file_retention())
     return ReplayWindow(

@@ -100,6 +100,9 @@ def test_a_folder_without_delta_log_is_source_not_found(tmp_path: Path) -> None:
     with pytest.raises(SourceNotFound, match="no _delta_log folder"):
         DeltaLog(str(tmp_path / "nowhere"))
     (tmp_path / "empty" / "_delta_log").mkdir(parents=True)
+    with pytest.raises(SourceNotFound, match="or an empty one"):
+        DeltaLog(str(tmp_path / "empty"))
+    (tmp_path / "empty" / "_delta_log" / "00000000000000000000.json.tmp").write_text("{}")
     with pytest.raises(SourceNotFound, match="no Delta commit or checkpoint"):
         DeltaLog(str(tmp_path / "empty"))
 

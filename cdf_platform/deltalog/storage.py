@@ -1,0 +1,340 @@
+"""The files of a table location, on a local disk or an object store, read without a JVM.
+
+One interface for everything the JVM-free side reads (the `_delta_log` listing, commit and
+checksum files, the listing of a table's data files) so the replay window, `status`, the checks
+and the sensors work the same on `/lake/...`, `file://`, `s3://`/`s3a://`, `az://`/`abfss://`
+and `gs://` locations:
+
+- local folders go through the OS calls (a scandir of `_delta_log` takes milliseconds);
+- object stores go through `obstore`, the Python face of the Rust `object_store` crate that
+  `deltalake` uses too. It reads credentials, region and endpoint from the same environment
+  variables as `deltalake` (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, ...;
+  `AZURE_STORAGE_*`; `GOOGLE_*`), so one environment configures both. Commit files are fetched
+  concurrently, a batch at a time, and the table is listed once: never one request per file.
+
+Modification times: a local file's mtime (what Hadoop's local FileSystem reports) and an
+object's `LastModified` (what S3A reports, whole seconds) are exactly what delta-spark uses as a
+commit's timestamp when in-commit timestamps are off, so the replay window agrees with Spark.
+
+Example:
+    >>> storage = open_storage("s3://bucket/lake/bronze/orders")  # doctest: +SKIP
+    >>> [entry.name for entry in storage.list_log()][:2]  # doctest: +SKIP
+    ['00000000000000000000.json', '00000000000000000001.json']
+    >>> storage.requests  # doctest: +SKIP
+    RequestCount(lists=1, gets=0)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, cast
+from urllib.parse import urlparse
+
+if TYPE_CHECKING:
+    from obstore.store import ObjectStore
+
+LOG_FOLDER = "_delta_log"
+# Concurrent GETs per batch against an object store: a GET costs 20-50 ms on S3, so a
+# 2,000-commit log read one by one would take a minute.
+FETCH_CONCURRENCY = 32
+# S3 ListObjectsV2 returns at most 1,000 keys per response (Azure 5,000, GCS 1,000): the
+# request count of a listing is its page count.
+LIST_PAGE_SIZE = 1000
+# Schemes that name the same S3 objects (Hadoop's connectors; obstore reads s3:// and s3a://).
+_S3_SCHEMES = ("s3", "s3a", "s3n")
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """One file of a listing.
+
+    Attributes:
+        name: Path relative to the listed folder (posix separators).
+        size: Size in bytes.
+        modified_ms: Modification time (local mtime, or the object's LastModified), epoch ms.
+    """
+
+    name: str
+    size: int
+    modified_ms: int
+
+
+@dataclass
+class RequestCount:
+    """Storage requests one `TableStorage` made: listing pages and file reads."""
+
+    lists: int = 0
+    gets: int = 0
+
+    @property
+    def total(self) -> int:
+        """All requests."""
+        return self.lists + self.gets
+
+
+def is_local(location: str) -> bool:
+    """Whether `location` is a local path or a `file:` URI (not an object store)."""
+    return urlparse(location).scheme in ("", "file") or _is_windows_drive(location)
+
+
+def _is_windows_drive(location: str) -> bool:
+    return len(location) > 1 and location[1] == ":" and location[0].isalpha()
+
+
+def local_path(location: str) -> str | None:
+    """The local filesystem path behind `location`, or None for an object-store URI."""
+    if not is_local(location):
+        return None
+    parsed = urlparse(location)
+    return parsed.path if parsed.scheme == "file" else location
+
+
+def same_object_store_root(path: str, root: str) -> str | None:
+    """`path` relative to the object-store folder `root`, or None when it is not under it.
+
+    `s3://`, `s3a://` and `s3n://` name the same objects, so `s3a://b/t/x` is under `s3://b/t`.
+    """
+    given, base = urlparse(path), urlparse(root)
+
+    def family(scheme: str) -> str:
+        return "s3" if scheme in _S3_SCHEMES else scheme
+
+    if family(given.scheme) != family(base.scheme) or given.netloc != base.netloc:
+        return None
+    prefix = base.path.rstrip("/") + "/"
+    return given.path[len(prefix) :] if given.path.startswith(prefix) else None
+
+
+class TableStorage(Protocol):
+    """What the JVM-free side reads from a table location (see the module docstring)."""
+
+    root: str
+    requests: RequestCount
+
+    def list_log(self) -> list[StoredFile]:
+        """The files directly in `_delta_log` (empty when it does not exist)."""
+        ...
+
+    def list_table(self) -> Iterator[str]:
+        """Every file under the root outside `_delta_log`, relative, posix separators."""
+        ...
+
+    def list_root(self) -> list[str]:
+        """The names directly under the root (files and folders; empty when absent)."""
+        ...
+
+    def read(self, relative: str) -> bytes:
+        """A whole file under the root.
+
+        Raises:
+            FileNotFoundError: the file does not exist.
+        """
+        ...
+
+    def read_many(self, relatives: Iterable[str]) -> dict[str, bytes]:
+        """Several files, fetched concurrently where that pays; absent files are left out."""
+        ...
+
+    def exists_outside(self, location: str) -> bool:
+        """Whether a file outside the root exists (an absolute path a log action names)."""
+        ...
+
+    def relative(self, location: str) -> str | None:
+        """`location` relative to the root, or None when it is elsewhere."""
+        ...
+
+
+class LocalStorage:
+    """A table folder on the local filesystem, read through the OS calls."""
+
+    def __init__(self, path: str) -> None:
+        self.root = os.path.abspath(path)
+        self.requests = RequestCount()
+
+    def list_log(self) -> list[StoredFile]:
+        """The files directly in `_delta_log` (empty when it does not exist)."""
+        self.requests.lists += 1
+        try:
+            entries = list(os.scandir(os.path.join(self.root, LOG_FOLDER)))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        # Java's File.lastModified (what Hadoop's local FileSystem reports): whole ms.
+        return [
+            StoredFile(entry.name, 0, entry.stat().st_mtime_ns // 1_000_000)
+            for entry in entries
+            if not entry.is_dir()
+        ]
+
+    def list_table(self) -> Iterator[str]:
+        """Every file under the root outside `_delta_log`, relative, posix separators."""
+        self.requests.lists += 1
+        for folder, dirs, files in os.walk(self.root):
+            if folder == self.root and LOG_FOLDER in dirs:
+                dirs.remove(LOG_FOLDER)
+            relative_folder = os.path.relpath(folder, self.root)
+            for name in files:
+                relative = name if relative_folder == "." else os.path.join(relative_folder, name)
+                yield relative.replace(os.sep, "/")
+
+    def list_root(self) -> list[str]:
+        """The names directly under the root (a file at the root lists as itself)."""
+        self.requests.lists += 1
+        if os.path.isfile(self.root):
+            return [os.path.basename(self.root)]
+        try:
+            return os.listdir(self.root)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def read(self, relative: str) -> bytes:
+        """A whole file, through the OS calls alone (the JSON parser takes the bytes)."""
+        self.requests.gets += 1
+        fd = os.open(os.path.join(self.root, relative), os.O_RDONLY)
+        try:
+            chunks = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def read_many(self, relatives: Iterable[str]) -> dict[str, bytes]:
+        """Several files, one after the other (a local read takes microseconds)."""
+        found: dict[str, bytes] = {}
+        for relative in relatives:
+            try:
+                found[relative] = self.read(relative)
+            except FileNotFoundError:
+                continue
+        return found
+
+    def exists_outside(self, location: str) -> bool:
+        """Whether a local file outside the root exists; remote URIs count as present."""
+        path = local_path(location)
+        return os.path.exists(path) if path is not None else True
+
+    def relative(self, location: str) -> str | None:
+        """`location` relative to the root, or None when it is elsewhere."""
+        path = local_path(location)
+        if path is None:
+            return None
+        if not os.path.isabs(path):
+            return os.path.normpath(path).replace(os.sep, "/")
+        relative = os.path.relpath(path, self.root)
+        return None if relative.startswith("..") else relative.replace(os.sep, "/")
+
+
+class ObjectStorage:
+    """A table folder on an object store (S3, Azure, GCS), read through `obstore`.
+
+    Args:
+        uri: The table's URI (`s3://bucket/lake/bronze/orders`, `s3a://...`, `abfss://...`).
+        options: Store options beside those the environment gives (obstore's config keys,
+            e.g. `aws_endpoint` or `aws_allow_http`).
+    """
+
+    def __init__(self, uri: str, options: dict[str, str] | None = None) -> None:
+        from obstore.store import from_url  # deferred: only object-store locations need it
+
+        self.root = uri.rstrip("/")
+        self.requests = RequestCount()
+        # The config's type is per-scheme (S3Config, AzureConfig, ...); the keys are obstore's.
+        self._store: ObjectStore = from_url(self.root, config=cast(Any, options or None))
+
+    def _list(self, prefix: str | None) -> Iterator[dict[str, object]]:
+        import obstore
+
+        count = 0
+        for batch in obstore.list(self._store, prefix=prefix, chunk_size=LIST_PAGE_SIZE):
+            for meta in batch:
+                count += 1
+                yield dict(meta)
+        self.requests.lists += max(1, -(-count // LIST_PAGE_SIZE))
+
+    def list_log(self) -> list[StoredFile]:
+        """The files directly in `_delta_log` (empty when it does not exist)."""
+        prefix = f"{LOG_FOLDER}/"
+        found = []
+        for meta in self._list(prefix):
+            name = str(meta["path"])[len(prefix) :]
+            if "/" in name:  # e.g. _delta_log/_commits/ or _sidecars/: not log entries
+                continue
+            modified = meta["last_modified"]
+            found.append(
+                StoredFile(name, int(str(meta["size"])), int(modified.timestamp() * 1000))  # type: ignore[attr-defined]
+            )
+        return found
+
+    def list_table(self) -> Iterator[str]:
+        """Every object under the root outside `_delta_log` (one paged listing)."""
+        log_prefix = f"{LOG_FOLDER}/"
+        for meta in self._list(None):
+            path = str(meta["path"])
+            if not path.startswith(log_prefix):
+                yield path
+
+    def list_root(self) -> list[str]:
+        """The names directly under the root (objects and `folders/`)."""
+        import obstore
+
+        self.requests.lists += 1
+        listed = obstore.list_with_delimiter(self._store)
+        names = [prefix.rstrip("/").rsplit("/", 1)[-1] for prefix in listed["common_prefixes"]]
+        names += [str(meta["path"]).rsplit("/", 1)[-1] for meta in listed["objects"]]
+        return names
+
+    def read(self, relative: str) -> bytes:
+        """A whole object.
+
+        Raises:
+            FileNotFoundError: no such object (obstore raises it for a 404).
+        """
+        import obstore
+
+        self.requests.gets += 1
+        return bytes(obstore.get(self._store, relative).bytes())
+
+    def read_many(self, relatives: Iterable[str]) -> dict[str, bytes]:
+        """Several objects, FETCH_CONCURRENCY at a time; absent ones are left out."""
+        wanted = list(relatives)
+
+        def fetch(relative: str) -> tuple[str, bytes | None]:
+            try:
+                return relative, self.read(relative)
+            except FileNotFoundError:
+                return relative, None
+
+        if len(wanted) <= 1:
+            pairs = [fetch(relative) for relative in wanted]
+        else:
+            # obstore's calls release the GIL while they wait on the network.
+            with ThreadPoolExecutor(min(FETCH_CONCURRENCY, len(wanted))) as pool:
+                pairs = list(pool.map(fetch, wanted))
+        return {relative: body for relative, body in pairs if body is not None}
+
+    def exists_outside(self, location: str) -> bool:
+        """Files outside the table (a shallow clone's source) are not listed: count them
+        present, as a read of them would be the first to know."""
+        return True
+
+    def relative(self, location: str) -> str | None:
+        """`location` relative to the root, or None when it is elsewhere."""
+        if "://" not in location:
+            return location
+        return same_object_store_root(location, self.root)
+
+
+def open_storage(location: str, options: dict[str, str] | None = None) -> TableStorage:
+    """The storage of a table location: local folder, `file:` URI or object-store URI.
+
+    Args:
+        location: The table's path or URI.
+        options: Extra object-store options (ignored for local folders).
+    """
+    path = local_path(location)
+    if path is not None:
+        return LocalStorage(path)
+    return ObjectStorage(location, options)
