@@ -56,7 +56,8 @@ def _context(args: argparse.Namespace) -> tuple[list[PipelineSpec], ControlTable
     lake_root = args.lake_root or default_lake_root()
     specs = load_specs(args.pipelines, lake_root=lake_root)
     control = ControlTable(args.control_root or default_control_root(lake_root))
-    settings = SparkSettings(master=default_master())
+    locations = [lake_root, control.root, *(loc for spec in specs for loc in spec.locations())]
+    settings = SparkSettings(master=default_master(), storage_locations=tuple(locations))
     return specs, control, settings
 
 
@@ -101,6 +102,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         workdir=Path(args.workdir),
         batch_size=args.batch_size,
         retention_seconds=args.retention_seconds,
+        local_s3=args.local_s3,
     )
 
 
@@ -139,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="per-pipeline watermark, lag, replay window and headroom (no JVM)",
     )
     status.set_defaults(func=_cmd_status)
-    demo = sub.add_parser("demo", help="run the end-to-end demo on a local lake")
+    demo = sub.add_parser("demo", help="run the end-to-end demo on a local (or local S3) lake")
     demo.add_argument("--batch-size", type=int, default=200, help="rows per bronze batch")
     demo.add_argument(
         "--workdir", default=".demo", help="the demo's lake and Dagster instance (wiped first)"
@@ -149,6 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=20,
         help="bronze deletedFileRetentionDuration during the outage",
+    )
+    demo.add_argument(
+        "--local-s3",
+        action="store_true",
+        help="keep the demo's lake in a local S3 server (moto, from the dev extras)",
     )
     demo.set_defaults(func=_cmd_demo)
     return parser

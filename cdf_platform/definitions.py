@@ -44,8 +44,9 @@ def build_defs(
             materialize (the demo's writers); every other bronze table is an external asset.
     """
     lake = lake or LakeLayout.from_environment()
-    spark = spark or SparkResource.from_environment()
-    specs = lake.bound().specs()
+    bound = lake.bound()
+    specs = bound.specs()
+    spark = spark or SparkResource.from_environment(storage_locations=bound.storage_locations())
     maintenance_jobs = build_maintenance_jobs(specs)
     return dg.Definitions(
         assets=[*external_bronze_assets(specs, bronze_written_here), *silver_assets(specs)],

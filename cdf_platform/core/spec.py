@@ -143,6 +143,10 @@ class PipelineSpec(BaseModel):
         """Table name of the bronze asset: `bronze_table`, else the last part of `source`."""
         return self.bronze_table or re.sub(r"\W", "_", self.source.rstrip("/").rsplit("/", 1)[-1])
 
+    def locations(self) -> tuple[str, str]:
+        """The bronze source and the silver target."""
+        return (self.source, self.target)
+
     def resolved(self, lake_root: str) -> PipelineSpec:
         """This spec with relative `source`/`target` resolved under `lake_root`."""
         return self.model_copy(

@@ -103,6 +103,11 @@ class LakeLayout(dg.ConfigurableResource):
         """
         return find_spec(self.specs(), pipeline_id)
 
+    def storage_locations(self) -> list[str]:
+        """Every location the pipelines touch: lake and control roots, sources and targets."""
+        roots = [self.lake_root, self.control().root]
+        return roots + [location for spec in self.specs() for location in spec.locations()]
+
     def table_path(self, layer: str, table: str) -> str:
         """Where a platform-owned table `layer/table` (e.g. gold/...) lives under the lake."""
         return f"{self.lake_root.rstrip('/')}/{layer}/{table}"
@@ -132,6 +137,13 @@ class SparkResource(LazyPySparkResource):
         default=8, ge=1, description="spark.sql.shuffle.partitions (keep small on a laptop)."
     )
     driver_memory: str = Field(default="4g", description="spark.driver.memory.")
+    storage_locations: list[str] = Field(
+        default_factory=list,
+        description="Locations the session reads and writes (lake and control roots, tables "
+        "outside them): an object-store URI among them (s3://, s3a://) makes Spark load that "
+        "store's connector jars and configure it from the environment (AWS_*). A local lake "
+        "loads nothing extra.",
+    )
 
     @classmethod
     def _is_dagster_maintained(cls) -> bool:
@@ -150,6 +162,7 @@ class SparkResource(LazyPySparkResource):
             ui_enabled=self.ui_enabled,
             shuffle_partitions=self.shuffle_partitions,
             driver_memory=self.driver_memory,
+            storage_locations=tuple(self.storage_locations),
             extra_conf={key: str(value) for key, value in self.spark_config.items()},
         )
 

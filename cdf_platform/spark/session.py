@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import RuntimeEnvironmentError, UnsafeSparkConfig
+from cdf_platform.spark.object_stores import object_store_conf, object_store_schemes
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -31,6 +32,13 @@ logger = logging.getLogger(__name__)
 MIN_JAVA_MAJOR = 17
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+# delta-spark 4.4.0 pulls Hadoop's client jars at 3.4.2 (through unitycatalog-hadoop), beside
+# the 3.5.0 ones pyspark ships: two Hadoops on one classpath, and hadoop-aws 3.5.0 must meet
+# its own. pyspark's are the ones kept.
+DUPLICATE_HADOOP_CLIENT = (
+    "org.apache.hadoop:hadoop-client-api",
+    "org.apache.hadoop:hadoop-client-runtime",
+)
 # The conf that turns a vanished `_change_data` or data file into silently skipped rows.
 IGNORE_MISSING_FILES_CONFS = (
     "spark.sql.files.ignoreMissingFiles",
@@ -48,6 +56,9 @@ class SparkSettings:
         ui_enabled: Start the Spark UI (off by default: it costs start-up time and a port).
         shuffle_partitions: `spark.sql.shuffle.partitions`; small for a laptop.
         driver_memory: `spark.driver.memory`, applied when this process starts the JVM.
+        storage_locations: Lake and control roots and tables the session will touch: each
+            object store among them (s3://, s3a://, abfss://, gs://) gets its connector jars
+            and conf (`cdf_platform.spark.object_stores`); local locations add nothing.
         extra_conf: Any further Spark conf, applied last.
     """
 
@@ -56,6 +67,7 @@ class SparkSettings:
     ui_enabled: bool = False
     shuffle_partitions: int = 8
     driver_memory: str = "4g"
+    storage_locations: tuple[str, ...] = ()
     extra_conf: dict[str, str] = field(default_factory=dict)
 
 
@@ -138,12 +150,14 @@ def _local_conf(cores: int) -> dict[str, str]:
 
 
 def spark_conf(settings: SparkSettings) -> dict[str, str]:
-    """The full Spark conf for `settings`, Delta included (local masters get parallelism
-    sized to their cores; `extra_conf` overrides anything)."""
+    """The full Spark conf for `settings`, Delta included, and the connectors of the object
+    stores its locations name (configured from the environment now); local masters get
+    parallelism sized to their cores; `extra_conf` overrides anything."""
+    stores = object_store_conf(object_store_schemes(settings.storage_locations), os.environ)
     conf = {
         "spark.master": settings.master,
         "spark.app.name": settings.app_name,
-        "spark.jars.packages": delta_maven_coordinate(),
+        "spark.jars.packages": ",".join((delta_maven_coordinate(), *stores.packages)),
         "spark.sql.extensions": DELTA_EXTENSION,
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
         "spark.ui.enabled": str(settings.ui_enabled).lower(),
@@ -153,6 +167,8 @@ def spark_conf(settings: SparkSettings) -> dict[str, str]:
         # Commit timestamps, `_deleted_at` and lag hours are compared across machines: keep UTC.
         "spark.sql.session.timeZone": "UTC",
     }
+    conf["spark.jars.excludes"] = ",".join((*DUPLICATE_HADOOP_CLIENT, *stores.excludes))
+    conf.update(stores.conf)
     cores = local_cores(settings.master)
     if cores is not None:
         conf.update(_local_conf(cores))
