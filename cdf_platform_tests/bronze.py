@@ -34,6 +34,16 @@ def sql(spark: SparkSession, path: str, statement: str) -> None:
     spark.sql(statement.format(t=sql_path(path)))
 
 
+def set_deleted_file_retention(spark: SparkSession, path: str, interval: str) -> None:
+    """Set bronze's `delta.deletedFileRetentionDuration` (e.g. 'interval 1 hours')."""
+    sql(
+        spark,
+        path,
+        "ALTER TABLE {t} SET TBLPROPERTIES "
+        f"('delta.deletedFileRetentionDuration' = '{interval}')",
+    )
+
+
 def rows(spark: SparkSession, path: str, *columns: str) -> list[tuple[Any, ...]]:
     """Sorted tuples of `columns` (default: all data columns) of the Delta table at `path`."""
     frame = spark.read.format("delta").load(path)

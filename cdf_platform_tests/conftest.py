@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
+from cdf_platform.demo.local_s3 import LocalS3Server
 from cdf_platform.orchestration.resources import SparkResource
 
 # Small local config: 2 cores here, so few partitions; no UI.
@@ -21,14 +24,39 @@ TEST_SPARK_CONF = {
 
 
 @pytest.fixture(scope="session")
-def spark_resource(tmp_path_factory: pytest.TempPathFactory) -> SparkResource:
-    """The Spark resource the tests share; its session is the one `spark` returns."""
+def s3_server() -> Iterator[LocalS3Server]:
+    """A real S3 server (moto) on a free loopback port for the whole test session; the
+    environment points deltalake, obstore and Spark's S3A at it (as a user's AWS_* would)."""
+    with LocalS3Server(bucket="cdf-tests") as server:
+        saved = {name: os.environ.get(name) for name in server.env()}
+        os.environ.update(server.env())
+        yield server
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@pytest.fixture
+def s3_lake(s3_server: LocalS3Server) -> str:
+    """A fresh lake root on the S3 server for one test (`s3://`, as users write it)."""
+    return f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def spark_resource(
+    tmp_path_factory: pytest.TempPathFactory, s3_server: LocalS3Server
+) -> SparkResource:
+    """The Spark resource the tests share; its session is the one `spark` returns. It can
+    reach the test S3 server, so object-store tests share it too."""
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     return SparkResource(
         master="local[2]",
         app_name="cdf_platform_tests",
         shuffle_partitions=2,
         driver_memory="2g",
+        storage_locations=[f"s3://{s3_server.bucket}"],
         spark_config={**TEST_SPARK_CONF, "spark.sql.warehouse.dir": str(warehouse)},
     )
 

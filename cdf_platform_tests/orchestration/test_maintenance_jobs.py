@@ -13,7 +13,7 @@ from cdf_platform.core.sql import sql_path
 from cdf_platform.orchestration.maintenance_jobs import build_maintenance_jobs, maintenance_job_name
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.runner import run_pipeline
-from cdf_platform_tests.bronze import insert, make_bronze, sql
+from cdf_platform_tests.bronze import insert, make_bronze, set_deleted_file_retention, sql
 
 PIPELINE = {"id": "people", "source": "bronze/people", "target": "silver/people", "keys": ["id"]}
 
@@ -25,12 +25,7 @@ def _lagging_platform(spark: SparkSession, lake: Path) -> LakeLayout:
     control = LakeLayout(lake_root=str(lake), pipelines_file=str(pipelines))
     spec = control.spec("people")
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20)])
-    sql(
-        spark,
-        spec.source,
-        "ALTER TABLE {t} SET TBLPROPERTIES ('delta.deletedFileRetentionDuration' = "
-        "'interval 1 hours')",
-    )
+    set_deleted_file_retention(spark, spec.source, "interval 1 hours")
     run_pipeline(spec, spark_factory=lambda: spark, control=control.control())
     sql(spark, spec.source, "UPDATE {t} SET amount = amount + 1")
     insert(spark, spec.source, [(3, "cy", 30)])

@@ -1,0 +1,34 @@
+"""Put, copy and delete objects on the test S3 server, through obstore (real HTTP)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import obstore
+from obstore.store import from_url
+
+
+def upload_folder(folder: Path | str, uri: str) -> int:
+    """Copy every file under local `folder` to the object-store folder `uri`; the count."""
+    store = from_url(uri)
+    count = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            local = Path(root, name)
+            obstore.put(store, local.relative_to(folder).as_posix(), local.read_bytes())
+            count += 1
+    return count
+
+
+def delete_object(uri: str, relative: str) -> None:
+    """Delete one object under the folder `uri`."""
+    obstore.delete(from_url(uri), relative)
+
+
+def object_names(uri: str, prefix: str | None = None) -> list[str]:
+    """The objects under the folder `uri` (optionally under `prefix`), relative, sorted."""
+    found = []
+    for batch in obstore.list(from_url(uri), prefix=prefix):
+        found += [str(meta["path"]) for meta in batch]
+    return sorted(found)

@@ -1,0 +1,83 @@
+"""Object-store connectors: only the stores a session's locations name, configured from the
+environment deltalake and obstore read."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from cdf_platform.demo.local_s3 import LocalS3Server
+from cdf_platform.spark.object_stores import (
+    AWS_SDK_BUNDLE,
+    object_store_conf,
+    object_store_schemes,
+)
+from cdf_platform.spark.session import SparkSettings, spark_conf
+
+
+def test_a_local_lake_loads_no_connector(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    conf = spark_conf(SparkSettings(storage_locations=("/lake", "file:///lake/_control")))
+    assert conf["spark.jars.packages"].split(",") == [conf["spark.jars.packages"]]
+    assert "io.delta:delta-spark" in conf["spark.jars.packages"]
+    assert not [key for key in conf if "s3a" in key or ".s3." in key]
+
+
+@pytest.mark.parametrize("lake", ["s3://bucket/lake", "s3a://bucket/lake"])
+def test_an_s3_lake_gets_s3a_without_the_sdk_bundle(
+    lake: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT", "AWS_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    conf = spark_conf(SparkSettings(storage_locations=("/local", lake)))
+    packages = conf["spark.jars.packages"].split(",")
+    assert packages[1:] == [
+        "org.apache.hadoop:hadoop-aws:3.5.0",
+        "software.amazon.awssdk:s3:2.35.4",
+        "software.amazon.awssdk:s3-transfer-manager:2.35.4",
+    ]
+    assert AWS_SDK_BUNDLE in conf["spark.jars.excludes"].split(",")
+    # s3:// is S3A too; no endpoint set, so AWS's own (and no path-style override).
+    assert conf["spark.hadoop.fs.s3.impl"] == "org.apache.hadoop.fs.s3a.S3AFileSystem"
+    assert "spark.hadoop.fs.s3a.endpoint" not in conf
+    assert "spark.hadoop.fs.s3a.path.style.access" not in conf
+
+
+def test_the_endpoint_and_region_come_from_the_aws_environment() -> None:
+    local = object_store_conf(
+        {"s3"}, {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_REGION": "eu-west-1"}
+    ).conf
+    assert local["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
+    assert local["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
+    assert local["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert local["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-1"
+    hosted = object_store_conf(
+        {"s3a"},
+        {"AWS_ENDPOINT_URL": "https://s3.example", "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "true"},
+    ).conf
+    assert hosted["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "true"
+    assert hosted["spark.hadoop.fs.s3a.path.style.access"] == "false"
+    # Credentials stay with S3A's provider chain: never copied into the Spark conf.
+    secret = object_store_conf({"s3"}, {"AWS_SECRET_ACCESS_KEY": "hush"}).conf
+    assert "hush" not in secret.values()
+
+
+def test_schemes_of_locations() -> None:
+    locations = ["/lake", "file:///x", "s3a://b/x", "abfss://c@a.dfs.core.windows.net/x", "gs://b"]
+    assert object_store_schemes(locations) == {"s3a", "abfss", "gs"}
+    packages = object_store_conf({"abfss", "gs"}, {}).packages
+    assert [p.split(":")[1] for p in packages] == ["hadoop-azure", "gcs-connector"]
+
+
+def test_the_local_s3_server_is_stopped_by_its_pid() -> None:
+    server = LocalS3Server(bucket="stop-test").start()
+    process = server._process
+    assert process is not None and process.poll() is None
+    assert server.request_count() >= 1  # the bucket was created through it
+    server.stop()
+    assert process.poll() is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(process.pid, signal.SIGCONT)
+    assert not server.log_path.exists()
