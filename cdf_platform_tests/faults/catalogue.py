@@ -20,6 +20,7 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import (
+    CatalogManagedSource,
     CdfNotEnabled,
     CdfPlatformError,
     DataQualityError,
@@ -161,6 +162,19 @@ def _unknown_pipeline(lake: BadInputLake) -> object:
 def _not_delta(lake: BadInputLake) -> None:
     os.makedirs(lake.bronze)
     (Path(lake.bronze) / "part-0000.parquet").write_bytes(b"PAR1 not really")
+
+
+def _catalog_managed(lake: BadInputLake) -> None:
+    """Bronze upgraded to a catalog-managed table (the protocol commit such a table carries)."""
+    lake.make_bronze()
+    log = Path(lake.bronze, "_delta_log")
+    version = 1 + max(int(p.name.split(".")[0]) for p in log.glob("*.json"))
+    (log / f"{version:020d}.json").write_text(
+        '{"commitInfo":{"operation":"UPGRADE PROTOCOL","inCommitTimestamp":1}}\n'
+        '{"protocol":{"minReaderVersion":3,"minWriterVersion":7,'
+        '"readerFeatures":["catalogManaged"],'
+        '"writerFeatures":["catalogManaged","inCommitTimestamp"]}}\n'
+    )
 
 
 def _files_at_target(lake: BadInputLake) -> None:
@@ -310,6 +324,14 @@ CATALOGUE: list[BadInput] = [
         "check the `source` path or table name",
         act=lambda lake: lake.run(),
         setup=_not_delta,
+    ),
+    BadInput(
+        "source_catalog_managed",
+        "bronze whose protocol has the `catalogManaged` feature",
+        CatalogManagedSource,
+        "point `source` at a path-based Delta table",
+        act=lambda lake: lake.run(),
+        setup=_catalog_managed,
     ),
     BadInput(
         "cdf_never_enabled",
