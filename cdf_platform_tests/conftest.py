@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from cdf_platform.deltalog.commit_cache import CACHE_ENV
 from cdf_platform.demo.local_s3 import LocalS3Server
 from cdf_platform.orchestration.resources import SparkResource
 
@@ -21,6 +22,20 @@ TEST_SPARK_CONF = {
     # VACUUM lists files with this many tasks (10,000 by default): seconds wasted per VACUUM.
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
 }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def commit_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The object-store commit cache of this test session (and of the CLIs it starts), in a
+    temp folder instead of the user's ~/.cache."""
+    folder = tmp_path_factory.mktemp("commit-cache")
+    saved = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(folder)
+    yield folder
+    if saved is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = saved
 
 
 @pytest.fixture(scope="session")

@@ -30,8 +30,10 @@ import os
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 from urllib.parse import urlparse
+
+from cdf_platform.deltalog.commit_cache import CommitCache
 
 if TYPE_CHECKING:
     from obstore.store import ObjectStore
@@ -234,13 +236,24 @@ class ObjectStorage:
         uri: The table's URI (`s3://bucket/lake/bronze/orders`, `s3a://...`, `abfss://...`).
         options: Store options beside those the environment gives (obstore's config keys,
             e.g. `aws_endpoint` or `aws_allow_http`).
+        cache: Where log files read before are kept (`CommitCache`), None for no cache;
+            by default the one the environment configures.
     """
 
-    def __init__(self, uri: str, options: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        uri: str,
+        options: dict[str, str] | None = None,
+        cache: CommitCache | Literal["environment"] | None = "environment",
+    ) -> None:
         from obstore.store import from_url  # deferred: only object-store locations need it
 
         self.root = uri.rstrip("/")
         self.requests = RequestCount()
+        self.cache = CommitCache.from_environment() if cache == "environment" else cache
+        # ETags of the log files listed, for the commit cache.
+        self._etags: dict[str, str] = {}
+        self._pruned = False
         # The config's type is per-scheme (S3Config, AzureConfig, ...); the keys are obstore's.
         self._store: ObjectStore = from_url(self.root, config=cast(Any, options or None))
 
@@ -262,6 +275,8 @@ class ObjectStorage:
             name = str(meta["path"])[len(prefix) :]
             if "/" in name:  # e.g. _delta_log/_commits/ or _sidecars/: not log entries
                 continue
+            if meta.get("e_tag"):
+                self._etags[f"{prefix}{name}"] = str(meta["e_tag"])
             modified = meta["last_modified"]
             found.append(
                 StoredFile(name, int(str(meta["size"])), int(modified.timestamp() * 1000))  # type: ignore[attr-defined]
@@ -298,8 +313,31 @@ class ObjectStorage:
         return bytes(obstore.get(self._store, relative).bytes())
 
     def read_many(self, relatives: Iterable[str]) -> dict[str, bytes]:
-        """Several objects, FETCH_CONCURRENCY at a time; absent ones are left out."""
+        """Several objects, FETCH_CONCURRENCY at a time; absent ones are left out.
+
+        Log files listed with an ETag are served from the commit cache when it holds them,
+        and stored there once fetched.
+        """
         wanted = list(relatives)
+        found: dict[str, bytes] = {}
+        if self.cache is not None:
+            for relative in wanted:
+                etag = self._etags.get(relative)
+                cached = self.cache.get(self.root, relative, etag) if etag else None
+                if cached is not None:
+                    found[relative] = cached
+            wanted = [relative for relative in wanted if relative not in found]
+        fetched = self._fetch_many(wanted)
+        if self.cache is not None and fetched:
+            keep = {r: (self._etags[r], b) for r, b in fetched.items() if r in self._etags}
+            self.cache.put(self.root, keep)
+            if not self._pruned:  # once per listing: drop entries of cleaned-up log files
+                self.cache.prune(self.root, self._etags)
+                self._pruned = True
+        return {**found, **fetched}
+
+    def _fetch_many(self, wanted: list[str]) -> dict[str, bytes]:
+        """GET `wanted` FETCH_CONCURRENCY at a time; absent objects are left out."""
 
         def fetch(relative: str) -> tuple[str, bytes | None]:
             try:

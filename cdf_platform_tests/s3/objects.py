@@ -21,6 +21,11 @@ def upload_folder(folder: Path | str, uri: str) -> int:
     return count
 
 
+def put_object(uri: str, relative: str, body: bytes) -> None:
+    """Write (or overwrite) one object under the folder `uri`."""
+    obstore.put(from_url(uri), relative, body)
+
+
 def delete_object(uri: str, relative: str) -> None:
     """Delete one object under the folder `uri`."""
     obstore.delete(from_url(uri), relative)

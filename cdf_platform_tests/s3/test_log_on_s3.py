@@ -18,7 +18,7 @@ from cdf_platform.window.criteria import WindowBreakKind
 from cdf_platform.window.replay_window import compute_replay_window
 from cdf_platform_tests.bronze import insert, make_bronze, sql
 from cdf_platform_tests.deltalog.synthetic_log import write_synthetic_commits
-from cdf_platform_tests.s3.objects import delete_object, object_names, upload_folder
+from cdf_platform_tests.s3.objects import delete_object, object_names, put_object, upload_folder
 
 
 def _bronze_copied_to_s3(spark: SparkSession, lake: Path, s3_lake: str) -> tuple[str, str]:
@@ -88,6 +88,27 @@ def test_a_long_log_is_listed_once_and_read_in_batches(
     table_pages = -(-len(object_names(remote)) // LIST_PAGE_SIZE)
     assert storage.requests.lists == 2 * log_pages + table_pages
     assert storage.requests.gets == 1_200
+
+    # The next evaluation reads the commits from the local cache (same names, same ETags)
+    # and fetches only the one committed since.
+    write_synthetic_commits(local, 1_200, 1_200)
+    upload_folder(local, remote)
+    again = open_storage(remote)
+    window = compute_replay_window(remote, log=DeltaLog(remote, again))
+    assert window.latest_version == 1_200
+    assert window.earliest_replayable_version == 0
+    assert again.requests.gets == 1
+
+
+def test_a_rewritten_commit_object_is_read_again_not_served_from_the_cache(
+    spark: SparkSession, lake: Path, s3_lake: str
+) -> None:
+    local, remote = _bronze_copied_to_s3(spark, lake, s3_lake)
+    assert DeltaLog(remote).commit(4).operation == "WRITE"  # cached now
+    # The same name with other bytes (a table recreated in place): a new ETag.
+    body = Path(local, "_delta_log", f"{4:020d}.json").read_text()
+    put_object(remote, f"_delta_log/{4:020d}.json", body.replace('"WRITE"', '"MERGE"').encode())
+    assert DeltaLog(remote).commit(4).operation == "MERGE"
 
 
 def test_table_facts_on_s3(s3_lake: str, spark: SparkSession, lake: Path) -> None:
