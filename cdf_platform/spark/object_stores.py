@@ -2,16 +2,17 @@
 
 Only the stores a session's locations name are configured: a local lake loads nothing extra.
 
-- S3 (`s3://`, `s3a://`): Hadoop's S3A connector, `hadoop-aws` at the Hadoop version pyspark
-  ships (3.5.0 for pyspark 4.2.0), resolved from Maven Central by `spark.jars.packages` like the
-  Delta jar. hadoop-aws depends on the AWS SDK v2 `bundle` jar (686 MB); it is excluded and
-  replaced by the two SDK modules S3A uses (`s3`, `s3-transfer-manager`, ~19 MB with their
+- S3 (`s3://`, `s3a://`, `s3n://`): Hadoop's S3A connector, `hadoop-aws` at the Hadoop version
+  pyspark ships (3.5.0 for pyspark 4.2.0), resolved from Maven Central by `spark.jars.packages`
+  like the Delta jar. hadoop-aws depends on the AWS SDK v2 `bundle` jar (686 MB); it is excluded
+  and replaced by the two SDK modules S3A uses (`s3`, `s3-transfer-manager`, ~19 MB with their
   dependencies) at the SDK version hadoop-aws was built with. `s3://` is mapped to S3A so one
   URI names the same objects for Spark, `deltalake` and the JVM-free reader. The endpoint,
   region and path-style access come from the environment variables `deltalake` and `obstore`
-  read (`AWS_ENDPOINT_URL`, `AWS_REGION`, ...); credentials stay with S3A's default provider
-  chain, which reads `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` (and instance roles) itself,
-  so no secret is ever copied into the Spark conf.
+  read (`AWS_ENDPOINT_URL`, `AWS_REGION`, ...). Credentials are never put in the Spark conf:
+  Spark copies `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` / `AWS_SESSION_TOKEN` from the
+  environment into its Hadoop conf itself, and S3A's default provider chain reads the same
+  variables (then instance roles).
 - Azure (`abfss://`, `abfs://`) and GCS (`gs://`): the connectors' coordinates are added
   (`hadoop-azure`, Google's `gcs-connector`); their credentials are the connectors' own Spark
   conf (`spark.hadoop.fs.azure.account...`, `spark.hadoop.fs.gs...`), set through the Spark
@@ -26,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -67,22 +69,32 @@ def object_store_schemes(locations: Iterable[str]) -> frozenset[str]:
 
 
 def hadoop_version() -> str:
-    """The Hadoop version of pyspark's bundled client (`hadoop-client-api-<v>.jar`)."""
-    import pyspark
+    """The Hadoop version Spark runs on, read from its `hadoop-client-api-<v>.jar`.
 
-    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars", "hadoop-client-api-*.jar")
-    for jar in glob.glob(jars):
-        if match := re.search(r"hadoop-client-api-([\d.]+)\.jar$", jar):
-            return match.group(1)
+    pyspark's own `jars/` is looked in first, then `$SPARK_HOME/jars` (a Spark distribution's
+    pyspark has no `jars/`), else `FALLBACK_HADOOP_VERSION`. pyspark is located, not imported.
+    """
+    folders = []
+    spec = importlib.util.find_spec("pyspark")
+    if spec is not None and spec.origin:
+        folders.append(os.path.join(os.path.dirname(spec.origin), "jars"))
+    if spark_home := os.environ.get("SPARK_HOME"):
+        folders.append(os.path.join(spark_home, "jars"))
+    for folder in folders:
+        for jar in sorted(glob.glob(os.path.join(folder, "hadoop-client-api-*.jar"))):
+            if match := re.search(r"hadoop-client-api-([\d.]+)\.jar$", jar):
+                return match.group(1)
     return FALLBACK_HADOOP_VERSION
 
 
 def _s3a_conf(env: Mapping[str, str]) -> dict[str, str]:
     """S3A settings from the environment deltalake and obstore read, and the s3:// mapping."""
-    conf = {
-        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
-        "spark.hadoop.fs.AbstractFileSystem.s3.impl": "org.apache.hadoop.fs.s3a.S3A",
-    }
+    # Hadoop 3 has no `s3://` or `s3n://` filesystem of its own: both become S3A, whose
+    # `fs.s3a.*` settings then apply whatever the scheme (Delta's S3 log store covers all three).
+    conf: dict[str, str] = {}
+    for scheme in sorted(S3_SCHEMES - {"s3a"}):
+        conf[f"spark.hadoop.fs.{scheme}.impl"] = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+        conf[f"spark.hadoop.fs.AbstractFileSystem.{scheme}.impl"] = "org.apache.hadoop.fs.s3a.S3A"
     endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
     endpoint = endpoint or env.get("AWS_ENDPOINT")
     if endpoint:
@@ -90,10 +102,13 @@ def _s3a_conf(env: Mapping[str, str]) -> dict[str, str]:
         conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(
             not endpoint.startswith("http://")
         ).lower()
-        # S3-compatible servers (MinIO, moto, Ceph) are addressed by path, as obstore does
-        # for a custom endpoint unless virtual-hosted style is asked for.
-        virtual = env.get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "").strip().lower() == "true"
-        conf["spark.hadoop.fs.s3a.path.style.access"] = str(not virtual).lower()
+    # S3-compatible servers (MinIO, moto, Ceph) are addressed by path, as obstore does for a
+    # custom endpoint unless virtual-hosted style is asked for; an explicit choice always holds.
+    virtual = env.get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "").strip().lower()
+    if virtual in ("true", "false"):
+        conf["spark.hadoop.fs.s3a.path.style.access"] = str(virtual == "false").lower()
+    elif endpoint:
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
     region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
     if region:
         conf["spark.hadoop.fs.s3a.endpoint.region"] = region

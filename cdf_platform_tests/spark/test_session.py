@@ -53,6 +53,38 @@ def test_local_masters_get_delta_parallelism_sized_to_their_cores(
     assert spark_conf(given)["spark.databricks.delta.snapshotPartitions"] == "64"
 
 
+def test_object_store_conf_reads_the_environment_at_call_time_and_extra_conf_wins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = SparkSettings(
+        storage_locations=("s3n://bucket/lake",),
+        extra_conf={"spark.hadoop.fs.s3a.endpoint.region": "eu-central-1"},
+    )
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    first = spark_conf(settings)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:2")
+    second = spark_conf(settings)
+    assert first["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:1"
+    assert second["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:2"
+    assert second["spark.hadoop.fs.s3a.endpoint.region"] == "eu-central-1"
+    # Hadoop 3 dropped its s3n filesystem: the scheme is S3A's, like s3.
+    assert second["spark.hadoop.fs.s3n.impl"] == "org.apache.hadoop.fs.s3a.S3AFileSystem"
+    assert "org.apache.hadoop:hadoop-client-api" in second["spark.jars.excludes"].split(",")
+
+
+@pytest.mark.parametrize(("virtual", "path_style"), [("false", "true"), ("TRUE", "false")])
+def test_an_explicit_addressing_style_holds_without_an_endpoint(
+    virtual: str, path_style: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", virtual)
+    conf = spark_conf(SparkSettings(storage_locations=("s3://bucket/lake",)))
+    assert conf["spark.hadoop.fs.s3a.path.style.access"] == path_style
+    assert "spark.hadoop.fs.s3a.endpoint" not in conf
+
+
 def test_java_17_or_newer_is_present() -> None:
     assert require_java() >= 17
 
