@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck unit browser bench dev clean
+.PHONY: setup demo demo-s3 test bench-s3 lint typecheck unit browser bench dev clean
 
 # Create the virtualenv and install the project with its dev tools (re-run when pyproject changes).
 $(STAMP): pyproject.toml
@@ -18,6 +18,10 @@ setup: $(STAMP)
 
 demo: setup
 	$(BIN)/cdf-platform demo
+
+# The same story with the lake in a local S3 server (moto) instead of a folder.
+demo-s3: setup
+	$(BIN)/cdf-platform demo --local-s3
 
 lint: setup
 	$(BIN)/ruff check cdf_platform cdf_platform_tests bench
@@ -41,6 +45,10 @@ test: lint typecheck unit
 
 bench: setup
 	$(BIN)/python -m bench.run
+
+# Scenario (d) on a local S3 server (moto) beside local disk.
+bench-s3: setup
+	$(BIN)/python -m bench.object_store
 
 # The Dagster UI on the demo's instance and lake (run `make demo` first).
 dev: setup

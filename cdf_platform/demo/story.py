@@ -62,19 +62,27 @@ def _check_figures(
 class DemoStory:
     """The demo's state: work folder, Definitions, instance, and the steps run so far."""
 
-    def __init__(self, workdir: Path, *, batch_size: int, retention_seconds: int) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        batch_size: int,
+        retention_seconds: int,
+        lake_root: str | None = None,
+    ) -> None:
         self.workdir = workdir.resolve()
         self.batch_size = batch_size
         self.retention_seconds = retention_seconds
         self.steps: list[Step] = []
         # A clean start: the demo owns this folder (never the user's DAGSTER_HOME or lake).
         shutil.rmtree(self.workdir, ignore_errors=True)
-        self.lake = self.workdir / "lake"
         self.home = self.workdir / "dagster_home"
-        self.lake.mkdir(parents=True)
         self.home.mkdir(parents=True)
+        if lake_root is None:
+            (self.workdir / "lake").mkdir()
+        self.lake = lake_root or str(self.workdir / "lake")
         os.environ["DAGSTER_HOME"] = str(self.home)
-        os.environ["CDF_LAKE_ROOT"] = str(self.lake)
+        os.environ["CDF_LAKE_ROOT"] = self.lake
         from cdf_platform.demo.definitions import build_demo_defs
         from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 
@@ -82,6 +90,7 @@ class DemoStory:
         self.control = self.layout.control()
         self.spark_resource = SparkResource.from_environment(
             shuffle_partitions=4,
+            storage_locations=self.layout.storage_locations(),
             # Laptop-sized: Delta replays its log with 50 tasks and VACUUM lists files with
             # 10,000 by default, which is most of the time spent on tables this small.
             spark_config={
@@ -270,16 +279,39 @@ class DemoStory:
         return "\n".join(lines)
 
 
-def run_demo(*, workdir: Path, batch_size: int, retention_seconds: int) -> int:
-    """Run the story in `workdir` (wiped first); print the summary; return the exit code."""
+def run_demo(
+    *, workdir: Path, batch_size: int, retention_seconds: int, local_s3: bool = False
+) -> int:
+    """Run the story in `workdir` (wiped first); print the summary; return the exit code.
+
+    With `local_s3`, the lake (bronze, silver, gold and the control tables) lives in a bucket
+    of a local S3 server (moto) started for the story and stopped after it; the Dagster
+    instance stays in `workdir`.
+    """
+    if not local_s3:
+        return _tell(workdir, batch_size, retention_seconds, None)
+    from cdf_platform.demo.local_s3 import LocalS3Server
+
+    with LocalS3Server(bucket="demo-lake") as server:
+        os.environ.update(server.env())
+        _say(f"local S3 server on {server.endpoint}, lake s3://{server.bucket}/lake")
+        return _tell(workdir, batch_size, retention_seconds, f"s3://{server.bucket}/lake")
+
+
+def _tell(workdir: Path, batch_size: int, retention_seconds: int, lake_root: str | None) -> int:
     started = time.monotonic()
-    story = DemoStory(workdir, batch_size=batch_size, retention_seconds=retention_seconds)
+    story = DemoStory(
+        workdir, batch_size=batch_size, retention_seconds=retention_seconds, lake_root=lake_root
+    )
     try:
         story.run()
     except DemoFailed as err:
         logger.error("demo failed: %s\n%s", err, story.summary())
         return 1
     print(story.summary())  # noqa: T201 (the demo's report is its output)
+    if lake_root is not None:
+        print(f"\nDemo finished in {time.monotonic() - started:.0f} s on {lake_root}.")  # noqa: T201
+        return 0
     print(  # noqa: T201
         f"\nDemo finished in {time.monotonic() - started:.0f} s. Browse the same runs, checks "
         "and plots in the Dagster UI:\n\n"

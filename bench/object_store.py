@@ -1,0 +1,153 @@
+"""Scenario (d) on an object store: the replay window and `status --json` of one bronze log on a
+local S3 server against the same log on local disk, at 100, 1,000, 2,000 and 5,000 commits.
+
+The log is the one scenario (d) uses (two delta-spark commits, then synthetic commits modelled on
+them), written locally and copied to S3 as it grows. Per size it records the JVM-free window
+check in process (local; S3 with an empty commit cache, then warm: the steady state of checks
+and sensors, which only fetch new commits) with the S3 requests the storage layer made, and
+`cdf-platform status --json` in a subprocess that cannot find Java, cold and warm, with the
+requests the server answered during it (counted in the server's access log). Figures go to
+`bench/results/object_store.json`.
+
+Usage:
+    python -m bench.object_store                      # 100, 1,000, 2,000, 5,000 commits, 3 runs
+    python -m bench.object_store --sizes 100 2000 --reps 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.probes import cli_via_subprocess, write_pipelines_file
+from bench.replay_check import create_log_table
+from bench.workload import spec_for
+from cdf_platform.deltalog.commit_cache import CACHE_ENV, CommitCache
+from cdf_platform.deltalog.log import DeltaLog
+from cdf_platform.deltalog.storage import ObjectStorage, open_storage
+from cdf_platform.demo.local_s3 import LocalS3Server
+from cdf_platform.spark.session import SparkSettings, build_spark_session
+from cdf_platform.window.replay_window import assess_consumer, compute_replay_window
+from cdf_platform_tests.deltalog.synthetic_log import write_synthetic_commits
+from cdf_platform_tests.s3.objects import upload_folder
+
+RESULTS = Path(__file__).parent / "results" / "object_store.json"
+
+
+def window_check(path: str, cache: Path | None = None) -> tuple[float, int, int]:
+    """The platform's check (exact window, a consumer halfway): seconds, lists, gets.
+
+    `cache` is the commit cache folder for an object-store path (None: local, no cache).
+    """
+    started = time.perf_counter()
+    storage = ObjectStorage(path, cache=CommitCache(cache)) if cache else open_storage(path)
+    window = compute_replay_window(path, log=DeltaLog(path, storage))
+    assert assess_consumer(window, window.latest_version // 2).replayable
+    return time.perf_counter() - started, storage.requests.lists, storage.requests.gets
+
+
+def status_cli(
+    pipelines: Path, lake_root: str, server: LocalS3Server | None, cache: Path
+) -> tuple[float, int]:
+    """`status --json` in a subprocess without Java (commit cache `cache`): seconds and the
+    requests the server answered during it."""
+    os.environ[CACHE_ENV] = str(cache)
+    before = server.request_count() if server else 0
+    seconds, returncode, stdout, stderr, java_seen = cli_via_subprocess(
+        "status", "--json", "--pipelines", str(pipelines), "--lake-root", lake_root
+    )
+    assert returncode == 0 and not java_seen, (returncode, java_seen, stderr[-2000:])
+    assert json.loads(stdout), stdout
+    return seconds, (server.request_count() - before) if server else 0
+
+
+def median(values: list[float]) -> float:
+    """The median, rounded for the figures file."""
+    return round(statistics.median(values), 4)
+
+
+def run(sizes: list[int], reps: int, out: Path) -> dict[str, Any]:
+    """Measure every size; write and return the figures."""
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="cdf-bench-s3-") as scratch, LocalS3Server() as server:
+        os.environ.update(server.env())
+        workdir = Path(scratch)
+        spark = build_spark_session(SparkSettings(master="local[2]", shuffle_partitions=2))
+        local = str(workdir / "long_log")
+        create_log_table(spark, local)
+        remote = f"s3://{server.bucket}/bench/long_log"
+        local_pipelines, remote_pipelines = workdir / "local.yaml", workdir / "s3.yaml"
+        write_pipelines_file(local_pipelines, spec_for(local, workdir / "silver"))
+        remote_spec = spec_for(remote, workdir / "unused")
+        remote_spec = remote_spec.model_copy(update={"target": f"{remote}_silver"})
+        write_pipelines_file(remote_pipelines, remote_spec)
+        written = 1
+        caches = iter(range(1_000_000))
+
+        def empty_cache() -> Path:
+            return workdir / f"commit-cache-{next(caches)}"
+
+        for size in sorted(sizes):
+            write_synthetic_commits(local, written + 1, size - 1)
+            written = size - 1
+            upload_folder(local, remote)
+            window_check(local)  # warm the page cache and the interpreter alike
+            local_runs = [window_check(local) for _ in range(reps)]
+            cold = window_check(remote, empty_cache())  # every commit fetched
+            warm_cache = empty_cache()
+            window_check(remote, warm_cache)
+            warm_runs = [window_check(remote, warm_cache) for _ in range(reps)]
+            local_status = [
+                status_cli(local_pipelines, str(workdir), None, empty_cache()) for _ in range(reps)
+            ]
+            cold_status = status_cli(remote_pipelines, remote, server, empty_cache())
+            warm_status = [status_cli(remote_pipelines, remote, server, warm_cache)]
+            warm_status += [status_cli(remote_pipelines, remote, server, warm_cache)]
+            rows.append(
+                {
+                    "commits": size,
+                    "window_local_s": median([r[0] for r in local_runs]),
+                    "window_s3_cold_s": round(cold[0], 4),
+                    "window_s3_cold_requests": cold[1] + cold[2],
+                    "window_s3_warm_s": median([r[0] for r in warm_runs]),
+                    "window_s3_warm_requests": warm_runs[-1][1] + warm_runs[-1][2],
+                    "status_cli_local_s": median([s[0] for s in local_status]),
+                    "status_cli_s3_cold_s": round(cold_status[0], 4),
+                    "status_cli_s3_cold_requests": cold_status[1],
+                    "status_cli_s3_warm_s": median([s[0] for s in warm_status]),
+                    "status_cli_s3_warm_requests": warm_status[-1][1],
+                }
+            )
+        spark.stop()
+    figures = {
+        "scenario": "replay window and status --json, local disk vs a local S3 server (moto)",
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "reps": reps,
+        "rows": rows,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(figures, indent=2) + "\n")
+    return figures
+
+
+def main() -> None:
+    """Command line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1_000, 2_000, 5_000])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    figures = run(args.sizes, args.reps, args.out)
+    for row in figures["rows"]:
+        print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
