@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.sql import sql_path
-from cdf_platform.deltalog.log import DEFAULT_DELETED_FILE_RETENTION, parse_interval
+from cdf_platform.deltalog.retention import DEFAULT_DELETED_FILE_RETENTION, parse_interval
 from cdf_platform.window.replay_window import assess_consumer, compute_replay_window
 
 if TYPE_CHECKING:

@@ -30,6 +30,13 @@ from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import SourceNotFound
 from cdf_platform.deltalog.actions import Commit, TableMetadata, TableProtocol, parse_commit
+from cdf_platform.deltalog.retention import (
+    DEFAULT_DELETED_FILE_RETENTION,
+    DEFAULT_LOG_RETENTION,
+    DELETED_FILE_RETENTION_KEY,
+    LOG_RETENTION_KEY,
+    parse_interval,
+)
 from cdf_platform.deltalog.storage import LOG_FOLDER, TableStorage, open_storage
 
 if TYPE_CHECKING:
@@ -37,57 +44,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DELETED_FILE_RETENTION_KEY = "delta.deletedFileRetentionDuration"
-LOG_RETENTION_KEY = "delta.logRetentionDuration"
-# Delta 4.4 defaults (DeltaConfigs.TOMBSTONE_RETENTION, DeltaConfigs.LOG_RETENTION).
-DEFAULT_DELETED_FILE_RETENTION = timedelta(weeks=1)
-DEFAULT_LOG_RETENTION = timedelta(days=30)
-
 _COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
 _CLASSIC_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 _MULTIPART_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet$")
 _V2_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.[0-9a-fA-F-]{36}\.(?:json|parquet)$")
 _CHECKSUM_FILE = re.compile(r"^(\d{20})\.crc$")
-
-_INTERVAL_UNITS = {
-    "week": timedelta(weeks=1),
-    "day": timedelta(days=1),
-    "hour": timedelta(hours=1),
-    "minute": timedelta(minutes=1),
-    "second": timedelta(seconds=1),
-    "millisecond": timedelta(milliseconds=1),
-    "microsecond": timedelta(microseconds=1),
-}
-_INTERVAL_TERM = re.compile(r"\s*([+-]?\d+(?:\.\d+)?)\s*([a-z]+)\s*")
-
-
-def parse_interval(text: str) -> timedelta:
-    """Parse a Delta interval property ("interval 7 days", "168 hours", "1 week 2 days").
-
-    Follows DeltaConfigs.parseCalendarInterval: case-insensitive, the `interval` keyword is
-    optional, units may be singular or plural. Months and years are refused, as Delta refuses
-    them for retention properties (their length is not fixed).
-
-    Raises:
-        ValueError: the text is not such an interval.
-    """
-    rest = text.strip().lower()
-    if rest.startswith("interval"):
-        rest = rest[len("interval") :]
-    total, position = timedelta(), 0
-    for match in _INTERVAL_TERM.finditer(rest):
-        if match.start() != position:
-            break
-        unit = match.group(2).removesuffix("s")
-        if unit in ("month", "year"):
-            raise ValueError(f"interval {text!r}: months and years are not accepted by Delta")
-        if unit not in _INTERVAL_UNITS:
-            raise ValueError(f"interval {text!r}: unknown unit {match.group(2)!r}")
-        total += _INTERVAL_UNITS[unit] * float(match.group(1))
-        position = match.end()
-    if position == 0 or position != len(rest):
-        raise ValueError(f"not a Delta interval: {text!r}")
-    return total
 
 
 class DeltaLog:
@@ -131,7 +92,6 @@ class DeltaLog:
         self._run_starts = [start for start, _ in self._runs]
         self._commits: dict[int, Commit] = {}
         self._metadata: dict[int, TableMetadata | None] = {}
-        self._protocol: dict[int, TableProtocol | None] = {}
 
     def _list_log(self) -> int:
         """List `_delta_log` once; the number of entries it holds."""

@@ -14,7 +14,8 @@ from pyspark.sql import SparkSession
 from cdf_platform.core.errors import SourceNotFound
 from cdf_platform.core.sql import sql_path
 from cdf_platform.deltalog.actions import DeletionVector, decode_action_path, z85_decode
-from cdf_platform.deltalog.log import DeltaLog, parse_interval
+from cdf_platform.deltalog.log import DeltaLog
+from cdf_platform.deltalog.retention import parse_interval
 
 HOUR = 3600.0
 
