@@ -20,7 +20,6 @@ from cdf_platform.core.errors import (
     CdfPlatformError,
     DataQualityError,
     InvalidPipelineSpec,
-    SourceNotFound,
     UnknownReadFailure,
 )
 from cdf_platform.core.spec import PipelineSpec
@@ -67,8 +66,6 @@ def classify_read_failure(err: BaseException, ctx: ReadContext) -> CdfPlatformEr
     if rule is None:
         error: type[CdfPlatformError] = UnknownReadFailure
         problem = f"reading {range_text} failed: {first_line}"
-    elif rule.error is SourceNotFound:
-        error, problem = SourceNotFound, f"{ctx.table} is not a readable Delta table ({first_line})"
     else:
         error, problem = rule.error, f"{rule.summary} {range_text} ({first_line})"
     return error(problem, pipeline_id=ctx.pipeline_id, table=ctx.table, version=ctx.start_version)
