@@ -30,6 +30,7 @@ import os
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 from urllib.parse import urlparse
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from obstore.store import ObjectStore
 
 LOG_FOLDER = "_delta_log"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Concurrent GETs per batch against an object store: a GET costs 20-50 ms on S3, so a
 # 2,000-commit log read one by one would take a minute.
 FETCH_CONCURRENCY = 32
@@ -277,10 +279,10 @@ class ObjectStorage:
                 continue
             if meta.get("e_tag"):
                 self._etags[f"{prefix}{name}"] = str(meta["e_tag"])
-            modified = meta["last_modified"]
-            found.append(
-                StoredFile(name, int(str(meta["size"])), int(modified.timestamp() * 1000))  # type: ignore[attr-defined]
-            )
+            modified = cast(datetime, meta["last_modified"])
+            # Integer arithmetic: a float timestamp times 1000 can land a millisecond short.
+            modified_ms = (modified - _EPOCH) // timedelta(milliseconds=1)
+            found.append(StoredFile(name, int(str(meta["size"])), modified_ms))
         return found
 
     def list_table(self) -> Iterator[str]:
