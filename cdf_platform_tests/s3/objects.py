@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import obstore
@@ -10,15 +11,17 @@ from obstore.store import from_url
 
 
 def upload_folder(folder: Path | str, uri: str) -> int:
-    """Copy every file under local `folder` to the object-store folder `uri`; the count."""
+    """Copy every file under local `folder` to the object-store folder `uri` (8 PUTs at a
+    time); the count."""
     store = from_url(uri)
-    count = 0
-    for root, _, files in os.walk(folder):
-        for name in files:
-            local = Path(root, name)
-            obstore.put(store, local.relative_to(folder).as_posix(), local.read_bytes())
-            count += 1
-    return count
+    files = [Path(root, name) for root, _, names in os.walk(folder) for name in names]
+
+    def put(local: Path) -> None:
+        obstore.put(store, local.relative_to(folder).as_posix(), local.read_bytes())
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(put, files))
+    return len(files)
 
 
 def put_object(uri: str, relative: str, body: bytes) -> None:
