@@ -12,7 +12,7 @@ from typing import Any
 
 from cdf_platform.core.config import default_control_root, default_lake_root, default_master
 from cdf_platform.core.errors import CdfPlatformError
-from cdf_platform.core.spec import PipelineSpec, find_spec, load_specs
+from cdf_platform.core.spec import PipelineSpec, find_spec, load_specs, storage_locations
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.planning.status import pipeline_status
 from cdf_platform.runner import run_pipeline
@@ -56,7 +56,7 @@ def _context(args: argparse.Namespace) -> tuple[list[PipelineSpec], ControlTable
     lake_root = args.lake_root or default_lake_root()
     specs = load_specs(args.pipelines, lake_root=lake_root)
     control = ControlTable(args.control_root or default_control_root(lake_root))
-    locations = [lake_root, control.root, *(loc for spec in specs for loc in spec.locations())]
+    locations = storage_locations(specs, lake_root, control.root)
     settings = SparkSettings(master=default_master(), storage_locations=tuple(locations))
     return specs, control, settings
 

@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -143,10 +144,6 @@ class PipelineSpec(BaseModel):
         """Table name of the bronze asset: `bronze_table`, else the last part of `source`."""
         return self.bronze_table or re.sub(r"\W", "_", self.source.rstrip("/").rsplit("/", 1)[-1])
 
-    def locations(self) -> tuple[str, str]:
-        """The bronze source and the silver target."""
-        return (self.source, self.target)
-
     def resolved(self, lake_root: str) -> PipelineSpec:
         """This spec with relative `source`/`target` resolved under `lake_root`."""
         return self.model_copy(
@@ -155,6 +152,12 @@ class PipelineSpec(BaseModel):
                 "target": resolve_location(self.target, lake_root),
             }
         )
+
+
+def storage_locations(specs: Iterable[PipelineSpec], *roots: str) -> list[str]:
+    """`roots` (lake and control roots) and every source and target of `specs`: what a Spark
+    session for these pipelines reads and writes."""
+    return [*roots, *(location for spec in specs for location in (spec.source, spec.target))]
 
 
 def resolve_location(location: str, lake_root: str) -> str:

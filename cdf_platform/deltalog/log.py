@@ -181,10 +181,10 @@ class DeltaLog:
         index = bisect.bisect_left(self._versions, version)
         low, high = max(0, index - self.FETCH_BATCH), index + self.FETCH_BATCH + 1
         batch = [v for v in self._versions[low:high] if v not in self._commits]
-        self.read_commits(batch)
+        self._read_commits(batch)
         return self._commits[version]
 
-    def read_commits(self, versions: list[int]) -> None:
+    def _read_commits(self, versions: list[int]) -> None:
         """Read and cache the commits `versions` (present ones; fetched concurrently).
 
         Raises:
@@ -238,8 +238,6 @@ class DeltaLog:
 
     def _checksum_metadata(self, version: int) -> TableMetadata | None:
         """The metadata recorded in the `.crc` checksum of `version`, if there is one."""
-        if version not in self._checksums:
-            return None
         # delta-spark writes a VersionChecksum (.crc, JSON) with the full metadata beside each
         # commit and reads it itself as a fast path for protocol and metadata.
         checksum = self._checksum(version)
@@ -291,9 +289,9 @@ class DeltaLog:
             LookupError: the log is damaged so that no protocol reaches the latest version.
         """
         latest = self.latest_version()
-        checksum = self._checksum(latest)
-        if checksum and isinstance(action := checksum.get("protocol"), dict):
-            return TableProtocol.from_action(action)
+        from_checksum = self._checksum_protocol(latest)
+        if from_checksum is not None:
+            return from_checksum
         current = latest
         while current >= 0 and self.has_commit(current):
             found = self.commit(current).protocol
@@ -304,10 +302,17 @@ class DeltaLog:
             current -= 1
         if current not in self._checkpoints:
             raise LookupError(f"no protocol reaches version {latest} in {self.log_path}")
-        checksum = self._checksum(current)
-        if checksum and isinstance(action := checksum.get("protocol"), dict):
-            return TableProtocol.from_action(action)
-        protocol = self._deltalake_table(current).protocol()
+        return self._checksum_protocol(current) or self._deltalake_protocol(current)
+
+    def _checksum_protocol(self, version: int) -> TableProtocol | None:
+        """The protocol recorded in the `.crc` checksum of `version`, if there is one."""
+        checksum = self._checksum(version)
+        found = checksum.get("protocol") if checksum else None
+        return TableProtocol.from_action(found) if isinstance(found, dict) else None
+
+    def _deltalake_protocol(self, version: int) -> TableProtocol:
+        """The protocol of the table state at checkpoint `version`, read by `deltalake`."""
+        protocol = self._deltalake_table(version).protocol()
         return TableProtocol(
             min_reader_version=protocol.min_reader_version,
             min_writer_version=protocol.min_writer_version,

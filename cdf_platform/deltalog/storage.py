@@ -57,12 +57,10 @@ class StoredFile:
 
     Attributes:
         name: Path relative to the listed folder (posix separators).
-        size: Size in bytes.
         modified_ms: Modification time (local mtime, or the object's LastModified), epoch ms.
     """
 
     name: str
-    size: int
     modified_ms: int
 
 
@@ -72,11 +70,6 @@ class RequestCount:
 
     lists: int = 0
     gets: int = 0
-
-    @property
-    def total(self) -> int:
-        """All requests."""
-        return self.lists + self.gets
 
 
 def is_local(location: str) -> bool:
@@ -167,7 +160,7 @@ class LocalStorage:
             return []
         # Java's File.lastModified (what Hadoop's local FileSystem reports): whole ms.
         return [
-            StoredFile(entry.name, 0, entry.stat().st_mtime_ns // 1_000_000)
+            StoredFile(entry.name, entry.stat().st_mtime_ns // 1_000_000)
             for entry in entries
             if not entry.is_dir()
         ]
@@ -282,7 +275,7 @@ class ObjectStorage:
             modified = cast(datetime, meta["last_modified"])
             # Integer arithmetic: a float timestamp times 1000 can land a millisecond short.
             modified_ms = (modified - _EPOCH) // timedelta(milliseconds=1)
-            found.append(StoredFile(name, int(str(meta["size"])), modified_ms))
+            found.append(StoredFile(name, modified_ms))
         return found
 
     def list_table(self) -> Iterator[str]:

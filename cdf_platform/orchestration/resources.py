@@ -26,7 +26,7 @@ from cdf_platform.core.config import (
     control_root_under,
     embedded_lake_root,
 )
-from cdf_platform.core.spec import PipelineSpec, find_spec, load_specs
+from cdf_platform.core.spec import PipelineSpec, find_spec, load_specs, storage_locations
 from cdf_platform.spark.session import SparkSettings, build_spark_session
 from cdf_platform.state.control import ControlTable
 
@@ -105,8 +105,7 @@ class LakeLayout(dg.ConfigurableResource):
 
     def storage_locations(self) -> list[str]:
         """Every location the pipelines touch: lake and control roots, sources and targets."""
-        roots = [self.lake_root, self.control().root]
-        return roots + [location for spec in self.specs() for location in spec.locations()]
+        return storage_locations(self.specs(), self.lake_root, self.control().root)
 
     def table_path(self, layer: str, table: str) -> str:
         """Where a platform-owned table `layer/table` (e.g. gold/...) lives under the lake."""
