@@ -44,6 +44,14 @@ def set_deleted_file_retention(spark: SparkSession, path: str, interval: str) ->
     )
 
 
+def vacuum_retain_zero(spark: SparkSession, path: str) -> None:
+    """VACUUM every file the current version does not need (change files included), with
+    Delta's retention check off in a separate session (the shared one keeps it on)."""
+    session = spark.newSession()
+    session.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    session.sql(f"VACUUM {sql_path(path)} RETAIN 0 HOURS")
+
+
 def rows(spark: SparkSession, path: str, *columns: str) -> list[tuple[Any, ...]]:
     """Sorted tuples of `columns` (default: all data columns) of the Delta table at `path`."""
     frame = spark.read.format("delta").load(path)

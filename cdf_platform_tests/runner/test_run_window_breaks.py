@@ -24,7 +24,15 @@ from cdf_platform.planning.plan import RunMode
 from cdf_platform.runner import run_pipeline
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform.window.replay_window import WindowBreakKind, compute_replay_window
-from cdf_platform_tests.bronze import control_for, insert, make_bronze, rows, spec_for, sql
+from cdf_platform_tests.bronze import (
+    control_for,
+    insert,
+    make_bronze,
+    rows,
+    spec_for,
+    sql,
+    vacuum_retain_zero,
+)
 
 HOUR = 3600.0
 
@@ -36,12 +44,6 @@ def _commit_file(path: str, version: int) -> str:
 def _age(path: str, seconds: float) -> None:
     moment = time.time() - seconds
     os.utime(path, (moment, moment))
-
-
-def _vacuum_retain_zero(spark: SparkSession, path: str) -> None:
-    session = spark.newSession()
-    session.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-    session.sql(f"VACUUM delta.`{path}` RETAIN 0 HOURS")
 
 
 # Each breaker starts after the initial load (versions 0 create, 1 insert; watermark 1) and
@@ -82,7 +84,7 @@ def _time_travel_limit(spark: SparkSession, path: str) -> int:
 def _files_missing(spark: SparkSession, path: str) -> int:
     sql(spark, path, "UPDATE {t} SET amount = amount + 1 WHERE id = 1")  # 2: cdc file
     insert(spark, path, [(4, "dee", 40)])  # 3
-    _vacuum_retain_zero(spark, path)  # deletes version 2's _change_data file
+    vacuum_retain_zero(spark, path)  # deletes version 2's _change_data file
     return 2
 
 

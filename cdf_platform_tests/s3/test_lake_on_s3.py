@@ -18,7 +18,6 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import ReplayWindowLost
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
-from cdf_platform.core.sql import sql_path
 from cdf_platform.definitions import build_defs
 from cdf_platform.orchestration.checks import REPLAY_WINDOW
 from cdf_platform.orchestration.keys import silver_key
@@ -27,7 +26,14 @@ from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.runner import run_pipeline
 from cdf_platform.state.watermark import read_silver_state
-from cdf_platform_tests.bronze import insert, make_bronze, rows, set_deleted_file_retention, sql
+from cdf_platform_tests.bronze import (
+    insert,
+    make_bronze,
+    rows,
+    set_deleted_file_retention,
+    sql,
+    vacuum_retain_zero,
+)
 from cdf_platform_tests.lake_platform import last_spark_job_id
 from cdf_platform_tests.s3.objects import delete_object, object_names
 
@@ -58,13 +64,6 @@ def _change_files(table: str) -> list[str]:
     return [name for name in object_names(table, "_change_data") if "/" in name]
 
 
-def _vacuum_retain_zero(spark: SparkSession, path: str) -> None:
-    """VACUUM every file the current version does not need (the change files included)."""
-    session = spark.newSession()
-    session.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-    session.sql(f"VACUUM {sql_path(path)} RETAIN 0 HOURS")
-
-
 def test_load_increment_lose_the_window_and_rebuild_on_s3(
     spark: SparkSession, s3_lake: str, tmp_path: Path
 ) -> None:
@@ -85,7 +84,7 @@ def test_load_increment_lose_the_window_and_rebuild_on_s3(
     # The consumer pauses; bronze changes; VACUUM deletes the change files it needs.
     sql(spark, spec.source, "UPDATE {t} SET amount = 31 WHERE id = 3")  # 5
     sql(spark, spec.source, "DELETE FROM {t} WHERE id = 4")  # 6
-    _vacuum_retain_zero(spark, spec.source)  # no commit: VACUUM logging is off by default
+    vacuum_retain_zero(spark, spec.source)  # no commit: VACUUM logging is off by default
     assert not _change_files(spec.source)
 
     # status --json reports the loss from the logs on S3, before any read, with no JVM at all.
@@ -203,7 +202,7 @@ def test_checks_and_sensor_on_s3_read_logs_only_and_maintenance_refuses(
         assert observation.metadata["action"].value == "REFUSE"
         assert _change_files(spec.source)  # nothing vacuumed
 
-        _vacuum_retain_zero(spark, spec.source)
+        vacuum_retain_zero(spark, spec.source)
         spark_jobs = last_spark_job_id(spark)
         checks = defs.resolve_job_def("checks_job").execute_in_process(
             instance=instance, raise_on_error=False
