@@ -49,6 +49,9 @@ FETCH_CONCURRENCY = 32
 LIST_PAGE_SIZE = 1000
 # Schemes that name the same S3 objects (Hadoop's connectors; obstore reads s3:// and s3a://).
 _S3_SCHEMES = ("s3", "s3a", "s3n")
+# A listing's start-after key past every log file Delta writes (digits, letters, "_", "." and
+# "-" all sort below "~"), and below "_delta_log0", the least key outside the log above it.
+_LOG_SKIP = f"{LOG_FOLDER}/~"
 
 
 @dataclass(frozen=True)
@@ -252,15 +255,20 @@ class ObjectStorage:
         # The config's type is per-scheme (S3Config, AzureConfig, ...); the keys are obstore's.
         self._store: ObjectStore = from_url(self.root, config=cast(Any, options or None))
 
-    def _list(self, prefix: str | None) -> Iterator[dict[str, object]]:
+    def _list(self, prefix: str | None, offset: str | None = None) -> Iterator[dict[str, object]]:
+        """The objects under `prefix` (after `offset`, S3's start-after), in key order.
+
+        Pages are fetched as the iteration reaches them, and counted one request each.
+        """
         import obstore
 
-        count = 0
-        for batch in obstore.list(self._store, prefix=prefix, chunk_size=LIST_PAGE_SIZE):
+        pages = obstore.list(self._store, prefix=prefix, offset=offset, chunk_size=LIST_PAGE_SIZE)
+        self.requests.lists += 1  # an empty listing is one request too
+        for number, batch in enumerate(pages):
+            if number:
+                self.requests.lists += 1
             for meta in batch:
-                count += 1
                 yield dict(meta)
-        self.requests.lists += max(1, -(-count // LIST_PAGE_SIZE))
 
     def list_log(self) -> list[StoredFile]:
         """The files directly in `_delta_log` (empty when it does not exist)."""
@@ -279,9 +287,23 @@ class ObjectStorage:
         return found
 
     def list_table(self) -> Iterator[str]:
-        """Every object under the root outside `_delta_log` (one paged listing)."""
+        """Every object under the root outside `_delta_log`, without listing the log again.
+
+        Keys come in byte order and `_delta_log/` sits among them ("_change_data/" before it,
+        "part-..." after), so the table is listed in two parts: from the start up to the first
+        log key, then from just past the log. Every key above "_delta_log/" that is not in the
+        log is at least "_delta_log0", above the `_LOG_SKIP` offset, so no file is left out;
+        a log key past the offset would only be listed and dropped.
+        """
         log_prefix = f"{LOG_FOLDER}/"
         for meta in self._list(None):
+            path = str(meta["path"])
+            if path.startswith(log_prefix):
+                break  # the pages past this one are not fetched
+            yield path
+        else:
+            return  # no log in the way: that was the whole table
+        for meta in self._list(None, offset=_LOG_SKIP):
             path = str(meta["path"])
             if not path.startswith(log_prefix):
                 yield path

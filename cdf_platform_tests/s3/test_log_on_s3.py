@@ -13,12 +13,18 @@ from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.storage import LIST_PAGE_SIZE, ObjectStorage, open_storage
 from cdf_platform.deltalog.tables import holds_foreign_files, is_delta_table
+from cdf_platform.demo.local_s3 import LocalS3Server
 from cdf_platform.planning.assessment import assess_pipeline
 from cdf_platform.window.criteria import WindowBreakKind
 from cdf_platform.window.replay_window import compute_replay_window
 from cdf_platform_tests.bronze import insert, make_bronze, sql
 from cdf_platform_tests.deltalog.synthetic_log import write_synthetic_commits
 from cdf_platform_tests.s3.objects import delete_object, object_names, put_object, upload_folder
+
+
+def pages(keys: int) -> int:
+    """Pages (requests) of a listing of `keys` objects; an empty listing is one request."""
+    return max(1, -(-keys // LIST_PAGE_SIZE))
 
 
 def _bronze_copied_to_s3(spark: SparkSession, lake: Path, s3_lake: str) -> tuple[str, str]:
@@ -69,7 +75,7 @@ def test_a_vanished_change_file_on_s3_breaks_the_window_at_its_commit(
 
 
 def test_a_long_log_is_listed_once_and_read_in_batches(
-    spark: SparkSession, lake: Path, s3_lake: str
+    spark: SparkSession, lake: Path, s3_lake: str, s3_server: LocalS3Server
 ) -> None:
     local = str(lake / "bronze")
     make_bronze(spark, local, [(1, "ada", 10)])
@@ -79,15 +85,23 @@ def test_a_long_log_is_listed_once_and_read_in_batches(
 
     storage = open_storage(remote)
     assert isinstance(storage, ObjectStorage)
+    answered_before = s3_server.request_count()
     window = compute_replay_window(remote, log=DeltaLog(remote, storage))
     assert window.latest_version == 1_199
     assert window.earliest_replayable_version == 0
-    # One listing of _delta_log (1,200 commits + checksums: a few pages) and one of the table;
-    # one GET per commit and checksum read, never one per data file (1,600 of them here).
-    log_pages = -(-len(storage.list_log()) // LIST_PAGE_SIZE)
-    table_pages = -(-len(object_names(remote)) // LIST_PAGE_SIZE)
-    assert storage.requests.lists == 2 * log_pages + table_pages
+    answered = s3_server.request_count() - answered_before
+    # _delta_log is listed once (1,200 commits + checksums: a few pages), and the table's
+    # other objects once, around the log: the pages up to the first log key, then the pages
+    # past the log. One GET per commit and checksum read, never one per data file (1,600).
+    names = object_names(remote)
+    log_pages = pages(sum(name.startswith("_delta_log/") for name in names))
+    before_log = sum(name < "_delta_log/" for name in names)
+    after_log = sum(name > "_delta_log0" for name in names)
+    assert after_log > LIST_PAGE_SIZE  # the data files span pages
+    assert storage.requests.lists == log_pages + before_log // LIST_PAGE_SIZE + 1 + pages(after_log)
     assert storage.requests.gets == 1_200
+    # The storage layer's count is the server's.
+    assert answered == storage.requests.lists + storage.requests.gets
 
     # The next evaluation reads the commits from the local cache (same names, same ETags)
     # and fetches only the one committed since.
