@@ -10,7 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cdf_platform.core.config import default_control_root, default_lake_root, default_master
+from cdf_platform.core.config import (
+    default_control_root,
+    default_lake_root,
+    default_master,
+    default_remote,
+)
 from cdf_platform.core.errors import CdfPlatformError
 from cdf_platform.core.spec import PipelineSpec, find_spec, load_specs, storage_locations
 from cdf_platform.planning.run_result import RunResult
@@ -57,7 +62,9 @@ def _context(args: argparse.Namespace) -> tuple[list[PipelineSpec], ControlTable
     specs = load_specs(args.pipelines, lake_root=lake_root)
     control = ControlTable(args.control_root or default_control_root(lake_root))
     locations = storage_locations(specs, lake_root, control.root)
-    settings = SparkSettings(master=default_master(), storage_locations=tuple(locations))
+    settings = SparkSettings(
+        master=default_master(), remote=default_remote(), storage_locations=tuple(locations)
+    )
     return specs, control, settings
 
 

@@ -35,7 +35,7 @@ from cdf_platform.spark.changes import (
 from cdf_platform.spark.merge import SilverLayout, TxnStamp, ensure_silver, merge_changes
 from cdf_platform.spark.metrics import commit_counts, find_run_commit, silver_commit_counts
 from cdf_platform.spark.rebuild import rebuild_silver
-from cdf_platform.spark.session import assert_safe_spark_config
+from cdf_platform.spark.session import assert_safe_spark_config, new_session
 from cdf_platform.state.control import ControlTable, LoadLogEntry
 from cdf_platform.state.watermark import app_id, read_silver_state, user_metadata
 from cdf_platform.window.replay_window import (
@@ -69,7 +69,7 @@ class _Run:
         if self._spark is None:
             started = time.monotonic()
             # A session of its own: the txn confs set around the MERGE never leak to other work.
-            self._spark = self._spark_factory().newSession()
+            self._spark = new_session(self._spark_factory())
             assert_safe_spark_config(self._spark)
             self.timings["spark_start"] = time.monotonic() - started
         return self._spark

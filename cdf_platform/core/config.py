@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 MASTER_ENV = "CDF_SPARK_MASTER"
+REMOTE_ENV = "CDF_SPARK_REMOTE"
 LAKE_ROOT_ENV = "CDF_LAKE_ROOT"
 CONTROL_ROOT_ENV = "CDF_CONTROL_ROOT"
 PIPELINES_FILE_ENV = "CDF_PIPELINES_FILE"
@@ -32,6 +33,12 @@ def control_root_under(lake_root: str) -> str:
 def default_master() -> str:
     """`$CDF_SPARK_MASTER`, else all local cores."""
     return os.environ.get(MASTER_ENV) or DEFAULT_MASTER
+
+
+def default_remote() -> str | None:
+    """`$CDF_SPARK_REMOTE` (a Spark Connect URL, `sc://host:port`), else None: Spark runs in
+    this process against `default_master()`."""
+    return os.environ.get(REMOTE_ENV) or None
 
 
 def default_lake_root() -> str:

@@ -27,6 +27,7 @@ from cdf_platform.core.sql import sql_path
 from cdf_platform.demo.silver_feed import FeedMode, FeedPlan, plan_feed
 from cdf_platform.spark.changes import CHANGE_TYPE, ReadContext, classified, read_changes
 from cdf_platform.spark.merge import IS_DELETED, TxnStamp, stamped
+from cdf_platform.spark.session import new_session
 from cdf_platform.state.watermark import user_metadata
 
 if TYPE_CHECKING:
@@ -178,7 +179,7 @@ def refresh_customer_order_totals(
     if plan.mode is FeedMode.NOOP:
         return outcome(0, False)
     # A session of its own: the txn confs set around the write never leak to other work.
-    spark = spark_factory().newSession()
+    spark = new_session(spark_factory())
     stamp = TxnStamp(
         app_id=CONSUMER_ID,
         version=plan.end_version,

@@ -23,6 +23,7 @@ from cdf_platform.core.config import (
     LAKE_ROOT_ENV,
     MASTER_ENV,
     PIPELINES_FILE_ENV,
+    REMOTE_ENV,
     control_root_under,
     embedded_lake_root,
 )
@@ -130,6 +131,12 @@ class SparkResource(LazyPySparkResource):
     master: str = Field(
         default=DEFAULT_MASTER, description=f"Spark master URL (${MASTER_ENV}; default local[*])."
     )
+    remote: str | None = Field(
+        default=None,
+        description=f"Spark Connect URL, e.g. sc://spark-connect:15002 (${REMOTE_ENV}): the "
+        "session is a client of that server, whose own configuration gives the master, Delta's "
+        "jars and the store connectors. Unset: Spark runs in the process on `master`.",
+    )
     app_name: str = Field(default="cdf_platform", description="Spark application name.")
     ui_enabled: bool = Field(default=False, description="Start the Spark UI.")
     shuffle_partitions: int = Field(
@@ -150,13 +157,16 @@ class SparkResource(LazyPySparkResource):
 
     @classmethod
     def from_environment(cls, **fields: Any) -> SparkResource:
-        """The resource with the master the environment configures, and `fields`."""
-        return cls(master=_from_env(MASTER_ENV, DEFAULT_MASTER), **fields)
+        """The resource with the master (or Spark Connect URL) the environment configures,
+        and `fields`."""
+        remote = dg.EnvVar(REMOTE_ENV) if os.environ.get(REMOTE_ENV) else None
+        return cls(master=_from_env(MASTER_ENV, DEFAULT_MASTER), remote=remote, **fields)
 
     def settings(self) -> SparkSettings:
         """The engine-level settings this resource stands for."""
         return SparkSettings(
             master=self.master,
+            remote=self.remote or None,
             app_name=self.app_name,
             ui_enabled=self.ui_enabled,
             shuffle_partitions=self.shuffle_partitions,

@@ -184,6 +184,18 @@ def _python_chain(err: BaseException) -> Iterator[BaseException]:
         link = link.__cause__ or link.__context__
 
 
+def _server_stack_trace(err: BaseException) -> str | None:
+    """The server-side stack trace a Spark Connect error carries, if any."""
+    if not type(err).__module__.startswith("pyspark.errors.exceptions.connect"):
+        return None
+    get_trace = getattr(err, "getStackTrace", None)
+    try:
+        trace = get_trace() if callable(get_trace) else None
+    except Exception:
+        return None
+    return trace if isinstance(trace, str) else None
+
+
 def failure_facts(err: BaseException) -> FailureFacts:
     """The structured facts of `err` (conditions, Java classes) and its text."""
     conditions: list[str] = []
@@ -199,6 +211,10 @@ def failure_facts(err: BaseException) -> FailureFacts:
                 condition = None
             if condition:
                 conditions.append(str(condition))
+        # Over Spark Connect the server's Java stack trace (class names, causes) is text.
+        server_trace = _server_stack_trace(link)
+        if server_trace and server_trace not in texts[-1]:
+            texts.append(server_trace)
         # A raw Py4JJavaError holds the Java exception; a CapturedException its origin.
         java = getattr(link, "java_exception", None) or getattr(link, "_origin", None)
         if java is not None:

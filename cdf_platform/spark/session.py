@@ -17,10 +17,15 @@ import logging
 import os
 import re
 import shutil
+import socket
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
+from cdf_platform.core.config import REMOTE_ENV
 from cdf_platform.core.errors import RuntimeEnvironmentError, UnsafeSparkConfig
 from cdf_platform.spark.object_stores import object_store_conf, object_store_schemes
 
@@ -52,6 +57,9 @@ class SparkSettings:
 
     Attributes:
         master: Spark master URL (`local[*]`, `spark://host:7077`, ...).
+        remote: A Spark Connect URL (`sc://host:15002`): the session is a client of that
+            server, and the master, jars, driver memory and store connectors are the server's
+            own configuration (see `connect_conf`). None: Spark runs in this process.
         app_name: Name shown in the Spark UI and cluster manager.
         ui_enabled: Start the Spark UI (off by default: it costs start-up time and a port).
         shuffle_partitions: `spark.sql.shuffle.partitions`; small for a laptop.
@@ -63,6 +71,7 @@ class SparkSettings:
     """
 
     master: str = "local[*]"
+    remote: str | None = None
     app_name: str = "cdf_platform"
     ui_enabled: bool = False
     shuffle_partitions: int = 8
@@ -149,6 +158,17 @@ def _local_conf(cores: int) -> dict[str, str]:
     }
 
 
+def delta_conf() -> dict[str, str]:
+    """What any Spark that runs the platform's work needs for Delta: the jar (from Maven
+    Central), its session extension and catalog. A Spark Connect server is started with it."""
+    return {
+        "spark.jars.packages": delta_maven_coordinate(),
+        "spark.jars.excludes": ",".join(DUPLICATE_HADOOP_CLIENT),
+        "spark.sql.extensions": DELTA_EXTENSION,
+        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+    }
+
+
 def spark_conf(settings: SparkSettings) -> dict[str, str]:
     """The full Spark conf for `settings`, Delta included, and the connectors of the object
     stores its locations name (configured from the environment now); local masters get
@@ -157,9 +177,8 @@ def spark_conf(settings: SparkSettings) -> dict[str, str]:
     conf = {
         "spark.master": settings.master,
         "spark.app.name": settings.app_name,
+        **delta_conf(),
         "spark.jars.packages": ",".join((delta_maven_coordinate(), *stores.packages)),
-        "spark.sql.extensions": DELTA_EXTENSION,
-        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
         "spark.ui.enabled": str(settings.ui_enabled).lower(),
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
@@ -176,13 +195,122 @@ def spark_conf(settings: SparkSettings) -> dict[str, str]:
     return conf
 
 
+def connect_conf(settings: SparkSettings) -> dict[str, str]:
+    """The conf a Spark Connect session sets on its server session: the session-level part of
+    `spark_conf` (shuffle partitions, UTC) and `extra_conf`. The rest (master, jars, Delta's
+    extension, store connectors, memory) is fixed when the server starts."""
+    return {
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        **settings.extra_conf,
+    }
+
+
+CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+# Spark Connect's port when the URL names none, and how long a first TCP connect may take.
+DEFAULT_CONNECT_PORT = 15002
+CONNECT_PROBE_SECONDS = 10.0
+
+
+def server_command_hint() -> str:
+    """How to start a Spark Connect server this platform can use (Delta configured)."""
+    confs = " ".join(f"--conf {key}={value}" for key, value in delta_conf().items())
+    return (
+        f"start it with `spark-submit --class {CONNECT_SERVER_CLASS} {confs}` "
+        "(README: Running on a cluster)"
+    )
+
+
+def is_connect_session(spark: SparkSession) -> bool:
+    """Whether `spark` is a Spark Connect client session (no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def new_session(spark: SparkSession) -> SparkSession:
+    """A session of its own (SQL conf, temporary views) for one run's work, so confs set
+    around a write (Delta's txn confs) never reach other work: `newSession()` in this process.
+
+    A Spark Connect client has no `newSession`, and its process holds one server session of
+    its own already (a second one's channel can hang the interpreter's exit): it is used as
+    it is; the writes set and unset their confs around themselves (`spark.merge`).
+    """
+    return spark if is_connect_session(spark) else spark.newSession()
+
+
+def _require_listener(remote: str) -> None:
+    """Fail fast when nothing listens at a Spark Connect URL: the client itself retries a
+    refused connection for minutes before it gives up."""
+    parsed = urlparse(remote)
+    host, port = parsed.hostname or "localhost", parsed.port or DEFAULT_CONNECT_PORT
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_PROBE_SECONDS).close()
+    except OSError as err:
+        raise RuntimeEnvironmentError(
+            f"cannot use the Spark Connect server at {remote}: nothing answers at "
+            f"{host}:{port} ({err})",
+            action=f"check ${REMOTE_ENV} and that the server runs",
+        ) from err
+
+
+@contextmanager
+def scoped_conf(spark: SparkSession, confs: dict[str, str]) -> Iterator[None]:
+    """Set `confs` on `spark` for the block, then put back what was there (unset or value)."""
+    previous = {key: spark.conf.get(key, None) for key in confs}
+    for key, value in confs.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, before in previous.items():
+            if before is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, before)
+
+
+def _connect_session(settings: SparkSettings) -> SparkSession:
+    """The process's Spark Connect session on `settings.remote`, checked to have Delta."""
+    remote = settings.remote or ""
+    _require_listener(remote)
+    try:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.remote(remote).getOrCreate()
+        for key, value in connect_conf(settings).items():
+            spark.conf.set(key, value)
+        extensions = spark.conf.get("spark.sql.extensions", "") or ""
+    except ImportError as err:
+        raise RuntimeEnvironmentError(
+            f"Spark Connect needs pyspark's client libraries: {err}",
+            action="install the project with its `connect` extra (pip install -e '.[connect]')",
+        ) from err
+    except Exception as err:  # grpc errors: the server is down, refuses, or speaks otherwise
+        raise RuntimeEnvironmentError(
+            f"cannot use the Spark Connect server at {remote}: {str(err).splitlines()[0]}",
+            action=f"check ${REMOTE_ENV} and that the server runs",
+        ) from err
+    if DELTA_EXTENSION not in extensions:
+        raise RuntimeEnvironmentError(
+            f"the Spark Connect server at {remote} has no Delta Lake configured "
+            f"(spark.sql.extensions={extensions!r})",
+            action=server_command_hint(),
+        )
+    assert_safe_spark_config(spark)
+    return spark
+
+
 def build_spark_session(settings: SparkSettings) -> SparkSession:
-    """Create (or reuse) the process's SparkSession with Delta configured.
+    """Create (or reuse) the process's SparkSession with Delta configured: in this process,
+    or, with `settings.remote`, as a client of a Spark Connect server.
 
     Raises:
-        RuntimeEnvironmentError: no Java 17+ runtime.
+        RuntimeEnvironmentError: no Java 17+ runtime; a Spark Connect server that cannot be
+            reached or has no Delta.
         UnsafeSparkConfig: the resulting session ignores missing files.
     """
+    if settings.remote:
+        logger.info("connecting to Spark Connect at %s", settings.remote)
+        return _connect_session(settings)
     require_java()
     from pyspark.sql import SparkSession  # deferred: importing pyspark is not free
 

@@ -16,6 +16,7 @@ from cdf_platform.planning.vacuum import (
     VacuumAction,
     VacuumDecision,
 )
+from cdf_platform.spark.session import new_session, scoped_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -60,19 +61,18 @@ def execute_vacuum(
             spark.sql(
                 f"ALTER TABLE {table} SET TBLPROPERTIES ({sql_string(key)} = {sql_string(value)})"
             )
-    session = spark.newSession()
     # Record VACUUM START/END in the table history, so every deletion is auditable.
-    session.conf.set("spark.databricks.delta.vacuum.logging.enabled", "true")
+    confs = {"spark.databricks.delta.vacuum.logging.enabled": "true"}
     if listing_parallelism is not None:
-        session.conf.set(
-            "spark.sql.sources.parallelPartitionDiscovery.parallelism", str(listing_parallelism)
-        )
+        confs["spark.sql.sources.parallelPartitionDiscovery.parallelism"] = str(listing_parallelism)
+    statement = f"VACUUM {table}"
     if decision.action is VacuumAction.VACUUM_RETAIN_ZERO:
         # Delta refuses a retention below the table's unless this check is off.
-        session.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-        session.sql(f"VACUUM {table} RETAIN 0 HOURS").collect()
-    else:
-        session.sql(f"VACUUM {table}").collect()
+        confs["spark.databricks.delta.retentionDurationCheck.enabled"] = "false"
+        statement += " RETAIN 0 HOURS"
+    session = new_session(spark)
+    with scoped_conf(session, confs):
+        session.sql(statement).collect()
     return VacuumOutcome(decision, vacuumed=True, files_deleted=_files_deleted(decision.table))
 
 
