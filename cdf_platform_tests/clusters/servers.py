@@ -1,0 +1,172 @@
+"""Real Spark servers on loopback for the cluster tests: a standalone master with one worker,
+and a Spark Connect server with Delta, each started from the classes pyspark ships (no Spark
+download), on free ports, waited for, and stopped by PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+
+from pyspark.find_spark_home import _find_spark_home
+
+from cdf_platform.demo.local_s3 import free_port
+from cdf_platform.spark.session import CONNECT_SERVER_CLASS, delta_conf
+
+START_TIMEOUT_SECONDS = 240.0
+
+
+def spark_home() -> Path:
+    """The Spark installation pyspark ships (its `bin/` and `jars/`)."""
+    return Path(_find_spark_home())
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+class _Servers:
+    """Processes started in their own session, stopped (group and all) at exit."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def _start(
+        self, name: str, command: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            "SPARK_HOME": str(spark_home()),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            **(env or {}),
+        }
+        with (self.workdir / f"{name}.log").open("wb") as log:
+            process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        self.processes.append(process)
+        return process
+
+    def _wait(self, what: str, ready: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            for process in self.processes:
+                if process.poll() is not None:
+                    raise RuntimeError(f"{what} exited ({process.returncode}); see {self.workdir}")
+            if ready():
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"{what} not ready after {START_TIMEOUT_SECONDS:.0f} s")
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=30)
+
+    def __enter__(self) -> _Servers:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class StandaloneCluster(_Servers):
+    """A Spark standalone master and one worker (`cores`, `memory`) on loopback.
+
+    Attributes:
+        master_url: `spark://127.0.0.1:<port>`, what `CDF_SPARK_MASTER` takes.
+        conf_dir: A `SPARK_CONF_DIR` for its drivers: Delta's snapshot and listing parallelism
+            sized to the worker's cores, as one sizes a small cluster (the defaults, 50 and
+            10,000 tasks, are for large ones).
+    """
+
+    def __init__(self, workdir: Path, cores: int = 2, memory: str = "2g") -> None:
+        super().__init__(workdir)
+        self.port, self.ui_port = free_port(), free_port()
+        self.master_url = f"spark://127.0.0.1:{self.port}"
+        self.cores, self.memory = cores, memory
+        self.conf_dir = workdir / "conf"
+
+    def start(self) -> StandaloneCluster:
+        self.conf_dir.mkdir(parents=True, exist_ok=True)
+        (self.conf_dir / "spark-defaults.conf").write_text(
+            f"spark.databricks.delta.snapshotPartitions {self.cores}\n"
+            f"spark.sql.sources.parallelPartitionDiscovery.parallelism {self.cores}\n",
+            encoding="utf-8",
+        )
+        spark_class = str(spark_home() / "bin" / "spark-class")
+        master = ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
+        self._start(
+            "master",
+            [spark_class, *master, "--port", str(self.port), "--webui-port", str(self.ui_port)],
+            # No REST submission server: it would take the fixed port 6066.
+            env={"SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"},
+        )
+        self._wait("the Spark master", lambda: _port_open(self.port))
+        worker = ["org.apache.spark.deploy.worker.Worker", self.master_url, "--host", "127.0.0.1"]
+        sizes = ["--cores", str(self.cores), "--memory", self.memory]
+        ports = ["--webui-port", str(free_port()), "--work-dir", str(self.workdir / "work")]
+        self._start("worker", [spark_class, *worker, *sizes, *ports])
+        self._wait("the Spark worker", lambda: self.alive_workers() >= 1)
+        return self
+
+    def alive_workers(self) -> int:
+        """Workers the master counts alive (its UI's JSON view)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=2) as r:
+                return int(json.load(r).get("aliveworkers", 0))
+        except OSError:
+            return 0
+
+
+class ConnectServer(_Servers):
+    """A Spark Connect server with Delta configured (`delta_conf()`), running `master`.
+
+    Attributes:
+        url: `sc://127.0.0.1:<port>`, what `CDF_SPARK_REMOTE` takes.
+    """
+
+    def __init__(self, workdir: Path, master: str = "local[2]") -> None:
+        super().__init__(workdir)
+        self.port = free_port()
+        self.url = f"sc://127.0.0.1:{self.port}"
+        self.master = master
+
+    def start(self) -> ConnectServer:
+        conf = {
+            **delta_conf(),
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(self.port),
+            "spark.ui.enabled": "false",
+            "spark.sql.warehouse.dir": str(self.workdir / "warehouse"),
+            "spark.driver.extraJavaOptions": f"-Dderby.system.home={self.workdir}",
+        }
+        command = [str(spark_home() / "bin" / "spark-submit"), "--class", CONNECT_SERVER_CLASS]
+        command += ["--master", self.master, "--driver-memory", "2g"]
+        for key, value in conf.items():
+            command += ["--conf", f"{key}={value}"]
+        self._start("connect", command)
+        self._wait("the Spark Connect server", lambda: _port_open(self.port))
+        return self
