@@ -75,3 +75,16 @@ def spec_for(lake: Path, **overrides: Any) -> PipelineSpec:
 def control_for(lake: Path) -> ControlTable:
     """The control tables of a test lake."""
     return ControlTable(str(lake / "_control"))
+
+
+def assert_converged_after_kill(
+    spark: SparkSession, spec: PipelineSpec, control: ControlTable
+) -> None:
+    """The kill-after-MERGE story (soft deletes; id 1 updated to 11 at version 2, id 2 deleted
+    at 3) after its rerun: silver exact, the control table repaired from silver's log."""
+    assert rows(spark, spec.target, "id", "amount", "_is_deleted", "_source_commit_version") == [
+        (1, 11, False, 2),
+        (2, 20, True, 3),
+    ]
+    assert control.read_states()[spec.id]["last_commit_version"] == 3
+    assert control.read_log(spec.id)[-1]["outcome"] == "REPAIRED"

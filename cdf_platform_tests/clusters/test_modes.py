@@ -31,7 +31,14 @@ from cdf_platform.planning.status import pipeline_status
 from cdf_platform.runner import run_pipeline
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import read_silver_state
-from cdf_platform_tests.bronze import insert, make_bronze, rows, sql, vacuum_retain_zero
+from cdf_platform_tests.bronze import (
+    assert_converged_after_kill,
+    insert,
+    make_bronze,
+    rows,
+    sql,
+    vacuum_retain_zero,
+)
 from cdf_platform_tests.clusters.servers import ConnectServer, StandaloneCluster
 
 pytestmark = pytest.mark.cluster
@@ -166,12 +173,7 @@ def test_a_run_killed_after_the_merge_over_spark_connect_reruns_exactly(
 
     rerun = platform.run()
     assert rerun["mode"] == "noop"
-    assert rows(spark, spec.target, "id", "amount", "_is_deleted", "_source_commit_version") == [
-        (1, 11, False, 2),
-        (2, 20, True, 3),
-    ]
-    assert control.read_states()["people"]["last_commit_version"] == 3
-    assert control.read_log("people")[-1]["outcome"] == "REPAIRED"
+    assert_converged_after_kill(spark, spec, control)
 
 
 def test_an_unreachable_spark_connect_server_is_a_classified_error(

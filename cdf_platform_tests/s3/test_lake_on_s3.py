@@ -27,6 +27,7 @@ from cdf_platform.planning.plan import RunMode
 from cdf_platform.runner import run_pipeline
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_tests.bronze import (
+    assert_converged_after_kill,
     insert,
     make_bronze,
     rows,
@@ -134,12 +135,7 @@ def test_a_run_killed_after_the_merge_on_s3_converges_exactly(
 
     rerun = run_pipeline(spec, spark_factory=lambda: spark, control=control)
     assert rerun.mode is RunMode.NOOP
-    assert rows(spark, spec.target, "id", "amount", "_is_deleted", "_source_commit_version") == [
-        (1, 11, False, 2),
-        (2, 20, True, 3),
-    ]
-    assert control.read_states()["people"]["last_commit_version"] == 3
-    assert control.read_log("people")[-1]["outcome"] == "REPAIRED"
+    assert_converged_after_kill(spark, spec, control)
 
 
 def test_a_commit_deleted_inside_the_range_on_s3_is_caught_before_the_read(
