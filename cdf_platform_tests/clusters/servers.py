@@ -142,21 +142,23 @@ class StandaloneCluster(_Servers):
 
 
 class ConnectServer(_Servers):
-    """A Spark Connect server with Delta configured (`delta_conf()`), running `master`.
+    """A Spark Connect server running `master`, with Delta configured (`delta_conf()`) unless
+    `delta` is False.
 
     Attributes:
         url: `sc://127.0.0.1:<port>`, what `CDF_SPARK_REMOTE` takes.
     """
 
-    def __init__(self, workdir: Path, master: str = "local[2]") -> None:
+    def __init__(self, workdir: Path, master: str = "local[2]", delta: bool = True) -> None:
         super().__init__(workdir)
         self.port = free_port()
         self.url = f"sc://127.0.0.1:{self.port}"
         self.master = master
+        self.delta = delta
 
     def start(self) -> ConnectServer:
         conf = {
-            **delta_conf(),
+            **(delta_conf() if self.delta else {}),
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.grpc.binding.port": str(self.port),
             "spark.ui.enabled": "false",

@@ -187,3 +187,16 @@ def test_an_unreachable_spark_connect_server_is_a_classified_error(
     assert f"cannot use the Spark Connect server at {url}" in done.stderr
     assert REMOTE_ENV in done.stderr
     assert not Path(platform.spec.target).exists()  # nothing half-written
+
+
+def test_a_connect_server_without_delta_is_refused_with_the_command_that_starts_one(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    with ConnectServer(tmp_path / "plain", delta=False) as server:
+        platform = Platform(spark, tmp_path / "lake", {REMOTE_ENV: server.start().url})
+        make_bronze(spark, platform.spec.source, [(1, "ada", 10)])
+        done = platform.cli("run", "people")
+    assert done.returncode == 2, done.stderr[-4000:]
+    assert f"the Spark Connect server at {server.url} has no Delta Lake configured" in done.stderr
+    assert "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension" in done.stderr
+    assert not Path(platform.spec.target).exists()  # nothing half-written

@@ -25,13 +25,16 @@ from cdf_platform.core.errors import (
     CdfPlatformError,
     DataQualityError,
     InvalidPipelineSpec,
+    RuntimeEnvironmentError,
     SourceNotFound,
     TargetOwnershipConflict,
     UnsafeSparkConfig,
 )
 from cdf_platform.core.spec import PipelineSpec, find_spec, load_specs
+from cdf_platform.demo.local_s3 import free_port
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.runner import run_pipeline
+from cdf_platform.spark.session import SparkSettings, build_spark_session
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import OWNER_PROPERTY
 from cdf_platform_tests.faults.bronze_model import CDF, BronzeTable, arrow_table
@@ -223,6 +226,15 @@ def _bronze_with_column(column: str) -> Callable[[BadInputLake], None]:
         write_deltalake(lake.bronze, table, configuration={CDF: "true"})
 
     return setup
+
+
+def _remote_nobody_listens(lake: BadInputLake) -> RunResult:
+    """A run whose Spark is a Spark Connect URL on a free loopback port: refused before any
+    session exists (so this process never turns into a Connect client)."""
+    settings = SparkSettings(remote=f"sc://127.0.0.1:{free_port()}")
+    return run_pipeline(
+        lake.spec(), spark_factory=lambda: build_spark_session(settings), control=lake.control
+    )
 
 
 CATALOGUE: list[BadInput] = [
@@ -425,6 +437,14 @@ CATALOGUE: list[BadInput] = [
         "rename the bronze column",
         act=lambda lake: lake.run(),
         setup=_bronze_with_column("_change_type"),
+    ),
+    BadInput(
+        "spark_connect_server_not_listening",
+        "`CDF_SPARK_REMOTE=sc://127.0.0.1:PORT` where no Spark Connect server listens",
+        RuntimeEnvironmentError,
+        "check $CDF_SPARK_REMOTE and that the server runs",
+        act=_remote_nobody_listens,
+        setup=lambda lake: lake.make_bronze(),
     ),
 ]
 
