@@ -162,6 +162,9 @@ class ConnectServer(_Servers):
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.grpc.binding.port": str(self.port),
             "spark.ui.enabled": "false",
+            # Sized to a 2-core server, as one sizes a small one (defaults: 50 and 10,000).
+            "spark.databricks.delta.snapshotPartitions": "2",
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
             "spark.sql.warehouse.dir": str(self.workdir / "warehouse"),
             "spark.driver.extraJavaOptions": f"-Dderby.system.home={self.workdir}",
         }
