@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,20 +12,8 @@ from cdf_platform.core.sql import sql_path
 from cdf_platform.spark.merge import TXN_APP_ID_CONF, TXN_VERSION_CONF
 from cdf_platform.state.watermark import OWNER_PROPERTY
 from cdf_platform_tests.bronze import make_bronze, rows, sql
+from cdf_platform_tests.cli_process import run_cli
 from cdf_platform_tests.deltalog.synthetic_log import write_synthetic_commits
-
-CLI = str(Path(sys.executable).parent / "cdf-platform")
-
-
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CLI, *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def _pipelines(tmp_path: Path, lake: Path, fallback: str = "FAIL_FAST") -> str:
@@ -68,7 +54,7 @@ def test_status_json_on_two_thousand_commits_answers_without_a_jvm(
     # No Java anywhere: a JVM start would fail the command.
     no_java = {"JAVA_HOME": str(tmp_path / "no-java"), "PATH": str(Path(sys.executable).parent)}
     args = ["status", "--json", "--pipelines", _pipelines(tmp_path, lake), "--lake-root", str(lake)]
-    completed = _cli(*args, env=no_java)
+    completed = run_cli(*args, env=no_java)
 
     assert completed.returncode == 0, completed.stderr
     (status,) = json.loads(completed.stdout)
@@ -91,7 +77,7 @@ def test_rebuild_run_and_status_commands(spark: SparkSession, lake: Path, tmp_pa
     pipelines = _pipelines(tmp_path, lake)
     common = ["--pipelines", pipelines, "--lake-root", str(lake), "--json"]
 
-    rebuilt = _cli("rebuild", "big", *common, env={"CDF_SPARK_MASTER": "local[2]"})
+    rebuilt = run_cli("rebuild", "big", *common, env={"CDF_SPARK_MASTER": "local[2]"})
     assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
     figures = json.loads(rebuilt.stdout)
     assert (figures["mode"], figures["watermark_after"], figures["incident_code"]) == (
@@ -101,7 +87,7 @@ def test_rebuild_run_and_status_commands(spark: SparkSession, lake: Path, tmp_pa
     )
     assert rows(spark, str(lake / "silver")) == [(1, "ada", 11), (2, "bob", 20)]
 
-    noop = _cli("run", "big", *common)
+    noop = run_cli("run", "big", *common)
     assert noop.returncode == 0, noop.stderr[-2000:]
     figures = json.loads(noop.stdout)
     assert (figures["mode"], figures["spark_started"], figures["watermark_after"]) == (
@@ -111,7 +97,7 @@ def test_rebuild_run_and_status_commands(spark: SparkSession, lake: Path, tmp_pa
     )
 
     sql(spark, str(lake / "bronze"), "DELETE FROM {t} WHERE id = 2")
-    table = _cli("status", "--pipelines", pipelines, "--lake-root", str(lake))
+    table = run_cli("status", "--pipelines", pipelines, "--lake-root", str(lake))
     assert table.returncode == 0, table.stderr
     header, rule, line = table.stdout.splitlines()[:3]
     assert header.split()[:3] == ["pipeline", "state", "watermark"]
@@ -121,7 +107,7 @@ def test_rebuild_run_and_status_commands(spark: SparkSession, lake: Path, tmp_pa
 
 def test_unknown_pipeline_and_bad_file_exit_2_with_the_fix_named(tmp_path: Path) -> None:
     lake = tmp_path / "lake"
-    unknown = _cli(
+    unknown = run_cli(
         "run", "nope", "--pipelines", _pipelines(tmp_path, lake), "--lake-root", str(lake)
     )
     assert unknown.returncode == 2
@@ -130,7 +116,7 @@ def test_unknown_pipeline_and_bad_file_exit_2_with_the_fix_named(tmp_path: Path)
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("pipelines:\n  - id: Bad-Id\n    source: a\n    target: b\n    keys: []\n")
-    invalid = _cli("status", "--pipelines", str(bad))
+    invalid = run_cli("status", "--pipelines", str(bad))
     assert invalid.returncode == 2
     assert "InvalidPipelineSpec" in invalid.stderr
     assert "pipeline Bad-Id: id:" in invalid.stderr

@@ -158,14 +158,24 @@ def _local_conf(cores: int) -> dict[str, str]:
     }
 
 
-def delta_conf() -> dict[str, str]:
+def delta_conf(packages: tuple[str, ...] = (), excludes: tuple[str, ...] = ()) -> dict[str, str]:
     """What any Spark that runs the platform's work needs for Delta: the jar (from Maven
-    Central), its session extension and catalog. A Spark Connect server is started with it."""
+    Central, beside `packages`, without `excludes`), its session extension and catalog. A Spark
+    Connect server is started with it."""
     return {
-        "spark.jars.packages": delta_maven_coordinate(),
-        "spark.jars.excludes": ",".join(DUPLICATE_HADOOP_CLIENT),
+        "spark.jars.packages": ",".join((delta_maven_coordinate(), *packages)),
+        "spark.jars.excludes": ",".join((*DUPLICATE_HADOOP_CLIENT, *excludes)),
         "spark.sql.extensions": DELTA_EXTENSION,
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+    }
+
+
+def _session_conf(settings: SparkSettings) -> dict[str, str]:
+    """The session-level part of the conf, set in process and over Spark Connect alike."""
+    return {
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        # Commit timestamps, `_deleted_at` and lag hours are compared across machines: UTC.
+        "spark.sql.session.timeZone": "UTC",
     }
 
 
@@ -177,16 +187,12 @@ def spark_conf(settings: SparkSettings) -> dict[str, str]:
     conf = {
         "spark.master": settings.master,
         "spark.app.name": settings.app_name,
-        **delta_conf(),
-        "spark.jars.packages": ",".join((delta_maven_coordinate(), *stores.packages)),
+        **delta_conf(stores.packages, stores.excludes),
         "spark.ui.enabled": str(settings.ui_enabled).lower(),
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         "spark.driver.memory": settings.driver_memory,
-        # Commit timestamps, `_deleted_at` and lag hours are compared across machines: keep UTC.
-        "spark.sql.session.timeZone": "UTC",
+        **_session_conf(settings),
     }
-    conf["spark.jars.excludes"] = ",".join((*DUPLICATE_HADOOP_CLIENT, *stores.excludes))
     conf.update(stores.conf)
     cores = local_cores(settings.master)
     if cores is not None:
@@ -199,11 +205,7 @@ def connect_conf(settings: SparkSettings) -> dict[str, str]:
     """The conf a Spark Connect session sets on its server session: the session-level part of
     `spark_conf` (shuffle partitions, UTC) and `extra_conf`. The rest (master, jars, Delta's
     extension, store connectors, memory) is fixed when the server starts."""
-    return {
-        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
-        "spark.sql.session.timeZone": "UTC",
-        **settings.extra_conf,
-    }
+    return {**_session_conf(settings), **settings.extra_conf}
 
 
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"

@@ -10,9 +10,6 @@ Select alone with `pytest -m cluster`.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from subprocess import CompletedProcess
@@ -39,11 +36,11 @@ from cdf_platform_tests.bronze import (
     sql,
     vacuum_retain_zero,
 )
+from cdf_platform_tests.cli_process import run_cli
 from cdf_platform_tests.clusters.servers import ConnectServer, StandaloneCluster
 
 pytestmark = pytest.mark.cluster
 
-CLI = str(Path(sys.executable).parent / "cdf-platform")
 PEOPLE = {"id": "people", "source": "bronze/people", "target": "silver/people", "keys": ["id"]}
 
 
@@ -75,13 +72,12 @@ class Platform:
 
     def cli(self, *args: str, env: dict[str, str] | None = None) -> CompletedProcess[str]:
         """`cdf-platform <args> --json` in a subprocess configured by the environment."""
-        return subprocess.run(
-            [CLI, *args, "--json", "--pipelines", str(self.pipelines)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-            env={**os.environ, LAKE_ROOT_ENV: str(self.lake), **self.env, **(env or {})},
+        return run_cli(
+            *args,
+            "--json",
+            "--pipelines",
+            str(self.pipelines),
+            env={LAKE_ROOT_ENV: str(self.lake), **self.env, **(env or {})},
         )
 
     def run(self) -> dict[str, Any]:

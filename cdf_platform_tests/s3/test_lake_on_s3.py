@@ -4,7 +4,6 @@ Spark through s3a, the JVM-free side through obstore and deltalake."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,10 +34,10 @@ from cdf_platform_tests.bronze import (
     sql,
     vacuum_retain_zero,
 )
+from cdf_platform_tests.cli_process import run_cli
 from cdf_platform_tests.lake_platform import last_spark_job_id
 from cdf_platform_tests.s3.objects import delete_object, object_names
 
-CLI = str(Path(sys.executable).parent / "cdf-platform")
 PEOPLE = {"id": "people", "source": "bronze/people", "target": "silver/people", "keys": ["id"]}
 
 
@@ -50,13 +49,8 @@ def _layout(s3_lake: str, tmp_path: Path, **fields: Any) -> LakeLayout:
 
 def _cli(layout: LakeLayout, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """`cdf-platform <args>` on the S3 lake, configured as a user would: CDF_LAKE_ROOT."""
-    return subprocess.run(
-        [CLI, *args, "--pipelines", layout.pipelines_file],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        env={**os.environ, "CDF_LAKE_ROOT": layout.lake_root, **env},
+    return run_cli(
+        *args, "--pipelines", layout.pipelines_file, env={"CDF_LAKE_ROOT": layout.lake_root, **env}
     )
 
 
