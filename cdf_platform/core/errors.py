@@ -67,6 +67,17 @@ class SourceNotFound(CdfPlatformError):
     default_action = "check the `source` path or table name, and that the table was created"
 
 
+class TableNameNotLocated(CdfPlatformError):
+    """A catalog table name with no location recorded yet: the JVM-free parts (status, checks,
+    sensors) cannot ask the catalog, and no run of the pipeline has asked it since it was named."""
+
+    incident_code = "TABLE_NAME_NOT_LOCATED"
+    default_action = (
+        "run the pipeline once (`cdf-platform run <id>` or materialize its silver asset): the run "
+        "asks Spark's catalog and records the location"
+    )
+
+
 class CatalogManagedSource(CdfPlatformError):
     """The bronze table has the `catalogManaged` feature: its catalog owns its commits, and the
     Delta protocol forbids reading it by path (its `_delta_log` alone is not the table)."""

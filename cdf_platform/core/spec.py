@@ -1,7 +1,10 @@
 """PipelineSpec: what one pipeline keeps in step, and under which policy.
 
 Specs are loaded from a YAML file (`pipelines.yaml` by default, `$CDF_PIPELINES_FILE` or an
-explicit path otherwise). Relative `source`/`target` paths are resolved against the lake root.
+explicit path otherwise). Relative `source`/`target` paths are resolved against the lake root;
+a dotted name without `/` (`bronze.orders`, `main.bronze.orders`) is a catalog table name,
+located through Spark's catalog (`cdf_platform.spark.catalog`) and recorded in the control tables
+for the JVM-free parts (`cdf_platform.state.locations`).
 
 Example:
     >>> spec = PipelineSpec(id="orders", source="/lake/bronze/orders",
@@ -28,6 +31,9 @@ from cdf_platform.core.errors import InvalidPipelineSpec, TargetOwnershipConflic
 PIPELINE_ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 # Column names are always backtick-quoted in SQL; this pattern keeps them readable as well.
 COLUMN_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# A catalog table name: `schema.table` or `catalog.schema.table`. A folder whose name has a dot
+# is written as a path (`./orders.v2`, or absolute).
+TABLE_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){1,2}$")
 # Columns the platform adds to silver.
 RESERVED_COLUMNS = frozenset({"_source_commit_version", "_is_deleted", "_deleted_at"})
 CDF_COLUMNS = frozenset({"_change_type", "_commit_version", "_commit_timestamp"})
@@ -63,8 +69,14 @@ class PipelineSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str = Field(description="Pipeline id: lowercase letters, digits, `_`; unique.")
-    source: str = Field(description="Bronze Delta table: a path or URI (relative: under the lake).")
-    target: str = Field(description="Silver Delta table: a path or URI (relative: under the lake).")
+    source: str = Field(
+        description="Bronze Delta table: a path or URI (relative: under the lake), or a catalog "
+        "name (`schema.table`, `catalog.schema.table`)."
+    )
+    target: str = Field(
+        description="Silver Delta table: a path or URI (relative: under the lake), or a catalog "
+        "name (created and registered by the first run when missing)."
+    )
     keys: list[str] = Field(min_length=1, description="Primary-key columns of the source.")
     delete_mode: DeleteMode = Field(default=DeleteMode.HARD, description="`hard` or `soft`.")
     fallback_mode: FallbackMode = Field(
@@ -108,7 +120,8 @@ class PipelineSpec(BaseModel):
     def _check_table(cls, value: str) -> str:
         if not value.strip() or any(ch in value for ch in "\n\r\0`;"):
             raise ValueError(f"table location {value!r} is empty or has `, ; or control chars")
-        return value.strip()
+        # Catalog names are case-insensitive (Spark's and the Hive metastore's default).
+        return value.strip().lower() if is_table_name(value.strip()) else value.strip()
 
     @field_validator("keys", "exclude_columns", "include_columns")
     @classmethod
@@ -142,7 +155,19 @@ class PipelineSpec(BaseModel):
     @property
     def bronze_name(self) -> str:
         """Table name of the bronze asset: `bronze_table`, else the last part of `source`."""
-        return self.bronze_table or re.sub(r"\W", "_", self.source.rstrip("/").rsplit("/", 1)[-1])
+        last = self.source.rstrip("/").rsplit("/", 1)[-1]
+        if is_table_name(self.source):
+            last = self.source.rsplit(".", 1)[-1]
+        return self.bronze_table or re.sub(r"\W", "_", last)
+
+    @property
+    def table_names(self) -> dict[str, str]:
+        """The catalog names among `source` and `target`, by role (`source`, `target`)."""
+        return {
+            role: value
+            for role, value in (("source", self.source), ("target", self.target))
+            if is_table_name(value)
+        }
 
     def resolved(self, lake_root: str) -> PipelineSpec:
         """This spec with relative `source`/`target` resolved under `lake_root`."""
@@ -155,14 +180,21 @@ class PipelineSpec(BaseModel):
 
 
 def storage_locations(specs: Iterable[PipelineSpec], *roots: str) -> list[str]:
-    """`roots` (lake and control roots) and every source and target of `specs`: what a Spark
-    session for these pipelines reads and writes."""
-    return [*roots, *(location for spec in specs for location in (spec.source, spec.target))]
+    """`roots` (lake and control roots) and every source and target of `specs` given as a path:
+    what a Spark session for these pipelines reads and writes (a catalog name's location is
+    the catalog's to know)."""
+    locations = (location for spec in specs for location in (spec.source, spec.target))
+    return [*roots, *(location for location in locations if not is_table_name(location))]
+
+
+def is_table_name(location: str) -> bool:
+    """Whether a `source`/`target` value is a catalog table name rather than a path."""
+    return TABLE_NAME_PATTERN.match(location) is not None
 
 
 def resolve_location(location: str, lake_root: str) -> str:
-    """`location` if it is absolute or a URI, else `lake_root/location`."""
-    if "://" in location or location.startswith("/"):
+    """`location` if it is absolute, a URI or a catalog name, else `lake_root/location`."""
+    if "://" in location or location.startswith("/") or is_table_name(location):
         return location
     return f"{lake_root.rstrip('/')}/{location}"
 

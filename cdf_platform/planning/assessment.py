@@ -39,6 +39,7 @@ from cdf_platform.core.errors import (
 from cdf_platform.core.spec import CDF_COLUMNS, RESERVED_COLUMNS, PipelineSpec
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import holds_foreign_files
+from cdf_platform.state import locations
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import SilverState, read_silver_state
 from cdf_platform.window.replay_window import (
@@ -133,11 +134,28 @@ def colliding_columns_problem(
 
 
 def reset_problem(
-    spec: PipelineSpec, silver: SilverState, window: ReplayWindow, known_source_id: str | None
+    spec: PipelineSpec,
+    silver: SilverState,
+    window: ReplayWindow,
+    known_source_id: str | None,
+    followed_location: str | None = None,
 ) -> SourceReset | None:
-    """Bronze recreated (another table id than silver or the control table recorded) or its
-    latest version below the watermark, or None."""
+    """Bronze's catalog name now at another location than the watermark was taken at, bronze
+    recreated (another table id than silver or the control table recorded) or its latest
+    version below the watermark, or None."""
     watermark = silver.watermark
+    if (
+        watermark is not None
+        and followed_location is not None
+        and followed_location.rstrip("/") != spec.source.rstrip("/")
+    ):
+        return SourceReset(
+            f"the source's catalog name now points at {spec.source}, not at {followed_location} "
+            "where the watermark was taken (the table was dropped and recreated, or moved)",
+            pipeline_id=spec.id,
+            table=spec.source,
+            version=watermark,
+        )
     recorded = silver.source_table_id or known_source_id
     if watermark is not None and recorded is not None and recorded != window.table_id:
         return SourceReset(
@@ -172,14 +190,20 @@ def _ownership_problem(spec: PipelineSpec, silver: SilverState) -> CdfPlatformEr
 
 
 def assess_pipeline(
-    spec: PipelineSpec, *, known_source_id: str | None, now: datetime | None = None
+    spec: PipelineSpec,
+    *,
+    known_source_id: str | None,
+    followed_location: str | None = None,
+    now: datetime | None = None,
 ) -> PipelineAssessment:
     """Assess `spec` from bronze's and silver's logs (JVM-free; bronze's log is read once).
 
     Args:
-        spec: the pipeline (locations resolved).
+        spec: the pipeline (locations resolved, catalog names located).
         known_source_id: the bronze table id the control table recorded, used when silver's
-            recent log no longer holds it (see `ControlTable.recorded_source_id`).
+            recent log no longer holds it (the control state's `source_table_id`).
+        followed_location: for a source given by catalog name, the location the watermark was
+            taken at (see `cdf_platform.state.locations.followed_location`).
         now: the clock for lag, headroom and the time-travel limit (default: current UTC time).
     """
     now = now or datetime.now(UTC)
@@ -227,7 +251,9 @@ def assess_pipeline(
             window,
         )
     consumer = assess_consumer(window, silver.watermark, now=now)
-    problem: CdfPlatformError | None = reset_problem(spec, silver, window, known_source_id)
+    problem: CdfPlatformError | None = reset_problem(
+        spec, silver, window, known_source_id, followed_location
+    )
     if (
         problem is None
         and silver.watermark is not None
@@ -240,5 +266,18 @@ def assess_pipeline(
 def assess_with_control(
     spec: PipelineSpec, control: ControlTable, *, now: datetime | None = None
 ) -> PipelineAssessment:
-    """`assess_pipeline` with the bronze table id `control` recorded for the pipeline."""
-    return assess_pipeline(spec, known_source_id=control.recorded_source_id(spec.id), now=now)
+    """`assess_pipeline` of `spec` with its catalog names located, and the bronze table id and
+    location `control` recorded for the pipeline.
+
+    Raises:
+        TableNameNotLocated: `spec` names a table no run has located yet.
+    """
+    located = locations.locate(spec, control)
+    state = control.read_states().get(spec.id)
+    source_id = state.get("source_table_id") if state else None
+    return assess_pipeline(
+        located,
+        known_source_id=str(source_id) if source_id else None,
+        followed_location=locations.followed_location(spec, state),
+        now=now,
+    )

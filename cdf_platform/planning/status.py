@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from cdf_platform.core.errors import SourceNotFound
+from cdf_platform.core.errors import SourceNotFound, TableNameNotLocated
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.planning.assessment import PipelineAssessment, assess_with_control
 from cdf_platform.state.control import ControlTable
@@ -109,5 +109,24 @@ def pipeline_status(
     spec: PipelineSpec, control: ControlTable, *, now: datetime | None = None
 ) -> PipelineStatus:
     """Compute `spec`'s status from bronze's and silver's logs and the table id `control`
-    recorded (JVM-free): the assessment a run of `spec` would plan from."""
-    return status_from(assess_with_control(spec, control, now=now))
+    recorded (JVM-free): the assessment a run of `spec` would plan from. A pipeline naming a
+    table no run has located yet is NOT_STARTED, with the reason as its problem."""
+    try:
+        return status_from(assess_with_control(spec, control, now=now))
+    except TableNameNotLocated as err:
+        return PipelineStatus(
+            pipeline_id=spec.id,
+            watermark=None,
+            latest_version=None,
+            version_lag=None,
+            data_version_lag=None,
+            lag_hours=None,
+            earliest_replayable_version=None,
+            replayable=False,
+            headroom_hours=None,
+            retention_horizon_hours=None,
+            state=WindowState.NOT_STARTED,
+            lag_exceeded=False,
+            problem_code=err.incident_code,
+            problem=str(err),
+        )

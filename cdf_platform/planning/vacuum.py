@@ -28,6 +28,7 @@ from typing import Any
 
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.state.control import ControlTable
+from cdf_platform.state.locations import locate_table, located_specs
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform.window.replay_window import assess_consumer, compute_replay_window
 
@@ -149,8 +150,9 @@ def plan_vacuum(
     """Decide how to vacuum `table` without cutting the replay window of its consumers.
 
     Args:
-        table: Bronze table location.
-        specs: All pipelines; those whose `source` is `table` are its consumers.
+        table: Bronze table location, or its catalog name (located through `control`).
+        specs: All pipelines; those whose `source` is `table` are its consumers (catalog
+            names located through `control`).
         policy: Raise the retention property (up to `max_retention_hours`) or refuse.
         buffer_hours: Extra hours kept beyond what each consumer needs right now.
         max_retention_hours: Cap on `delta.deletedFileRetentionDuration` when raising it.
@@ -161,8 +163,13 @@ def plan_vacuum(
         allow_window_loss: Explicit override: vacuum even if a consumer loses its window.
         control: Control tables, for the consumers' observed downtime.
         now: The clock (default: now, UTC).
+
+    Raises:
+        TableNameNotLocated: `table` is a catalog name no run has located yet.
     """
     now = now or datetime.now(UTC)
+    table = locate_table(table, control)
+    specs = located_specs(specs, control)
     window = compute_replay_window(table, now=now)
     current = _hours(window.deleted_file_retention)
     log_hours = _hours(window.log_retention)

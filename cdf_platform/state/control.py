@@ -1,5 +1,6 @@
 """The control table: one state row per pipeline and one load-log row per run (two Delta tables
-under one control root).
+under one control root), and, once a pipeline names a table by its catalog name, the location
+each name was found at (a third table, `table_locations`).
 
 The state mirrors the watermark that silver's own log holds; when they differ (a crash between
 the MERGE and the control write) it is repaired from silver. Reads and writes are JVM-free
@@ -63,6 +64,14 @@ LOG_SCHEMA: dict[str, str] = {
     "read_seconds": "double",
     "write_seconds": "double",
     "duration_seconds": "double",
+}
+# Where a catalog table name was found, recorded by the run that asked Spark's catalog.
+LOCATION_SCHEMA: dict[str, str] = {
+    "name": "string",
+    "location": "string",
+    "table_id": "string",
+    "located_by": "string",
+    "located_at": "timestamp",
 }
 # Runs of different pipelines write the same two tables. deltalake retries a commit that lost
 # the race when the winner does not conflict (appends); a state MERGE that touched the file
@@ -175,6 +184,11 @@ class ControlTable:
         """The load log table."""
         return f"{self.root}/load_log"
 
+    @property
+    def locations_path(self) -> str:
+        """The catalog-name locations table (created by the first run that locates a name)."""
+        return f"{self.root}/table_locations"
+
     def ensure(self) -> None:
         """Create both tables if missing."""
         for path, schema in ((self.state_path, STATE_SCHEMA), (self.log_path, LOG_SCHEMA)):
@@ -190,23 +204,48 @@ class ControlTable:
 
         _retry_on_conflict(create, f"creating {path}")
 
-    def upsert_state(self, state: Mapping[str, Any]) -> None:
-        """Insert or replace the state row of `state["pipeline_id"]`."""
+    def _upsert(self, path: str, key: str, row: Any) -> None:
         from deltalake import DeltaTable
-
-        self.ensure()
-        row = _arrow_row(STATE_SCHEMA, {**state, "updated_at": datetime.now(UTC)})
 
         def merge() -> None:
             (
-                DeltaTable(self.state_path)
-                .merge(row, "t.pipeline_id = s.pipeline_id", source_alias="s", target_alias="t")
+                DeltaTable(path)
+                .merge(row, f"t.{key} = s.{key}", source_alias="s", target_alias="t")
                 .when_matched_update_all()
                 .when_not_matched_insert_all()
                 .execute()
             )
 
-        _retry_on_conflict(merge, "control state upsert")
+        _retry_on_conflict(merge, f"upsert into {path}")
+
+    def upsert_state(self, state: Mapping[str, Any]) -> None:
+        """Insert or replace the state row of `state["pipeline_id"]`."""
+        self.ensure()
+        row = _arrow_row(STATE_SCHEMA, {**state, "updated_at": datetime.now(UTC)})
+        self._upsert(self.state_path, "pipeline_id", row)
+
+    def record_location(
+        self, name: str, location: str, table_id: str | None, *, located_by: str
+    ) -> None:
+        """Record (or replace) where the catalog name `name` was found."""
+        if not is_delta_table(self.locations_path):
+            self._create(self.locations_path, LOCATION_SCHEMA)
+        row = _arrow_row(
+            LOCATION_SCHEMA,
+            {
+                "name": name,
+                "location": location,
+                "table_id": table_id,
+                "located_by": located_by,
+                "located_at": datetime.now(UTC),
+            },
+        )
+        self._upsert(self.locations_path, "name", row)
+
+    def read_locations(self) -> dict[str, dict[str, Any]]:
+        """Every recorded catalog name's row, by name, JVM-free."""
+        rows = self._query(self.locations_path, "SELECT * FROM t")
+        return {str(row["name"]): row for row in rows}
 
     def append_log(self, entry: LoadLogEntry) -> None:
         """Append one load-log row (a blind append: never conflicts)."""
@@ -232,12 +271,6 @@ class ControlTable:
         """Every pipeline's state row, JVM-free."""
         rows = self._query(self.state_path, "SELECT * FROM t")
         return {str(row["pipeline_id"]): row for row in rows}
-
-    def recorded_source_id(self, pipeline_id: str) -> str | None:
-        """The bronze table id recorded for `pipeline_id` at its last run (None if none)."""
-        state = self.read_states().get(pipeline_id)
-        value = state.get("source_table_id") if state else None
-        return str(value) if value else None
 
     def read_log(self, pipeline_id: str | None = None) -> list[dict[str, Any]]:
         """Load-log rows (oldest first), optionally of one pipeline, JVM-free."""

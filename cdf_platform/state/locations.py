@@ -1,0 +1,99 @@
+"""Catalog table names, located without a JVM.
+
+A pipeline may name its bronze or silver table by its catalog name (`bronze.orders`). Only
+Spark can ask the catalog where that table lives (`cdf_platform.spark.catalog`), so every run
+that does records the answer in the control tables; status, the checks, the sensors and the
+maintenance plan read bronze's and silver's logs at the recorded location.
+
+Example:
+    >>> located = locate(spec, ControlTable("/lake/_control"))  # doctest: +SKIP
+    >>> located.source  # doctest: +SKIP
+    '/warehouse/bronze.db/orders'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cdf_platform.core.errors import TableNameNotLocated
+from cdf_platform.core.spec import PipelineSpec, is_table_name
+from cdf_platform.state.control import ControlTable
+
+
+def locate(
+    spec: PipelineSpec,
+    control: ControlTable,
+    *,
+    recorded: dict[str, dict[str, Any]] | None = None,
+) -> PipelineSpec:
+    """`spec` with each catalog name in `source`/`target` replaced by its recorded location
+    (paths are returned as they are). The bronze asset keeps the name's last part.
+
+    Args:
+        recorded: the control tables' locations, when the caller has read them already.
+
+    Raises:
+        TableNameNotLocated: no run of the pipeline has located a name yet.
+    """
+    names = spec.table_names
+    if not names:
+        return spec
+    recorded = control.read_locations() if recorded is None else recorded
+    update: dict[str, str] = {"bronze_table": spec.bronze_name}
+    for role, name in names.items():
+        row = recorded.get(name)
+        if row is None:
+            raise TableNameNotLocated(
+                f"the {role} {name!r} is a catalog name with no location recorded yet",
+                pipeline_id=spec.id,
+                table=name,
+                action=f"run the pipeline once (`cdf-platform run {spec.id}` or materialize its "
+                "silver asset): the run asks Spark's catalog and records the location",
+            )
+        update[role] = str(row["location"])
+    return spec.model_copy(update=update)
+
+
+def followed_location(spec: PipelineSpec, state: dict[str, Any] | None) -> str | None:
+    """The bronze location the pipeline's watermark was taken at, when `source` is a catalog
+    name (the control state's `source`); None for a path, which cannot move."""
+    if state is None or "source" not in spec.table_names:
+        return None
+    value = state.get("source")
+    return str(value) if value else None
+
+
+def locate_table(table: str, control: ControlTable | None) -> str:
+    """The location of one `source`/`target` value: a path as it is, a catalog name's recorded
+    location.
+
+    Raises:
+        TableNameNotLocated: a catalog name no run has located yet.
+    """
+    if not is_table_name(table):
+        return table
+    recorded = control.read_locations() if control is not None else {}
+    row = recorded.get(table)
+    if row is None:
+        raise TableNameNotLocated(
+            f"{table!r} is a catalog name with no location recorded yet",
+            table=table,
+        )
+    return str(row["location"])
+
+
+def located_specs(specs: list[PipelineSpec], control: ControlTable | None) -> list[PipelineSpec]:
+    """`specs` with their catalog names located. A pipeline naming a table no run has located
+    yet is left out: it has not run since it was named, so it holds no watermark."""
+    if not any(spec.table_names for spec in specs):
+        return specs
+    if control is None:
+        return [spec for spec in specs if not spec.table_names]
+    recorded = control.read_locations()
+    located = []
+    for spec in specs:
+        try:
+            located.append(locate(spec, control, recorded=recorded))
+        except TableNameNotLocated:
+            continue
+    return located
