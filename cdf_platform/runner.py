@@ -23,6 +23,7 @@ from cdf_platform.core.spec import FallbackMode, PipelineSpec
 from cdf_platform.planning.assessment import REBUILDABLE
 from cdf_platform.planning.plan import RunMode, RunPlan, plan_pipeline
 from cdf_platform.planning.run_result import RunResult
+from cdf_platform.spark.catalog import locate_in_catalog, register_silver
 from cdf_platform.spark.changes import (
     COMMIT_TIMESTAMP,
     COMMIT_VERSION,
@@ -96,22 +97,37 @@ def run_pipeline(
     control: ControlTable,
     now: datetime | None = None,
     force_rebuild: bool = False,
+    on_plan: Callable[[RunPlan], None] | None = None,
 ) -> RunResult:
     """Plan and run `spec` once: no-op, initial load, incremental, or rebuild per the fallback
     policy (see `execute_plan`).
+
+    A pipeline that names a table by its catalog name starts Spark to ask the catalog where it
+    lives now (the plan reads the logs there), and registers silver under its name once it
+    exists; a pipeline of paths plans without a JVM.
+
+    Args:
+        on_plan: called with the plan before it is carried out (to log the pinned change set).
 
     Raises:
         CdfPlatformError: the classified failure (FAIL_FAST, bad input, or a read failure).
     """
     started = time.monotonic()
+    if spec.table_names:
+        locate_in_catalog(spark_factory(), spec, control)
     plan = plan_pipeline(spec, control, now=now)
-    return execute_plan(
+    if on_plan is not None:
+        on_plan(plan)
+    result = execute_plan(
         plan,
         spark_factory=spark_factory,
         control=control,
         force_rebuild=force_rebuild,
         plan_seconds=time.monotonic() - started,
     )
+    if "target" in spec.table_names:
+        register_silver(spark_factory(), spec.target, plan.spec.target)
+    return result
 
 
 def execute_plan(

@@ -24,15 +24,18 @@ from cdf_platform.orchestration.keys import BRONZE_PREFIX, bronze_key
 
 def external_bronze_asset(spec: PipelineSpec) -> dg.AssetSpec:
     """The external asset for the bronze table `spec` reads."""
+    named = "source" in spec.table_names
     return dg.AssetSpec(
         key=bronze_key(spec),
         group_name=BRONZE_PREFIX,
         kinds={"delta"},
         description=(
-            f"Bronze `{spec.bronze_name}`, written outside this platform: a CDF-enabled Delta "
-            f"table at {spec.source}. Silver reads its change feed; this platform never writes it."
+            f"Bronze `{spec.bronze_name}`, written outside this platform: the CDF-enabled Delta "
+            f"table {spec.source}. Silver reads its change feed; this platform never writes it."
         ),
-        metadata={"path": dg.MetadataValue.path(spec.source)},
+        metadata={"table_name": dg.MetadataValue.text(spec.source)}
+        if named
+        else {"path": dg.MetadataValue.path(spec.source)},
     )
 
 

@@ -7,12 +7,13 @@ pipelines that are behind, one run per pipeline and bronze version (run key
 holds the pipeline's pool (see `cdf_platform.orchestration.keys.pipeline_pool` for the
 dagster.yaml limit). Pipelines whose window is lost are left to the rebuild sensor; a missing
 bronze table is waited for, and a pipeline whose input is wrong (BLOCKED) is left to its failing
-check.
+check. A pipeline naming a catalog table no run has located yet gets one run (run key
+`locate:<pipeline>`): the run asks Spark's catalog and records the location.
 """
 
 import dagster as dg
 
-from cdf_platform.core.errors import CdfPlatformError
+from cdf_platform.core.errors import CdfPlatformError, TableNameNotLocated
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.orchestration.jobs import INCREMENTAL_JOB
 from cdf_platform.orchestration.keys import PIPELINE_TAG, silver_key
@@ -48,6 +49,17 @@ def build_incremental_sensor(specs: list[PipelineSpec]) -> dg.SensorDefinition:
                 context.log.warning("%s: cannot read its status: %s", spec.id, err)
                 code = getattr(err, "incident_code", type(err).__name__)
                 waiting.append(f"{spec.id} ({code})")
+                continue
+            if status.problem_code == TableNameNotLocated.incident_code:
+                # Only a run can ask Spark's catalog where a named table lives: one run locates
+                # it, and from then on this sensor reads its log like any other.
+                requests.append(
+                    dg.RunRequest(
+                        run_key=f"locate:{spec.id}",
+                        asset_selection=[silver_key(spec.id)],
+                        tags={PIPELINE_TAG: spec.id},
+                    )
+                )
                 continue
             if status.state in _NOT_OURS:
                 waiting.append(f"{spec.id} ({status.state.value})")

@@ -8,8 +8,6 @@ table written by the MERGE that also stamps the watermark (docs/design.md sectio
 manager is involved.
 """
 
-import time
-
 import dagster as dg
 from pydantic import Field
 
@@ -17,9 +15,9 @@ from cdf_platform.core.errors import CdfPlatformError
 from cdf_platform.core.spec import DeleteMode, FallbackMode, PipelineSpec
 from cdf_platform.orchestration.keys import SILVER_PREFIX, bronze_key, pipeline_pool, silver_key
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
-from cdf_platform.planning.plan import RunMode, RunPlan, plan_pipeline
+from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.planning.run_result import RunResult
-from cdf_platform.runner import execute_plan
+from cdf_platform.runner import run_pipeline
 
 
 class SilverRunConfig(dg.Config):
@@ -143,15 +141,12 @@ def silver_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
             )
         control = lake.control()
         try:
-            started = time.monotonic()
-            plan = plan_pipeline(spec, control)
-            context.log.info("pinned change set: %s", describe_plan(plan))
-            result = execute_plan(
-                plan,
+            result = run_pipeline(
+                spec,
                 spark_factory=lambda: spark.spark_session,
                 control=control,
                 force_rebuild=config.force_rebuild,
-                plan_seconds=time.monotonic() - started,
+                on_plan=lambda plan: context.log.info("pinned change set: %s", describe_plan(plan)),
             )
         except CdfPlatformError as err:
             raise _failure(spec, err) from err
@@ -168,7 +163,10 @@ def silver_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
             result.spark_started,
         )
         metadata = run_result_metadata(result)
-        metadata["path"] = dg.MetadataValue.path(spec.target)
+        if "target" in spec.table_names:
+            metadata["table_name"] = dg.MetadataValue.text(spec.target)
+        else:
+            metadata["path"] = dg.MetadataValue.path(spec.target)
         return dg.MaterializeResult(metadata=metadata)
 
     return _silver
