@@ -9,6 +9,7 @@ watermark does not move.
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,6 +238,25 @@ def _remote_nobody_listens(lake: BadInputLake) -> RunResult:
     )
 
 
+def _fresh_schema(lake: BadInputLake) -> str:
+    """A new schema in the session's catalog (which outlives one case)."""
+    assert lake.spark is not None
+    schema = f"s_{uuid.uuid4().hex[:8]}"
+    lake.spark.sql(f"CREATE SCHEMA {schema}")
+    return schema
+
+
+def _unknown_source_name(lake: BadInputLake) -> RunResult:
+    return lake.run(lake.spec(source=f"{_fresh_schema(lake)}.people"))
+
+
+def _parquet_source_name(lake: BadInputLake) -> RunResult:
+    assert lake.spark is not None
+    name = f"{_fresh_schema(lake)}.people"
+    lake.spark.sql(f"CREATE TABLE {name} (id BIGINT) USING PARQUET")
+    return lake.run(lake.spec(source=name))
+
+
 CATALOGUE: list[BadInput] = [
     _file_case(
         "empty_file",
@@ -445,6 +465,32 @@ CATALOGUE: list[BadInput] = [
         "check $CDF_SPARK_REMOTE and that the server runs",
         act=_remote_nobody_listens,
         setup=lambda lake: lake.make_bronze(),
+    ),
+    BadInput(
+        "source_name_unknown",
+        "`source: bronze.people`, a name the session's catalog does not have",
+        SourceNotFound,
+        "check the `source` name (schema.table or catalog.schema.table), and that the "
+        "session's catalog is the one that holds it",
+        act=_unknown_source_name,
+        spark=True,
+    ),
+    BadInput(
+        "source_name_not_delta",
+        "`source: bronze.people` naming a Parquet table",
+        SourceNotFound,
+        "point `source` at a Delta table with the change feed on",
+        act=_parquet_source_name,
+        spark=True,
+    ),
+    BadInput(
+        "target_schema_missing",
+        "`target: no_such_schema.people`, a schema the catalog does not have",
+        InvalidPipelineSpec,
+        "create the schema (CREATE SCHEMA no_such_schema) or fix `target`",
+        act=lambda lake: lake.run(lake.spec(target="no_such_schema.people")),
+        setup=lambda lake: lake.make_bronze(),
+        spark=True,
     ),
 ]
 
