@@ -66,13 +66,15 @@ def test_every_job_sensor_and_schedule_resolves() -> None:
         assert loaded.resolve_sensor_def(name).name == name
     assert loaded.resolve_schedule_def("checks_schedule").job_name == "checks_job"
 
-    # The checks job evaluates both checks of each pipeline in one op, without Spark.
+    # The checks job evaluates both checks of each pipeline in one op, and refreshes the
+    # all-pipelines overview, without Spark.
     checks_job = loaded.resolve_job_def("checks_job")
     nodes = {}
     for node in checks_job.graph.node_defs:
         assert isinstance(node, dg.OpDefinition)
         nodes[node.name] = node.required_resource_keys
-    assert set(nodes) == {f"silver__{pipeline}_checks" for pipeline in ("orders", "customers")}
+    checks = {f"silver__{pipeline}_checks" for pipeline in ("orders", "customers")}
+    assert set(nodes) == {*checks, "platform__pipelines"}
     assert set().union(*nodes.values()) == {"lake"}
     assert "spark" not in checks_job.required_resource_keys
 
@@ -97,13 +99,15 @@ def test_a_bronze_table_written_elsewhere_is_an_external_asset(tmp_path: Path) -
 
 def test_a_real_orders_table_outside_the_lake_gets_no_demo_asset(tmp_path: Path) -> None:
     """A pipeline named like a demo one, on a bronze table elsewhere, is only the platform's:
-    an external bronze asset, its silver asset and checks, and nothing of the demo."""
+    an external bronze asset, its silver asset and checks, the all-pipelines overview, and
+    nothing of the demo."""
     orders = {**ORDERS, "source": "/mnt/landing/sales/orders", "target": "silver/orders"}
     loaded = build_defs(control_for(tmp_path, orders))
     graph = loaded.resolve_asset_graph()
     assert graph.get_all_asset_keys() == {
         dg.AssetKey(["bronze", "orders"]),
         dg.AssetKey(["silver", "orders"]),
+        dg.AssetKey(["platform", "pipelines"]),
     }
     bronze = graph.get(dg.AssetKey(["bronze", "orders"]))
     assert bronze.is_external and not bronze.is_materializable

@@ -16,6 +16,7 @@ from cdf_platform.cli import main
 from cdf_platform.definitions import build_defs
 from cdf_platform.orchestration.checks import CONSUMER_LAG, REPLAY_WINDOW
 from cdf_platform.orchestration.keys import silver_key
+from cdf_platform.orchestration.overview import OVERVIEW_KEY
 from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.runner import run_pipeline
@@ -67,6 +68,14 @@ def test_after_bronze_is_recreated_status_checks_and_run_all_report_the_source_r
     assert window.metadata["state"].value == "LOST"
     assert window.metadata["problem_code"].value == "SOURCE_RESET"
     assert evaluations[CONSUMER_LAG].metadata["state"].value == "LOST"
+    (overview,) = [
+        m.materialization
+        for m in checks.get_asset_materialization_events()
+        if m.materialization.asset_key == OVERVIEW_KEY
+    ]
+    table = overview.metadata["pipelines"].value
+    assert "| people | LOST | 1 | 1 |" in table and "| SOURCE_RESET |" in table
+    assert overview.metadata["unhealthy_pipelines"].value == 1
 
     result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
     assert (result.mode, result.incident_code) == (RunMode.REBUILD, "SOURCE_RESET")

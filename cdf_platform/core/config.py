@@ -15,6 +15,7 @@ REMOTE_ENV = "CDF_SPARK_REMOTE"
 LAKE_ROOT_ENV = "CDF_LAKE_ROOT"
 CONTROL_ROOT_ENV = "CDF_CONTROL_ROOT"
 PIPELINES_FILE_ENV = "CDF_PIPELINES_FILE"
+AUTOMATION_ENV = "CDF_AUTOMATION"
 DEFAULT_MASTER = "local[*]"
 DEFAULT_PIPELINES_FILE = "pipelines.yaml"
 
@@ -54,3 +55,10 @@ def default_control_root(lake_root: str) -> str:
 def default_pipelines_file() -> Path:
     """`$CDF_PIPELINES_FILE`, else `pipelines.yaml` in the working directory."""
     return Path(os.environ.get(PIPELINES_FILE_ENV) or DEFAULT_PIPELINES_FILE)
+
+
+def default_automation() -> bool:
+    """`$CDF_AUTOMATION` (`off`, `false`, `no` or `0` turn it off), else on: the incremental
+    and rebuild sensors and the checks schedule start RUNNING."""
+    value = (os.environ.get(AUTOMATION_ENV) or "on").strip().lower()
+    return value not in ("off", "false", "0", "no")

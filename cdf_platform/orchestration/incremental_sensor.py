@@ -8,8 +8,15 @@ holds the pipeline's pool (see `cdf_platform.orchestration.keys.pipeline_pool` f
 dagster.yaml limit). Pipelines whose window is lost are left to the rebuild sensor; a missing
 bronze table is waited for, and a pipeline whose input is wrong (BLOCKED) is left to its failing
 check. A pipeline naming a catalog table no run has located yet gets one run (run key
-`locate:<pipeline>`): the run asks Spark's catalog and records the location.
+`locate:<pipeline>:first`): the run asks Spark's catalog and records the location.
+
+A caught-up silver asset whose last materialization is half its freshness window old (the
+window is `max_allowed_lag_hours`) gets a refresh run (run key
+`refresh:<pipeline>:<watermark>:<period>`): a no-op that reads the logs, finds nothing to apply
+and materializes, so Dagster's freshness and `consumer_lag` agree while bronze is quiet.
 """
+
+import time
 
 import dagster as dg
 
@@ -18,25 +25,50 @@ from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.orchestration.jobs import INCREMENTAL_JOB
 from cdf_platform.orchestration.keys import PIPELINE_TAG, silver_key
 from cdf_platform.orchestration.resources import LakeLayout
+from cdf_platform.orchestration.silver import freshness_window
 from cdf_platform.planning.status import WindowState, pipeline_status
 
 INCREMENTAL_SENSOR = "incremental_sensor"
 _NOT_OURS = (WindowState.LOST, WindowState.SOURCE_MISSING, WindowState.BLOCKED)
 
 
-def build_incremental_sensor(specs: list[PipelineSpec]) -> dg.SensorDefinition:
-    """The incremental sensor over the pipelines `specs`."""
+def _request(spec: PipelineSpec, reason: str, key: str) -> dg.RunRequest:
+    return dg.RunRequest(
+        run_key=f"{reason}:{spec.id}:{key}",
+        asset_selection=[silver_key(spec.id)],
+        tags={PIPELINE_TAG: spec.id},
+    )
+
+
+def refresh_due(spec: PipelineSpec, last_materialized: float | None, now: float) -> int | None:
+    """The refresh period number when a caught-up silver asset is due for a refresh (its last
+    materialization is half its freshness window old, or it has none), else None."""
+    half = freshness_window(spec).total_seconds() / 2
+    if last_materialized is not None and now - last_materialized < half:
+        return None
+    return int(now // half)
+
+
+def build_incremental_sensor(
+    specs: list[PipelineSpec], *, running: bool = True
+) -> dg.SensorDefinition:
+    """The incremental sensor over the pipelines `specs`, RUNNING from the start unless
+    `running` is False."""
 
     @dg.sensor(
         name=INCREMENTAL_SENSOR,
         job_name=INCREMENTAL_JOB,
         minimum_interval_seconds=60,
         description="Requests a silver run when its bronze table has versions after the watermark.",
+        default_status=dg.DefaultSensorStatus.RUNNING
+        if running
+        else dg.DefaultSensorStatus.STOPPED,
     )
     def _incremental_sensor(
         context: dg.SensorEvaluationContext, lake: LakeLayout
     ) -> dg.SensorResult:
-        """One run request per pipeline whose bronze table moved past the watermark."""
+        """One run request per pipeline whose bronze table moved past the watermark (or whose
+        names need locating, or whose caught-up silver is due for a refresh)."""
         control = lake.control()
         requests: list[dg.RunRequest] = []
         waiting: list[str] = []
@@ -53,30 +85,25 @@ def build_incremental_sensor(specs: list[PipelineSpec]) -> dg.SensorDefinition:
             if status.problem_code == TableNameNotLocated.incident_code:
                 # Only a run can ask Spark's catalog where a named table lives: one run locates
                 # it, and from then on this sensor reads its log like any other.
-                requests.append(
-                    dg.RunRequest(
-                        run_key=f"locate:{spec.id}",
-                        asset_selection=[silver_key(spec.id)],
-                        tags={PIPELINE_TAG: spec.id},
-                    )
-                )
+                requests.append(_request(spec, "locate", "first"))
                 continue
             if status.state in _NOT_OURS:
                 waiting.append(f"{spec.id} ({status.state.value})")
                 continue
-            latest = status.latest_version
-            if latest is None or (status.watermark is not None and latest <= status.watermark):
+            latest, watermark = status.latest_version, status.watermark
+            if latest is None:
                 continue
-            context.log.info(
-                "%s: bronze at version %d, watermark %s", spec.id, latest, status.watermark
-            )
-            requests.append(
-                dg.RunRequest(
-                    run_key=f"incremental:{spec.id}:{latest}",
-                    asset_selection=[silver_key(spec.id)],
-                    tags={PIPELINE_TAG: spec.id},
+            if watermark is None or latest > watermark:
+                context.log.info(
+                    "%s: bronze at version %d, watermark %s", spec.id, latest, watermark
                 )
-            )
+                requests.append(_request(spec, "incremental", str(latest)))
+                continue
+            event = context.instance.get_latest_materialization_event(silver_key(spec.id))
+            period = refresh_due(spec, event.timestamp if event else None, time.time())
+            if period is not None:
+                context.log.info("%s: caught up; refreshing its freshness", spec.id)
+                requests.append(_request(spec, "refresh", f"{watermark}:{period}"))
         if requests:
             return dg.SensorResult(run_requests=requests)
         reason = "every silver table is up to date"

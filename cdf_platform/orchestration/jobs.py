@@ -10,9 +10,10 @@
   materialization and re-evaluates silver's checks in the same run. Launch it for one silver
   asset ("Materialize selected" in the UI, or `asset_selection` in a run request). A FAIL_FAST
   pipeline refuses unless its config also says `override_fail_fast: true`.
-- `checks_job` and `checks_schedule`: evaluate silver's checks without materializing anything.
-  The checks read logs only, so this job never starts Spark. Each evaluation stores numeric lag
-  and headroom figures (plotted on the checks' pages) and feeds the rebuild sensor.
+- `checks_job` and `checks_schedule`: evaluate silver's checks without materializing silver,
+  and refresh the all-pipelines overview (`platform/pipelines`). The checks read logs only, so
+  this job never starts Spark. Each evaluation stores numeric lag and headroom figures (plotted
+  on the checks' pages) and feeds the rebuild sensor.
 """
 
 from typing import TYPE_CHECKING
@@ -21,6 +22,7 @@ import dagster as dg
 
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.orchestration.keys import SILVER_PREFIX, silver_key, silver_op_name
+from cdf_platform.orchestration.overview import OVERVIEW_KEY
 from cdf_platform.orchestration.silver import SilverRunConfig
 
 if TYPE_CHECKING:
@@ -46,19 +48,27 @@ incremental_job = dg.define_asset_job(
 
 checks_job = dg.define_asset_job(
     CHECKS_JOB,
-    # The checks that target silver assets, without the assets themselves.
-    selection=_SILVER - _SILVER.without_checks(),
-    description="Evaluate consumer_lag and replay_window on every silver asset (no Spark).",
+    # The checks that target silver assets, without the assets themselves, and the overview.
+    selection=(_SILVER - _SILVER.without_checks()) | dg.AssetSelection.assets(OVERVIEW_KEY),
+    description="Evaluate consumer_lag and replay_window on every silver asset and refresh the "
+    "all-pipelines overview (no Spark).",
 )
 
-checks_schedule = dg.ScheduleDefinition(
-    name=CHECKS_SCHEDULE,
-    job=checks_job,
-    # Often enough that a window shrinking by hours is seen long before it is lost, and that the
-    # rebuild sensor reacts within minutes; each evaluation costs well under a second.
-    cron_schedule="*/15 * * * *",
-    description="Evaluate silver's checks every 15 minutes.",
-)
+
+def build_checks_schedule(*, running: bool = True) -> dg.ScheduleDefinition:
+    """`checks_schedule`, RUNNING from the start unless `running` is False: the rebuild sensor
+    repairs only what the checks report."""
+    return dg.ScheduleDefinition(
+        name=CHECKS_SCHEDULE,
+        job=checks_job,
+        # Often enough that a window shrinking by hours is seen long before it is lost, and that
+        # the rebuild sensor reacts within minutes; each evaluation costs well under a second.
+        cron_schedule="*/15 * * * *",
+        description="Evaluate silver's checks every 15 minutes.",
+        default_status=dg.DefaultScheduleStatus.RUNNING
+        if running
+        else dg.DefaultScheduleStatus.STOPPED,
+    )
 
 
 def rebuild_run_config(pipeline_id: str, *, override_fail_fast: bool = False) -> dg.RunConfig:

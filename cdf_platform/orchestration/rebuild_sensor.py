@@ -46,7 +46,7 @@ def rebuild_run_key(pipeline_id: str, watermark: object, latest_version: object)
     return f"rebuild:{pipeline_id}:{watermark}:{latest_version}"
 
 
-def build_rebuild_sensor(specs: list[PipelineSpec]) -> dg.SensorDefinition:
+def build_rebuild_sensor(specs: list[PipelineSpec], *, running: bool = True) -> dg.SensorDefinition:
     """The rebuild sensor over the pipelines `specs`."""
 
     @dg.sensor(
@@ -55,6 +55,10 @@ def build_rebuild_sensor(specs: list[PipelineSpec]) -> dg.SensorDefinition:
         minimum_interval_seconds=60,
         description="Requests rebuild_job once per lost replay window, read from the latest "
         "replay_window check evaluations (FAIL_FAST pipelines are left for a person).",
+        # Self-repair is the product: on from the start unless turned off ($CDF_AUTOMATION).
+        default_status=dg.DefaultSensorStatus.RUNNING
+        if running
+        else dg.DefaultSensorStatus.STOPPED,
     )
     def _rebuild_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         """One run request per pipeline whose newest replay_window evaluation says LOST."""

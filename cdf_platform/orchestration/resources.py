@@ -27,6 +27,7 @@ from cdf_platform.core.config import (
     control_root_under,
     embedded_lake_root,
 )
+from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.spec import PipelineSpec, find_spec, load_specs, storage_locations
 from cdf_platform.spark.session import SparkSettings, build_spark_session
 from cdf_platform.state.control import ControlTable
@@ -60,8 +61,10 @@ class LakeLayout(dg.ConfigurableResource):
         description=f"Folder of the control tables (pipeline_state, load_log) (${CONTROL_ROOT_ENV};"
         " default <lake_root>/_control).",
     )
-    pipelines_file: str = Field(
-        description=f"The pipelines YAML file (${PIPELINES_FILE_ENV}; default ./pipelines.yaml)."
+    pipelines_file: str | None = Field(
+        default=None,
+        description=f"The pipelines YAML file (${PIPELINES_FILE_ENV}; default ./pipelines.yaml); "
+        "None when the pipelines are declared in a Component's defs.yaml.",
     )
 
     @classmethod
@@ -92,8 +95,15 @@ class LakeLayout(dg.ConfigurableResource):
         """Every pipeline of the pipelines file, locations resolved under the lake root.
 
         Raises:
-            InvalidPipelineSpec: the file is missing or holds an invalid spec.
+            InvalidPipelineSpec: the file is missing or holds an invalid spec, or the layout
+                names no file (the pipelines are declared in a Component's defs.yaml).
         """
+        if self.pipelines_file is None:
+            raise InvalidPipelineSpec(
+                "this lake layout names no pipelines file",
+                action="read the pipelines from the Component's defs.yaml, or set "
+                f"pipelines_file (${PIPELINES_FILE_ENV})",
+            )
         return load_specs(Path(self.pipelines_file), lake_root=self.lake_root)
 
     def spec(self, pipeline_id: str) -> PipelineSpec:

@@ -9,9 +9,12 @@ from typing import Any
 import dagster as dg
 from pyspark.sql import SparkSession
 
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.orchestration.incremental_sensor import refresh_due
 from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform_tests.lake_platform import (
+    ORDERS,
     bronze_batch,
     lake_defs,
     materialization,
@@ -19,11 +22,13 @@ from cdf_platform_tests.lake_platform import (
 )
 
 
-def tick(defs: dg.Definitions) -> Any:
-    """One evaluation of the real incremental sensor."""
+def tick(defs: dg.Definitions, instance: dg.DagsterInstance) -> Any:
+    """One evaluation of the real incremental sensor against `instance`."""
     sensor = defs.resolve_sensor_def("incremental_sensor")
     resources = {key: (defs.resources or {})[key] for key in sensor.required_resource_keys}
-    with dg.build_sensor_context(definitions=defs, resources=resources) as context:
+    with dg.build_sensor_context(
+        definitions=defs, resources=resources, instance=instance
+    ) as context:
         return sensor(context)
 
 
@@ -32,12 +37,12 @@ def test_new_bronze_versions_request_one_silver_run_per_pipeline_and_version(
 ) -> None:
     defs = lake_defs(spark_resource, lake)  # orders and customers
     instance = dg.DagsterInstance.ephemeral()
-    nothing = tick(defs)
+    nothing = tick(defs, instance)
     assert not nothing.run_requests
     assert "orders (SOURCE_MISSING), customers (SOURCE_MISSING)" in str(nothing.skip_reason)
 
     bronze_batch(defs, "orders", instance, 10)  # version 1
-    (request,) = tick(defs).run_requests
+    (request,) = tick(defs, instance).run_requests
     assert request.run_key == "incremental:orders:1"
     assert request.asset_selection == [silver_key("orders")]
     assert request.tags == {"cdf_platform/pipeline_id": "orders"}
@@ -49,8 +54,36 @@ def test_new_bronze_versions_request_one_silver_run_per_pipeline_and_version(
     bronze, silver = lake / "bronze" / "orders", lake / "silver" / "orders"
     assert table_rows(spark, str(silver)) == table_rows(spark, str(bronze))
 
-    caught_up = tick(defs)
+    caught_up = tick(defs, instance)
     assert not caught_up.run_requests
     assert str(caught_up.skip_reason.skip_message) == (
         "every silver table is up to date; not run here: customers (SOURCE_MISSING)"
     )
+
+
+def test_a_caught_up_silver_materialized_outside_dagster_gets_one_refresh_run(
+    spark: SparkSession, spark_resource: SparkResource, lake: Path
+) -> None:
+    """Its freshness has no materialization to go by: a no-op run gives it one, without Spark."""
+    defs = lake_defs(spark_resource, lake, ORDERS)
+    elsewhere = dg.DagsterInstance.ephemeral()
+    bronze_batch(defs, "orders", elsewhere, 10)
+    assert defs.resolve_job_def("incremental_job").execute_in_process(instance=elsewhere).success
+
+    instance = dg.DagsterInstance.ephemeral()  # has never seen silver materialize
+    (request,) = tick(defs, instance).run_requests
+    assert request.run_key == "refresh:orders:1:" + request.run_key.rsplit(":", 1)[1]
+    run = defs.resolve_job_def("incremental_job").execute_in_process(
+        instance=instance, asset_selection=request.asset_selection, tags=request.tags
+    )
+    metadata = materialization(run, silver_key("orders"))
+    assert (metadata["mode"], metadata["spark_started"]) == ("noop", False)
+    assert not tick(defs, instance).run_requests
+
+
+def test_refresh_is_due_at_half_the_freshness_window() -> None:
+    spec = PipelineSpec(id="o", source="b", target="s", keys=["k"], max_allowed_lag_hours=2)
+    hour = 3600.0
+    assert refresh_due(spec, None, 10 * hour) == 10
+    assert refresh_due(spec, 9.5 * hour, 10 * hour) is None
+    assert refresh_due(spec, 9 * hour, 10 * hour) == 10

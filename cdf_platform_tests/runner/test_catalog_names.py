@@ -166,13 +166,16 @@ def test_the_sensor_requests_one_run_to_locate_a_new_name_then_reads_its_log(
     sensor = defs.resolve_sensor_def("incremental_sensor")
     resources = {key: (defs.resources or {})[key] for key in sensor.required_resource_keys}
 
+    instance = dg.DagsterInstance.ephemeral()
+
     def tick() -> Any:
-        with dg.build_sensor_context(definitions=defs, resources=resources) as context:
+        with dg.build_sensor_context(
+            definitions=defs, resources=resources, instance=instance
+        ) as context:
             return sensor(context)
 
     (request,) = tick().run_requests
-    assert request.run_key == "locate:orders"
-    instance = dg.DagsterInstance.ephemeral()
+    assert request.run_key == "locate:orders:first"
     run = defs.resolve_job_def("incremental_job").execute_in_process(
         instance=instance, asset_selection=request.asset_selection, tags=request.tags
     )

@@ -1,0 +1,120 @@
+"""`CdfPipelinesComponent`: cdf_platform pipelines declared in a Dagster Component's
+`defs.yaml`, beside the classic entry point (`cdf_platform.definitions` and a pipelines file).
+
+It takes the PipelineSpec fields (README: PipelineSpec reference), inline or from a pipelines
+file, and builds exactly what the classic entry point builds for them
+(`cdf_platform.orchestration.platform`): silver assets with their checks, external bronze
+assets, the jobs, schedules and sensors, and the `spark` and `lake` resources. One component
+holds all the pipelines of a code location (its jobs and resources are named once).
+
+Example `defs.yaml` (`dg scaffold defs cdf_platform.orchestration.component.CdfPipelinesComponent
+pipelines` writes one like it):
+
+    type: cdf_platform.orchestration.component.CdfPipelinesComponent
+    attributes:
+      lake_root: "{{ env.CDF_LAKE_ROOT }}"
+      pipelines:
+        - id: orders
+          source: bronze/orders
+          target: silver/orders
+          keys: [order_id]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from cdf_platform.core.config import default_automation
+from cdf_platform.core.errors import InvalidPipelineSpec
+from cdf_platform.core.spec import PipelineSpec, load_specs, parse_specs
+from cdf_platform.orchestration.platform import platform_defs
+from cdf_platform.orchestration.resources import LakeLayout
+
+COMPONENT_TYPE = "cdf_platform.orchestration.component.CdfPipelinesComponent"
+# What `dg scaffold defs` writes: one pipeline to rename, on the embedded lake.
+SCAFFOLD_ATTRIBUTES: dict[str, Any] = {
+    "pipelines": [
+        {
+            "id": "orders",
+            "source": "bronze/orders",
+            "target": "silver/orders",
+            "keys": ["order_id"],
+            "max_allowed_lag_hours": 24,
+            "min_headroom_hours": 24,
+        }
+    ]
+}
+
+
+class CdfPipelinesScaffolder(dg.Scaffolder):
+    """Writes a `defs.yaml` with one example pipeline."""
+
+    def scaffold(self, request: dg.ScaffoldRequest) -> None:
+        dg.scaffold_component(request, SCAFFOLD_ATTRIBUTES)
+
+
+@dg.scaffold_with(CdfPipelinesScaffolder)
+class CdfPipelinesComponent(dg.Component, dg.Model, dg.Resolvable):
+    """cdf_platform pipelines: silver Delta tables kept in step with their bronze tables through
+    the change feed, with lag and replay-window checks and self-repair."""
+
+    pipelines: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="The pipelines, each with the PipelineSpec fields (id, source, target, keys, "
+        "delete_mode, ...: README, PipelineSpec reference). Set this or `pipelines_file`.",
+    )
+    pipelines_file: str | None = Field(
+        default=None,
+        description="A pipelines YAML file instead of `pipelines` (relative: to this defs.yaml).",
+    )
+    lake_root: str | None = Field(
+        default=None,
+        description="Where relative `source`/`target` locations live (default: $CDF_LAKE_ROOT, "
+        "else ./lake).",
+    )
+    control_root: str | None = Field(
+        default=None,
+        description="Folder of the control tables (default: $CDF_CONTROL_ROOT, else "
+        "<lake_root>/_control).",
+    )
+    automation: bool | None = Field(
+        default=None,
+        description="Start the incremental and rebuild sensors and the checks schedule RUNNING "
+        "(default: $CDF_AUTOMATION, on unless `off`).",
+    )
+
+    def _specs(self, folder: Path, lake_root: str) -> list[PipelineSpec]:
+        origin = str(folder / "defs.yaml")
+        if (self.pipelines is None) == (self.pipelines_file is None):
+            raise InvalidPipelineSpec(
+                f"{origin} sets {'both' if self.pipelines else 'neither'} of `pipelines` and "
+                "`pipelines_file`",
+                action="list the pipelines under `pipelines:` or name a file in "
+                "`pipelines_file:`, not both",
+            )
+        if self.pipelines_file is not None:
+            return load_specs(folder / self.pipelines_file, lake_root=lake_root)
+        specs = parse_specs({"pipelines": self.pipelines}, origin=origin)
+        return [spec.resolved(lake_root) for spec in specs]
+
+    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        """The platform's definitions for these pipelines.
+
+        Raises:
+            InvalidPipelineSpec: a pipeline is invalid, or both or neither of `pipelines` and
+                `pipelines_file` are set.
+        """
+        environment = LakeLayout.from_environment()
+        file = str(Path(context.path) / self.pipelines_file) if self.pipelines_file else None
+        lake = LakeLayout(
+            lake_root=self.lake_root or environment.lake_root,
+            control_root=self.control_root or environment.control_root,
+            pipelines_file=file,
+        )
+        specs = self._specs(Path(context.path), lake.bound().lake_root)
+        automation = default_automation() if self.automation is None else self.automation
+        return platform_defs(specs, lake, automation=automation)

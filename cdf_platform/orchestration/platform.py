@@ -1,0 +1,75 @@
+"""The platform's Definitions for a list of pipelines: what the classic entry point
+(`cdf_platform.definitions`, a pipelines file) and the Component (`CdfPipelinesComponent`,
+`defs.yaml`) both build, so the two ways in give the same asset graph.
+"""
+
+from collections.abc import Collection
+
+import dagster as dg
+
+from cdf_platform.core.spec import PipelineSpec, storage_locations
+from cdf_platform.orchestration.checks import silver_checks
+from cdf_platform.orchestration.external import external_bronze_assets
+from cdf_platform.orchestration.incremental_sensor import build_incremental_sensor
+from cdf_platform.orchestration.jobs import (
+    build_checks_schedule,
+    build_rebuild_job,
+    checks_job,
+    incremental_job,
+)
+from cdf_platform.orchestration.maintenance_jobs import (
+    build_maintenance_jobs,
+    build_maintenance_schedules,
+)
+from cdf_platform.orchestration.overview import overview_asset
+from cdf_platform.orchestration.rebuild_sensor import build_rebuild_sensor
+from cdf_platform.orchestration.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.silver import silver_assets
+
+
+def platform_defs(
+    specs: list[PipelineSpec],
+    lake: LakeLayout,
+    spark: SparkResource | None = None,
+    *,
+    bronze_written_here: Collection[dg.AssetKey] = (),
+    automation: bool = True,
+) -> dg.Definitions:
+    """Silver assets with their checks, external bronze assets, the jobs, schedules and
+    sensors, and the two resources, for `specs` (locations resolved).
+
+    Args:
+        specs: the pipelines, relative locations resolved under the lake root.
+        lake: lake root and control tables (the `lake` resource).
+        spark: the Spark resource (default: from the environment, with the specs' stores).
+        bronze_written_here: bronze asset keys that other definitions merged with these
+            materialize (the demo's writers); every other bronze table is an external asset.
+        automation: the incremental and rebuild sensors and the checks schedule start RUNNING
+            (False: STOPPED, for a person to turn on).
+    """
+    if spark is None:
+        bound = lake.bound()
+        locations = storage_locations(specs, bound.lake_root, bound.control().root)
+        spark = SparkResource.from_environment(storage_locations=locations)
+    maintenance_jobs = build_maintenance_jobs(specs)
+    return dg.Definitions(
+        assets=[
+            *external_bronze_assets(specs, bronze_written_here),
+            *silver_assets(specs),
+            overview_asset(specs),
+        ],
+        asset_checks=silver_checks(specs),
+        jobs=[incremental_job, build_rebuild_job(specs), checks_job, *maintenance_jobs],
+        schedules=[
+            build_checks_schedule(running=automation),
+            *build_maintenance_schedules(maintenance_jobs),
+        ],
+        sensors=[
+            build_incremental_sensor(specs, running=automation),
+            build_rebuild_sensor(specs, running=automation),
+        ],
+        resources={"spark": spark, "lake": lake},
+        # PySpark DataFrames cannot be pickled between processes, and one SparkSession per
+        # process is the unit of cost: Spark work runs in the run's own process.
+        executor=dg.in_process_executor,
+    )

@@ -1,0 +1,1 @@
+"""A Dagster project declaring cdf_platform pipelines as a Component (see defs/pipelines)."""
