@@ -108,8 +108,28 @@ def test_asset_graph_and_replay_window_check_in_a_real_browser(
         expect(page.get_by_text("Passed").first).to_be_visible()
         expect(page.get_by_text("Plots").first).to_be_visible()
         page.screenshot(path=str(tmp_path / "replay_window_check.png"), full_page=True)
+
+        # Every pipeline on one page: the overview's Markdown table with the demo's figures.
+        page.goto(f"{served_demo}/assets/platform/pipelines")
+        _dismiss_welcome(page)
+        expect(page.get_by_text("unhealthy_pipelines").first).to_be_visible()
+        expect(page.get_by_role("columnheader", name="headroom h / min")).to_be_visible()
+        for row in ("orders OK 1 1 0 0.00 / 24", "customers OK 1 1 0 0.00 / 24"):
+            expect(page.get_by_role("row", name=row).first).to_be_visible()
+        page.screenshot(path=str(tmp_path / "all_pipelines.png"), full_page=True)
+
+        # Silver's freshness policy: consumer_lag's limit (24 hours for the demo's orders).
+        page.goto(f"{served_demo}/assets/silver/orders")
+        _dismiss_welcome(page)
+        expect(page.get_by_text("Freshness policy").first).to_be_visible()
+        expect(
+            page.get_by_text("Fails if more than 24 hours since last materialization")
+        ).to_be_visible()
+        expect(page.get_by_text("Passing").first).to_be_visible()
+        page.screenshot(path=str(tmp_path / "freshness.png"), full_page=True)
         browser.close()
 
-    for shot in ("asset_graph.png", "asset_catalog.png", "replay_window_check.png"):
+    shots = ("asset_graph", "asset_catalog", "replay_window_check", "all_pipelines", "freshness")
+    for shot in (f"{name}.png" for name in shots):
         assert (tmp_path / shot).stat().st_size > 10_000
     print(f"screenshots in {tmp_path}", file=sys.stderr)
