@@ -15,6 +15,7 @@ from cdf_platform.core.config import (
     default_lake_root,
     default_master,
     default_remote,
+    default_spark_log,
 )
 from cdf_platform.core.errors import CdfPlatformError
 from cdf_platform.core.spec import PipelineSpec, find_spec, load_specs, storage_locations
@@ -63,7 +64,10 @@ def _context(args: argparse.Namespace) -> tuple[list[PipelineSpec], ControlTable
     control = ControlTable(args.control_root or default_control_root(lake_root))
     locations = storage_locations(specs, lake_root, control.root)
     settings = SparkSettings(
-        master=default_master(), remote=default_remote(), storage_locations=tuple(locations)
+        master=default_master(),
+        remote=default_remote(),
+        storage_locations=tuple(locations),
+        jvm_log=default_spark_log(),
     )
     return specs, control, settings
 
@@ -156,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--retention-seconds",
         type=int,
-        default=20,
+        default=10,
         help="bronze deletedFileRetentionDuration during the outage",
     )
     demo.add_argument(

@@ -77,8 +77,16 @@ def test_rebuild_run_and_status_commands(spark: SparkSession, lake: Path, tmp_pa
     pipelines = _pipelines(tmp_path, lake)
     common = ["--pipelines", pipelines, "--lake-root", str(lake), "--json"]
 
-    rebuilt = run_cli("rebuild", "big", *common, env={"CDF_SPARK_MASTER": "local[2]"})
+    spark_log = tmp_path / "spark.log"
+    env = {"CDF_SPARK_MASTER": "local[2]", "CDF_SPARK_LOG": str(spark_log)}
+    rebuilt = run_cli("rebuild", "big", *common, env=env)
     assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
+    # The terminal shows the platform's progress; Ivy's report and Spark's warnings go to
+    # the JVM's log file, which the progress names.
+    assert f"its console output goes to {spark_log}" in rebuilt.stderr
+    for noise in (":: resolving dependencies", "Ivy Default Cache", " WARN ", "log4j"):
+        assert noise not in rebuilt.stderr
+    assert ":: resolving dependencies" in spark_log.read_text()
     figures = json.loads(rebuilt.stdout)
     assert (figures["mode"], figures["watermark_after"], figures["incident_code"]) == (
         "rebuild",

@@ -8,6 +8,7 @@ definitions when they load (as `dg.EnvVar`, see `cdf_platform.orchestration.reso
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 MASTER_ENV = "CDF_SPARK_MASTER"
@@ -16,6 +17,7 @@ LAKE_ROOT_ENV = "CDF_LAKE_ROOT"
 CONTROL_ROOT_ENV = "CDF_CONTROL_ROOT"
 PIPELINES_FILE_ENV = "CDF_PIPELINES_FILE"
 AUTOMATION_ENV = "CDF_AUTOMATION"
+SPARK_LOG_ENV = "CDF_SPARK_LOG"
 DEFAULT_MASTER = "local[*]"
 DEFAULT_PIPELINES_FILE = "pipelines.yaml"
 
@@ -62,3 +64,11 @@ def default_automation() -> bool:
     and rebuild sensors and the checks schedule start RUNNING."""
     value = (os.environ.get(AUTOMATION_ENV) or "on").strip().lower()
     return value not in ("off", "false", "0", "no")
+
+
+def default_spark_log() -> str:
+    """`$CDF_SPARK_LOG`, else `cdf_platform/spark.log` in the system's temp folder: where the
+    command line sends the console output of the JVM it starts (Ivy, log4j warnings)."""
+    return os.environ.get(SPARK_LOG_ENV) or str(
+        Path(tempfile.gettempdir()) / "cdf_platform" / "spark.log"
+    )

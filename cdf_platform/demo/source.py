@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.sql import create_table_sql, sql_path
+from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import is_delta_table
 
 if TYPE_CHECKING:
@@ -78,8 +79,17 @@ def _row(table: str, key: int, rng: random.Random, batch_index: int) -> dict[str
     }
 
 
-def _latest_version(spark: SparkSession, path: str) -> int:
-    return int(spark.sql(f"DESCRIBE HISTORY {sql_path(path)} LIMIT 1").collect()[0]["version"])
+def _latest_version(path: str) -> int:
+    """Read from the log, without a Spark job."""
+    return DeltaLog(path).latest_version()
+
+
+def _live_keys(path: str, key: str) -> list[int]:
+    """The table's current keys, read by deltalake without a Spark job."""
+    from deltalake import DeltaTable, QueryBuilder
+
+    table = QueryBuilder().register("t", DeltaTable(path)).execute(f'SELECT "{key}" FROM t')
+    return sorted(int(value) for column in table.read_all().columns for value in column.to_pylist())
 
 
 def write_demo_batch(
@@ -104,9 +114,9 @@ def write_demo_batch(
     key = DEMO_KEYS[table]
     if not is_delta_table(path):
         spark.sql(create_table_sql(path, schema, {"delta.enableChangeDataFeed": "true"}))
-    batch_index = _latest_version(spark, path)  # version 0 is the CREATE TABLE
+    batch_index = _latest_version(path)  # version 0 is the CREATE TABLE
     rng = random.Random(f"{seed}:{table}:{batch_index}")
-    live = sorted(int(r[0]) for r in spark.sql(f"SELECT {key} FROM {sql_path(path)}").collect())
+    live = _live_keys(path, key)
     next_key = (max(live) + 1) if live else 1
 
     if not live:
@@ -151,7 +161,7 @@ def write_demo_batch(
     return DemoBatch(
         table=table,
         batch_index=batch_index,
-        version=_latest_version(spark, path),
+        version=_latest_version(path),
         inserted=n_insert,
         updated=n_update,
         deleted=n_delete,

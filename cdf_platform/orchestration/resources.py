@@ -161,6 +161,12 @@ class SparkResource(LazyPySparkResource):
         "loads nothing extra.",
     )
 
+    jvm_log: str | None = Field(
+        default=None,
+        description="A file for the console output of the JVM this process starts (Ivy, log4j "
+        "warnings); default: the run's own stdout/stderr, which Dagster keeps as compute logs.",
+    )
+
     @classmethod
     def _is_dagster_maintained(cls) -> bool:
         return False
@@ -183,6 +189,7 @@ class SparkResource(LazyPySparkResource):
             driver_memory=self.driver_memory,
             storage_locations=tuple(self.storage_locations),
             extra_conf={key: str(value) for key, value in self.spark_config.items()},
+            jvm_log=self.jvm_log,
         )
 
     def _init_session(self) -> None:

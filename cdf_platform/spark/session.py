@@ -19,9 +19,12 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
@@ -68,6 +71,10 @@ class SparkSettings:
             object store among them (s3://, s3a://, abfss://, gs://) gets its connector jars
             and conf (`cdf_platform.spark.object_stores`); local locations add nothing.
         extra_conf: Any further Spark conf, applied last.
+        jvm_log: A file that gets the console output of the JVM this process starts (Ivy's
+            dependency resolution, log4j warnings, Java stack traces the JVM prints), so a
+            terminal shows the platform's own progress; None: the JVM writes to this process's
+            stdout and stderr (a Dagster run captures them in its compute logs).
     """
 
     master: str = "local[*]"
@@ -78,6 +85,7 @@ class SparkSettings:
     driver_memory: str = "4g"
     storage_locations: tuple[str, ...] = ()
     extra_conf: dict[str, str] = field(default_factory=dict)
+    jvm_log: str | None = None
 
 
 def delta_maven_coordinate() -> str:
@@ -208,6 +216,7 @@ def connect_conf(settings: SparkSettings) -> dict[str, str]:
     return {**_session_conf(settings), **settings.extra_conf}
 
 
+_BUILD_LOCK = threading.Lock()
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 # Spark Connect's port when the URL names none, and how long a first TCP connect may take.
 DEFAULT_CONNECT_PORT = 15002
@@ -301,6 +310,31 @@ def _connect_session(settings: SparkSettings) -> SparkSession:
     return spark
 
 
+@contextmanager
+def jvm_output_to(path: str | None) -> Iterator[None]:
+    """Point this process's stdout and stderr (file descriptors 1 and 2) at `path` (appended)
+    for the block, so a JVM started inside it keeps writing there; Python's own streams are
+    flushed and restored after it. Nothing changes when `path` is None."""
+    if path is None:
+        yield
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = (os.dup(1), os.dup(2))
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in zip((1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
 def build_spark_session(settings: SparkSettings) -> SparkSession:
     """Create (or reuse) the process's SparkSession with Delta configured: in this process,
     or, with `settings.remote`, as a client of a Spark Connect server.
@@ -314,14 +348,28 @@ def build_spark_session(settings: SparkSettings) -> SparkSession:
         logger.info("connecting to Spark Connect at %s", settings.remote)
         return _connect_session(settings)
     require_java()
-    from pyspark.sql import SparkSession  # deferred: importing pyspark is not free
+    with _BUILD_LOCK:  # runs side by side in one process share the one JVM they start
+        return _local_session(settings)
+
+
+def _local_session(settings: SparkSettings) -> SparkSession:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
 
     builder = SparkSession.builder
     for key, value in spark_conf(settings).items():
         builder = builder.config(key, value)
-    logger.info("starting SparkSession (master=%s)", settings.master)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    # The process-wide context (an active session is per thread), as pyspark itself checks.
+    if SparkContext._active_spark_context is not None:
+        # One SparkSession per process: later runs in it (a demo's steps, a code server's
+        # runs) reuse the one the first started; getOrCreate applies the runtime conf.
+        spark = builder.getOrCreate()
+    else:
+        where = f"; its console output goes to {settings.jvm_log}" if settings.jvm_log else ""
+        logger.info("starting SparkSession (master=%s)%s", settings.master, where)
+        with jvm_output_to(settings.jvm_log):
+            spark = builder.getOrCreate()
+            spark.sparkContext.setLogLevel("WARN")
     assert_safe_spark_config(spark)
     return spark
 
