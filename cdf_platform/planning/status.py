@@ -56,6 +56,28 @@ class PipelineStatus:
     problem_code: str | None
     problem: str | None
 
+    @classmethod
+    def without_figures(
+        cls, pipeline_id: str, state: WindowState, problem_code: str | None, problem: str | None
+    ) -> PipelineStatus:
+        """A status with no bronze or silver figure to show (nothing could be read)."""
+        return cls(
+            pipeline_id=pipeline_id,
+            watermark=None,
+            latest_version=None,
+            version_lag=None,
+            data_version_lag=None,
+            lag_hours=None,
+            earliest_replayable_version=None,
+            replayable=False,
+            headroom_hours=None,
+            retention_horizon_hours=None,
+            state=state,
+            lag_exceeded=False,
+            problem_code=problem_code,
+            problem=problem,
+        )
+
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
         data = asdict(self)
@@ -114,19 +136,6 @@ def pipeline_status(
     try:
         return status_from(assess_with_control(spec, control, now=now))
     except TableNameNotLocated as err:
-        return PipelineStatus(
-            pipeline_id=spec.id,
-            watermark=None,
-            latest_version=None,
-            version_lag=None,
-            data_version_lag=None,
-            lag_hours=None,
-            earliest_replayable_version=None,
-            replayable=False,
-            headroom_hours=None,
-            retention_horizon_hours=None,
-            state=WindowState.NOT_STARTED,
-            lag_exceeded=False,
-            problem_code=err.incident_code,
-            problem=str(err),
+        return PipelineStatus.without_figures(
+            spec.id, WindowState.NOT_STARTED, err.incident_code, str(err)
         )

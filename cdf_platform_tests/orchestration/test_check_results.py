@@ -48,21 +48,11 @@ LOST = replace(
     problem_code="WATERMARK_OUTSIDE_RETENTION",
     problem="ReplayWindowLost: bronze versions 41..43 cannot be replayed",
 )
-MISSING = PipelineStatus(
-    pipeline_id="orders",
-    watermark=None,
-    latest_version=None,
-    version_lag=None,
-    data_version_lag=None,
-    lag_hours=None,
-    earliest_replayable_version=None,
-    replayable=False,
-    headroom_hours=None,
-    retention_horizon_hours=None,
-    state=WindowState.SOURCE_MISSING,
-    lag_exceeded=False,
-    problem_code="SOURCE_NOT_FOUND",
-    problem="no Delta table at /lake/bronze/orders",
+MISSING = PipelineStatus.without_figures(
+    "orders",
+    WindowState.SOURCE_MISSING,
+    "SOURCE_NOT_FOUND",
+    "no Delta table at /lake/bronze/orders",
 )
 BLOCKED = replace(
     HEALTHY,
