@@ -2,9 +2,10 @@
 cluster (`CDF_SPARK_MASTER=spark://...`), and over Spark Connect (`CDF_SPARK_REMOTE=sc://...`).
 
 Cluster and Connect runs are the `cdf-platform` CLI in a subprocess, configured only by the
-environment, as a user runs it; the test's own Spark session writes bronze and reads the
-result. The lake is a local folder every process (driver, executors, Connect server) shares.
-Select alone with `pytest -m cluster`.
+environment, as a user runs it (on the cluster, the story's runs are commands of one CLI
+process, so its application starts once: `cli_session.py`); the test's own Spark session
+writes bronze and reads the result. The lake is a local folder every process (driver,
+executors, Connect server) shares. Select alone with `pytest -m cluster`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
-from cdf_platform.core.config import LAKE_ROOT_ENV, MASTER_ENV, REMOTE_ENV
+from cdf_platform.core.config import LAKE_ROOT_ENV, MASTER_ENV, REMOTE_ENV, SPARK_LOG_ENV
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
 from cdf_platform.core.spec import find_spec, load_specs
 from cdf_platform.deltalog.log import DeltaLog
@@ -37,6 +38,7 @@ from cdf_platform_tests.bronze import (
     vacuum_retain_zero,
 )
 from cdf_platform_tests.cli_process import run_cli
+from cdf_platform_tests.clusters.cli_session import CliSession
 from cdf_platform_tests.clusters.servers import ConnectServer, StandaloneCluster
 
 pytestmark = pytest.mark.cluster
@@ -63,6 +65,7 @@ class Platform:
 
     def __init__(self, spark: SparkSession, lake: Path, env: dict[str, str], **fields: Any):
         self.spark, self.lake, self.env = spark, lake, env
+        self.session: CliSession | None = None
         self.pipelines = lake.parent / "pipelines.yaml"
         self.pipelines.write_text(
             yaml.safe_dump({"pipelines": [{**PEOPLE, **fields}]}), encoding="utf-8"
@@ -86,10 +89,23 @@ class Platform:
             return run_pipeline(
                 self.spec, spark_factory=lambda: self.spark, control=self.control
             ).as_metadata()
-        done = self.cli("run", "people")
-        assert done.returncode == 0, done.stderr[-4000:]
-        figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        if self.session is not None:
+            code, output = self.session.run(
+                "run", "people", "--json", "--pipelines", str(self.pipelines)
+            )
+            assert code == 0, output
+        else:
+            done = self.cli("run", "people")
+            assert done.returncode == 0, done.stderr[-4000:]
+            output = done.stdout
+        figures: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
         return figures
+
+    def with_session(self, log: Path) -> CliSession:
+        """Run the following `run()`s as commands of one long-lived CLI process."""
+        env = {LAKE_ROOT_ENV: str(self.lake), SPARK_LOG_ENV: str(log), **self.env}
+        self.session = CliSession(env, log)
+        return self.session
 
 
 @pytest.fixture(params=["local", "standalone", "connect"])
@@ -108,7 +124,13 @@ def platform(
         }
     elif request.param == "connect":
         env = {REMOTE_ENV: request.getfixturevalue("connect_server").url}
-    yield Platform(spark, tmp_path / "lake", env, delete_mode="hard")
+    platform = Platform(spark, tmp_path / "lake", env, delete_mode="hard")
+    if request.param != "standalone":
+        yield platform
+        return
+    # One cluster application (driver and executor started once) for the story's runs.
+    with platform.with_session(tmp_path / "cli.log"):
+        yield platform
 
 
 def test_load_increment_lose_the_window_and_rebuild(platform: Platform) -> None:
