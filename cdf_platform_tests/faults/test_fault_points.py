@@ -1,8 +1,7 @@
 """A run killed at each fault point (a subprocess that `os._exit`s there, like a killed driver),
-then rerun: the result equals the snapshot oracle. BEFORE_CONTROL is covered by
-`cdf_platform_tests/engine/test_crash.py`.
+then rerun: the result equals the snapshot oracle.
 
-The three killed runs start together in one module fixture (a Spark start costs 20-40 s here);
+The four killed runs start together in one module fixture (a Spark start costs 20-40 s here);
 each test then checks its own kill and rerun.
 """
 
@@ -27,7 +26,7 @@ from cdf_platform_tests.faults.harness import HistoryHarness
 from cdf_platform_tests.faults.history import Op
 
 SUBPROCESS_TIMEOUT = 900
-# The module fixture (three concurrent Spark starts) runs inside the first test's timeout.
+# The module fixture (four concurrent Spark starts) runs inside the first test's timeout.
 pytestmark = pytest.mark.timeout(1200)
 ROWS = [{"id": k, "name": f"n{k}", "amount": k * 10} for k in range(1, 9)]
 
@@ -68,6 +67,7 @@ class KilledRun:
 SCENARIOS: dict[FaultPoint, tuple[int, Callable[[BronzeTable], None]]] = {
     FaultPoint.AFTER_READ: (2, _changes),
     FaultPoint.AFTER_MERGE: (5, _changes),
+    FaultPoint.BEFORE_CONTROL: (4, _changes),
     FaultPoint.DURING_REBUILD: (9, _changes_then_lost_window),
 }
 
@@ -160,10 +160,13 @@ def test_killed_after_read_leaves_silver_untouched_and_rerun_converges(
     assert harness.report.modes == {"initial_load": 1, "incremental": 1}
 
 
+@pytest.mark.parametrize("point", [FaultPoint.AFTER_MERGE, FaultPoint.BEFORE_CONTROL])
 def test_killed_after_merge_keeps_the_atomic_watermark_and_rerun_repairs_control(
-    killed_runs: dict[FaultPoint, KilledRun],
+    killed_runs: dict[FaultPoint, KilledRun], point: FaultPoint
 ) -> None:
-    run = _killed(killed_runs, FaultPoint.AFTER_MERGE)
+    """Killed right after the MERGE (soft deletes), or after its figures were read, just
+    before the control-table write (hard deletes)."""
+    run = _killed(killed_runs, point)
     harness = run.harness
     # The MERGE committed with its watermark: silver is the oracle's at the pinned version...
     assert read_silver_state(harness.spec.target, harness.spec.id).watermark == run.latest
