@@ -41,17 +41,34 @@ def locate(
     recorded = control.read_locations() if recorded is None else recorded
     update: dict[str, str] = {"bronze_table": spec.bronze_name}
     for role, name in names.items():
-        row = recorded.get(name)
-        if row is None:
-            raise TableNameNotLocated(
-                f"the {role} {name!r} is a catalog name with no location recorded yet",
-                pipeline_id=spec.id,
-                table=name,
-                action=f"run the pipeline once (`cdf-platform run {spec.id}` or materialize its "
-                "silver asset): the run asks Spark's catalog and records the location",
-            )
-        update[role] = str(row["location"])
+        update[role] = _recorded_location(recorded, name, f"the {role} ", spec.id)
     return spec.model_copy(update=update)
+
+
+def _recorded_location(
+    recorded: dict[str, dict[str, Any]], name: str, what: str = "", pipeline_id: str | None = None
+) -> str:
+    """The location `recorded` holds for the catalog name `name`.
+
+    Raises:
+        TableNameNotLocated: none is recorded (`what` prefixes the name in the message; with
+            `pipeline_id`, the action names the run that records it).
+    """
+    row = recorded.get(name)
+    if row is None:
+        action = (
+            f"run the pipeline once (`cdf-platform run {pipeline_id}` or materialize its silver "
+            "asset): the run asks Spark's catalog and records the location"
+            if pipeline_id is not None
+            else None
+        )
+        raise TableNameNotLocated(
+            f"{what}{name!r} is a catalog name with no location recorded yet",
+            pipeline_id=pipeline_id,
+            table=name,
+            action=action,
+        )
+    return str(row["location"])
 
 
 def followed_location(spec: PipelineSpec, state: dict[str, Any] | None) -> str | None:
@@ -72,14 +89,7 @@ def locate_table(table: str, control: ControlTable | None) -> str:
     """
     if not is_table_name(table):
         return table
-    recorded = control.read_locations() if control is not None else {}
-    row = recorded.get(table)
-    if row is None:
-        raise TableNameNotLocated(
-            f"{table!r} is a catalog name with no location recorded yet",
-            table=table,
-        )
-    return str(row["location"])
+    return _recorded_location(control.read_locations() if control is not None else {}, table)
 
 
 def located_specs(specs: list[PipelineSpec], control: ControlTable | None) -> list[PipelineSpec]:
