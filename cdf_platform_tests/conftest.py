@@ -21,9 +21,8 @@ TEST_SPARK_CONF = {
     "spark.sql.adaptive.coalescePartitions.initialPartitionNum": "2",
     # VACUUM lists files with this many tasks (10,000 by default): seconds wasted per VACUUM.
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
-    # Tables of a few rows: adaptive re-planning costs more than it saves (the demo's story
-    # measured ~10% faster without it). Runs in subprocesses (CLI, clusters, killed runs, the
-    # bench's no-op) keep Spark's default, on.
+    # Tables of a few rows: adaptive re-planning costs more than it saves on them. Runs in
+    # subprocesses (CLI, clusters, killed runs, the bench's no-op) keep Spark's default, on.
     "spark.sql.adaptive.enabled": "false",
 }
 

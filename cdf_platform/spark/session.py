@@ -216,7 +216,6 @@ def connect_conf(settings: SparkSettings) -> dict[str, str]:
     return {**_session_conf(settings), **settings.extra_conf}
 
 
-_BUILD_LOCK = threading.Lock()
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 # Spark Connect's port when the URL names none, and how long a first TCP connect may take.
 DEFAULT_CONNECT_PORT = 15002
@@ -335,6 +334,10 @@ def jvm_output_to(path: str | None) -> Iterator[None]:
             os.close(copy)
 
 
+# Held while the process's SparkSession is built: runs side by side share the one JVM.
+_BUILD_LOCK = threading.Lock()
+
+
 def build_spark_session(settings: SparkSettings) -> SparkSession:
     """Create (or reuse) the process's SparkSession with Delta configured: in this process,
     or, with `settings.remote`, as a client of a Spark Connect server.
@@ -348,7 +351,7 @@ def build_spark_session(settings: SparkSettings) -> SparkSession:
         logger.info("connecting to Spark Connect at %s", settings.remote)
         return _connect_session(settings)
     require_java()
-    with _BUILD_LOCK:  # runs side by side in one process share the one JVM they start
+    with _BUILD_LOCK:
         return _local_session(settings)
 
 
