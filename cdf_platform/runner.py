@@ -27,16 +27,19 @@ from cdf_platform.spark.catalog import locate_in_catalog, register_silver
 from cdf_platform.spark.changes import (
     COMMIT_TIMESTAMP,
     COMMIT_VERSION,
+    ChangeOrder,
     ReadContext,
     classified,
     collapse_changes,
     project_columns,
     read_changes,
 )
-from cdf_platform.spark.merge import SilverLayout, TxnStamp, ensure_silver, merge_changes
+from cdf_platform.spark.conform import conform_changes
+from cdf_platform.spark.merge import SilverLayout, TxnStamp, merge_changes
 from cdf_platform.spark.metrics import commit_counts, find_run_commit, silver_commit_counts
 from cdf_platform.spark.rebuild import rebuild_silver
 from cdf_platform.spark.session import assert_safe_spark_config, new_session
+from cdf_platform.spark.silver_table import ensure_silver
 from cdf_platform.state.control import ControlTable, LoadLogEntry
 from cdf_platform.state.watermark import app_id, read_silver_state, user_metadata
 from cdf_platform.window.replay_window import (
@@ -187,18 +190,13 @@ def _incremental(run: _Run, plan: RunPlan) -> RunResult:
     since = time.monotonic()
     raw = read_changes(spark, spec.source, start, end, pipeline_id=spec.id)
     extra = ["_change_type", COMMIT_VERSION, COMMIT_TIMESTAMP]
-    changes = project_columns(raw, spec, extra)
+    changes = project_columns(conform_changes(spark, raw, spec), spec, extra)
     data_columns = [c for c in changes.columns if c not in extra]
-    collapsed = collapse_changes(changes, spec.keys, data_columns, ctx)
+    collapsed = collapse_changes(changes, spec.keys, data_columns, ctx, ChangeOrder.of(spec))
     try:
         since = run.lap("read", since)
         fault_point(FaultPoint.AFTER_READ)
-        layout = SilverLayout(
-            list(spec.keys),
-            data_columns,
-            spec.delete_mode,
-            deletion_vectors=spec.deletion_vectors,
-        )
+        layout = SilverLayout.of(spec, data_columns)
         schema = changes.select(*(f"`{c}`" for c in data_columns)).schema
         layout = ensure_silver(spark, spec.target, spec.id, schema, layout)
         stamp = TxnStamp(

@@ -34,6 +34,9 @@ COLUMN_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # A catalog table name: `schema.table` or `catalog.schema.table`. A folder whose name has a dot
 # is written as a path (`./orders.v2`, or absolute).
 TABLE_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){1,2}$")
+# A Python transform: `package.module:function`.
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+TRANSFORM_PATTERN = re.compile(rf"^{_NAME}(\.{_NAME})*:{_NAME}$")
 # Columns the platform adds to silver.
 RESERVED_COLUMNS = frozenset({"_source_commit_version", "_is_deleted", "_deleted_at"})
 CDF_COLUMNS = frozenset({"_change_type", "_commit_version", "_commit_timestamp"})
@@ -100,6 +103,33 @@ class PipelineSpec(BaseModel):
         description="Create silver with deletion vectors: a MERGE marks the rows it replaces "
         "instead of rewriting whole files (readers need Delta reader version 3).",
     )
+    columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="Derived silver columns, in order: name -> Spark SQL expression over the "
+        "bronze row (and the columns derived before it). A bronze column of the same name is "
+        "replaced; keys cannot be derived. Deterministic row-level expressions only.",
+    )
+    where: str | None = Field(
+        default=None,
+        description="Row filter, a Spark SQL boolean expression (it sees derived columns): a row "
+        "it drops, or that stops matching, is a delete in silver; NULL counts as false.",
+    )
+    transform: str | None = Field(
+        default=None,
+        description="A Python function `package.module:function` (DataFrame -> DataFrame) "
+        "applied to every change and snapshot row before `columns`: row-level, it keeps the "
+        "keys and the change-feed columns as they are.",
+    )
+    sequence_by: str | None = Field(
+        default=None,
+        description="Order a key's changes by this column (bronze or derived) instead of the "
+        "commit version, ties broken by commit version: an older change arriving later never "
+        "overwrites a newer one. A NULL value is a data error.",
+    )
+    ignore_null_updates: bool = Field(
+        default=False,
+        description="A NULL in an update keeps silver's value (an insert's NULLs are kept).",
+    )
     bronze_table: str | None = Field(
         default=None,
         description="Name of the bronze asset (bronze/<name>); default: last part of `source`.",
@@ -137,6 +167,46 @@ class PipelineSpec(BaseModel):
             raise ValueError(f"columns listed twice in {value}")
         return value
 
+    @field_validator("columns")
+    @classmethod
+    def _check_derived(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, expression in value.items():
+            if not COLUMN_PATTERN.match(name):
+                raise ValueError(f"derived column {name!r} must match {COLUMN_PATTERN.pattern}")
+            if name in RESERVED_COLUMNS | CDF_COLUMNS:
+                raise ValueError(f"derived column {name!r} is reserved by the platform")
+            if not isinstance(expression, str) or not expression.strip():
+                raise ValueError(f"derived column {name!r} needs a Spark SQL expression")
+        return value
+
+    @field_validator("where")
+    @classmethod
+    def _check_where(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("`where` is empty: leave it out to keep every row")
+        return value
+
+    @field_validator("transform")
+    @classmethod
+    def _check_transform(cls, value: str | None) -> str | None:
+        if value is not None and not TRANSFORM_PATTERN.match(value):
+            raise ValueError(
+                f"transform {value!r} must name a function as `package.module:function`"
+            )
+        return value
+
+    @field_validator("sequence_by")
+    @classmethod
+    def _check_sequence_by(cls, value: str | None) -> str | None:
+        if value is not None and not COLUMN_PATTERN.match(value):
+            raise ValueError(f"sequence_by {value!r} must match {COLUMN_PATTERN.pattern}")
+        if value in RESERVED_COLUMNS | CDF_COLUMNS:
+            raise ValueError(
+                f"sequence_by {value!r} is a platform column (the commit version is already the "
+                "default order)"
+            )
+        return value
+
     @field_validator("bronze_table")
     @classmethod
     def _check_bronze_table(cls, value: str | None) -> str | None:
@@ -148,6 +218,18 @@ class PipelineSpec(BaseModel):
     def _check_consistency(self) -> PipelineSpec:
         if set(self.keys) & set(self.exclude_columns):
             raise ValueError(f"keys {self.keys} cannot be excluded")
+        if derived_keys := sorted(set(self.keys) & set(self.columns)):
+            raise ValueError(
+                f"keys {derived_keys} cannot be derived in `columns` (a changed key breaks the "
+                "one-row-per-key match between bronze and silver)"
+            )
+        if self.sequence_by in self.keys:
+            raise ValueError(f"sequence_by {self.sequence_by!r} is a key: it never changes")
+        if self.sequence_by is not None and self.sequence_by in self.exclude_columns:
+            raise ValueError(
+                f"sequence_by {self.sequence_by!r} is excluded, but silver keeps it to compare "
+                "later changes with"
+            )
         if self.source.rstrip("/") == self.target.rstrip("/"):
             raise ValueError("source and target are the same table")
         return self
@@ -159,6 +241,20 @@ class PipelineSpec(BaseModel):
         if is_table_name(self.source):
             last = self.source.rsplit(".", 1)[-1]
         return self.bronze_table or re.sub(r"\W", "_", last)
+
+    @property
+    def conforms(self) -> bool:
+        """Whether rows are transformed between the read and the MERGE."""
+        return bool(self.columns or self.where or self.transform)
+
+    @property
+    def kept_columns(self) -> list[str]:
+        """Columns silver always has whatever `include_columns` says: the keys, the derived
+        columns and the sequence column."""
+        kept = [*self.keys, *self.columns]
+        if self.sequence_by is not None and self.sequence_by not in kept:
+            kept.append(self.sequence_by)
+        return kept
 
     @property
     def table_names(self) -> dict[str, str]:

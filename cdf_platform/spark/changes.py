@@ -119,7 +119,8 @@ def read_changes(
 
 
 def project_columns(frame: DataFrame, spec: PipelineSpec, extra: Sequence[str] = ()) -> DataFrame:
-    """Keep `spec`'s columns (keys first and always, include/exclude applied) plus `extra`.
+    """Keep `spec`'s columns (keys first; include/exclude applied, but never to the keys, the
+    derived columns or the sequence column) plus `extra`.
 
     Raises:
         InvalidPipelineSpec: a key or an included column is not in the source schema.
@@ -135,17 +136,27 @@ def project_columns(frame: DataFrame, spec: PipelineSpec, extra: Sequence[str] =
             table=spec.source,
             action="fix `keys` / `include_columns` in the pipelines file",
         )
+    if spec.sequence_by is not None and spec.sequence_by not in available:
+        raise InvalidPipelineSpec(
+            f"sequence_by {spec.sequence_by!r} is neither a bronze nor a derived column "
+            f"({available})",
+            pipeline_id=spec.id,
+            table=spec.source,
+            action="fix the named field (see the PipelineSpec reference in README.md)",
+        )
+    kept = spec.kept_columns
     data = [c for c in available if c not in spec.keys]
     if spec.include_columns is not None:
-        data = [c for c in data if c in spec.include_columns]
-    data = [c for c in data if c not in spec.exclude_columns]
+        data = [c for c in data if c in spec.include_columns or c in kept]
+    data = [c for c in data if c not in spec.exclude_columns or c in kept]
     return frame.select(*(quote_ident(c) for c in [*spec.keys, *data, *extra]))
 
 
 @dataclass(frozen=True)
 class CollapsedChanges:
     """One change per key: the latest one in the range, as a DataFrame with `_change_type`,
-    `_commit_version` and `_commit_timestamp` next to the data columns."""
+    `_commit_version` and `_commit_timestamp` next to the data columns (and `_reset` when null
+    updates are ignored: see `collapse_changes`)."""
 
     frame: DataFrame
     data_columns: list[str]
@@ -156,21 +167,48 @@ class CollapsedChanges:
         self.cached.unpersist()
 
 
+@dataclass(frozen=True)
+class ChangeOrder:
+    """How a key's changes are ordered and merged (the spec's `sequence_by`,
+    `ignore_null_updates`).
+
+    Attributes:
+        sequence_by: A data column that orders changes before the commit version does.
+        ignore_null_updates: A NULL in an update keeps the value before it.
+    """
+
+    sequence_by: str | None = None
+    ignore_null_updates: bool = False
+
+    @classmethod
+    def of(cls, spec: PipelineSpec) -> ChangeOrder:
+        """The order `spec` asks for."""
+        return cls(spec.sequence_by, spec.ignore_null_updates)
+
+
+RESET = "_reset"
+
+
 def collapse_changes(
     changes: DataFrame,
     keys: Sequence[str],
     data_columns: Sequence[str],
     ctx: ReadContext,
+    order: ChangeOrder = ChangeOrder(),
 ) -> CollapsedChanges:
     """Collapse a change feed to the latest change per key, after checking key quality.
 
     Rules (docs/design.md section 5): `update_preimage` rows are dropped; the change with the
-    highest `_commit_version` wins; inside one commit an insert/postimage beats a delete of the
-    same key. The per-(key, version) aggregate is cached, so the feed is read once for both the
-    checks and the MERGE; the caller must `unpersist` the result's frame when done.
+    highest `_commit_version` wins (with `sequence_by`: the highest sequence value, then
+    version); inside one commit an insert/postimage beats a delete of the same key. With
+    `ignore_null_updates`, each value column takes the last non-NULL value since the key's last
+    insert or delete in the range, and `_reset` says whether there was one (else silver's value
+    stands in for a column that only NULLs updated). The per-(key, version) aggregate is cached,
+    so the feed is read once for both the checks and the MERGE; the caller must `release` it.
 
     Raises:
-        DataQualityError: a null key, or two surviving rows for one key in one commit.
+        DataQualityError: a null key, two surviving rows for one key in one commit, or a NULL
+            `sequence_by` value.
         ReplayWindowLost, ...: the read failed while running (classified).
     """
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
@@ -183,48 +221,104 @@ def collapse_changes(
     payload = [*(c for c in data_columns if c not in keys), CHANGE_TYPE, COMMIT_TIMESTAMP]
     relevant = changes.filter(F.col(CHANGE_TYPE) != "update_preimage")
     key_cols = [F.col(quote_ident(k)) for k in keys]
+    sequence = F.col(quote_ident(order.sequence_by)) if order.sequence_by else None
+    null_sequence = F.count_if(sequence.isNull()) if sequence is not None else F.lit(0)
     per_commit = (
         relevant.groupBy(*key_cols, F.col(COMMIT_VERSION))
         .agg(
             F.count_if(F.col(CHANGE_TYPE) != "delete").alias("_survivors"),
+            null_sequence.alias("_null_sequence"),
             F.max(F.struct(priority, *(F.col(quote_ident(c)) for c in payload))).alias("_row"),
         )
         .persist()
     )
+    _refuse_bad_rows(per_commit, keys, order, ctx)
+    ordering = [F.col(f"_row.{quote_ident(order.sequence_by)}")] if order.sequence_by else []
+    ordered = per_commit.withColumn("_order", F.struct(*ordering, F.col(COMMIT_VERSION)))
+    if order.ignore_null_updates:
+        frame = _collapse_ignoring_nulls(ordered, keys, payload)
+    else:
+        latest = ordered.groupBy(*key_cols).agg(
+            F.max(F.struct("_order", COMMIT_VERSION, "_row")).alias("_latest")
+        )
+        frame = latest.select(
+            *key_cols,
+            *(F.col(f"_latest._row.{quote_ident(c)}").alias(c) for c in payload),
+            F.col(f"_latest.{COMMIT_VERSION}").alias(COMMIT_VERSION),
+        )
+    return CollapsedChanges(frame=frame, data_columns=list(data_columns), cached=per_commit)
+
+
+def _refuse_bad_rows(
+    per_commit: DataFrame, keys: Sequence[str], order: ChangeOrder, ctx: ReadContext
+) -> None:
+    """Raise DataQualityError for the first null key, duplicate key or NULL sequence value."""
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    key_cols = [F.col(quote_ident(k)) for k in keys]
     null_key = F.lit(False)
     for key in keys:
         null_key = null_key | F.col(quote_ident(key)).isNull()
+    bad = null_key | (F.col("_survivors") > 1) | (F.col("_null_sequence") > 0)
     problems = classified(
         ctx,
         lambda: (
-            per_commit.filter(null_key | (F.col("_survivors") > 1))
-            .select(*key_cols, COMMIT_VERSION, "_survivors")
+            per_commit.filter(bad)
+            .select(*key_cols, COMMIT_VERSION, "_survivors", "_null_sequence")
             .orderBy(COMMIT_VERSION)
             .limit(5)
             .collect()
         ),
     )
-    if problems:
-        per_commit.unpersist()
-        first = problems[0]
-        key_text = ", ".join(f"{k}={first[k]!r}" for k in keys)
-        version = int(first[COMMIT_VERSION])
-        if any(first[k] is None for k in keys):
-            problem = f"bronze commit {version} has a row with a null key ({key_text})"
-        else:
-            problem = (
-                f"bronze commit {version} holds {first['_survivors']} rows for key "
-                f"({key_text}): the source has duplicate keys"
-            )
-        raise DataQualityError(
-            problem, pipeline_id=ctx.pipeline_id, table=ctx.table, version=version
+    if not problems:
+        return
+    per_commit.unpersist()
+    first = problems[0]
+    key_text = ", ".join(f"{k}={first[k]!r}" for k in keys)
+    version = int(first[COMMIT_VERSION])
+    if any(first[k] is None for k in keys):
+        problem = f"bronze commit {version} has a row with a null key ({key_text})"
+    elif first["_survivors"] > 1:
+        problem = (
+            f"bronze commit {version} holds {first['_survivors']} rows for key "
+            f"({key_text}): the source has duplicate keys"
         )
-    latest = per_commit.groupBy(*key_cols).agg(
-        F.max(F.struct(F.col(COMMIT_VERSION), F.col("_row"))).alias("_latest")
-    )
-    frame = latest.select(
+    else:
+        problem = (
+            f"bronze commit {version} has a NULL sequence_by value "
+            f"({order.sequence_by}) for key ({key_text})"
+        )
+    raise DataQualityError(problem, pipeline_id=ctx.pipeline_id, table=ctx.table, version=version)
+
+
+def _collapse_ignoring_nulls(
+    ordered: DataFrame, keys: Sequence[str], payload: Sequence[str]
+) -> DataFrame:
+    """Per key: the latest change's type, timestamp and version, each value column's last
+    non-NULL value since the key's last insert or delete, and `_reset` (there was one)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    key_cols = [F.col(quote_ident(k)) for k in keys]
+    row_type = F.col(f"_row.{CHANGE_TYPE}")
+    restarts = F.when(row_type.isin("insert", "delete"), F.col("_order"))
+    with_reset = ordered.withColumn("_reset_at", F.max(restarts).over(Window.partitionBy(*keys)))
+    in_segment = F.col("_reset_at").isNull() | (F.col("_order") >= F.col("_reset_at"))
+    values = [c for c in payload if c not in (CHANGE_TYPE, COMMIT_TIMESTAMP)]
+    aggregates = [
+        F.max(F.struct("_order", COMMIT_VERSION, "_row")).alias("_latest"),
+        F.max(F.col("_reset_at").isNotNull()).alias(RESET),
+    ]
+    for column in values:
+        value = F.col(f"_row.{quote_ident(column)}")
+        usable = in_segment & value.isNotNull() & (row_type != "delete")
+        aggregates.append(F.max_by(value, F.when(usable, F.col("_order"))).alias(column))
+    latest = with_reset.groupBy(*key_cols).agg(*aggregates)
+    return latest.select(
         *key_cols,
-        *(F.col(f"_latest._row.{quote_ident(c)}").alias(c) for c in payload),
+        *(F.col(quote_ident(c)) for c in values),
+        F.col(f"_latest._row.{CHANGE_TYPE}").alias(CHANGE_TYPE),
+        F.col(f"_latest._row.{COMMIT_TIMESTAMP}").alias(COMMIT_TIMESTAMP),
         F.col(f"_latest.{COMMIT_VERSION}").alias(COMMIT_VERSION),
+        F.col(RESET),
     )
-    return CollapsedChanges(frame=frame, data_columns=list(data_columns), cached=per_commit)

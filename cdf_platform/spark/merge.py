@@ -1,6 +1,6 @@
-"""Writing silver: table creation and additive evolution, the incremental MERGE of a collapsed
-change set, and the reconcile MERGE of a pinned snapshot. Every data write carries the watermark
-as a Delta idempotent-write transaction in the same commit.
+"""Writing silver: the incremental MERGE of a collapsed change set and the reconcile MERGE of a
+pinned snapshot (the table itself: `cdf_platform.spark.silver_table`). Every data write carries
+the watermark as a Delta idempotent-write transaction in the same commit.
 
 Example:
     >>> stamp = TxnStamp(app_id="orders", version=57, metadata="{...}")
@@ -9,30 +9,19 @@ Example:
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
-from cdf_platform.core.errors import (
-    DataQualityError,
-    IncompatibleSchemaChange,
-    TargetOwnershipConflict,
-    foreign_files_at_target,
-)
-from cdf_platform.core.spec import DeleteMode
-from cdf_platform.core.sql import create_table_sql, quote_ident, sql_path, sql_string
-from cdf_platform.deltalog.tables import holds_foreign_files, is_delta_table
-from cdf_platform.spark.changes import COMMIT_TIMESTAMP, COMMIT_VERSION, CollapsedChanges
-from cdf_platform.spark.failures import failure_facts, is_conflict
-from cdf_platform.state.watermark import OWNER_PROPERTY
+from cdf_platform.core.errors import DataQualityError
+from cdf_platform.core.spec import DeleteMode, PipelineSpec
+from cdf_platform.core.sql import quote_ident, sql_path, sql_string
+from cdf_platform.spark.changes import COMMIT_TIMESTAMP, COMMIT_VERSION, RESET, CollapsedChanges
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
 
 T = TypeVar("T")
 
@@ -45,10 +34,6 @@ TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 SOURCE_VIEW = "cdf_platform_source"
-# Delta's refusal to create a table in a folder that holds files but no commit yet.
-NON_EMPTY_LOCATION = "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION"
-# How long a CREATE that lost a race waits for the winner's first commit to appear.
-CREATE_RACE_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -59,6 +44,8 @@ class SilverLayout:
     rebuild sets them to NULL, since silver mirrors bronze, where they hold nothing.
     `deletion_vectors` applies when silver is created: a MERGE then marks the rows it replaces
     in a deletion vector instead of copying every other row of the files they sit in.
+    `sequence_by` and `ignore_null_updates` are the spec's (`cdf_platform.spark.changes.
+    ChangeOrder`): which change is newer, and whether a NULL update keeps silver's value.
     """
 
     keys: list[str]
@@ -66,11 +53,42 @@ class SilverLayout:
     delete_mode: DeleteMode
     retired_columns: tuple[str, ...] = ()
     deletion_vectors: bool = True
+    sequence_by: str | None = None
+    ignore_null_updates: bool = False
 
     @property
     def value_columns(self) -> list[str]:
         """Data columns that are not keys."""
         return [c for c in self.data_columns if c not in self.keys]
+
+    @classmethod
+    def of(cls, spec: PipelineSpec, data_columns: Sequence[str]) -> SilverLayout:
+        """The layout of `spec`'s silver with `data_columns` (keys first)."""
+        return cls(
+            list(spec.keys),
+            list(data_columns),
+            spec.delete_mode,
+            deletion_vectors=spec.deletion_vectors,
+            sequence_by=spec.sequence_by,
+            ignore_null_updates=spec.ignore_null_updates,
+        )
+
+    def newer(self, version: str) -> str:
+        """SQL: the source row `s` (of bronze version `version`) is newer than silver's `t`."""
+        by_version = f"{version} > t.{SOURCE_VERSION}"
+        if self.sequence_by is None:
+            return by_version
+        seq = quote_ident(self.sequence_by)
+        return f"(s.{seq} > t.{seq} OR t.{seq} IS NULL OR (s.{seq} = t.{seq} AND {by_version}))"
+
+    def value(self, column: str, *, reset: str | None) -> str:
+        """SQL: the value an update writes to `column` (NULLs keep silver's value when asked;
+        `reset`, a condition under which the source row's value stands as it is)."""
+        source = f"s.{quote_ident(column)}"
+        if not self.ignore_null_updates:
+            return source
+        kept = f"coalesce({source}, t.{quote_ident(column)})"
+        return f"CASE WHEN {reset} THEN {source} ELSE {kept} END" if reset else kept
 
     def on_clause(self) -> str:
         """MERGE condition on the keys (keys are never null: checked before)."""
@@ -104,122 +122,17 @@ def stamped(spark: SparkSession, stamp: TxnStamp) -> Iterator[None]:
             spark.conf.unset(key)
 
 
-def _silver_schema(source: StructType, layout: SilverLayout) -> dict[str, str]:
-    by_name = {f.name: f.dataType.simpleString() for f in source.fields}
-    columns = {c: by_name[c] for c in layout.data_columns}
-    columns[SOURCE_VERSION] = "BIGINT"
-    if layout.delete_mode is DeleteMode.SOFT:
-        columns[IS_DELETED] = "BOOLEAN"
-        columns[DELETED_AT] = "TIMESTAMP"
-    return columns
-
-
-def _existing_silver(target: str) -> tuple[str | None, dict[str, str]] | None:
-    """Silver's owner property and column types (Spark type names), JVM-free; None if absent.
-
-    Read through `deltalake` from the log: no Spark job, no DESCRIBE DETAIL.
-    """
-    if not is_delta_table(target):
-        return None
-    from deltalake import DeltaTable
-    from pyspark.sql.types import StructType  # pure Python: parses the log's schema JSON
-
-    table = DeltaTable(target)
-    owner = table.metadata().configuration.get(OWNER_PROPERTY)
-    schema = StructType.fromJson(json.loads(table.schema().to_json()))
-    return owner, {f.name: f.dataType.simpleString() for f in schema.fields}
-
-
-def _create_silver(
-    spark: SparkSession, target: str, wanted: dict[str, str], properties: dict[str, str]
-) -> tuple[str | None, dict[str, str]] | None:
-    """Run the CREATE; return silver as the log then shows it (this run's table, or the one a
-    concurrent run created first), or None when the location holds other files.
-
-    `CREATE TABLE IF NOT EXISTS delta.`<path>`` does nothing on a non-empty folder without a
-    Delta table (Spark sees a table there), hence the read back. A CREATE racing another run's
-    fails with a commit conflict once the winner's first commit exists, or with
-    DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION (or does nothing) while the winner's log folder
-    exists but its first commit does not yet: then it waits up to CREATE_RACE_WAIT_S for it.
-    """
-    try:
-        spark.sql(create_table_sql(target, wanted, properties))
-    except Exception as err:
-        if is_conflict(err):
-            if (found := _existing_silver(target)) is None:
-                raise
-            return found
-        facts = failure_facts(err)
-        if NON_EMPTY_LOCATION not in facts.conditions and NON_EMPTY_LOCATION not in facts.text:
-            raise
-    deadline = time.monotonic() + CREATE_RACE_WAIT_S
-    while (found := _existing_silver(target)) is None:
-        if holds_foreign_files(target) or time.monotonic() >= deadline:
-            return None
-        time.sleep(0.1)
-    return found
-
-
-def ensure_silver(
-    spark: SparkSession,
-    target: str,
-    pipeline_id: str,
-    source_schema: StructType,
-    layout: SilverLayout,
-) -> SilverLayout:
-    """Create silver (CDF on, owned by `pipeline_id`) or evolve it with new bronze columns.
-
-    Returns `layout` with the silver columns that bronze no longer has as `retired_columns`.
-
-    Raises:
-        TargetOwnershipConflict: silver belongs to another pipeline, or its location holds
-            files that are not a Delta table.
-        IncompatibleSchemaChange: a silver column changed type in bronze, or the delete mode's
-            columns do not match the table.
-    """
-    wanted = _silver_schema(source_schema, layout)
-    found = _existing_silver(target)
-    if found is None:
-        properties = {"delta.enableChangeDataFeed": "true", OWNER_PROPERTY: pipeline_id}
-        if layout.deletion_vectors:
-            properties["delta.enableDeletionVectors"] = "true"
-        found = _create_silver(spark, target, wanted, properties)
-        if found is None:
-            raise foreign_files_at_target(pipeline_id, target)
-        # This run's table, or the one another run created first: checked like any other.
-    owner, existing = found
-    if owner != pipeline_id:
-        raise TargetOwnershipConflict(
-            f"silver table is owned by pipeline {owner!r}"
-            if owner
-            else "silver table exists but was not created by cdf_platform",
-            pipeline_id=pipeline_id,
-            table=target,
-        )
-    changed = [c for c, t in wanted.items() if c in existing and existing[c] != t.lower()]
-    if changed:
-        raise IncompatibleSchemaChange(
-            f"column types differ between bronze and silver for {changed}",
-            pipeline_id=pipeline_id,
-            table=target,
-        )
-    added = {c: t for c, t in wanted.items() if c not in existing}
-    if added:
-        columns = ", ".join(f"{quote_ident(c)} {t}" for c, t in added.items())
-        spark.sql(f"ALTER TABLE {sql_path(target)} ADD COLUMNS ({columns})")
-    platform = {SOURCE_VERSION, IS_DELETED, DELETED_AT}
-    retired = tuple(c for c in existing if c not in wanted and c not in platform)
-    return replace(layout, retired_columns=retired)
-
-
-def _null_safe_equal(columns: Sequence[str]) -> str:
-    if not columns:
+def _unchanged(layout: SilverLayout) -> str:
+    """SQL: every value column of `t` already holds what the update would write."""
+    if not layout.value_columns:
         return "TRUE"
-    return " AND ".join(f"t.{quote_ident(c)} <=> s.{quote_ident(c)}" for c in columns)
+    return " AND ".join(
+        f"t.{quote_ident(c)} <=> {layout.value(c, reset=None)}" for c in layout.value_columns
+    )
 
 
-def _assignments(columns: Sequence[str]) -> list[str]:
-    return [f"{quote_ident(c)} = s.{quote_ident(c)}" for c in columns]
+def _assignments(layout: SilverLayout, *, reset: str | None) -> list[str]:
+    return [f"{quote_ident(c)} = {layout.value(c, reset=reset)}" for c in layout.value_columns]
 
 
 def _retired_nulls(layout: SilverLayout) -> list[str]:
@@ -246,13 +159,14 @@ def _insert(layout: SilverLayout, version_expr: str) -> str:
 def merge_changes_sql(target: str, layout: SilverLayout) -> str:
     """The incremental MERGE of a collapsed change set (view `cdf_platform_source`) into silver.
 
-    A change only applies over an older silver row (`_commit_version` strictly greater), so a
-    replayed or out-of-order change set can never move a row backwards.
+    A change only applies over an older silver row (`_commit_version` strictly greater, or a
+    greater `sequence_by` value), so a replayed or out-of-order change set can never move a row
+    backwards.
     """
-    newer = f"s.{COMMIT_VERSION} > t.{SOURCE_VERSION}"
+    newer = layout.newer(f"s.{COMMIT_VERSION}")
     insert = _insert(layout, "s." + COMMIT_VERSION)
     retired = _retired_nulls(layout)
-    upsert = [*_assignments(layout.value_columns), f"{SOURCE_VERSION} = s.{COMMIT_VERSION}"]
+    upsert = [*_assignments(layout, reset=f"s.{RESET}"), f"{SOURCE_VERSION} = s.{COMMIT_VERSION}"]
     upsert += retired
     if layout.delete_mode is DeleteMode.SOFT:
         upsert += [f"{IS_DELETED} = false", f"{DELETED_AT} = CAST(NULL AS TIMESTAMP)"]
@@ -281,13 +195,15 @@ def reconcile_sql(target: str, layout: SilverLayout, version: int, deleted_at: d
     Inserts missing keys, updates rows whose values differ, deletes (or soft-deletes) rows whose
     key is gone. Rows already equal are not rewritten, so silver's own change feed shows only
     real differences. Rows stamped with a version above the snapshot's (a reset source) are
-    re-stamped so later changes are not refused as older.
+    re-stamped so later changes are not refused as older. With `sequence_by`, a silver row whose
+    sequence value is later than the snapshot's is kept; with `ignore_null_updates`, a NULL in
+    the snapshot keeps silver's value, as the incremental runs do.
     """
     stamp = str(int(version))
     retired = _retired_nulls(layout)
-    differs = f"NOT ({_null_safe_equal(layout.value_columns)}) OR t.{SOURCE_VERSION} > {stamp}"
+    differs = f"NOT ({_unchanged(layout)}) OR t.{SOURCE_VERSION} > {stamp}"
     differs += _any_retired_value(layout)
-    update = [*_assignments(layout.value_columns), f"{SOURCE_VERSION} = {stamp}", *retired]
+    update = [*_assignments(layout, reset=None), f"{SOURCE_VERSION} = {stamp}", *retired]
     at = f"CAST({sql_string(deleted_at.isoformat())} AS TIMESTAMP)"
     if layout.delete_mode is DeleteMode.SOFT:
         differs = f"t.{IS_DELETED} OR {differs}"
@@ -304,6 +220,13 @@ def reconcile_sql(target: str, layout: SilverLayout, version: int, deleted_at: d
         gone = f"WHEN NOT MATCHED BY SOURCE AND ({stale}) THEN UPDATE SET {', '.join(soft_delete)}"
     else:
         gone = "WHEN NOT MATCHED BY SOURCE THEN DELETE"
+    if layout.sequence_by is not None:
+        # A silver row with a later sequence value than the snapshot's came from a change that
+        # bronze itself overwrote with an older one: the incremental runs kept it, so does this
+        # (unless the row is stamped past the snapshot: a reset source is mirrored as it is).
+        seq = quote_ident(layout.sequence_by)
+        newer_in_silver = f"coalesce(t.{seq} > s.{seq}, false)"
+        differs = f"({differs}) AND (NOT {newer_in_silver} OR t.{SOURCE_VERSION} > {stamp})"
     return f"""
         MERGE INTO {sql_path(target)} AS t
         USING {SOURCE_VIEW} AS s
@@ -336,9 +259,15 @@ def merge_changes(
 
 
 def check_snapshot_keys(
-    snapshot: DataFrame, keys: Sequence[str], *, pipeline_id: str, table: str, version: int
+    snapshot: DataFrame,
+    keys: Sequence[str],
+    *,
+    pipeline_id: str,
+    table: str,
+    version: int,
+    sequence_by: str | None = None,
 ) -> None:
-    """Refuse a snapshot with a null key or a key held by two rows.
+    """Refuse a snapshot with a null key, a key held by two rows, or a NULL `sequence_by`.
 
     Raises:
         DataQualityError: naming the first offending key and the snapshot version.
@@ -349,21 +278,27 @@ def check_snapshot_keys(
     null_key = F.lit(False)
     for key in keys:
         null_key = null_key | F.col(quote_ident(key)).isNull()
+    sequence = F.col(quote_ident(sequence_by)) if sequence_by else None
+    null_sequence = F.count_if(sequence.isNull()) if sequence is not None else F.lit(0)
     bad = (
         snapshot.groupBy(*key_cols)
-        .count()
-        .filter(null_key | (F.col("count") > 1))
+        .agg(F.count(F.lit(1)).alias("count"), null_sequence.alias("null_sequence"))
+        .filter(null_key | (F.col("count") > 1) | (F.col("null_sequence") > 0))
         .limit(1)
         .collect()
     )
     if bad:
         row = bad[0]
         key_text = ", ".join(f"{k}={row[k]!r}" for k in keys)
-        problem = (
-            f"bronze snapshot {version} has a row with a null key ({key_text})"
-            if any(row[k] is None for k in keys)
-            else f"bronze snapshot {version} holds {row['count']} rows for key ({key_text})"
-        )
+        if any(row[k] is None for k in keys):
+            problem = f"bronze snapshot {version} has a row with a null key ({key_text})"
+        elif row["count"] > 1:
+            problem = f"bronze snapshot {version} holds {row['count']} rows for key ({key_text})"
+        else:
+            problem = (
+                f"bronze snapshot {version} has a NULL sequence_by value ({sequence_by}) for "
+                f"key ({key_text})"
+            )
         raise DataQualityError(problem, pipeline_id=pipeline_id, table=table, version=version)
 
 

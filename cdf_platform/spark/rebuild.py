@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING
 from cdf_platform.core.faults import FaultPoint, fault_point
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.spark.changes import ReadContext, classified, project_columns
+from cdf_platform.spark.conform import conform_snapshot
 from cdf_platform.spark.merge import (
     SilverLayout,
     TxnStamp,
     check_snapshot_keys,
-    ensure_silver,
     reconcile_snapshot,
 )
+from cdf_platform.spark.silver_table import ensure_silver
 from cdf_platform.state.watermark import SilverState, app_id, user_metadata
 
 if TYPE_CHECKING:
@@ -71,7 +72,8 @@ def rebuild_silver(
     """Reconcile silver with bronze `versionAsOf version`; stamp watermark `version` atomically.
 
     Raises:
-        DataQualityError: the snapshot has a null or duplicated key.
+        InvalidPipelineSpec: the spec's transforms are refused (`cdf_platform.spark.conform`).
+        DataQualityError: the snapshot has a null or duplicated key, or a NULL sequence value.
         ReplayWindowLost, SourceNotFound, UnknownReadFailure: the snapshot cannot be read.
         TargetOwnershipConflict, IncompatibleSchemaChange: silver cannot take the snapshot.
     """
@@ -80,17 +82,18 @@ def rebuild_silver(
         ctx,
         lambda: spark.read.format("delta").option("versionAsOf", version).load(spec.source),
     )
-    snapshot = project_columns(raw, spec)
-    layout = SilverLayout(
-        list(spec.keys),
-        list(snapshot.columns),
-        spec.delete_mode,
-        deletion_vectors=spec.deletion_vectors,
-    )
+    conformed = conform_snapshot(spark, raw, spec, version=version, timestamp=version_timestamp)
+    snapshot = project_columns(conformed, spec)
+    layout = SilverLayout.of(spec, snapshot.columns)
     classified(
         ctx,
         lambda: check_snapshot_keys(
-            snapshot, spec.keys, pipeline_id=spec.id, table=spec.source, version=version
+            snapshot,
+            spec.keys,
+            pipeline_id=spec.id,
+            table=spec.source,
+            version=version,
+            sequence_by=spec.sequence_by,
         ),
     )
     layout = ensure_silver(spark, spec.target, spec.id, snapshot.schema, layout)
