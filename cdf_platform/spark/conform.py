@@ -82,6 +82,8 @@ _CONNECT_NONDETERMINISTIC = re.compile(
     r"current_timestamp|now|current_date|localtimestamp|current_time)\(|"
     r"\b(scalar-subquery|exists|list|lateral-subquery)#"
 )
+# The change rows that say what a key holds after its commit (a preimage is dropped anyway).
+_ROW_IMAGES = ("insert", "update_postimage")
 _ACTION = "fix the named field (see the PipelineSpec reference in README.md)"
 
 
@@ -200,7 +202,7 @@ def _mark_filtered(frame: DataFrame, spec: PipelineSpec) -> DataFrame:
         keep: Column = F.coalesce(F.expr(spec.where).cast("boolean"), F.lit(False))
         marked = frame.withColumn(
             CHANGE_TYPE,
-            F.when((F.col(CHANGE_TYPE) != "delete") & ~keep, F.lit("delete")).otherwise(
+            F.when(F.col(CHANGE_TYPE).isin(*_ROW_IMAGES) & ~keep, F.lit("delete")).otherwise(
                 F.col(CHANGE_TYPE)
             ),
         )

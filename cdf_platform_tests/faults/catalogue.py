@@ -44,6 +44,7 @@ PIPELINE_ID = "people"
 VALID: dict[str, Any] = {"id": PIPELINE_ID, "source": "bronze", "target": "silver", "keys": ["id"]}
 ROWS = [{"id": 1, "name": "ada", "amount": 10}, {"id": 2, "name": "bob", "amount": 20}]
 FIX_SPEC_FIELD = "fix the named field (see the PipelineSpec reference in README.md)"
+TRANSFORMS = "cdf_platform_tests.modeling.transforms"
 
 
 class BadInputLake:
@@ -142,6 +143,19 @@ def _spec_case(case: str, given: str, **overrides: Any) -> BadInput:
         FIX_SPEC_FIELD,
         act=lambda lake: lake.spec(**overrides),
         setup=lambda lake: lake.make_bronze(),
+    )
+
+
+def _transform_case(case: str, given: str, **overrides: Any) -> BadInput:
+    """A transform refused on Spark's analysed plan before anything is read or written."""
+    return BadInput(
+        case,
+        given,
+        InvalidPipelineSpec,
+        FIX_SPEC_FIELD,
+        act=lambda lake: lake.run(lake.spec(**overrides)),
+        setup=lambda lake: lake.make_bronze(),
+        spark=True,
     )
 
 
@@ -320,6 +334,7 @@ CATALOGUE: list[BadInput] = [
         include_columns=["_commit_version"],
     ),
     _spec_case("key_excluded", "a key listed in `exclude_columns`", exclude_columns=["id"]),
+    _spec_case("derived_key", "`columns: {id: id + 1}` deriving a key", columns={"id": "id + 1"}),
     _spec_case("source_is_target", "`source` and `target` the same table", target="bronze"),
     BadInput(
         "duplicate_pipeline_ids",
@@ -414,6 +429,31 @@ CATALOGUE: list[BadInput] = [
         act=lambda lake: lake.run(lake.spec(include_columns=["email"])),
         setup=lambda lake: lake.make_bronze(),
         spark=True,
+    ),
+    _transform_case(
+        "transform_aggregation",
+        "`transform:` a Python function that aggregates (`groupBy(...).agg(...)`)",
+        transform=f"{TRANSFORMS}:total_per_name",
+    ),
+    _transform_case(
+        "transform_key_change",
+        "`transform:` a Python function that changes the key (`id + 1`)",
+        transform=f"{TRANSFORMS}:shift_key",
+    ),
+    _transform_case(
+        "derived_nondeterministic",
+        "`columns: {lucky: rand()}` (non-deterministic)",
+        columns={"lucky": "rand()"},
+    ),
+    _transform_case(
+        "derived_unknown_column",
+        "`columns: {usd: amout * 2}` (no column `amout`)",
+        columns={"usd": "amout * 2"},
+    ),
+    _transform_case(
+        "derived_syntax_error",
+        "`columns: {usd: amount +* 2}` (not Spark SQL)",
+        columns={"usd": "amount +* 2"},
     ),
     BadInput(
         "null_key",
