@@ -18,7 +18,8 @@ from cdf_platform.core.config import (
     default_spark_log,
 )
 from cdf_platform.core.errors import CdfPlatformError
-from cdf_platform.core.spec import PipelineSpec, find_spec, load_specs, storage_locations
+from cdf_platform.core.spec import PipelineSpec, storage_locations
+from cdf_platform.core.spec_file import find_spec, load_specs
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.planning.status import pipeline_status
 from cdf_platform.runner import run_pipeline

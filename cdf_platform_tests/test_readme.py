@@ -8,7 +8,8 @@ from pathlib import Path
 import yaml
 
 from cdf_platform.cli import build_parser
-from cdf_platform.core.spec import PipelineSpec, parse_specs
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec_file import parse_specs
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -1,10 +1,10 @@
 """PipelineSpec: what one pipeline keeps in step, and under which policy.
 
-Specs are loaded from a YAML file (`pipelines.yaml` by default, `$CDF_PIPELINES_FILE` or an
-explicit path otherwise). Relative `source`/`target` paths are resolved against the lake root;
-a dotted name without `/` (`bronze.orders`, `main.bronze.orders`) is a catalog table name,
-located through Spark's catalog (`cdf_platform.spark.catalog`) and recorded in the control tables
-for the JVM-free parts (`cdf_platform.state.locations`).
+Specs are loaded from a YAML file by `cdf_platform.core.spec_file` (`pipelines.yaml` by default,
+`$CDF_PIPELINES_FILE` or an explicit path otherwise). Relative `source`/`target` paths are
+resolved against the lake root; a dotted name without `/` (`bronze.orders`, `main.bronze.orders`)
+is a catalog table name, located through Spark's catalog (`cdf_platform.spark.catalog`) and
+recorded in the control tables for the JVM-free parts (`cdf_platform.state.locations`).
 
 Example:
     >>> spec = PipelineSpec(id="orders", source="/lake/bronze/orders",
@@ -18,14 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from enum import StrEnum
-from pathlib import Path
-from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
-from cdf_platform.core.config import PIPELINES_FILE_ENV, default_pipelines_file
-from cdf_platform.core.errors import InvalidPipelineSpec, TargetOwnershipConflict
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # Pipeline ids become Delta txn app ids, asset names and Dagster pool names.
 PIPELINE_ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -38,7 +32,9 @@ TABLE_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 TRANSFORM_PATTERN = re.compile(rf"^{_NAME}(\.{_NAME})*:{_NAME}$")
 # Columns the platform adds to silver.
-RESERVED_COLUMNS = frozenset({"_source_commit_version", "_is_deleted", "_deleted_at"})
+RESERVED_COLUMNS = frozenset(
+    {"_source_commit_version", "_is_deleted", "_deleted_at", "__start_at", "__end_at"}
+)
 CDF_COLUMNS = frozenset({"_change_type", "_commit_version", "_commit_timestamp"})
 
 
@@ -49,6 +45,16 @@ class DeleteMode(StrEnum):
     """Remove the row from silver."""
     SOFT = "soft"
     """Keep the row, set `_is_deleted = true` and `_deleted_at` to the delete's commit time."""
+
+
+class HistoryMode(StrEnum):
+    """What silver keeps of a key's past."""
+
+    SCD1 = "scd1"
+    """The current row only (type 1)."""
+    SCD2 = "scd2"
+    """Every version, with `__start_at` / `__end_at` (type 2): an update of a tracked column
+    closes the current row and opens a new one; a delete closes it."""
 
 
 class FallbackMode(StrEnum):
@@ -130,6 +136,19 @@ class PipelineSpec(BaseModel):
         default=False,
         description="A NULL in an update keeps silver's value (an insert's NULLs are kept).",
     )
+    history: HistoryMode = Field(
+        default=HistoryMode.SCD1,
+        description="`scd1` (current rows) or `scd2` (every version, `__start_at`/`__end_at`).",
+    )
+    track_history_columns: list[str] | None = Field(
+        default=None,
+        description="scd2: only changes of these columns open a new version (default: all); "
+        "a change of the others updates the current version in place.",
+    )
+    track_history_except_columns: list[str] = Field(
+        default_factory=list,
+        description="scd2: changes of these columns update the current version in place.",
+    )
     bronze_table: str | None = Field(
         default=None,
         description="Name of the bronze asset (bronze/<name>); default: last part of `source`.",
@@ -153,7 +172,13 @@ class PipelineSpec(BaseModel):
         # Catalog names are case-insensitive (Spark's and the Hive metastore's default).
         return value.strip().lower() if is_table_name(value.strip()) else value.strip()
 
-    @field_validator("keys", "exclude_columns", "include_columns")
+    @field_validator(
+        "keys",
+        "exclude_columns",
+        "include_columns",
+        "track_history_columns",
+        "track_history_except_columns",
+    )
     @classmethod
     def _check_columns(cls, value: list[str] | None) -> list[str] | None:
         if value is None:
@@ -223,6 +248,7 @@ class PipelineSpec(BaseModel):
                 f"keys {derived_keys} cannot be derived in `columns` (a changed key breaks the "
                 "one-row-per-key match between bronze and silver)"
             )
+        self._check_history()
         if self.sequence_by in self.keys:
             raise ValueError(f"sequence_by {self.sequence_by!r} is a key: it never changes")
         if self.sequence_by is not None and self.sequence_by in self.exclude_columns:
@@ -241,6 +267,29 @@ class PipelineSpec(BaseModel):
         if is_table_name(self.source):
             last = self.source.rsplit(".", 1)[-1]
         return self.bronze_table or re.sub(r"\W", "_", last)
+
+    def _check_history(self) -> None:
+        tracking = self.track_history_columns is not None or self.track_history_except_columns
+        if self.history is HistoryMode.SCD1:
+            if tracking:
+                raise ValueError("track_history_columns / _except_columns need `history: scd2`")
+            return
+        if self.track_history_columns is not None and self.track_history_except_columns:
+            raise ValueError("give track_history_columns or track_history_except_columns, not both")
+        if tracked_keys := sorted(
+            set(self.keys) & set(self.track_history_columns or self.track_history_except_columns)
+        ):
+            raise ValueError(f"keys {tracked_keys} identify a row; do not list them for history")
+        for field_name, unsupported in (
+            ("delete_mode: soft", self.delete_mode is DeleteMode.SOFT),
+            ("sequence_by", self.sequence_by is not None),
+            ("ignore_null_updates", self.ignore_null_updates),
+        ):
+            if unsupported:
+                raise ValueError(
+                    f"`history: scd2` does not take {field_name} (a delete already closes the "
+                    "key's current version, and versions follow bronze's commit order)"
+                )
 
     @property
     def conforms(self) -> bool:
@@ -293,97 +342,3 @@ def resolve_location(location: str, lake_root: str) -> str:
     if "://" in location or location.startswith("/") or is_table_name(location):
         return location
     return f"{lake_root.rstrip('/')}/{location}"
-
-
-def _describe(err: ValidationError) -> str:
-    parts = []
-    for item in err.errors():
-        where = ".".join(str(p) for p in item["loc"])
-        parts.append(f"{where}: {item['msg']}")
-    return "; ".join(parts)
-
-
-def parse_specs(document: Any, *, origin: str = "<config>") -> list[PipelineSpec]:
-    """Validate a parsed pipelines document (`{"pipelines": [...]}`).
-
-    Raises:
-        InvalidPipelineSpec: the document or a spec is malformed, or ids repeat.
-        TargetOwnershipConflict: two pipelines write the same target.
-    """
-    if not isinstance(document, dict) or not isinstance(document.get("pipelines"), list):
-        raise InvalidPipelineSpec(
-            f"{origin} must be a mapping with a `pipelines:` list",
-            action="start the file with `pipelines:` and one `- id: ...` entry per pipeline",
-        )
-    unknown = set(document) - {"pipelines"}
-    if unknown:
-        raise InvalidPipelineSpec(f"{origin} has unknown top-level keys {sorted(unknown)}")
-    specs: list[PipelineSpec] = []
-    for index, raw in enumerate(document["pipelines"]):
-        name = raw.get("id", f"#{index}") if isinstance(raw, dict) else f"#{index}"
-        try:
-            specs.append(PipelineSpec.model_validate(raw))
-        except ValidationError as err:
-            raise InvalidPipelineSpec(
-                f"{origin}, pipeline {name}: {_describe(err)}",
-                pipeline_id=str(name),
-                action="fix the named field (see the PipelineSpec reference in README.md)",
-            ) from err
-    seen: dict[str, PipelineSpec] = {}
-    targets: dict[str, str] = {}
-    for spec in specs:
-        if spec.id in seen:
-            raise InvalidPipelineSpec(f"{origin}: pipeline id {spec.id!r} appears twice")
-        seen[spec.id] = spec
-        target = spec.target.rstrip("/")
-        if target in targets:
-            raise TargetOwnershipConflict(
-                f"{origin}: pipelines {targets[target]!r} and {spec.id!r} both write {target}",
-                pipeline_id=spec.id,
-                table=target,
-            )
-        targets[target] = spec.id
-    return specs
-
-
-def load_specs(
-    path: str | Path | None = None, *, lake_root: str | None = None
-) -> list[PipelineSpec]:
-    """Load and validate the pipelines file; resolve relative locations under `lake_root`.
-
-    Raises:
-        InvalidPipelineSpec: the file is missing, is not YAML, or holds an invalid spec.
-        TargetOwnershipConflict: two pipelines write the same target.
-    """
-    file = Path(path) if path is not None else default_pipelines_file()
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as err:
-        raise InvalidPipelineSpec(
-            f"cannot read pipelines file {file}: {err.strerror}",
-            action=f"create {file} or point ${PIPELINES_FILE_ENV} at your pipelines file",
-        ) from err
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise InvalidPipelineSpec(
-            f"{file} is not valid YAML: {err}", action="fix the YAML syntax at the line shown"
-        ) from err
-    specs = parse_specs(document, origin=str(file))
-    return [spec.resolved(lake_root) for spec in specs] if lake_root is not None else specs
-
-
-def find_spec(specs: list[PipelineSpec], pipeline_id: str) -> PipelineSpec:
-    """The spec with `pipeline_id`.
-
-    Raises:
-        InvalidPipelineSpec: no such pipeline.
-    """
-    for spec in specs:
-        if spec.id == pipeline_id:
-            return spec
-    raise InvalidPipelineSpec(
-        f"no pipeline {pipeline_id!r}; known: {sorted(s.id for s in specs)}",
-        pipeline_id=pipeline_id,
-        action="use one of the ids in the pipelines file",
-    )

@@ -30,7 +30,8 @@ from pydantic import Field
 
 from cdf_platform.core.config import default_automation
 from cdf_platform.core.errors import InvalidPipelineSpec
-from cdf_platform.core.spec import PipelineSpec, load_specs, parse_specs
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec_file import load_specs, parse_specs
 from cdf_platform.orchestration.platform import platform_defs
 from cdf_platform.orchestration.resources import LakeLayout
 

@@ -28,7 +28,8 @@ from cdf_platform.core.config import (
     embedded_lake_root,
 )
 from cdf_platform.core.errors import InvalidPipelineSpec
-from cdf_platform.core.spec import PipelineSpec, find_spec, load_specs, storage_locations
+from cdf_platform.core.spec import PipelineSpec, storage_locations
+from cdf_platform.core.spec_file import find_spec, load_specs
 from cdf_platform.spark.session import SparkSettings, build_spark_session
 from cdf_platform.state.control import ControlTable
 

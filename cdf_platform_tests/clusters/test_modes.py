@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.config import LAKE_ROOT_ENV, MASTER_ENV, REMOTE_ENV, SPARK_LOG_ENV
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
-from cdf_platform.core.spec import find_spec, load_specs
+from cdf_platform.core.spec_file import find_spec, load_specs
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.demo.local_s3 import free_port
 from cdf_platform.planning.status import pipeline_status

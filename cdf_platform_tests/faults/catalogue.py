@@ -31,7 +31,8 @@ from cdf_platform.core.errors import (
     TargetOwnershipConflict,
     UnsafeSparkConfig,
 )
-from cdf_platform.core.spec import PipelineSpec, find_spec, load_specs
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec_file import find_spec, load_specs
 from cdf_platform.demo.local_s3 import free_port
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.runner import run_pipeline

@@ -14,7 +14,7 @@ from typing import Any
 import dagster as dg
 from pyspark.sql import SparkSession
 
-from cdf_platform.core.spec import find_spec
+from cdf_platform.core.spec_file import find_spec
 from cdf_platform.core.sql import sql_path
 from cdf_platform.demo.gold import CONSUMER_ID
 from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY

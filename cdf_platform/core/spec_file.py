@@ -1,0 +1,116 @@
+"""The pipelines file: YAML -> validated `PipelineSpec`s (`cdf_platform.core.spec`), with ids
+unique and one pipeline per target.
+
+`pipelines.yaml` by default, `$CDF_PIPELINES_FILE` or an explicit path otherwise.
+
+Example:
+    >>> specs = load_specs("pipelines.yaml", lake_root="/lake")  # doctest: +SKIP
+    >>> find_spec(specs, "orders").keys  # doctest: +SKIP
+    ['order_id']
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from cdf_platform.core.config import PIPELINES_FILE_ENV, default_pipelines_file
+from cdf_platform.core.errors import InvalidPipelineSpec, TargetOwnershipConflict
+from cdf_platform.core.spec import PipelineSpec
+
+
+def _describe(err: ValidationError) -> str:
+    parts = []
+    for item in err.errors():
+        where = ".".join(str(p) for p in item["loc"])
+        parts.append(f"{where}: {item['msg']}")
+    return "; ".join(parts)
+
+
+def parse_specs(document: Any, *, origin: str = "<config>") -> list[PipelineSpec]:
+    """Validate a parsed pipelines document (`{"pipelines": [...]}`).
+
+    Raises:
+        InvalidPipelineSpec: the document or a spec is malformed, or ids repeat.
+        TargetOwnershipConflict: two pipelines write the same target.
+    """
+    if not isinstance(document, dict) or not isinstance(document.get("pipelines"), list):
+        raise InvalidPipelineSpec(
+            f"{origin} must be a mapping with a `pipelines:` list",
+            action="start the file with `pipelines:` and one `- id: ...` entry per pipeline",
+        )
+    unknown = set(document) - {"pipelines"}
+    if unknown:
+        raise InvalidPipelineSpec(f"{origin} has unknown top-level keys {sorted(unknown)}")
+    specs: list[PipelineSpec] = []
+    for index, raw in enumerate(document["pipelines"]):
+        name = raw.get("id", f"#{index}") if isinstance(raw, dict) else f"#{index}"
+        try:
+            specs.append(PipelineSpec.model_validate(raw))
+        except ValidationError as err:
+            raise InvalidPipelineSpec(
+                f"{origin}, pipeline {name}: {_describe(err)}",
+                pipeline_id=str(name),
+                action="fix the named field (see the PipelineSpec reference in README.md)",
+            ) from err
+    seen: dict[str, PipelineSpec] = {}
+    targets: dict[str, str] = {}
+    for spec in specs:
+        if spec.id in seen:
+            raise InvalidPipelineSpec(f"{origin}: pipeline id {spec.id!r} appears twice")
+        seen[spec.id] = spec
+        target = spec.target.rstrip("/")
+        if target in targets:
+            raise TargetOwnershipConflict(
+                f"{origin}: pipelines {targets[target]!r} and {spec.id!r} both write {target}",
+                pipeline_id=spec.id,
+                table=target,
+            )
+        targets[target] = spec.id
+    return specs
+
+
+def load_specs(
+    path: str | Path | None = None, *, lake_root: str | None = None
+) -> list[PipelineSpec]:
+    """Load and validate the pipelines file; resolve relative locations under `lake_root`.
+
+    Raises:
+        InvalidPipelineSpec: the file is missing, is not YAML, or holds an invalid spec.
+        TargetOwnershipConflict: two pipelines write the same target.
+    """
+    file = Path(path) if path is not None else default_pipelines_file()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as err:
+        raise InvalidPipelineSpec(
+            f"cannot read pipelines file {file}: {err.strerror}",
+            action=f"create {file} or point ${PIPELINES_FILE_ENV} at your pipelines file",
+        ) from err
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise InvalidPipelineSpec(
+            f"{file} is not valid YAML: {err}", action="fix the YAML syntax at the line shown"
+        ) from err
+    specs = parse_specs(document, origin=str(file))
+    return [spec.resolved(lake_root) for spec in specs] if lake_root is not None else specs
+
+
+def find_spec(specs: list[PipelineSpec], pipeline_id: str) -> PipelineSpec:
+    """The spec with `pipeline_id`.
+
+    Raises:
+        InvalidPipelineSpec: no such pipeline.
+    """
+    for spec in specs:
+        if spec.id == pipeline_id:
+            return spec
+    raise InvalidPipelineSpec(
+        f"no pipeline {pipeline_id!r}; known: {sorted(s.id for s in specs)}",
+        pipeline_id=pipeline_id,
+        action="use one of the ids in the pipelines file",
+    )
