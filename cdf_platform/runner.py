@@ -15,11 +15,12 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import CdfPlatformError, SourceReset
 from cdf_platform.core.faults import FaultPoint, fault_point
-from cdf_platform.core.spec import FallbackMode, PipelineSpec
+from cdf_platform.core.spec import FallbackMode, HistoryMode, PipelineSpec
 from cdf_platform.planning.assessment import REBUILDABLE
 from cdf_platform.planning.plan import RunMode, RunPlan, plan_pipeline
 from cdf_platform.planning.run_result import RunResult
@@ -35,6 +36,7 @@ from cdf_platform.spark.changes import (
     read_changes,
 )
 from cdf_platform.spark.conform import conform_changes
+from cdf_platform.spark.history import merge_history, staged_history
 from cdf_platform.spark.merge import SilverLayout, TxnStamp, merge_changes
 from cdf_platform.spark.metrics import commit_counts, find_run_commit, silver_commit_counts
 from cdf_platform.spark.rebuild import rebuild_silver
@@ -212,7 +214,12 @@ def _incremental(run: _Run, plan: RunPlan) -> RunResult:
                 generation=plan.silver.generation,
             ),
         )
-        classified(ctx, lambda: merge_changes(spark, spec.target, collapsed, layout, stamp))
+        if layout.history is HistoryMode.SCD2:
+            staged = staged_history(spark, spec.target, collapsed.frame, layout)
+            write = partial(merge_history, spark, spec.target, staged, layout, stamp)
+        else:
+            write = partial(merge_changes, spark, spec.target, collapsed, layout, stamp)
+        classified(ctx, write)
     finally:
         collapsed.release()
     since = run.lap("write", since)
@@ -269,6 +276,13 @@ def _rebuild(
         problem.incident_code if problem is not None else ("MANUAL_REBUILD" if requested else None)
     )
     message = str(problem) if problem is not None else None
+    if spec.history is HistoryMode.SCD2 and plan.silver.watermark is not None:
+        # The snapshot shows each key at V only: say what the history cannot show.
+        message = (f"{message}; " if message else "") + (
+            f"scd2 rebuild at version {version}: open versions of keys gone or changed were "
+            f"closed and new ones opened at version {version}; changes between versions "
+            f"{plan.silver.watermark} and {version} are not in the history"
+        )
     _write_control(
         run, plan, mode, version, incident, counts, message=message, generation=outcome.generation
     )

@@ -291,6 +291,12 @@ class PipelineSpec(BaseModel):
                     "key's current version, and versions follow bronze's commit order)"
                 )
 
+    def tracked_columns(self, value_columns: Iterable[str]) -> list[str]:
+        """SCD2: the value columns whose change opens a new version."""
+        if self.track_history_columns is not None:
+            return [c for c in value_columns if c in self.track_history_columns]
+        return [c for c in value_columns if c not in self.track_history_except_columns]
+
     @property
     def conforms(self) -> bool:
         """Whether rows are transformed between the read and the MERGE."""

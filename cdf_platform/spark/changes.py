@@ -22,7 +22,7 @@ from cdf_platform.core.errors import (
     InvalidPipelineSpec,
     UnknownReadFailure,
 )
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec import HistoryMode, PipelineSpec
 from cdf_platform.core.sql import quote_ident
 from cdf_platform.spark.failures import failure_facts, rule_for
 
@@ -175,15 +175,17 @@ class ChangeOrder:
     Attributes:
         sequence_by: A data column that orders changes before the commit version does.
         ignore_null_updates: A NULL in an update keeps the value before it.
+        every_commit: Keep each key's change of every commit, not only the latest (history).
     """
 
     sequence_by: str | None = None
     ignore_null_updates: bool = False
+    every_commit: bool = False
 
     @classmethod
     def of(cls, spec: PipelineSpec) -> ChangeOrder:
         """The order `spec` asks for."""
-        return cls(spec.sequence_by, spec.ignore_null_updates)
+        return cls(spec.sequence_by, spec.ignore_null_updates, spec.history is HistoryMode.SCD2)
 
 
 RESET = "_reset"
@@ -203,7 +205,9 @@ def collapse_changes(
     version); inside one commit an insert/postimage beats a delete of the same key. With
     `ignore_null_updates`, each value column takes the last non-NULL value since the key's last
     insert or delete in the range, and `_reset` says whether there was one (else silver's value
-    stands in for a column that only NULLs updated). The per-(key, version) aggregate is cached,
+    stands in for a column that only NULLs updated). With `every_commit` (SCD2), each key's
+    change of every commit is kept, one row per (key, version). The per-(key, version) aggregate
+    is cached,
     so the feed is read once for both the checks and the MERGE; the caller must `release` it.
 
     Raises:
@@ -235,7 +239,13 @@ def collapse_changes(
     _refuse_bad_rows(per_commit, keys, order, ctx)
     ordering = [F.col(f"_row.{quote_ident(order.sequence_by)}")] if order.sequence_by else []
     ordered = per_commit.withColumn("_order", F.struct(*ordering, F.col(COMMIT_VERSION)))
-    if order.ignore_null_updates:
+    if order.every_commit:
+        frame = ordered.select(
+            *key_cols,
+            *(F.col(f"_row.{quote_ident(c)}").alias(c) for c in payload),
+            F.col(COMMIT_VERSION),
+        )
+    elif order.ignore_null_updates:
         frame = _collapse_ignoring_nulls(ordered, keys, payload)
     else:
         latest = ordered.groupBy(*key_cols).agg(

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
 from cdf_platform.core.errors import DataQualityError
-from cdf_platform.core.spec import DeleteMode, PipelineSpec
+from cdf_platform.core.spec import DeleteMode, HistoryMode, PipelineSpec
 from cdf_platform.core.sql import quote_ident, sql_path, sql_string
 from cdf_platform.spark.changes import COMMIT_TIMESTAMP, COMMIT_VERSION, RESET, CollapsedChanges
 
@@ -30,6 +30,9 @@ T = TypeVar("T")
 SOURCE_VERSION = "_source_commit_version"
 IS_DELETED = "_is_deleted"
 DELETED_AT = "_deleted_at"
+# SCD2 silver (`cdf_platform.spark.history`): when a version opened and closed (NULL: current).
+START_AT = "__start_at"
+END_AT = "__end_at"
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
@@ -46,6 +49,7 @@ class SilverLayout:
     in a deletion vector instead of copying every other row of the files they sit in.
     `sequence_by` and `ignore_null_updates` are the spec's (`cdf_platform.spark.changes.
     ChangeOrder`): which change is newer, and whether a NULL update keeps silver's value.
+    `history` and `tracked` (SCD2: the value columns whose change opens a version) are too.
     """
 
     keys: list[str]
@@ -55,6 +59,8 @@ class SilverLayout:
     deletion_vectors: bool = True
     sequence_by: str | None = None
     ignore_null_updates: bool = False
+    history: HistoryMode = HistoryMode.SCD1
+    tracked: tuple[str, ...] = ()
 
     @property
     def value_columns(self) -> list[str]:
@@ -64,6 +70,7 @@ class SilverLayout:
     @classmethod
     def of(cls, spec: PipelineSpec, data_columns: Sequence[str]) -> SilverLayout:
         """The layout of `spec`'s silver with `data_columns` (keys first)."""
+        value_columns = [c for c in data_columns if c not in spec.keys]
         return cls(
             list(spec.keys),
             list(data_columns),
@@ -71,6 +78,8 @@ class SilverLayout:
             deletion_vectors=spec.deletion_vectors,
             sequence_by=spec.sequence_by,
             ignore_null_updates=spec.ignore_null_updates,
+            history=spec.history,
+            tracked=tuple(spec.tracked_columns(value_columns)),
         )
 
     def newer(self, version: str) -> str:
@@ -245,6 +254,12 @@ def _with_source_view(spark: SparkSession, frame: DataFrame, action: Callable[[]
         spark.catalog.dropTempView(SOURCE_VIEW)
 
 
+def run_merge(spark: SparkSession, source: DataFrame, sql: str, stamp: TxnStamp) -> None:
+    """Run MERGE `sql` over `source` (as view `cdf_platform_source`), stamped with `stamp`."""
+    with stamped(spark, stamp):
+        _with_source_view(spark, source, lambda: spark.sql(sql).collect())
+
+
 def merge_changes(
     spark: SparkSession,
     target: str,
@@ -253,9 +268,7 @@ def merge_changes(
     stamp: TxnStamp,
 ) -> None:
     """Apply a collapsed change set to silver; the commit carries `stamp` (the watermark)."""
-    sql = merge_changes_sql(target, layout)
-    with stamped(spark, stamp):
-        _with_source_view(spark, collapsed.frame, lambda: spark.sql(sql).collect())
+    run_merge(spark, collapsed.frame, merge_changes_sql(target, layout), stamp)
 
 
 def check_snapshot_keys(
@@ -311,6 +324,4 @@ def reconcile_snapshot(
     deleted_at: datetime,
 ) -> None:
     """Reconcile silver with the bronze snapshot at `stamp.version`, stamping that watermark."""
-    sql = reconcile_sql(target, layout, stamp.version, deleted_at)
-    with stamped(spark, stamp):
-        _with_source_view(spark, snapshot, lambda: spark.sql(sql).collect())
+    run_merge(spark, snapshot, reconcile_sql(target, layout, stamp.version, deleted_at), stamp)

@@ -17,9 +17,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.faults import FaultPoint, fault_point
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec import HistoryMode, PipelineSpec
 from cdf_platform.spark.changes import ReadContext, classified, project_columns
 from cdf_platform.spark.conform import conform_snapshot
+from cdf_platform.spark.history import merge_history, staged_reconcile
 from cdf_platform.spark.merge import (
     SilverLayout,
     TxnStamp,
@@ -114,8 +115,12 @@ def rebuild_silver(
         ),
     )
     deleted_at = version_timestamp or datetime.now(UTC)
-    classified(
-        ctx,
-        lambda: reconcile_snapshot(spark, spec.target, snapshot, layout, stamp, deleted_at),
-    )
+    if layout.history is HistoryMode.SCD2:
+        staged = staged_reconcile(spark, spec.target, snapshot, layout, version, deleted_at)
+        classified(ctx, lambda: merge_history(spark, spec.target, staged, layout, stamp))
+    else:
+        classified(
+            ctx,
+            lambda: reconcile_snapshot(spark, spec.target, snapshot, layout, stamp, deleted_at),
+        )
     return RebuildOutcome(version, generation, txn_app_id, layout.data_columns)

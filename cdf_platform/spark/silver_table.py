@@ -19,11 +19,18 @@ from cdf_platform.core.errors import (
     TargetOwnershipConflict,
     foreign_files_at_target,
 )
-from cdf_platform.core.spec import DeleteMode
+from cdf_platform.core.spec import DeleteMode, HistoryMode
 from cdf_platform.core.sql import create_table_sql, quote_ident, sql_path
 from cdf_platform.deltalog.tables import holds_foreign_files, is_delta_table
 from cdf_platform.spark.failures import failure_facts, is_conflict
-from cdf_platform.spark.merge import DELETED_AT, IS_DELETED, SOURCE_VERSION, SilverLayout
+from cdf_platform.spark.merge import (
+    DELETED_AT,
+    END_AT,
+    IS_DELETED,
+    SOURCE_VERSION,
+    START_AT,
+    SilverLayout,
+)
 from cdf_platform.state.watermark import OWNER_PROPERTY
 
 if TYPE_CHECKING:
@@ -43,6 +50,9 @@ def _silver_schema(source: StructType, layout: SilverLayout) -> dict[str, str]:
     if layout.delete_mode is DeleteMode.SOFT:
         columns[IS_DELETED] = "BOOLEAN"
         columns[DELETED_AT] = "TIMESTAMP"
+    if layout.history is HistoryMode.SCD2:
+        columns[START_AT] = "TIMESTAMP"
+        columns[END_AT] = "TIMESTAMP"
     return columns
 
 
@@ -139,6 +149,6 @@ def ensure_silver(
     if added:
         columns = ", ".join(f"{quote_ident(c)} {t}" for c, t in added.items())
         spark.sql(f"ALTER TABLE {sql_path(target)} ADD COLUMNS ({columns})")
-    platform = {SOURCE_VERSION, IS_DELETED, DELETED_AT}
+    platform = {SOURCE_VERSION, IS_DELETED, DELETED_AT, START_AT, END_AT}
     retired = tuple(c for c in existing if c not in wanted and c not in platform)
     return replace(layout, retired_columns=retired)

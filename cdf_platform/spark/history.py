@@ -1,0 +1,227 @@
+"""SCD type 2 silver (`history: scd2`): every version of a row, with `__start_at` and `__end_at`.
+
+A version opens with the bronze commit that inserted the key, or that changed a tracked column
+(`track_history_columns`, or all value columns but `track_history_except_columns`), and closes
+(`__end_at` = that commit's timestamp) with the next such change or the key's delete. A change of
+untracked columns only updates the open version in place. `__end_at` NULL marks the current
+version; `_source_commit_version` is the bronze version that opened it.
+
+Both writes are one MERGE each, stamped with the watermark like SCD1's, over a staged source of
+two kinds of rows: `current` rows match silver's open version of a key (to close it, or update it
+in place), `insert` rows never match and add versions.
+
+- Incremental: every commit's change of a key in the range is replayed in commit order against
+  silver's open version, so the history does not depend on how commits were split into runs.
+- Rebuild: the snapshot only shows each key's state at the pinned version V, so it closes open
+  versions whose key is gone or whose tracked values differ, and opens versions for new or
+  changed keys, all at V's timestamp. Versions between the watermark and V are not recreated
+  and closed versions are never rewritten (the run's incident says so).
+
+Example:
+    >>> staged = staged_history(spark, target, changes, layout)  # doctest: +SKIP
+    >>> merge_history(spark, target, staged, layout, stamp)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from cdf_platform.core.sql import quote_ident, sql_path
+from cdf_platform.spark.changes import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
+from cdf_platform.spark.merge import (
+    END_AT,
+    SOURCE_VERSION,
+    START_AT,
+    SilverLayout,
+    TxnStamp,
+    run_merge,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+_ACTION = "_action"
+_CONTINUED = "_continued"
+
+
+def _signature(columns: Sequence[str], prefix: str = "") -> Column:
+    """A comparable text of the tracked values (NULL-safe: NULL fields are left out alike)."""
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    if not columns:
+        return F.lit("{}")
+    return F.to_json(F.struct(*(F.col(prefix + quote_ident(c)).alias(c) for c in columns)))
+
+
+def _open_versions(spark: SparkSession, target: str, layout: SilverLayout) -> DataFrame:
+    """Silver's open versions: keys, tracked signature, value columns (as `_cur_<column>`)."""
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    silver = spark.read.format("delta").load(target).filter(F.col(END_AT).isNull())
+    return silver.select(
+        *(F.col(quote_ident(k)) for k in layout.keys),
+        _signature(layout.tracked).alias("_cur_sig"),
+    )
+
+
+def _staged_columns(layout: SilverLayout) -> list[str]:
+    return [*layout.data_columns, SOURCE_VERSION, START_AT, END_AT, _ACTION, _CONTINUED]
+
+
+def staged_history(
+    spark: SparkSession, target: str, changes: DataFrame, layout: SilverLayout
+) -> DataFrame:
+    """The staged source of an incremental SCD2 MERGE from `changes` (one row per key and
+    commit: data columns, `_change_type`, `_commit_timestamp`, `_commit_version`)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    keys = [F.col(quote_ident(k)) for k in layout.keys]
+    values = layout.value_columns
+    events = changes.withColumn("_sig", _signature(layout.tracked)).join(
+        _open_versions(spark, target, layout), on=list(layout.keys), how="left"
+    )
+    by_commit = Window.partitionBy(*keys).orderBy(COMMIT_VERSION)
+    kind = F.col(CHANGE_TYPE)
+    previous_kind = F.lag(kind).over(by_commit)
+    first = previous_kind.isNull()
+    differs = F.when(
+        first, F.col("_cur_sig").isNull() | (F.col("_sig") != F.col("_cur_sig"))
+    ).otherwise((previous_kind == "delete") | (F.col("_sig") != F.lag("_sig").over(by_commit)))
+    opens = (kind != "delete") & differs
+    boundary = (opens | (kind == "delete")).cast("int")
+    running = by_commit.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    segmented = events.withColumn("_segment", F.sum(boundary).over(running))
+    # One row per segment: a version (opened by its first change, or silver's open version
+    # continued in segment 0) or a deletion; its values are its last change's.
+    segments = segmented.groupBy(*keys, "_segment").agg(
+        F.min_by(kind, F.col(COMMIT_VERSION)).alias("_start_kind"),
+        F.min(COMMIT_VERSION).alias("_start_version"),
+        F.min_by(F.col(COMMIT_TIMESTAMP), F.col(COMMIT_VERSION)).alias("_start_at"),
+        F.max_by(F.struct(*(F.col(quote_ident(c)) for c in values)), F.col(COMMIT_VERSION)).alias(
+            "_last"
+        ),
+        F.max(F.col("_cur_sig").isNotNull()).alias("_has_current"),
+    )
+    by_segment = Window.partitionBy(*keys).orderBy("_segment")
+    ended = segments.withColumn("_end_at", F.lead("_start_at").over(by_segment))
+    last_values = [F.col(f"_last.{quote_ident(c)}").alias(c) for c in values]
+    inserts = ended.filter((F.col("_segment") > 0) & (F.col("_start_kind") != "delete")).select(
+        *keys,
+        *last_values,
+        F.col("_start_version").alias(SOURCE_VERSION),
+        F.col("_start_at").alias(START_AT),
+        F.col("_end_at").alias(END_AT),
+        F.lit("insert").alias(_ACTION),
+        F.lit(False).alias(_CONTINUED),
+    )
+    # Silver's open version: continued by segment 0 (values in place) and ended where the next
+    # segment starts; or, without a segment 0, ended by the range's first change.
+    current = (
+        ended.filter(F.col("_has_current"))
+        .groupBy(*keys)
+        .agg(
+            F.max(F.col("_segment") == 0).alias(_CONTINUED),
+            F.max_by(F.col("_last"), -F.col("_segment")).alias("_last"),
+            F.min_by(
+                F.when(F.col("_segment") == 0, F.col("_end_at")).otherwise(F.col("_start_at")),
+                F.col("_segment"),
+            ).alias(END_AT),
+        )
+    )
+    closes = current.select(
+        *keys,
+        *last_values,
+        F.lit(None).cast("bigint").alias(SOURCE_VERSION),
+        F.lit(None).cast("timestamp").alias(START_AT),
+        F.col(END_AT),
+        F.lit("current").alias(_ACTION),
+        F.col(_CONTINUED),
+    )
+    return inserts.unionByName(closes).select(*(quote_ident(c) for c in _staged_columns(layout)))
+
+
+def staged_reconcile(
+    spark: SparkSession,
+    target: str,
+    snapshot: DataFrame,
+    layout: SilverLayout,
+    version: int,
+    at: datetime,
+) -> DataFrame:
+    """The staged source of an SCD2 rebuild from the snapshot at `version` (timestamp `at`)."""
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    keys = [F.col(quote_ident(k)) for k in layout.keys]
+    values = layout.value_columns
+    current = spark.read.format("delta").load(target).filter(F.col(END_AT).isNull())
+    current = current.select(
+        *keys,
+        _signature(layout.tracked).alias("_cur_sig"),
+        F.to_json(F.struct(*(F.col(quote_ident(c)) for c in values))).alias("_cur_all"),
+    )
+    moment = F.lit(at).cast("timestamp")
+    joined = snapshot.withColumns(
+        {
+            "_sig": _signature(layout.tracked),
+            "_all": F.to_json(F.struct(*(F.col(quote_ident(c)) for c in values))),
+            "_in_snapshot": F.lit(True),
+        }
+    ).join(current, on=list(layout.keys), how="full_outer")
+    in_snapshot = F.col("_in_snapshot").isNotNull()
+    in_silver = F.col("_cur_sig").isNotNull()
+    changed = in_snapshot & in_silver & (F.col("_sig") != F.col("_cur_sig"))
+    value_cols = [F.col(quote_ident(c)) for c in values]
+    inserts = joined.filter((in_snapshot & ~in_silver) | changed).select(
+        *keys,
+        *value_cols,
+        F.lit(version).cast("bigint").alias(SOURCE_VERSION),
+        moment.alias(START_AT),
+        F.lit(None).cast("timestamp").alias(END_AT),
+        F.lit("insert").alias(_ACTION),
+        F.lit(False).alias(_CONTINUED),
+    )
+    in_place = in_snapshot & in_silver & ~changed & (F.col("_all") != F.col("_cur_all"))
+    closes = joined.filter((in_silver & ~in_snapshot) | changed | in_place).select(
+        *keys,
+        *value_cols,
+        F.lit(None).cast("bigint").alias(SOURCE_VERSION),
+        F.lit(None).cast("timestamp").alias(START_AT),
+        F.when(in_place, F.lit(None).cast("timestamp")).otherwise(moment).alias(END_AT),
+        F.lit("current").alias(_ACTION),
+        in_place.alias(_CONTINUED),
+    )
+    return inserts.unionByName(closes).select(*(quote_ident(c) for c in _staged_columns(layout)))
+
+
+def merge_history_sql(target: str, layout: SilverLayout) -> str:
+    """The MERGE of a staged SCD2 source (view `cdf_platform_source`) into silver."""
+    on_keys = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in layout.keys)
+    value_columns = layout.value_columns
+    same = " AND ".join(f"t.{quote_ident(c)} <=> s.{quote_ident(c)}" for c in value_columns)
+    rewrite = f"s.{_CONTINUED} AND NOT ({same})" if value_columns else "false"
+    in_place = [
+        f"{quote_ident(c)} = CASE WHEN s.{_CONTINUED} THEN s.{quote_ident(c)} "
+        f"ELSE t.{quote_ident(c)} END"
+        for c in value_columns
+    ]
+    inserted = [*layout.data_columns, SOURCE_VERSION, START_AT, END_AT]
+    names = ", ".join(quote_ident(c) for c in inserted)
+    sources = ", ".join(f"s.{quote_ident(c)}" for c in inserted)
+    return f"""
+        MERGE INTO {sql_path(target)} AS t
+        USING cdf_platform_source AS s
+        ON s.{_ACTION} = 'current' AND t.{END_AT} IS NULL AND {on_keys}
+        WHEN MATCHED AND (s.{END_AT} IS NOT NULL OR {rewrite})
+            THEN UPDATE SET {END_AT} = s.{END_AT}{"".join(", " + a for a in in_place)}
+        WHEN NOT MATCHED AND s.{_ACTION} = 'insert' THEN INSERT ({names}) VALUES ({sources})
+    """
+
+
+def merge_history(
+    spark: SparkSession, target: str, staged: DataFrame, layout: SilverLayout, stamp: TxnStamp
+) -> None:
+    """Apply a staged SCD2 source to silver; the commit carries `stamp` (the watermark)."""
+    run_merge(spark, staged, merge_history_sql(target, layout), stamp)
