@@ -36,7 +36,7 @@ from cdf_platform.spark.changes import (
     read_changes,
 )
 from cdf_platform.spark.conform import conform_changes
-from cdf_platform.spark.history import merge_history, staged_history
+from cdf_platform.spark.history import merge_history, rebuild_note, staged_history
 from cdf_platform.spark.merge import SilverLayout, TxnStamp, merge_changes
 from cdf_platform.spark.metrics import commit_counts, find_run_commit, silver_commit_counts
 from cdf_platform.spark.rebuild import rebuild_silver
@@ -44,10 +44,7 @@ from cdf_platform.spark.session import assert_safe_spark_config, new_session
 from cdf_platform.spark.silver_table import ensure_silver
 from cdf_platform.state.control import ControlTable, LoadLogEntry
 from cdf_platform.state.watermark import app_id, read_silver_state, user_metadata
-from cdf_platform.window.replay_window import (
-    assess_consumer,
-    compute_replay_window,
-)
+from cdf_platform.window.replay_window import assess_consumer, compute_replay_window
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -277,12 +274,7 @@ def _rebuild(
     )
     message = str(problem) if problem is not None else None
     if spec.history is HistoryMode.SCD2 and plan.silver.watermark is not None:
-        # The snapshot shows each key at V only: say what the history cannot show.
-        message = (f"{message}; " if message else "") + (
-            f"scd2 rebuild at version {version}: open versions of keys gone or changed were "
-            f"closed and new ones opened at version {version}; changes between versions "
-            f"{plan.silver.watermark} and {version} are not in the history"
-        )
+        message = "; ".join(filter(None, (message, rebuild_note(plan.silver.watermark, version))))
     _write_control(
         run, plan, mode, version, incident, counts, message=message, generation=outcome.generation
     )

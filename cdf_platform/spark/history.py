@@ -196,6 +196,15 @@ def staged_reconcile(
     return inserts.unionByName(closes).select(*(quote_ident(c) for c in _staged_columns(layout)))
 
 
+def rebuild_note(watermark: int, version: int) -> str:
+    """What an SCD2 rebuild from `watermark` to `version` cannot put in the history."""
+    return (
+        f"scd2 rebuild at version {version}: open versions of keys gone or changed were closed "
+        f"and new ones opened at version {version}; changes between versions {watermark} and "
+        f"{version} are not in the history"
+    )
+
+
 def merge_history_sql(target: str, layout: SilverLayout) -> str:
     """The MERGE of a staged SCD2 source (view `cdf_platform_source`) into silver."""
     on_keys = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in layout.keys)

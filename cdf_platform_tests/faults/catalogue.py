@@ -335,6 +335,17 @@ CATALOGUE: list[BadInput] = [
         include_columns=["_commit_version"],
     ),
     _spec_case("key_excluded", "a key listed in `exclude_columns`", exclude_columns=["id"]),
+    _spec_case(
+        "scd2_soft_delete",
+        "`history: scd2` with `delete_mode: soft`",
+        history="scd2",
+        delete_mode="soft",
+    ),
+    _spec_case(
+        "tracked_columns_without_scd2",
+        "`track_history_columns: [name]` without `history: scd2`",
+        track_history_columns=["name"],
+    ),
     _spec_case("derived_key", "`columns: {id: id + 1}` deriving a key", columns={"id": "id + 1"}),
     _spec_case("source_is_target", "`source` and `target` the same table", target="bronze"),
     BadInput(

@@ -56,6 +56,7 @@ from cdf_platform_tests.faults.history import (
     initial_rows,
     plan_history,
 )
+from cdf_platform_tests.faults.modeling import conform_snapshot, history_problems, modeling_fields
 from cdf_platform_tests.faults.oracle import (
     ExpectedRow,
     LostWindow,
@@ -124,7 +125,8 @@ class HistoryReport:
 
 
 def history_spec(lake: Path, seed: int) -> PipelineSpec:
-    """The pipeline of history `seed`: odd seeds soft-delete; every fourth uses FAIL_FAST."""
+    """The pipeline of history `seed`: odd seeds soft-delete; every fourth uses FAIL_FAST; some
+    conform rows or keep SCD2 history (`cdf_platform_tests.faults.modeling`)."""
     return PipelineSpec(
         id=f"fuzz_{seed}",
         source=str(lake / "bronze"),
@@ -132,6 +134,7 @@ def history_spec(lake: Path, seed: int) -> PipelineSpec:
         keys=["id"],
         delete_mode="soft" if seed % 2 else "hard",
         fallback_mode="FAIL_FAST" if seed % 4 == 3 else "SNAPSHOT_REBUILD",
+        **modeling_fields(seed),
     )
 
 
@@ -157,6 +160,7 @@ class HistoryHarness:
         self.expected: dict[int, ExpectedRow] = {}
         self.columns: list[str] = []
         self.silver = Silver((), {}, ())
+        self.history: list[Row] = []  # SCD2 silver's rows after the last run
         self._control_behind = False
         self.last_plan_at = datetime.now(UTC).replace(tzinfo=None)
 
@@ -368,6 +372,15 @@ class HistoryHarness:
         )
         if sorted(columns) != sorted(record.columns) or sorted(snapshot, key=str) != model:
             raise self._fail(f"harness model of bronze {latest} differs from delta-rs' snapshot")
+        snapshot, columns = conform_snapshot(modeling_fields(self.seed), snapshot, columns)
+        if self.spec.history.value == "scd2":
+            self.history, found = history_problems(
+                self.spec.target, self.history, snapshot, columns, latest
+            )
+            if found:
+                raise self._fail(f"silver history differs from the oracle at {latest}: {found[:5]}")
+            self.watermark, self.table_id = latest, bronze.table_id
+            return
         silver_columns = self.columns + [c for c in columns if c not in self.columns]
         soft = self.spec.delete_mode.value == "soft"
         expected = expected_silver(self.expected, snapshot, silver_columns, columns, soft=soft)

@@ -1,0 +1,92 @@
+"""Silver modeling in the generated histories: some seeds' pipelines conform rows (a derived
+column and a row filter) or keep SCD2 history, and the oracle is extended for them.
+
+- Conformed seeds: the oracle applies the same steps to the bronze snapshot in Python (the
+  derived column and the filter only read the key, which no operation drops) and then expects of
+  silver what it expects of a plain pipeline over that conformed snapshot.
+- SCD2 seeds (hard deletes): silver's open versions are exactly the snapshot (on the snapshot's
+  columns; a retired column keeps what its versions held), every version closed before the run
+  is unchanged, a key's versions never overlap and at most one is open, and no version was
+  opened by a commit after the watermark.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from itertools import pairwise
+from typing import Any
+
+from cdf_platform_tests.faults.bronze_model import KEY, Row
+from cdf_platform_tests.faults.oracle import read_rows
+
+SOURCE_VERSION = "_source_commit_version"
+START_AT = "__start_at"
+END_AT = "__end_at"
+DERIVED = "id_band"
+CONFORMING: dict[str, Any] = {"columns": {DERIVED: "id % 4"}, "where": "id % 5 != 0"}
+SCD2: dict[str, Any] = {"history": "scd2"}
+
+
+def modeling_fields(seed: int) -> dict[str, Any]:
+    """The modeling fields of history `seed`'s pipeline: seeds 2, 6, 10, ... (hard deletes,
+    SNAPSHOT_REBUILD) keep SCD2 history; multiples of 3 conform rows (6 does both)."""
+    fields: dict[str, Any] = {}
+    if seed % 4 == 2:
+        fields |= SCD2
+    if seed % 3 == 0:
+        fields |= CONFORMING
+    return fields
+
+
+def conform_snapshot(
+    fields: dict[str, Any], snapshot: list[Row], columns: list[str]
+) -> tuple[list[Row], list[str]]:
+    """The bronze snapshot (and its columns) after the pipeline's conforming steps, as the
+    oracle computes them."""
+    if "where" not in fields:
+        return snapshot, columns
+    kept = [{**row, DERIVED: row[KEY] % 4} for row in snapshot if row[KEY] % 5 != 0]
+    return kept, [*columns, DERIVED]
+
+
+def history_problems(
+    target: str,
+    previous: list[Row],
+    snapshot: list[Row],
+    snapshot_columns: list[str],
+    watermark: int,
+) -> tuple[list[Row], list[str]]:
+    """SCD2 silver's rows at `target`, read with delta-rs, and every way they break the oracle
+    after a run to `watermark` (module doc); `previous`: the rows after the run before."""
+    _, rows = read_rows(target)
+    problems: list[str] = []
+    current = {row[KEY]: row for row in rows if row[END_AT] is None}
+    wanted = {row[KEY]: row for row in snapshot}
+    if sorted(current) != sorted(wanted):
+        missing, extra = sorted(set(wanted) - set(current)), sorted(set(current) - set(wanted))
+        problems.append(f"open versions: keys {missing} missing, keys {extra} not in bronze")
+    for key in sorted(set(current) & set(wanted)):
+        got = {c: current[key].get(c) for c in snapshot_columns}
+        want = {c: wanted[key].get(c) for c in snapshot_columns}
+        if got != want:
+            problems.append(f"key {key}: open version {got}, bronze {want}")
+    closed_before = [row for row in previous if row[END_AT] is not None]
+    for row in closed_before:
+        if row not in rows:
+            problems.append(f"closed version {row} was changed or removed")
+    opened_before = {(row[KEY], row[START_AT]) for row in previous}
+    by_key: dict[Any, list[Row]] = defaultdict(list)
+    for row in rows:
+        by_key[row[KEY]].append(row)
+        opened = (row[KEY], row[START_AT]) not in opened_before
+        if opened and (row[SOURCE_VERSION] is None or row[SOURCE_VERSION] > watermark):
+            problems.append(f"version {row} opened past the watermark {watermark}")
+    for key, versions in by_key.items():
+        ordered = sorted(versions, key=lambda r: (r[START_AT] or datetime.min, r[SOURCE_VERSION]))
+        if sum(1 for r in ordered if r[END_AT] is None) > 1:
+            problems.append(f"key {key} has more than one open version")
+        for earlier, later in pairwise(ordered):
+            if earlier[END_AT] is None or earlier[END_AT] > later[START_AT]:
+                problems.append(f"key {key}: versions {earlier} and {later} overlap")
+    return rows, problems
