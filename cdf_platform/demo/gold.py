@@ -3,9 +3,12 @@ silver orders' own change feed.
 
 Each run applies only what changed in silver since its watermark: every change row adds (insert,
 update_postimage) or subtracts (delete, update_preimage) its order from its customer's totals;
-soft-deleted rows count as gone. The MERGE carries the watermark as a Delta transaction in the
-same commit, so a rerun after a crash applies nothing twice. The first run, or one whose range
-of silver's feed is gone, recomputes from a pinned silver snapshot instead.
+soft-deleted rows count as gone. An SCD2 silver (`history: scd2`) is read the same way: only its
+current versions (`__end_at` NULL) count, so closing a version (an update whose postimage has
+`__end_at`) subtracts it and opening one (an insert) adds it. The MERGE carries the watermark as
+a Delta transaction in the same commit, so a rerun after a crash applies nothing twice. The first
+run, or one whose range of silver's feed is gone, recomputes from a pinned silver snapshot
+instead.
 
 Example:
     >>> outcome = refresh_customer_order_totals(
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING
 from cdf_platform.core.sql import sql_path
 from cdf_platform.demo.silver_feed import FeedMode, FeedPlan, plan_feed
 from cdf_platform.spark.changes import CHANGE_TYPE, ReadContext, classified, read_changes
-from cdf_platform.spark.merge import IS_DELETED, TxnStamp, stamped
+from cdf_platform.spark.merge import END_AT, IS_DELETED, TxnStamp, stamped
 from cdf_platform.spark.session import new_session
 from cdf_platform.state.watermark import user_metadata
 
@@ -57,11 +60,15 @@ class RefreshOutcome:
 
 
 def _live(frame: DataFrame) -> Column:
+    """An order that counts: not soft-deleted, and (SCD2 silver) its current version."""
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
+    live = F.lit(True)
     if IS_DELETED in frame.columns:
-        return ~F.coalesce(F.col(IS_DELETED), F.lit(False))
-    return F.lit(True)
+        live = live & ~F.coalesce(F.col(IS_DELETED), F.lit(False))
+    if END_AT in frame.columns:
+        live = live & F.col(END_AT).isNull()
+    return live
 
 
 def snapshot_totals(spark: SparkSession, silver: str, version: int) -> DataFrame:

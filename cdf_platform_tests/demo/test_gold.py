@@ -65,3 +65,29 @@ def test_gold_follows_soft_deleting_silver_incrementally_through_its_change_feed
     )
     assert (idle["mode"], idle["spark_started"], idle["rows_written"]) == ("noop", False, 0)
     assert last_spark_job_id(spark) == jobs_before
+
+
+def test_gold_reads_an_scd2_silver_feed_counting_current_versions_only(
+    spark: SparkSession, spark_resource: SparkResource, lake: Path
+) -> None:
+    defs = lake_defs(spark_resource, lake, {**ORDERS, "history": "scd2"})
+    instance = dg.DagsterInstance.ephemeral()
+    bronze, silver = str(lake / "bronze" / "orders"), str(lake / "silver" / "orders")
+    gold = str(lake / "gold" / "customer_order_totals")
+    chain = (BRONZE_ORDERS, SILVER_ORDERS, CUSTOMER_ORDER_TOTALS_KEY)
+    batch = {"ops": {"bronze__orders": {"config": {"batch_size": 60}}}}
+
+    first = materialization(
+        materialize(defs, *chain, instance=instance, run_config=batch), CUSTOMER_ORDER_TOTALS_KEY
+    )
+    assert first["mode"] == "full"
+    assert table_rows(spark, gold) == expected_totals(spark, bronze)
+    # Updates close versions and open new ones, deletes close them: silver keeps them all,
+    # gold counts the current ones, as bronze holds them.
+    second = materialization(
+        materialize(defs, *chain, instance=instance, run_config=batch), CUSTOMER_ORDER_TOTALS_KEY
+    )
+    assert second["mode"] == "incremental"
+    closed = spark.sql(f"SELECT * FROM {sql_path(silver)} WHERE __end_at IS NOT NULL").count()
+    assert closed > 0
+    assert table_rows(spark, gold) == expected_totals(spark, bronze)
