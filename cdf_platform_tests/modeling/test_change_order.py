@@ -47,9 +47,13 @@ def test_sequence_by_keeps_the_newest_business_version(spark: SparkSession, lake
     _run(spark, spec, control)
     expected = [(1, "a3", 3), (2, "b5", 5)]
     assert rows(spark, spec.target) == expected
-    # A rebuild over that silver keeps what the incremental runs kept.
+    # A rebuild over that silver keeps what the incremental runs kept. One into an empty silver
+    # (the documented difference) only has bronze, which holds the late writes.
     _run(spark, spec, control, rebuild=True)
     assert rows(spark, spec.target) == expected
+    fresh = spec.model_copy(update={"id": "fresh", "target": str(lake / "fresh")})
+    _run(spark, fresh, control)
+    assert rows(spark, fresh.target) == [(1, "a2 late", 2), (2, "b4 late", 4)]
 
     sql(spark, bronze, "INSERT INTO {t} VALUES (4, 'd', NULL)")
     with pytest.raises(DataQualityError, match=r"NULL sequence_by value \(seq\) for key \(id=4\)"):
@@ -82,3 +86,7 @@ def test_ignore_null_updates_keeps_silver_values(spark: SparkSession, lake: Path
     assert rows(spark, spec.target) == expected
     _run(spark, spec, control, rebuild=True)
     assert rows(spark, spec.target) == expected
+    # Into an empty silver a rebuild has only bronze's NULLs (the documented difference).
+    fresh = spec.model_copy(update={"id": "fresh", "target": str(lake / "fresh")})
+    _run(spark, fresh, control)
+    assert rows(spark, fresh.target) == [(1, None, None), (2, None, 25), (3, None, 30)]
