@@ -163,57 +163,57 @@ def _apply(frame: DataFrame, spec: PipelineSpec, function: Transform | None) -> 
 
 def _shape(frame: DataFrame, spec: PipelineSpec, function: Transform | None) -> DataFrame:
     """Steps 1 and 2: the Python transform, then each derived column in order."""
-    from pyspark.errors import AnalysisException
     from pyspark.sql import DataFrame as DataFrameType
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
     if function is not None:
-        try:
-            result = function(frame)
-        except AnalysisException as err:
-            problem = f"transform {spec.transform!r} fails: {_first_line(err)}"
-            raise _invalid(spec, problem) from err
-        if not isinstance(result, DataFrameType) and not _is_connect_frame(result):
+        given = frame
+        frame = _analysed(spec, f"transform {spec.transform!r} fails", lambda: function(given))
+        if not isinstance(frame, DataFrameType) and not _is_connect_frame(frame):
             raise _invalid(
                 spec,
-                f"transform {spec.transform!r} returned {type(result).__name__}, not a DataFrame",
+                f"transform {spec.transform!r} returned {type(frame).__name__}, not a DataFrame",
             )
-        frame = result
     for name, expression in spec.columns.items():
-        try:
-            frame = frame.withColumn(name, F.expr(expression))
-            frame.schema  # noqa: B018 (Spark Connect analyses lazily: force it here)
-        except AnalysisException as err:
-            raise _invalid(
-                spec,
-                f"columns.{name} ({expression!r}) is not a valid expression over the "
-                f"bronze row: {_first_line(err)}",
-            ) from err
+        before = frame
+        frame = _analysed(
+            spec,
+            f"columns.{name} ({expression!r}) is not a valid expression over the bronze row",
+            lambda: before.withColumn(name, F.expr(expression)),  # noqa: B023 (called at once)
+        )
     return frame
 
 
 def _mark_filtered(frame: DataFrame, spec: PipelineSpec) -> DataFrame:
     """Step 3 on a change feed: a row `where` does not keep becomes a delete of its key."""
-    from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
     assert spec.where is not None
-    try:
-        keep: Column = F.coalesce(F.expr(spec.where).cast("boolean"), F.lit(False))
-        marked = frame.withColumn(
-            CHANGE_TYPE,
-            F.when(F.col(CHANGE_TYPE).isin(*_ROW_IMAGES) & ~keep, F.lit("delete")).otherwise(
-                F.col(CHANGE_TYPE)
-            ),
+    where = spec.where
+
+    def mark() -> DataFrame:
+        keep: Column = F.coalesce(F.expr(where).cast("boolean"), F.lit(False))
+        deleted = F.col(CHANGE_TYPE).isin(*_ROW_IMAGES) & ~keep
+        return frame.withColumn(
+            CHANGE_TYPE, F.when(deleted, F.lit("delete")).otherwise(F.col(CHANGE_TYPE))
         )
-        marked.schema  # noqa: B018 (Spark Connect analyses lazily: force it here)
+
+    what = f"where ({where!r}) is not a valid condition over the bronze row"
+    return _analysed(spec, what, mark)
+
+
+def _analysed(spec: PipelineSpec, what: str, build: Callable[[], DataFrame]) -> DataFrame:
+    """`build()`, analysed now (Spark Connect analyses lazily); a parse or analysis error is
+    the spec's, said as `what`."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        frame = build()
+        if hasattr(frame, "schema"):
+            frame.schema  # noqa: B018 (forces the analysis)
     except AnalysisException as err:
-        raise _invalid(
-            spec,
-            f"where ({spec.where!r}) is not a valid condition over the bronze row: "
-            f"{_first_line(err)}",
-        ) from err
-    return marked
+        raise _invalid(spec, f"{what}: {_first_line(err)}") from err
+    return frame
 
 
 def check_conforming(
