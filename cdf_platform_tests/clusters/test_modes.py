@@ -194,6 +194,33 @@ def test_a_run_killed_after_the_merge_over_spark_connect_reruns_exactly(
     assert_converged_after_kill(spark, spec, control)
 
 
+def test_conforming_transforms_over_spark_connect_are_applied_and_checked(
+    spark: SparkSession, tmp_path: Path, connect_server: ConnectServer
+) -> None:
+    """The client has no JVM: the transforms are checked on the analysed plan the server
+    prints, then applied on the server like in a local session."""
+    remote = {REMOTE_ENV: connect_server.url}
+    for name in ("conformed", "refused"):
+        (tmp_path / name).mkdir()
+    conformed = Platform(
+        spark,
+        tmp_path / "conformed" / "lake",
+        remote,
+        columns={"amount_x2": "amount * 2"},
+        where="amount >= 15",
+    )
+    make_bronze(spark, conformed.spec.source, [(1, "ada", 10), (2, "bob", 20), (3, "cy", 30)])
+    assert conformed.run()["mode"] == "initial_load"
+    assert rows(spark, conformed.spec.target) == [(2, "bob", 20, 40), (3, "cy", 30, 60)]
+
+    refused = Platform(spark, tmp_path / "refused" / "lake", remote, columns={"r": "rand()"})
+    make_bronze(spark, refused.spec.source, [(1, "ada", 10)])
+    done = refused.cli("run", "people")
+    assert done.returncode != 0
+    assert "InvalidPipelineSpec" in done.stderr and "uses rand" in done.stderr, done.stderr[-2000:]
+    assert not Path(refused.spec.target).exists()
+
+
 def test_an_unreachable_spark_connect_server_is_a_classified_error(
     spark: SparkSession, tmp_path: Path
 ) -> None:
