@@ -27,7 +27,7 @@ from cdf_platform.core.sql import quote_ident
 from cdf_platform.spark.failures import failure_facts, rule_for
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, Row, SparkSession
 
 T = TypeVar("T")
 
@@ -225,13 +225,11 @@ def collapse_changes(
     payload = [*(c for c in data_columns if c not in keys), CHANGE_TYPE, COMMIT_TIMESTAMP]
     relevant = changes.filter(F.col(CHANGE_TYPE) != "update_preimage")
     key_cols = [F.col(quote_ident(k)) for k in keys]
-    sequence = F.col(quote_ident(order.sequence_by)) if order.sequence_by else None
-    null_sequence = F.count_if(sequence.isNull()) if sequence is not None else F.lit(0)
     per_commit = (
         relevant.groupBy(*key_cols, F.col(COMMIT_VERSION))
         .agg(
             F.count_if(F.col(CHANGE_TYPE) != "delete").alias("_survivors"),
-            null_sequence.alias("_null_sequence"),
+            null_sequence_count(order.sequence_by).alias("_null_sequence"),
             F.max(F.struct(priority, *(F.col(quote_ident(c)) for c in payload))).alias("_row"),
         )
         .persist()
@@ -266,10 +264,7 @@ def _refuse_bad_rows(
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
     key_cols = [F.col(quote_ident(k)) for k in keys]
-    null_key = F.lit(False)
-    for key in keys:
-        null_key = null_key | F.col(quote_ident(key)).isNull()
-    bad = null_key | (F.col("_survivors") > 1) | (F.col("_null_sequence") > 0)
+    bad = null_key(keys) | (F.col("_survivors") > 1) | (F.col("_null_sequence") > 0)
     problems = classified(
         ctx,
         lambda: (
@@ -284,21 +279,43 @@ def _refuse_bad_rows(
         return
     per_commit.unpersist()
     first = problems[0]
-    key_text = ", ".join(f"{k}={first[k]!r}" for k in keys)
     version = int(first[COMMIT_VERSION])
-    if any(first[k] is None for k in keys):
-        problem = f"bronze commit {version} has a row with a null key ({key_text})"
-    elif first["_survivors"] > 1:
-        problem = (
-            f"bronze commit {version} holds {first['_survivors']} rows for key "
-            f"({key_text}): the source has duplicate keys"
-        )
-    else:
-        problem = (
-            f"bronze commit {version} has a NULL sequence_by value "
-            f"({order.sequence_by}) for key ({key_text})"
-        )
+    problem = key_quality_problem(
+        first, keys, f"bronze commit {version}", first["_survivors"], order.sequence_by
+    )
     raise DataQualityError(problem, pipeline_id=ctx.pipeline_id, table=ctx.table, version=version)
+
+
+def null_key(keys: Sequence[str]) -> Column:
+    """True on a row with a NULL in any key column."""
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    found = F.lit(False)
+    for key in keys:
+        found = found | F.col(quote_ident(key)).isNull()
+    return found
+
+
+def null_sequence_count(sequence_by: str | None) -> Column:
+    """An aggregate: the rows of a group whose `sequence_by` value is NULL (0 without one)."""
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    if sequence_by is None:
+        return F.lit(0)
+    return F.count_if(F.col(quote_ident(sequence_by)).isNull())
+
+
+def key_quality_problem(
+    row: Row, keys: Sequence[str], where: str, rows: int, sequence_by: str | None
+) -> str:
+    """What is wrong with the first offending key of `where` (a commit or a snapshot): a null
+    key, `rows` rows for one key, or a NULL `sequence_by` value."""
+    key_text = ", ".join(f"{k}={row[k]!r}" for k in keys)
+    if any(row[k] is None for k in keys):
+        return f"{where} has a row with a null key ({key_text})"
+    if rows > 1:
+        return f"{where} holds {rows} rows for key ({key_text}): the source has duplicate keys"
+    return f"{where} has a NULL sequence_by value ({sequence_by}) for key ({key_text})"
 
 
 def _collapse_ignoring_nulls(

@@ -33,6 +33,7 @@ from cdf_platform.spark.changes import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VER
 from cdf_platform.spark.merge import (
     END_AT,
     SOURCE_VERSION,
+    SOURCE_VIEW,
     START_AT,
     SilverLayout,
     TxnStamp,
@@ -46,23 +47,25 @@ _ACTION = "_action"
 _CONTINUED = "_continued"
 
 
-def _signature(columns: Sequence[str], prefix: str = "") -> Column:
-    """A comparable text of the tracked values (NULL-safe: NULL fields are left out alike)."""
+def _signature(columns: Sequence[str]) -> Column:
+    """A comparable text of `columns`' values (NULL-safe: NULL fields are left out alike)."""
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
     if not columns:
         return F.lit("{}")
-    return F.to_json(F.struct(*(F.col(prefix + quote_ident(c)).alias(c) for c in columns)))
+    return F.to_json(F.struct(*(F.col(quote_ident(c)).alias(c) for c in columns)))
 
 
 def _open_versions(spark: SparkSession, target: str, layout: SilverLayout) -> DataFrame:
-    """Silver's open versions: keys, tracked signature, value columns (as `_cur_<column>`)."""
+    """Silver's open versions: keys, the signature of the tracked values (`_cur_sig`) and of
+    all value columns (`_cur_all`)."""
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
     silver = spark.read.format("delta").load(target).filter(F.col(END_AT).isNull())
     return silver.select(
         *(F.col(quote_ident(k)) for k in layout.keys),
         _signature(layout.tracked).alias("_cur_sig"),
+        _signature(layout.value_columns).alias("_cur_all"),
     )
 
 
@@ -156,20 +159,14 @@ def staged_reconcile(
 
     keys = [F.col(quote_ident(k)) for k in layout.keys]
     values = layout.value_columns
-    current = spark.read.format("delta").load(target).filter(F.col(END_AT).isNull())
-    current = current.select(
-        *keys,
-        _signature(layout.tracked).alias("_cur_sig"),
-        F.to_json(F.struct(*(F.col(quote_ident(c)) for c in values))).alias("_cur_all"),
-    )
     moment = F.lit(at).cast("timestamp")
     joined = snapshot.withColumns(
         {
             "_sig": _signature(layout.tracked),
-            "_all": F.to_json(F.struct(*(F.col(quote_ident(c)) for c in values))),
+            "_all": _signature(values),
             "_in_snapshot": F.lit(True),
         }
-    ).join(current, on=list(layout.keys), how="full_outer")
+    ).join(_open_versions(spark, target, layout), on=list(layout.keys), how="full_outer")
     in_snapshot = F.col("_in_snapshot").isNotNull()
     in_silver = F.col("_cur_sig").isNotNull()
     changed = in_snapshot & in_silver & (F.col("_sig") != F.col("_cur_sig"))
@@ -207,22 +204,19 @@ def rebuild_note(watermark: int, version: int) -> str:
 
 def merge_history_sql(target: str, layout: SilverLayout) -> str:
     """The MERGE of a staged SCD2 source (view `cdf_platform_source`) into silver."""
-    on_keys = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in layout.keys)
-    value_columns = layout.value_columns
-    same = " AND ".join(f"t.{quote_ident(c)} <=> s.{quote_ident(c)}" for c in value_columns)
-    rewrite = f"s.{_CONTINUED} AND NOT ({same})" if value_columns else "false"
+    rewrite = f"(s.{_CONTINUED} AND NOT ({layout.unchanged()}))"
     in_place = [
         f"{quote_ident(c)} = CASE WHEN s.{_CONTINUED} THEN s.{quote_ident(c)} "
         f"ELSE t.{quote_ident(c)} END"
-        for c in value_columns
+        for c in layout.value_columns
     ]
     inserted = [*layout.data_columns, SOURCE_VERSION, START_AT, END_AT]
     names = ", ".join(quote_ident(c) for c in inserted)
     sources = ", ".join(f"s.{quote_ident(c)}" for c in inserted)
     return f"""
         MERGE INTO {sql_path(target)} AS t
-        USING cdf_platform_source AS s
-        ON s.{_ACTION} = 'current' AND t.{END_AT} IS NULL AND {on_keys}
+        USING {SOURCE_VIEW} AS s
+        ON s.{_ACTION} = 'current' AND t.{END_AT} IS NULL AND {layout.on_clause()}
         WHEN MATCHED AND (s.{END_AT} IS NOT NULL OR {rewrite})
             THEN UPDATE SET {END_AT} = s.{END_AT}{"".join(", " + a for a in in_place)}
         WHEN NOT MATCHED AND s.{_ACTION} = 'insert' THEN INSERT ({names}) VALUES ({sources})

@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, TypeVar
 from cdf_platform.core.errors import DataQualityError
 from cdf_platform.core.spec import DeleteMode, HistoryMode, PipelineSpec
 from cdf_platform.core.sql import quote_ident, sql_path, sql_string
-from cdf_platform.spark.changes import COMMIT_TIMESTAMP, COMMIT_VERSION, RESET, CollapsedChanges
+from cdf_platform.spark.changes import (
+    COMMIT_TIMESTAMP,
+    COMMIT_VERSION,
+    RESET,
+    CollapsedChanges,
+    key_quality_problem,
+    null_key,
+    null_sequence_count,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -99,6 +107,14 @@ class SilverLayout:
         kept = f"coalesce({source}, t.{quote_ident(column)})"
         return f"CASE WHEN {reset} THEN {source} ELSE {kept} END" if reset else kept
 
+    def unchanged(self) -> str:
+        """SQL: every value column of `t` already holds what an update from `s` would write."""
+        if not self.value_columns:
+            return "TRUE"
+        return " AND ".join(
+            f"t.{quote_ident(c)} <=> {self.value(c, reset=None)}" for c in self.value_columns
+        )
+
     def on_clause(self) -> str:
         """MERGE condition on the keys (keys are never null: checked before)."""
         return " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in self.keys)
@@ -129,15 +145,6 @@ def stamped(spark: SparkSession, stamp: TxnStamp) -> Iterator[None]:
     finally:
         for key in (TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF):
             spark.conf.unset(key)
-
-
-def _unchanged(layout: SilverLayout) -> str:
-    """SQL: every value column of `t` already holds what the update would write."""
-    if not layout.value_columns:
-        return "TRUE"
-    return " AND ".join(
-        f"t.{quote_ident(c)} <=> {layout.value(c, reset=None)}" for c in layout.value_columns
-    )
 
 
 def _assignments(layout: SilverLayout, *, reset: str | None) -> list[str]:
@@ -210,7 +217,7 @@ def reconcile_sql(target: str, layout: SilverLayout, version: int, deleted_at: d
     """
     stamp = str(int(version))
     retired = _retired_nulls(layout)
-    differs = f"NOT ({_unchanged(layout)}) OR t.{SOURCE_VERSION} > {stamp}"
+    differs = f"NOT ({layout.unchanged()}) OR t.{SOURCE_VERSION} > {stamp}"
     differs += _any_retired_value(layout)
     update = [*_assignments(layout, reset=None), f"{SOURCE_VERSION} = {stamp}", *retired]
     at = f"CAST({sql_string(deleted_at.isoformat())} AS TIMESTAMP)"
@@ -287,31 +294,20 @@ def check_snapshot_keys(
     """
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-    key_cols = [F.col(quote_ident(k)) for k in keys]
-    null_key = F.lit(False)
-    for key in keys:
-        null_key = null_key | F.col(quote_ident(key)).isNull()
-    sequence = F.col(quote_ident(sequence_by)) if sequence_by else None
-    null_sequence = F.count_if(sequence.isNull()) if sequence is not None else F.lit(0)
     bad = (
-        snapshot.groupBy(*key_cols)
-        .agg(F.count(F.lit(1)).alias("count"), null_sequence.alias("null_sequence"))
-        .filter(null_key | (F.col("count") > 1) | (F.col("null_sequence") > 0))
+        snapshot.groupBy(*(F.col(quote_ident(k)) for k in keys))
+        .agg(
+            F.count(F.lit(1)).alias("count"),
+            null_sequence_count(sequence_by).alias("null_sequence"),
+        )
+        .filter(null_key(keys) | (F.col("count") > 1) | (F.col("null_sequence") > 0))
         .limit(1)
         .collect()
     )
     if bad:
         row = bad[0]
-        key_text = ", ".join(f"{k}={row[k]!r}" for k in keys)
-        if any(row[k] is None for k in keys):
-            problem = f"bronze snapshot {version} has a row with a null key ({key_text})"
-        elif row["count"] > 1:
-            problem = f"bronze snapshot {version} holds {row['count']} rows for key ({key_text})"
-        else:
-            problem = (
-                f"bronze snapshot {version} has a NULL sequence_by value ({sequence_by}) for "
-                f"key ({key_text})"
-            )
+        where = f"bronze snapshot {version}"
+        problem = key_quality_problem(row, keys, where, row["count"], sequence_by)
         raise DataQualityError(problem, pipeline_id=pipeline_id, table=table, version=version)
 
 
