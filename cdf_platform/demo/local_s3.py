@@ -25,6 +25,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from cdf_platform.core.errors import RuntimeEnvironmentError
 
@@ -35,6 +36,20 @@ DUMMY_KEY_ID = "cdf-platform-local"
 DUMMY_SECRET = "cdf-platform-local-secret"
 # The access-log line the server writes per request: `"GET /bucket/key HTTP/1.1" 200 -`.
 _REQUEST_LINE = re.compile(r'"(?:\x1b\[[0-9;]*m)?(?:GET|PUT|HEAD|POST|DELETE) /')
+
+
+def stop_process(process: subprocess.Popen[Any], timeout: float, *, group: bool = False) -> None:
+    """Stop `process` by its PID (its whole process group with `group`): SIGTERM, then SIGKILL
+    if it has not exited within `timeout` seconds. A process that has exited is left alone."""
+    if process.poll() is not None:
+        return
+    send = os.killpg if group else os.kill
+    send(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        send(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def free_port() -> int:
@@ -126,13 +141,8 @@ class LocalS3Server:
     def stop(self) -> None:
         """Stop the server by its PID (terminate, then kill) and remove its log."""
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            os.kill(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=STOP_TIMEOUT_SECONDS)
-            except subprocess.TimeoutExpired:
-                os.kill(process.pid, signal.SIGKILL)
-                process.wait()
+        if process is not None:
+            stop_process(process, STOP_TIMEOUT_SECONDS)
         self._log.close()
         self.log_path.unlink(missing_ok=True)
 

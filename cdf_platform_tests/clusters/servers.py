@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -17,7 +16,7 @@ from types import TracebackType
 
 from pyspark.find_spark_home import _find_spark_home
 
-from cdf_platform.demo.local_s3 import free_port
+from cdf_platform.demo.local_s3 import free_port, stop_process
 from cdf_platform.spark.session import CONNECT_SERVER_CLASS, delta_conf
 
 START_TIMEOUT_SECONDS = 240.0
@@ -70,15 +69,9 @@ class _Servers:
         raise RuntimeError(f"{what} not ready after {START_TIMEOUT_SECONDS:.0f} s")
 
     def stop(self) -> None:
+        """Stop every server by its process group, the last started first."""
         for process in reversed(self.processes):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=30)
+            stop_process(process, 30, group=True)
 
     def __enter__(self) -> _Servers:
         return self
