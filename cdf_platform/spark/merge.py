@@ -27,6 +27,7 @@ from cdf_platform.spark.changes import (
     null_key,
     null_sequence_count,
 )
+from cdf_platform.spark.key_filter import key_filter
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -172,13 +173,17 @@ def _insert(layout: SilverLayout, version_expr: str) -> str:
     return f"INSERT ({names}) VALUES ({', '.join(values)})"
 
 
-def merge_changes_sql(target: str, layout: SilverLayout) -> str:
+def merge_changes_sql(target: str, layout: SilverLayout, silver_filter: str | None = None) -> str:
     """The incremental MERGE of a collapsed change set (view `cdf_platform_source`) into silver.
 
     A change only applies over an older silver row (`_commit_version` strictly greater, or a
     greater `sequence_by` value), so a replayed or out-of-order change set can never move a row
-    backwards.
+    backwards. `silver_filter` (`cdf_platform.spark.key_filter`) is a condition on silver's keys
+    that every matched row satisfies: it joins the ON clause so Delta reads less of silver.
     """
+    on = layout.on_clause()
+    if silver_filter is not None:
+        on = f"{on} AND {silver_filter}"
     newer = layout.newer(f"s.{COMMIT_VERSION}")
     insert = _insert(layout, "s." + COMMIT_VERSION)
     retired = _retired_nulls(layout)
@@ -198,7 +203,7 @@ def merge_changes_sql(target: str, layout: SilverLayout) -> str:
     return f"""
         MERGE INTO {sql_path(target)} AS t
         USING {SOURCE_VIEW} AS s
-        ON {layout.on_clause()}
+        ON {on}
         WHEN MATCHED AND s._change_type = 'delete' AND {newer} THEN {on_delete}
         WHEN MATCHED AND s._change_type != 'delete' AND {newer} THEN UPDATE SET {", ".join(upsert)}
         WHEN NOT MATCHED AND s._change_type != 'delete' THEN {insert}
@@ -275,7 +280,8 @@ def merge_changes(
     stamp: TxnStamp,
 ) -> None:
     """Apply a collapsed change set to silver; the commit carries `stamp` (the watermark)."""
-    run_merge(spark, collapsed.frame, merge_changes_sql(target, layout), stamp)
+    silver_filter = key_filter(spark, collapsed.frame, layout.keys)
+    run_merge(spark, collapsed.frame, merge_changes_sql(target, layout, silver_filter), stamp)
 
 
 def check_snapshot_keys(
@@ -309,6 +315,27 @@ def check_snapshot_keys(
         where = f"bronze snapshot {version}"
         problem = key_quality_problem(row, keys, where, row["count"], sequence_by)
         raise DataQualityError(problem, pipeline_id=pipeline_id, table=table, version=version)
+
+
+def load_snapshot(
+    spark: SparkSession, target: str, snapshot: DataFrame, layout: SilverLayout, stamp: TxnStamp
+) -> None:
+    """Write the bronze snapshot at `stamp.version` into a silver that holds no file yet: what
+    the reconcile MERGE would insert, as one append stamped with the watermark.
+
+    The rows are written sorted by key, so each file holds one key range and its min/max
+    statistics let the incremental MERGE skip the files a backlog does not reach
+    (`cdf_platform.spark.key_filter`); `spark.sql.files.maxRecordsPerFile` caps a file's rows.
+    """
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    columns = [F.col(quote_ident(c)) for c in layout.data_columns]
+    columns.append(F.lit(int(stamp.version)).cast("bigint").alias(SOURCE_VERSION))
+    if layout.delete_mode is DeleteMode.SOFT:
+        columns += [F.lit(False).alias(IS_DELETED), F.lit(None).cast("timestamp").alias(DELETED_AT)]
+    rows = snapshot.select(*columns).orderBy(*(F.col(quote_ident(k)) for k in layout.keys))
+    with stamped(spark, stamp):
+        rows.write.format("delta").mode("append").save(target)
 
 
 def reconcile_snapshot(

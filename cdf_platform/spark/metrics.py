@@ -42,10 +42,13 @@ def silver_commit_counts(
 def commit_counts(
     spark: SparkSession, target: str, entry: Mapping[str, object], delete_mode: DeleteMode
 ) -> Counts:
-    """(inserted, updated, deleted) rows of the silver commit whose history entry is `entry`."""
+    """(inserted, updated, deleted) rows of the silver commit whose history entry is `entry`
+    (a MERGE, or the append of a first load: `cdf_platform.spark.merge.load_snapshot`)."""
+    raw = entry.get("operationMetrics")
+    metrics = raw if isinstance(raw, dict) else {}
+    if entry.get("operation") == "WRITE":
+        return (int(metrics.get("numOutputRows", 0)), 0, 0)
     if delete_mode is DeleteMode.HARD:
-        raw = entry.get("operationMetrics")
-        metrics = raw if isinstance(raw, dict) else {}
         return (
             int(metrics.get("numTargetRowsInserted", 0)),
             int(metrics.get("numTargetRowsUpdated", 0)),

@@ -25,9 +25,10 @@ from cdf_platform.spark.merge import (
     SilverLayout,
     TxnStamp,
     check_snapshot_keys,
+    load_snapshot,
     reconcile_snapshot,
 )
-from cdf_platform.spark.silver_table import ensure_silver
+from cdf_platform.spark.silver_table import ensure_silver, holds_files
 from cdf_platform.state.watermark import SilverState, app_id, user_metadata
 
 if TYPE_CHECKING:
@@ -118,6 +119,9 @@ def rebuild_silver(
     if layout.history is HistoryMode.SCD2:
         staged = staged_reconcile(spark, spec.target, snapshot, layout, version, deleted_at)
         classified(ctx, lambda: merge_history(spark, spec.target, staged, layout, stamp))
+    elif not holds_files(spec.target):
+        # Nothing to reconcile with: an append, sorted by key (file statistics by key range).
+        classified(ctx, lambda: load_snapshot(spark, spec.target, snapshot, layout, stamp))
     else:
         classified(
             ctx,

@@ -72,6 +72,13 @@ def _existing_silver(target: str) -> tuple[str | None, dict[str, str]] | None:
     return owner, {f.name: f.dataType.simpleString() for f in schema.fields}
 
 
+def holds_files(target: str) -> bool:
+    """Whether silver's current version has any data file (JVM-free, from the log)."""
+    from deltalake import DeltaTable
+
+    return bool(DeltaTable(target).file_uris())
+
+
 def _create_silver(
     spark: SparkSession, target: str, wanted: dict[str, str], properties: dict[str, str]
 ) -> tuple[str | None, dict[str, str]] | None:

@@ -1,0 +1,103 @@
+"""The key filter of the incremental MERGE, and the key-ordered first load it pays off on."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from pathlib import Path
+
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+from bench.harness import SessionsWithConf
+from cdf_platform.core.sql import sql_path
+from cdf_platform.runner import run_pipeline
+from cdf_platform.spark.key_filter import ENABLED_CONF, integer_ranges, key_filter
+from cdf_platform.spark.session import scoped_conf
+from cdf_platform_tests.bronze import control_for, make_bronze, rows, spec_for, sql
+
+
+def test_integer_ranges_split_at_the_widest_gaps() -> None:
+    values = [5, 1, 2, 3, 40, 41, 42, 1000, 2, 3]
+    assert integer_ranges(values, most=3) == [(1, 5), (40, 42), (1000, 1000)]
+    assert integer_ranges(values, most=2) == [(1, 42), (1000, 1000)]
+    assert integer_ranges(values, most=1) == [(1, 1000)]
+    assert integer_ranges([7], most=4) == [(7, 7)]
+    assert integer_ranges([], most=4) == []
+
+
+def _matching(spark: SparkSession, path: str, predicate: str) -> list[int]:
+    frame = spark.sql(f"SELECT t.id FROM {sql_path(path)} AS t WHERE {predicate}")
+    return sorted(r["id"] for r in frame.collect())
+
+
+def test_the_filter_holds_for_every_changed_key_and_only_lists_keys_it_can_write(
+    spark: SparkSession, lake: Path
+) -> None:
+    table = str(lake / "keys")
+    spark.sql(
+        f"CREATE TABLE {sql_path(table)} (id BIGINT, code STRING, day DATE, at TIMESTAMP) "
+        "USING DELTA"
+    )
+    day = dt.date(2026, 1, 1)
+    stored = [(i, f"c'{i}", day + dt.timedelta(days=i % 9), None) for i in range(200)]
+    spark.createDataFrame(stored, "id BIGINT, code STRING, day DATE, at TIMESTAMP").write.format(
+        "delta"
+    ).mode("append").save(table)
+    changed = [(3, "c'3", day + dt.timedelta(days=3)), (150, "c'150", day + dt.timedelta(days=6))]
+    changes = spark.createDataFrame(
+        [(*row, dt.datetime(2026, 1, 1)) for row in changed],
+        "id BIGINT, code STRING, day DATE, at TIMESTAMP",
+    )
+
+    predicate = key_filter(spark, changes, ["id", "code", "day", "at"])
+    assert predicate is not None
+    # Ranges and the listed values for each key it can write; nothing about the timestamp.
+    assert "t.`id` BETWEEN 3 AND 3 OR t.`id` BETWEEN 150 AND 150" in predicate
+    assert "t.`id` IN (3, 150)" in predicate
+    assert "t.`code` IN ('c\\'150', 'c\\'3')" in predicate
+    assert "DATE'2026-01-04'" in predicate
+    assert "`at`" not in predicate
+    assert _matching(spark, table, predicate) == [3, 150]
+
+    # A change set larger than the listing limit: one range per key column, no IN.
+    wide = key_filter(spark, changes, ["id"], most_listed=1)
+    assert wide == "(t.`id` BETWEEN 3 AND 150)"
+    assert _matching(spark, table, wide) == list(range(3, 151))
+
+    # Nothing it can write: no filter; turned off by the session: no filter.
+    assert key_filter(spark, changes, ["at"]) is None
+    with scoped_conf(spark, {ENABLED_CONF: "false"}):
+        assert key_filter(spark, changes, ["id"]) is None
+
+
+def test_first_load_is_ordered_by_key_and_a_clustered_backlog_skips_the_other_files(
+    spark: SparkSession, lake: Path
+) -> None:
+    spec = spec_for(lake)
+    control = control_for(lake)
+    # Bronze's rows arrive out of key order, in one file.
+    seeded = [((i * 37) % 1000, f"n{i}", i) for i in range(1000)]
+    make_bronze(spark, spec.source, seeded)
+    # The platform runs in a session of its own: the cap reaches it as a Spark resource's conf.
+    capped = SessionsWithConf(spark, {"spark.sql.files.maxRecordsPerFile": "100"})
+    first = run_pipeline(spec, spark_factory=lambda: capped, control=control)
+    assert first.mode.value == "initial_load" and first.rows_inserted == 1000
+
+    silver = spark.read.format("delta").load(spec.target)
+    per_file = silver.groupBy("_metadata.file_path").agg(F.min("id"), F.max("id")).collect()
+    spans = sorted((row[1], row[2]) for row in per_file)
+    assert len(spans) >= 10
+    # Each file holds one key range: no two files' ranges overlap.
+    assert all(high < low for (_, high), (low, _) in itertools.pairwise(spans))
+
+    # Keys 500..519 change: one or two of the ten files hold them; the key filter's range lets
+    # Delta skip the others (the bench's clustered backlog measures what that saves).
+    sql(spark, spec.source, "UPDATE {t} SET amount = -1 WHERE id BETWEEN 500 AND 519")
+    second = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    assert second.mode.value == "incremental" and second.rows_updated == 20
+    # The MERGE marked the replaced rows of the one or two files holding those keys.
+    metrics = DeltaTable(spec.target).history(1)[0]["operationMetrics"]
+    assert 1 <= int(metrics["numTargetDeletionVectorsAdded"]) <= 2
+    assert rows(spark, spec.target) == rows(spark, spec.source)
