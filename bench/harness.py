@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from bench.baselines import handwritten_merge, streaming_merge
-from bench.workload import Backlog, Workload, build_workload, fingerprint, last_commit_metrics
+from bench.workload import (
+    ROWS_PER_FILE,
+    Backlog,
+    Workload,
+    build_workload,
+    fingerprint,
+    last_commit_metrics,
+)
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.runner import run_pipeline
 
@@ -32,6 +39,8 @@ MASTER = "local[2]"
 SESSION_CONF = {
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+    # Silver's first load writes files of at most this many rows, each one key range.
+    "spark.sql.files.maxRecordsPerFile": str(ROWS_PER_FILE),
 }
 
 
@@ -40,8 +49,10 @@ class BenchConfig:
     """What one benchmark run measures.
 
     Attributes:
-        rows: Bronze rows (scenarios a-d, f, g).
-        scale_rows: Bronze rows of the scaling scenario (e), same changed keys as `rows`.
+        rows: Bronze rows (scenarios b-d, f, g).
+        scale_rows: Bronze rows of scenario (a), with a uniform and a clustered backlog.
+        large_rows: Bronze rows of the scaling scenario (e), same changed keys as `rows`
+            (None: `scale_rows`).
         reps: Repetitions per figure (the median is reported).
         backlog_commits: Commits the backlog is spread over.
         changed_share: Share of `rows` keys the backlog changes.
@@ -55,6 +66,7 @@ class BenchConfig:
 
     rows: int = 1_000_000
     scale_rows: int = 4_000_000
+    large_rows: int | None = 16_000_000
     reps: int = 3
     backlog_commits: int = 10
     changed_share: float = 0.01
@@ -71,12 +83,16 @@ class BenchConfig:
         return max(3, round(self.rows * self.changed_share))
 
     @property
-    def backlog(self) -> Backlog:
-        """The backlog applied at both scales."""
-        return Backlog.for_changed_keys(self.changed_keys, self.backlog_commits)
+    def scaling_rows(self) -> int:
+        """Bronze rows of scenario (e)."""
+        return self.large_rows or self.scale_rows
+
+    def backlog(self, *, clustered: bool = False) -> Backlog:
+        """The backlog applied at every scale (uniform, or clustered in key ranges)."""
+        return Backlog.for_changed_keys(self.changed_keys, self.backlog_commits, clustered)
 
 
-QUICK = BenchConfig(rows=100_000, scale_rows=400_000, reps=1, quick=True)
+QUICK = BenchConfig(rows=100_000, scale_rows=400_000, large_rows=None, reps=1, quick=True)
 
 
 class SessionsWithConf:
@@ -114,20 +130,21 @@ class Bench:
         # Baselines run in a session of their own, as the platform does (newSession()).
         self.baseline_session = spark.newSession()
 
-    def build(self, rows: int) -> Workload:
+    def build(self, rows: int, *, clustered: bool = False) -> Workload:
         """Bronze with `rows` keys and the configured backlog, and its pristine silver."""
+        backlog = self.config.backlog(clustered=clustered)
         workload = build_workload(
             self.spark,
-            self.workdir / f"rows_{rows}",
+            self.workdir / f"rows_{rows}{'_clustered' if clustered else ''}",
             rows=rows,
-            backlog=self.config.backlog,
+            backlog=backlog,
             clock=time.perf_counter,
         )
         self.workload_rows.append(
             {
                 "bronze rows": f"{rows:,}",
-                "backlog": f"{workload.backlog.updates:,} updates, {workload.backlog.inserts:,} "
-                f"inserts, {workload.backlog.deletes:,} deletes",
+                "backlog": f"{backlog.updates:,} updates, {backlog.inserts:,} inserts, "
+                f"{backlog.deletes:,} deletes, {'clustered' if clustered else 'uniform'}",
                 "versions": f"{workload.start_version}..{workload.end_version}",
                 "build s": f"{workload.build_seconds:.1f}",
             }
@@ -148,8 +165,8 @@ class Bench:
 
     def _check(self, name: str, workload: Workload, table: str) -> None:
         found = fingerprint(self.spark, table)
-        reference = self.fingerprints.setdefault(f"{workload.rows}", found)
-        self.fingerprints[f"{workload.rows}/{name}"] = found
+        reference = self.fingerprints.setdefault(workload.name, found)
+        self.fingerprints[f"{workload.name}/{name}"] = found
         if found != reference or found[0] != workload.expected_rows:
             raise AssertionError(
                 f"{name} produced silver {found}, expected {reference} with "
@@ -179,7 +196,7 @@ class Bench:
         seconds = time.perf_counter() - started
         assert result.watermark_after == workload.end_version, result
         self._finish(label, workload, folder, spec.target, keep)
-        if not rebuild and name is None and workload.rows == self.config.rows:
+        if not rebuild and name is None and workload.name == str(self.config.rows):
             # `duration_seconds` starts after planning; the rest is control writes, the
             # commit counts and the lag after the run.
             timed = sum(v for k, v in result.timings.items() if k != "plan")
@@ -213,9 +230,9 @@ class Bench:
         return seconds
 
     def _finish(self, name: str, workload: Workload, folder: Path, target: str, keep: bool) -> None:
-        if f"{workload.rows}/{name}" not in self.fingerprints:
+        if f"{workload.name}/{name}" not in self.fingerprints:
             self._check(name, workload, target)
-            self.merge_metrics[f"{workload.rows}/{name}"] = last_commit_metrics(target)
+            self.merge_metrics[f"{workload.name}/{name}"] = last_commit_metrics(target)
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)
 

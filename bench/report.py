@@ -129,7 +129,8 @@ def render_markdown(document: Mapping[str, Any]) -> str:
     load = run["load_average"]
     lines += [
         f"Command: `{run['command']}`  ",
-        f"Bronze: {run['rows']:,} rows (scaling: {run['scale_rows']:,}); backlog: "
+        f"Bronze: {run['rows']:,} rows ((a): {run['scale_rows']:,}; (e): "
+        f"{run.get('large_rows') or run['scale_rows']:,}); backlog: "
         f"{run['changed_keys']:,} changed keys over {run['backlog_commits']} commits; "
         f"{run['reps']} repetition(s), medians shown.  ",
         f"Spark: {run['master']}, driver memory {run['driver_memory']}, "

@@ -6,8 +6,8 @@ started from an identical copy of silver (only the measured operation is timed).
 never overwrites real figures).
 
 Usage:
-    python -m bench.run                 # 1M rows (4M for scaling), 3 repetitions (make bench)
-    python -m bench.run --quick         # smoke run: 100k rows (400k), 1 repetition
+    python -m bench.run                 # 1M rows (4M for (a), 16M for (e)), 3 repetitions
+    python -m bench.run --quick         # smoke run: 100k rows (400k for (a) and (e)), 1 rep
     python -m bench.run --rows 200000 --reps 5
 """
 
@@ -29,6 +29,7 @@ from bench.harness import MASTER, QUICK, SESSION_CONF, Bench, BenchConfig
 from bench.probes import peak_memory_mib
 from bench.report import Figure, machine_info, median, ratio_figure, write_results
 from bench.scenarios import (
+    at_scale,
     compare_methods,
     noop,
     platform_overhead,
@@ -62,13 +63,25 @@ def figures(
 ) -> list[Figure]:
     """The seven scenario figures against the issue's targets."""
     config, s = bench.config, bench.samples
+    rows = f"{config.scale_rows:,} rows"
     found = [
-        ratio_figure("(a) incremental / snapshot rebuild", s["incremental"], s["rebuild"], 0.15),
+        ratio_figure(
+            f"(a) incremental / snapshot rebuild at {rows}, clustered backlog",
+            s["incremental_clustered"],
+            s["rebuild_clustered"],
+            0.15,
+        ),
+        ratio_figure(
+            f"(a) incremental / snapshot rebuild at {rows}, uniform backlog",
+            s["incremental_uniform"],
+            s["rebuild_uniform"],
+            0.35,
+        ),
         ratio_figure(
             "(b) incremental / hand-written PySpark", s["incremental"], s["handwritten"], 1.10
         ),
         ratio_figure(
-            "(c) incremental / Structured Streaming", s["incremental"], s["streaming"], 1.0
+            "(c) incremental / Structured Streaming", s["incremental"], s["streaming"], 0.9
         ),
     ]
     size = max(config.log_sizes)
@@ -87,10 +100,10 @@ def figures(
     )
     found.append(
         ratio_figure(
-            f"(e) incremental at {config.scale_rows:,} / at {config.rows:,} rows",
+            f"(e) incremental at {config.scaling_rows:,} / at {config.rows:,} rows",
             s["incremental_scaled"],
             s["incremental_base_paired"],
-            1.5,
+            2.0,
         )
     )
     noop_seconds = median(s["noop_cli"])
@@ -156,11 +169,13 @@ def _tables(bench: Bench) -> dict[str, list[dict[str, Any]]]:
             reference = "incremental"
             if row["figure"].endswith(f"{config.rows:,} rows (e)"):
                 reference = "incremental_base_paired"
-            elif row["figure"].endswith(f"{config.scale_rows:,} rows (e)"):
+            elif row["figure"].endswith(f"{config.scaling_rows:,} rows (e)"):
                 reference = "incremental_scaled"
+            elif row["figure"].endswith("backlog (a)"):
+                reference = "incremental_" + row["figure"].rsplit(", ", 1)[1].split()[0]
             ratio = float(row["median s"]) / median(s[reference])
             row["vs plain incremental"] = f"{ratio:.2f} (vs {reference})"
-        tables["Incremental run: session settings and deletion vectors"] = tuning
+        tables["Incremental run: session settings, deletion vectors, key filter"] = tuning
     tables["Silver commit of each method (first repetition; Delta operation metrics)"] = [
         {"method": name, **metrics} for name, metrics in bench.merge_metrics.items()
     ]
@@ -182,7 +197,8 @@ def run_benchmarks(
     platform_overhead(bench, base)
     if config.tuning:
         tune(bench, base)
-    scale(bench, base)
+    scaled = at_scale(bench)
+    scale(bench, base, scaled)
     memory = {**peak_memory_mib(), "after_methods": after_methods}
     loads = [*bench.loads, os.getloadavg()[0]]
     conf = {"spark.sql.shuffle.partitions": str(config.shuffle_partitions), **SESSION_CONF}
@@ -192,8 +208,11 @@ def run_benchmarks(
         "Every method's silver was checked identical (row count and a sum of xxhash64 over the "
         "data columns) on its first repetition, at both table sizes.",
         "Ratios are ratios of medians; repetitions of (a)-(c) are interleaved (order rotated "
-        "each round) so load drift affects every method alike; (e) pairs each 4x run with a 1x "
-        "run taken right before it.",
+        "each round, or alternated) so load drift affects every method alike; (e) pairs each run "
+        "on the large table with a run on the base table taken right before it.",
+        "Silver's first load (the pristine copy) writes rows sorted by key in files of at most "
+        f"{SESSION_CONF['spark.sql.files.maxRecordsPerFile']} rows "
+        "(spark.sql.files.maxRecordsPerFile), the size of bronze's files.",
         "(d) Spark path: DESCRIBE HISTORY + SHOW TBLPROPERTIES, then a contiguity and retention "
         "check; it checks less than the platform (no file existence, CDF or schema history), so "
         "its time is a lower bound for an equivalent Spark check. The synthetic logs have no "
@@ -210,8 +229,9 @@ def run_benchmarks(
             "command": command,
             "rows": config.rows,
             "scale_rows": config.scale_rows,
+            "large_rows": config.large_rows,
             "changed_keys": config.changed_keys,
-            "backlog": vars(config.backlog),
+            "backlog": vars(config.backlog()),
             "backlog_commits": config.backlog_commits,
             "reps": config.reps,
             "master": spark.sparkContext.master,
@@ -252,7 +272,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: 100k rows, 1 rep")
     parser.add_argument("--rows", type=int, help="bronze rows (default 1M; quick 100k)")
-    parser.add_argument("--scale-rows", type=int, help="rows for scaling (default 4 x rows)")
+    parser.add_argument("--scale-rows", type=int, help="rows of (a) (default 4 x rows)")
+    parser.add_argument("--large-rows", type=int, help="rows of (e) (default 16 x rows)")
     parser.add_argument("--reps", type=int, help="repetitions per figure (default 3; quick 1)")
     parser.add_argument("--no-tuning", action="store_true", help="skip the tuning variants")
     parser.add_argument("--driver-memory", default="8g", help="spark.driver.memory (8g)")
@@ -270,6 +291,8 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
     changes: dict[str, Any] = {
         "rows": rows,
         "scale_rows": args.scale_rows or (4 * rows if args.rows else config.scale_rows),
+        "large_rows": args.large_rows
+        or (16 * rows if args.rows and not config.quick else config.large_rows),
         "reps": args.reps or config.reps,
         "tuning": config.tuning and not args.no_tuning,
         "driver_memory": args.driver_memory,

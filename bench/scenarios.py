@@ -52,6 +52,8 @@ TUNING_VARIANTS: dict[str, dict[str, str]] = {
     },
 }
 WITHOUT_DELETION_VECTORS = "silver without deletion vectors"
+WITHOUT_KEY_FILTER = "MERGE without the key filter"
+KEY_FILTER_OFF = {"spark.cdf_platform.merge.keyFilter": "false"}
 METHODS = ("incremental", "rebuild", "handwritten", "streaming")
 
 
@@ -130,17 +132,46 @@ def platform_overhead(bench: Bench, workload: Workload) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def scale(bench: Bench, base: Workload) -> Workload:
-    """Scenario (e): a bronze `scale_rows` table with the same backlog; paired runs at both."""
+def at_scale(bench: Bench) -> Workload:
+    """Scenario (a): incremental run and snapshot rebuild on `scale_rows` rows, with a uniform and
+    a clustered backlog (repetitions interleaved), and each without the key filter (tuning)."""
     config = bench.config
-    scaled = bench.build(config.scale_rows)
+    workloads = {
+        "uniform": bench.build(config.scale_rows),
+        "clustered": bench.build(config.scale_rows, clustered=True),
+    }
+    if config.warmup:
+        for kind, workload in workloads.items():
+            bench.run_method(workload, "incremental", f"warmup/incremental_{kind}")
+    for _ in range(config.reps):
+        for kind, workload in workloads.items():
+            bench.run_method(workload, "incremental", f"incremental_{kind}")
+            bench.run_method(workload, "rebuild", f"rebuild_{kind}")
+            if config.tuning:
+                name = f"tuning/{WITHOUT_KEY_FILTER}, {kind} backlog (a)"
+                seconds, _, _ = bench.platform_run(workload, conf=KEY_FILTER_OFF, name=name)
+                bench.record(name, seconds)
+    return workloads["uniform"]
+
+
+def scale(bench: Bench, base: Workload, scaled: Workload) -> Workload:
+    """Scenario (e): a bronze `large_rows` table (or `scaled`, when the run has none) with the same
+    backlog; paired runs at both sizes."""
+    config = bench.config
+    if config.large_rows is not None:
+        scaled = bench.build(config.large_rows)
     if config.warmup:
         bench.run_method(scaled, "incremental", "warmup/incremental_scaled")
     for _ in range(config.reps):
         bench.run_method(base, "incremental", "incremental_base_paired")
         bench.run_method(scaled, "incremental", "incremental_scaled")
         if config.tuning:
-            for workload in (base, scaled):
+            name = f"tuning/{WITHOUT_KEY_FILTER}, {scaled.rows:,} rows (e)"
+            seconds, _, _ = bench.platform_run(scaled, conf=KEY_FILTER_OFF, name=name)
+            bench.record(name, seconds)
+            # Without deletion vectors a MERGE copies every other row of the files it touches:
+            # measured up to `scale_rows` only (a run rewrites every file of silver).
+            for workload in (w for w in (base, scaled) if w.rows <= config.scale_rows):
                 name = f"tuning/{WITHOUT_DELETION_VECTORS}, {workload.rows:,} rows (e)"
                 seconds, _, _ = bench.platform_run(
                     workload, prepare=partial(disable_deletion_vectors, bench), name=name

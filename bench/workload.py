@@ -2,8 +2,10 @@
 
 Bronze holds `rows` keys, generated with `spark.range` (no Python loops). The backlog spreads
 `changed_keys` distinct keys (70% updates, 20% inserts, 10% deletes) over `commits` MERGE
-commits; the changed existing keys are a fixed permutation of the key space, so they are spread
-over every bronze and silver file, as real updates are. Silver is brought to the version just
+commits. The changed existing keys are either a fixed permutation of the key space (uniform: they
+are spread over every bronze and silver file, as updates to random rows are) or consecutive keys
+in `CLUSTER_RANGES` key ranges (clustered: recent orders, one tenant, a day being corrected).
+Inserts are new keys above the existing ones. Silver is brought to the version just
 before the backlog by the platform itself (an initial load), then frozen as a *pristine* copy
 (silver + control tables) that each repetition copies, so every measured run applies exactly
 the same backlog to exactly the same state.
@@ -32,8 +34,11 @@ DATA_COLUMNS = ["id", "name", "category", "amount", "quantity", "updated_at"]
 BRONZE_DDL = (
     "id BIGINT, name STRING, category STRING, amount DOUBLE, quantity INT, updated_at TIMESTAMP"
 )
-# Bronze files of about this many rows (a 1M-row table is 4 files, 4M is 16).
+# Bronze files of about this many rows (a 1M-row table is 4 files, 4M is 16); silver's first load
+# writes files of at most as many (spark.sql.files.maxRecordsPerFile in the bench session).
 ROWS_PER_FILE = 250_000
+# Key ranges of a clustered backlog's updates and deletes.
+CLUSTER_RANGES = 4
 UPDATE_SHARE, DELETE_SHARE = 0.7, 0.1
 
 
@@ -45,14 +50,15 @@ class Backlog:
     inserts: int
     deletes: int
     commits: int
+    clustered: bool = False
 
     @classmethod
-    def for_changed_keys(cls, changed_keys: int, commits: int) -> Backlog:
+    def for_changed_keys(cls, changed_keys: int, commits: int, clustered: bool = False) -> Backlog:
         """70% updates, 20% inserts, 10% deletes of `changed_keys` (at least one of each)."""
         changed = max(changed_keys, 3)
         updates = max(1, round(changed * UPDATE_SHARE))
         deletes = max(1, round(changed * DELETE_SHARE))
-        return cls(updates, changed - updates - deletes, deletes, commits)
+        return cls(updates, changed - updates - deletes, deletes, commits, clustered)
 
     @property
     def changed_keys(self) -> int:
@@ -81,6 +87,11 @@ class Workload:
     end_version: int
     build_seconds: float
 
+    @property
+    def name(self) -> str:
+        """The workload's name in samples and fingerprints: its rows, and how its backlog lies."""
+        return f"{self.rows}{'-clustered' if self.backlog.clustered else ''}"
+
     def copy_state(self, into: Path) -> tuple[PipelineSpec, ControlTable]:
         """A fresh copy of the pristine silver and control tables under `into` (a new folder:
         Delta caches table state by path, so a reused path could serve stale snapshots)."""
@@ -106,6 +117,20 @@ def _coprime_step(rows: int) -> int:
     while math.gcd(step, rows) != 1:
         step += 1
     return step
+
+
+def _changed_existing_key(rows: int, clustered: bool) -> Column:
+    """The existing key the backlog's `id`-th update or delete changes: a permutation of the key
+    space (uniform), or the `id`-th key of `CLUSTER_RANGES` runs of consecutive keys, one in the
+    middle of each of as many equal slices of the key space (clustered)."""
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    index = F.col(KEY)
+    if not clustered:
+        return (index * F.lit(_coprime_step(rows))) % F.lit(rows)
+    ranges = F.lit(CLUSTER_RANGES)
+    width = rows // CLUSTER_RANGES
+    return (index % ranges) * F.lit(width) + F.lit(width // 2) + (index / ranges).cast("bigint")
 
 
 def _rows_frame(ids: DataFrame, tag: Column) -> DataFrame:
@@ -147,8 +172,7 @@ def write_backlog(spark: SparkSession, path: str, rows: int, backlog: Backlog) -
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-    step = _coprime_step(rows)
-    permuted = (F.col(KEY) * F.lit(step)) % F.lit(rows)
+    permuted = _changed_existing_key(rows, backlog.clustered)
     table = DeltaTable.forPath(spark, path)
     values: dict[str, str | Column] = {c: f"s.{c}" for c in DATA_COLUMNS}
     for commit in range(backlog.commits):
