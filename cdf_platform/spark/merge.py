@@ -179,7 +179,7 @@ def merge_changes_sql(target: str, layout: SilverLayout, silver_filter: str | No
     A change only applies over an older silver row (`_commit_version` strictly greater, or a
     greater `sequence_by` value), so a replayed or out-of-order change set can never move a row
     backwards. `silver_filter` (`cdf_platform.spark.key_filter`) is a condition on silver's keys
-    that every matched row satisfies: it joins the ON clause so Delta reads less of silver.
+    that every matched row satisfies: it joins the ON clause so Delta skips files.
     """
     on = layout.on_clause()
     if silver_filter is not None:
@@ -280,7 +280,8 @@ def merge_changes(
     stamp: TxnStamp,
 ) -> None:
     """Apply a collapsed change set to silver; the commit carries `stamp` (the watermark)."""
-    silver_filter = key_filter(spark, collapsed.frame, layout.keys)
+    # The cached change rows hold the same keys as the collapsed set, without another shuffle.
+    silver_filter = key_filter(spark, collapsed.cached, layout.keys)
     run_merge(spark, collapsed.frame, merge_changes_sql(target, layout, silver_filter), stamp)
 
 
