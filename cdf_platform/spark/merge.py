@@ -281,7 +281,7 @@ def merge_changes(
 ) -> None:
     """Apply a collapsed change set to silver; the commit carries `stamp` (the watermark)."""
     # The cached change rows hold the same keys as the collapsed set, without another shuffle.
-    silver_filter = key_filter(spark, collapsed.cached, layout.keys)
+    silver_filter = key_filter(spark, target, collapsed.cached, layout.keys)
     run_merge(spark, collapsed.frame, merge_changes_sql(target, layout, silver_filter), stamp)
 
 

@@ -13,7 +13,13 @@ from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 from bench.harness import SessionsWithConf
 from cdf_platform.core.sql import sql_path
 from cdf_platform.runner import run_pipeline
-from cdf_platform.spark.key_filter import ENABLED_CONF, integer_ranges, key_filter
+from cdf_platform.spark.key_filter import (
+    ENABLED_CONF,
+    files_skipped,
+    integer_ranges,
+    key_filter,
+    key_ranges,
+)
 from cdf_platform.spark.session import scoped_conf
 from cdf_platform_tests.bronze import control_for, make_bronze, rows, spec_for, sql
 
@@ -24,6 +30,7 @@ def test_integer_ranges_split_at_the_widest_gaps() -> None:
     assert integer_ranges(values, most=2) == [(1, 42), (1000, 1000)]
     assert integer_ranges(values, most=1) == [(1, 1000)]
     assert integer_ranges([7], most=4) == [(7, 7)]
+    assert integer_ranges([4, 5, 6, 7, 9], most=4) == [(4, 7), (9, 9)]
     assert integer_ranges([], most=4) == []
 
 
@@ -32,7 +39,7 @@ def _matching(spark: SparkSession, path: str, predicate: str) -> list[int]:
     return sorted(r["id"] for r in frame.collect())
 
 
-def test_the_filter_holds_for_every_changed_key_and_only_covers_keys_it_can_write(
+def test_the_ranges_hold_every_changed_key_and_only_cover_keys_they_can_write(
     spark: SparkSession, lake: Path
 ) -> None:
     table = str(lake / "keys")
@@ -51,8 +58,8 @@ def test_the_filter_holds_for_every_changed_key_and_only_covers_keys_it_can_writ
         "id BIGINT, code STRING, day DATE, at TIMESTAMP",
     )
 
-    predicate = key_filter(spark, changes, ["id", "code", "day", "at"])
-    assert predicate is not None
+    ranges = key_ranges(changes, ["id", "code", "day", "at"])
+    predicate = " AND ".join(r.sql() for r in ranges)
     # Ranges for each key it can write (split at the gap for integers); nothing for timestamps.
     assert predicate == (
         "(t.`id` BETWEEN 3 AND 3 OR t.`id` BETWEEN 150 AND 150)"
@@ -62,14 +69,11 @@ def test_the_filter_holds_for_every_changed_key_and_only_covers_keys_it_can_writ
     assert _matching(spark, table, predicate) == [3, 150]
 
     # More change rows than it fetches: one range per key column, its minimum to its maximum.
-    wide = key_filter(spark, changes, ["id"], most_collected=1)
-    assert wide == "(t.`id` BETWEEN 3 AND 150)"
-    assert _matching(spark, table, wide) == list(range(3, 151))
+    (wide,) = key_ranges(changes, ["id"], most_collected=1)
+    assert wide.sql() == "(t.`id` BETWEEN 3 AND 150)"
+    assert _matching(spark, table, wide.sql()) == list(range(3, 151))
 
-    # Nothing it can write: no filter; turned off by the session: no filter.
-    assert key_filter(spark, changes, ["at"]) is None
-    with scoped_conf(spark, {ENABLED_CONF: "false"}):
-        assert key_filter(spark, changes, ["id"]) is None
+    assert key_ranges(changes, ["at"]) == []
 
 
 def test_first_load_is_ordered_by_key_and_a_clustered_backlog_skips_the_other_files(
@@ -92,9 +96,19 @@ def test_first_load_is_ordered_by_key_and_a_clustered_backlog_skips_the_other_fi
     # Each file holds one key range: no two files' ranges overlap.
     assert all(high < low for (_, high), (low, _) in itertools.pairwise(spans))
 
-    # Keys 500..519 change: one or two of the ten files hold them; the key filter's range lets
-    # Delta skip the others (the bench's clustered backlog measures what that saves).
+    # Keys 500..519 change: one or two of the ten files hold them. The filter's range rules the
+    # others out by their statistics, so the MERGE carries it; a change set with a key in every
+    # file would skip nothing, and gets none.
     sql(spark, spec.source, "UPDATE {t} SET amount = -1 WHERE id BETWEEN 500 AND 519")
+    clustered = spark.range(500, 520)
+    spread = spark.range(0, 1000, 2)  # a key in every file
+    assert files_skipped(spec.target, key_ranges(clustered, ["id"])) >= len(spans) - 2
+    assert key_filter(spark, spec.target, clustered, ["id"]) == "(t.`id` BETWEEN 500 AND 519)"
+    assert files_skipped(spec.target, key_ranges(spread, ["id"])) == 0
+    assert key_filter(spark, spec.target, spread, ["id"]) is None
+    with scoped_conf(spark, {ENABLED_CONF: "false"}):
+        assert key_filter(spark, spec.target, clustered, ["id"]) is None
+
     second = run_pipeline(spec, spark_factory=lambda: spark, control=control)
     assert second.mode.value == "incremental" and second.rows_updated == 20
     # The MERGE marked the replaced rows of the one or two files holding those keys.
