@@ -163,14 +163,19 @@ def _any_retired_value(layout: SilverLayout) -> str:
     return "".join(f" OR t.{quote_ident(c)} IS NOT NULL" for c in layout.retired_columns)
 
 
-def _insert(layout: SilverLayout, version_expr: str) -> str:
-    columns = [*layout.data_columns, SOURCE_VERSION]
-    values = [f"s.{quote_ident(c)}" for c in layout.data_columns] + [version_expr]
+def _new_row(layout: SilverLayout, version_expr: str) -> list[tuple[str, str]]:
+    """(silver column, SQL value) of a row inserted from source `s`, stamped `version_expr`."""
+    row = [(c, f"s.{quote_ident(c)}") for c in layout.data_columns]
+    row.append((SOURCE_VERSION, version_expr))
     if layout.delete_mode is DeleteMode.SOFT:
-        columns += [IS_DELETED, DELETED_AT]
-        values += ["false", "CAST(NULL AS TIMESTAMP)"]
-    names = ", ".join(quote_ident(c) for c in columns)
-    return f"INSERT ({names}) VALUES ({', '.join(values)})"
+        row += [(IS_DELETED, "false"), (DELETED_AT, "CAST(NULL AS TIMESTAMP)")]
+    return row
+
+
+def _insert(layout: SilverLayout, version_expr: str) -> str:
+    row = _new_row(layout, version_expr)
+    names = ", ".join(quote_ident(c) for c, _ in row)
+    return f"INSERT ({names}) VALUES ({', '.join(v for _, v in row)})"
 
 
 def merge_changes_sql(target: str, layout: SilverLayout, silver_filter: str | None = None) -> str:
@@ -330,11 +335,10 @@ def load_snapshot(
     """
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-    columns = [F.col(quote_ident(c)) for c in layout.data_columns]
-    columns.append(F.lit(int(stamp.version)).cast("bigint").alias(SOURCE_VERSION))
-    if layout.delete_mode is DeleteMode.SOFT:
-        columns += [F.lit(False).alias(IS_DELETED), F.lit(None).cast("timestamp").alias(DELETED_AT)]
-    rows = snapshot.select(*columns).orderBy(*(F.col(quote_ident(k)) for k in layout.keys))
+    # The row the reconcile MERGE would insert (`_insert`), its version typed as silver's column.
+    row = _new_row(layout, f"CAST({int(stamp.version)} AS BIGINT)")
+    columns = snapshot.alias("s").selectExpr(*(f"{v} AS {quote_ident(c)}" for c, v in row))
+    rows = columns.orderBy(*(F.col(quote_ident(k)) for k in layout.keys))
     with stamped(spark, stamp):
         rows.write.format("delta").mode("append").save(target)
 
