@@ -29,6 +29,7 @@ from bench.harness import MASTER, QUICK, SESSION_CONF, Bench, BenchConfig
 from bench.probes import peak_memory_mib
 from bench.report import Figure, machine_info, median, ratio_figure, write_results
 from bench.scenarios import (
+    BACKLOG_KINDS,
     at_scale,
     compare_methods,
     noop,
@@ -171,8 +172,9 @@ def _tables(bench: Bench) -> dict[str, list[dict[str, Any]]]:
                 reference = "incremental_base_paired"
             elif row["figure"].endswith(f"{config.scaling_rows:,} rows (e)"):
                 reference = "incremental_scaled"
-            elif row["figure"].endswith("backlog (a)"):
-                reference = "incremental_" + row["figure"].rsplit(", ", 1)[1].split()[0]
+            for kind in BACKLOG_KINDS:
+                if row["figure"].endswith(f"{kind} backlog (a)"):
+                    reference = f"incremental_{kind}"
             ratio = float(row["median s"]) / median(s[reference])
             row["vs plain incremental"] = f"{ratio:.2f} (vs {reference})"
         tables["Incremental run: session settings, deletion vectors, key filter"] = tuning

@@ -54,6 +54,8 @@ TUNING_VARIANTS: dict[str, dict[str, str]] = {
 WITHOUT_DELETION_VECTORS = "silver without deletion vectors"
 WITHOUT_KEY_FILTER = "MERGE without the key filter"
 SCATTERED = "silver not laid out by key"
+# The backlogs of scenario (a): spread over every file, or in a few key ranges.
+BACKLOG_KINDS = ("uniform", "clustered")
 KEY_FILTER_OFF = {"spark.cdf_platform.merge.keyFilter": "false"}
 METHODS = ("incremental", "rebuild", "handwritten", "streaming")
 
@@ -146,8 +148,8 @@ def at_scale(bench: Bench) -> Workload:
     a clustered backlog (repetitions interleaved), and each without the key filter (tuning)."""
     config = bench.config
     workloads = {
-        "uniform": bench.build(config.scale_rows),
-        "clustered": bench.build(config.scale_rows, clustered=True),
+        kind: bench.build(config.scale_rows, clustered=kind == "clustered")
+        for kind in BACKLOG_KINDS
     }
     if config.warmup:
         for kind, workload in workloads.items():
