@@ -6,7 +6,7 @@ from pydantic import Field
 
 from cdf_platform.demo.source import DEMO_KEYS, write_demo_batch
 from cdf_platform.orchestration.keys import BRONZE_PREFIX
-from cdf_platform.orchestration.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.resources import LakeLayout
 
 
 class DemoBatchConfig(dg.Config):
@@ -28,23 +28,20 @@ def demo_bronze_asset(table: str) -> dg.AssetsDefinition:
         name=table,
         key_prefix=BRONZE_PREFIX,
         group_name=BRONZE_PREFIX,
-        kinds={"spark", "delta"},
+        kinds={"delta"},
         description=(
             f"Raw `{table}` as landed by the operational system: a CDF-enabled Delta table "
-            "where each batch inserts, updates and deletes rows in one commit. Silver reads "
-            "its change feed."
+            "where each batch inserts, updates and deletes rows in one commit (written by "
+            "deltalake, without Spark). Silver reads its change feed."
         ),
     )
     def _bronze(
         context: dg.AssetExecutionContext,
         config: DemoBatchConfig,
-        spark: SparkResource,
         lake: LakeLayout,
     ) -> dg.MaterializeResult:
         path = bronze_path(lake.lake_root, table)
-        batch = write_demo_batch(
-            spark.spark_session, path, table, batch_size=config.batch_size, seed=config.seed
-        )
+        batch = write_demo_batch(path, table, batch_size=config.batch_size, seed=config.seed)
         context.log.info("bronze %s: %s", table, batch)
         return dg.MaterializeResult(
             metadata={

@@ -2,11 +2,14 @@
 batches, one Delta commit per batch.
 
 The same seed, table and history always produce the same rows, so the demo and the tests can
-state exact expectations.
+state exact expectations. The batches are written by `deltalake` (delta-rs), without a JVM, like
+an ingestion service outside Spark would land them: a batch commits in milliseconds where a
+Spark MERGE of a few hundred rows takes over a second, and the platform reads the change feed
+of any Delta writer (its `_change_data` files and commits follow the protocol).
 
 Example:
-    >>> write_demo_batch(spark, "/lake/bronze/orders", "orders", batch_size=100)  # doctest: +SKIP
-    DemoBatch(table='orders', batch_index=0, version=0, inserted=100, updated=0, deleted=0)
+    >>> write_demo_batch("/lake/bronze/orders", "orders", batch_size=100)  # doctest: +SKIP
+    DemoBatch(table='orders', batch_index=0, version=1, inserted=100, updated=0, deleted=0)
 """
 
 from __future__ import annotations
@@ -14,35 +17,32 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cdf_platform.core.errors import InvalidPipelineSpec
-from cdf_platform.core.sql import create_table_sql, sql_path
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import is_delta_table
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from cdf_platform.state.control import epoch_micros
 
 DEMO_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 STATUSES = ("placed", "paid", "shipped", "delivered", "returned")
 COUNTRIES = ("DE", "FR", "NL", "SE", "US", "JP", "BR")
 
-# column name -> Spark SQL type, per demo table.
+# column name -> Delta type, per demo table.
 DEMO_SCHEMAS: dict[str, dict[str, str]] = {
     "customers": {
-        "customer_id": "BIGINT",
-        "name": "STRING",
-        "email": "STRING",
-        "country": "STRING",
-        "updated_at": "TIMESTAMP",
+        "customer_id": "long",
+        "name": "string",
+        "email": "string",
+        "country": "string",
+        "updated_at": "timestamp",
     },
     "orders": {
-        "order_id": "BIGINT",
-        "customer_id": "BIGINT",
-        "amount": "DECIMAL(12,2)",
-        "status": "STRING",
-        "updated_at": "TIMESTAMP",
+        "order_id": "long",
+        "customer_id": "long",
+        "amount": "decimal(12,2)",
+        "status": "string",
+        "updated_at": "timestamp",
     },
 }
 DEMO_KEYS = {"customers": "customer_id", "orders": "order_id"}
@@ -92,14 +92,45 @@ def _live_keys(path: str, key: str) -> list[int]:
     return sorted(int(value) for column in table.read_all().columns for value in column.to_pylist())
 
 
-def write_demo_batch(
-    spark: SparkSession, path: str, table: str, *, batch_size: int = 1_000, seed: int = 7
-) -> DemoBatch:
-    """Append one deterministic batch to the demo bronze table at `path` as a single commit.
+def _create(path: str, schema: dict[str, str]) -> None:
+    """The CDF-enabled demo table at `path` (version 0)."""
+    from deltalake import DeltaTable
+    from deltalake.schema import Field, PrimitiveType, Schema
+
+    fields = [Field(name, PrimitiveType(kind), nullable=True) for name, kind in schema.items()]
+    DeltaTable.create(
+        path, Schema(fields), mode="ignore", configuration={"delta.enableChangeDataFeed": "true"}
+    )
+
+
+def _arrow_batch(schema: dict[str, str], rows: list[dict[str, Any]]) -> Any:
+    """`rows` (the schema's columns and `_op`) as an Arrow table of exactly the schema's types."""
+    from arro3.core import Array, DataType, Table
+
+    columns: dict[str, Any] = {}
+    for name, kind in schema.items():
+        values = [row[name] for row in rows]
+        if kind == "long":
+            columns[name] = Array(values, DataType.int64())
+        elif kind == "string":
+            columns[name] = Array(values, DataType.string())
+        elif kind == "timestamp":
+            # arro3 builds timestamps (and decimals) by casting from a type it takes directly.
+            micros = Array([epoch_micros(v) for v in values], DataType.int64())
+            columns[name] = micros.cast(DataType.timestamp("us", tz="UTC"))
+        else:  # decimal(12,2), written as text by `_row`
+            columns[name] = Array(values, DataType.string()).cast(DataType.decimal128(12, 2))
+    columns["_op"] = Array([row["_op"] for row in rows], DataType.string())
+    return Table.from_pydict(columns)
+
+
+def write_demo_batch(path: str, table: str, *, batch_size: int = 1_000, seed: int = 7) -> DemoBatch:
+    """Append one deterministic batch to the demo bronze table at `path` as a single commit
+    (creating the table, CDF on, first).
 
     The first batch inserts `batch_size` rows. Each later batch updates ~60%, inserts ~30% and
     deletes ~10% of `batch_size` rows, drawn from the live keys with a RNG seeded by
-    (seed, table, batch index).
+    (seed, table, batch index). The batch is one MERGE: it commits whole or not at all.
 
     Raises:
         InvalidPipelineSpec: `table` is not a demo table or `batch_size` < 1.
@@ -113,7 +144,7 @@ def write_demo_batch(
     schema = DEMO_SCHEMAS[table]
     key = DEMO_KEYS[table]
     if not is_delta_table(path):
-        spark.sql(create_table_sql(path, schema, {"delta.enableChangeDataFeed": "true"}))
+        _create(path, schema)
     batch_index = _latest_version(path)  # version 0 is the CREATE TABLE
     rng = random.Random(f"{seed}:{table}:{batch_index}")
     live = _live_keys(path, key)
@@ -132,32 +163,22 @@ def write_demo_batch(
     rows = [dict(_row(table, k, rng, batch_index), _op="U") for k in updates]
     rows += [dict(_row(table, k, rng, batch_index), _op="I") for k in inserts]
     rows += [dict(_row(table, k, rng, batch_index), _op="D") for k in deletes]
-    columns = [*schema, "_op"]
-    ddl = ", ".join([*(f"`{c}` {t}" for c, t in schema.items()), "`_op` STRING"])
-    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+    from deltalake import DeltaTable
 
-    frame = spark.createDataFrame(
-        [tuple(r[c] for c in columns) for r in rows],
-        schema=ddl.replace("DECIMAL(12,2)", "STRING"),
+    values = {column: f"s.`{column}`" for column in schema}
+    (
+        DeltaTable(path)
+        .merge(
+            _arrow_batch(schema, rows),
+            f"t.`{key}` = s.`{key}`",
+            source_alias="s",
+            target_alias="t",
+        )
+        .when_matched_delete("s._op = 'D'")
+        .when_matched_update({c: v for c, v in values.items() if c != key}, "s._op = 'U'")
+        .when_not_matched_insert(values, "s._op = 'I'")
+        .execute()
     )
-    if "amount" in schema:
-        frame = frame.withColumn("amount", F.col("amount").cast("decimal(12,2)"))
-    view = f"cdf_demo_batch_{table}"
-    frame.createOrReplaceTempView(view)
-    set_clause = ", ".join(f"t.`{c}` = s.`{c}`" for c in schema if c != key)
-    insert_cols = ", ".join(f"`{c}`" for c in schema)
-    insert_vals = ", ".join(f"s.`{c}`" for c in schema)
-    spark.sql(
-        f"""
-        MERGE INTO {sql_path(path)} AS t
-        USING {view} AS s
-        ON t.`{key}` = s.`{key}`
-        WHEN MATCHED AND s._op = 'D' THEN DELETE
-        WHEN MATCHED AND s._op = 'U' THEN UPDATE SET {set_clause}
-        WHEN NOT MATCHED AND s._op = 'I' THEN INSERT ({insert_cols}) VALUES ({insert_vals})
-        """
-    )
-    spark.catalog.dropTempView(view)
     return DemoBatch(
         table=table,
         batch_index=batch_index,

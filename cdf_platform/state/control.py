@@ -128,8 +128,11 @@ def _retry_on_conflict(action: Callable[[], T], what: str) -> T:
     raise AssertionError("unreachable")
 
 
-def _micros(value: datetime | None) -> int | None:
-    # Delta timestamps are UTC instants; a naive datetime is taken as UTC.
+def epoch_micros(value: datetime | None) -> int | None:
+    """`value`'s microseconds since the epoch, the form Arrow timestamps are built from.
+
+    Delta timestamps are UTC instants; a naive datetime is taken as UTC.
+    """
     if value is None:
         return None
     aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
@@ -152,7 +155,7 @@ def _arrow_row(schema: Mapping[str, str], row: Mapping[str, Any]) -> Any:
         value = row.get(name)
         if delta_type == "timestamp":
             # arro3 builds timestamps only by casting their epoch microseconds.
-            micros = Array([_micros(value)], DataType.int64())
+            micros = Array([epoch_micros(value)], DataType.int64())
             columns[name] = micros.cast(DataType.timestamp("us", tz="UTC"))
         else:
             if value is not None:
