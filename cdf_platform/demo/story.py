@@ -19,7 +19,6 @@ from typing import Any
 
 import dagster as dg
 
-from cdf_platform.core.sql import sql_path, sql_string
 from cdf_platform.orchestration.checks import REPLAY_WINDOW
 from cdf_platform.planning.status import pipeline_status
 
@@ -214,12 +213,13 @@ class DemoStory:
                 )
 
     def set_retention(self, current: Step, value: str) -> None:
-        """Set bronze's `delta.deletedFileRetentionDuration` on every demo table."""
-        spark = self.spark_resource.spark_session
+        """Set bronze's `delta.deletedFileRetentionDuration` on every demo table: the
+        operator's ALTER TABLE, committed by deltalake (a property change needs no Spark)."""
+        from deltalake import DeltaTable
+
         for spec in self.specs:
-            spark.sql(
-                f"ALTER TABLE {sql_path(spec.source)} SET TBLPROPERTIES "
-                f"('delta.deletedFileRetentionDuration' = {sql_string(value)})"
+            DeltaTable(spec.source).alter.set_table_properties(
+                {"delta.deletedFileRetentionDuration": value}
             )
         current.figures["deletedFileRetentionDuration"] = value
 
