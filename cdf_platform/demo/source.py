@@ -20,9 +20,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cdf_platform.core.errors import InvalidPipelineSpec
-from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import is_delta_table
-from cdf_platform.state.control import epoch_micros
+from cdf_platform.state.control import arrow_table, delta_schema
 
 DEMO_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 STATUSES = ("placed", "paid", "shipped", "delivered", "returned")
@@ -79,49 +78,12 @@ def _row(table: str, key: int, rng: random.Random, batch_index: int) -> dict[str
     }
 
 
-def _latest_version(path: str) -> int:
-    """Read from the log, without a Spark job."""
-    return DeltaLog(path).latest_version()
+def _live_keys(bronze: Any, key: str) -> list[int]:
+    """The current keys of the deltalake table `bronze`, read without a Spark job."""
+    from deltalake import QueryBuilder
 
-
-def _live_keys(path: str, key: str) -> list[int]:
-    """The table's current keys, read by deltalake without a Spark job."""
-    from deltalake import DeltaTable, QueryBuilder
-
-    table = QueryBuilder().register("t", DeltaTable(path)).execute(f'SELECT "{key}" FROM t')
+    table = QueryBuilder().register("t", bronze).execute(f'SELECT "{key}" FROM t')
     return sorted(int(value) for column in table.read_all().columns for value in column.to_pylist())
-
-
-def _create(path: str, schema: dict[str, str]) -> None:
-    """The CDF-enabled demo table at `path` (version 0)."""
-    from deltalake import DeltaTable
-    from deltalake.schema import Field, PrimitiveType, Schema
-
-    fields = [Field(name, PrimitiveType(kind), nullable=True) for name, kind in schema.items()]
-    DeltaTable.create(
-        path, Schema(fields), mode="ignore", configuration={"delta.enableChangeDataFeed": "true"}
-    )
-
-
-def _arrow_batch(schema: dict[str, str], rows: list[dict[str, Any]]) -> Any:
-    """`rows` (the schema's columns and `_op`) as an Arrow table of exactly the schema's types."""
-    from arro3.core import Array, DataType, Table
-
-    columns: dict[str, Any] = {}
-    for name, kind in schema.items():
-        values = [row[name] for row in rows]
-        if kind == "long":
-            columns[name] = Array(values, DataType.int64())
-        elif kind == "string":
-            columns[name] = Array(values, DataType.string())
-        elif kind == "timestamp":
-            # arro3 builds timestamps (and decimals) by casting from a type it takes directly.
-            micros = Array([epoch_micros(v) for v in values], DataType.int64())
-            columns[name] = micros.cast(DataType.timestamp("us", tz="UTC"))
-        else:  # decimal(12,2), written as text by `_row`
-            columns[name] = Array(values, DataType.string()).cast(DataType.decimal128(12, 2))
-    columns["_op"] = Array([row["_op"] for row in rows], DataType.string())
-    return Table.from_pydict(columns)
 
 
 def write_demo_batch(path: str, table: str, *, batch_size: int = 1_000, seed: int = 7) -> DemoBatch:
@@ -143,11 +105,15 @@ def write_demo_batch(path: str, table: str, *, batch_size: int = 1_000, seed: in
         raise InvalidPipelineSpec(f"batch_size must be >= 1, got {batch_size}")
     schema = DEMO_SCHEMAS[table]
     key = DEMO_KEYS[table]
+    from deltalake import DeltaTable
+
     if not is_delta_table(path):
-        _create(path, schema)
-    batch_index = _latest_version(path)  # version 0 is the CREATE TABLE
+        configuration = {"delta.enableChangeDataFeed": "true"}
+        DeltaTable.create(path, delta_schema(schema), mode="ignore", configuration=configuration)
+    bronze = DeltaTable(path)
+    batch_index = bronze.version()  # version 0 is the CREATE TABLE
     rng = random.Random(f"{seed}:{table}:{batch_index}")
-    live = _live_keys(path, key)
+    live = _live_keys(bronze, key)
     next_key = (max(live) + 1) if live else 1
 
     if not live:
@@ -163,13 +129,10 @@ def write_demo_batch(path: str, table: str, *, batch_size: int = 1_000, seed: in
     rows = [dict(_row(table, k, rng, batch_index), _op="U") for k in updates]
     rows += [dict(_row(table, k, rng, batch_index), _op="I") for k in inserts]
     rows += [dict(_row(table, k, rng, batch_index), _op="D") for k in deletes]
-    from deltalake import DeltaTable
-
     values = {column: f"s.`{column}`" for column in schema}
     (
-        DeltaTable(path)
-        .merge(
-            _arrow_batch(schema, rows),
+        bronze.merge(
+            arrow_table({**schema, "_op": "string"}, rows),
             f"t.`{key}` = s.`{key}`",
             source_alias="s",
             target_alias="t",
@@ -182,7 +145,7 @@ def write_demo_batch(path: str, table: str, *, batch_size: int = 1_000, seed: in
     return DemoBatch(
         table=table,
         batch_index=batch_index,
-        version=_latest_version(path),
+        version=bronze.version(),  # the handle follows its own commit
         inserted=n_insert,
         updated=n_update,
         deleted=n_delete,

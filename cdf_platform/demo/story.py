@@ -61,20 +61,15 @@ def _data_columns(path: str) -> list[str]:
 
 
 def _rows(
-    path: str,
-    *,
-    columns: list[str] | None = None,
-    version: int | None = None,
-    live_only: bool = False,
+    path: str, columns: list[str], *, version: int | None = None, live_only: bool = False
 ) -> Counter[tuple[Any, ...]]:
-    """The rows of the Delta table at `path` (at `version`) as a multiset of `columns` (default:
-    its data columns); `live_only` leaves out soft-deleted rows. Read by deltalake, no JVM."""
+    """The rows of the Delta table at `path` (at `version`) as a multiset of `columns`;
+    `live_only` leaves out soft-deleted rows. Read by deltalake, no JVM."""
     from deltalake import DeltaTable, QueryBuilder
 
-    wanted = columns or _data_columns(path)
     table = DeltaTable(path, version=version)
     soft_deletes = "_is_deleted" in {f.name for f in table.schema().fields}
-    selected = ", ".join(f'"{column}"' for column in wanted)
+    selected = ", ".join(f'"{column}"' for column in columns)
     where = ' WHERE NOT "_is_deleted"' if live_only and soft_deletes else ""
     result = QueryBuilder().register("t", table).execute(f"SELECT {selected} FROM t{where}")
     values = [column.to_pylist() for column in result.read_all().columns]
@@ -281,8 +276,9 @@ class DemoStory:
         row for row by a second engine (deltalake's), not the Spark that wrote silver."""
         for spec in self.specs:
             watermark = pipeline_status(spec, self.control).watermark
-            silver = _rows(spec.target, live_only=True)
-            bronze = _rows(spec.source, columns=_data_columns(spec.target), version=watermark)
+            columns = _data_columns(spec.target)
+            silver = _rows(spec.target, columns, live_only=True)
+            bronze = _rows(spec.source, columns, version=watermark)
             diff = sum(((bronze - silver) + (silver - bronze)).values())
             current.figures[f"{spec.id}_rows"] = silver.total()
             current.figures[f"{spec.id}_differences"] = diff

@@ -16,8 +16,9 @@ Example:
 from __future__ import annotations
 
 import logging
+import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -128,11 +129,8 @@ def _retry_on_conflict(action: Callable[[], T], what: str) -> T:
     raise AssertionError("unreachable")
 
 
-def epoch_micros(value: datetime | None) -> int | None:
-    """`value`'s microseconds since the epoch, the form Arrow timestamps are built from.
-
-    Delta timestamps are UTC instants; a naive datetime is taken as UTC.
-    """
+def _micros(value: datetime | None) -> int | None:
+    # Delta timestamps are UTC instants; a naive datetime is taken as UTC.
     if value is None:
         return None
     aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
@@ -140,8 +138,12 @@ def epoch_micros(value: datetime | None) -> int | None:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def _arrow_row(schema: Mapping[str, str], row: Mapping[str, Any]) -> Any:
-    """`row` as a one-row Arrow table with exactly `schema`'s column types."""
+_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
+
+
+def arrow_table(schema: Mapping[str, str], rows: Sequence[Mapping[str, Any]]) -> Any:
+    """`rows` as an Arrow table with exactly `schema`'s column types (Delta type names: string,
+    integer, long, double, timestamp, decimal(p,s)); a value a row lacks is NULL."""
     from arro3.core import Array, DataType, Table
 
     arrow_types = {
@@ -152,19 +154,25 @@ def _arrow_row(schema: Mapping[str, str], row: Mapping[str, Any]) -> Any:
     }
     columns: dict[str, Any] = {}
     for name, delta_type in schema.items():
-        value = row.get(name)
+        values = [row.get(name) for row in rows]
+        decimal = _DECIMAL.fullmatch(delta_type)
+        # arro3 builds timestamps and decimals only by casting (epoch microseconds, text).
         if delta_type == "timestamp":
-            # arro3 builds timestamps only by casting their epoch microseconds.
-            micros = Array([epoch_micros(value)], DataType.int64())
+            micros = Array([_micros(v) for v in values], DataType.int64())
             columns[name] = micros.cast(DataType.timestamp("us", tz="UTC"))
+        elif decimal is not None:
+            text = Array([None if v is None else str(v) for v in values], DataType.string())
+            precision, scale = int(decimal.group(1)), int(decimal.group(2))
+            columns[name] = text.cast(DataType.decimal128(precision, scale))
         else:
-            if value is not None:
-                value = float(value) if delta_type == "double" else value
-            columns[name] = Array([value], arrow_types[delta_type])
+            if delta_type == "double":
+                values = [None if v is None else float(v) for v in values]
+            columns[name] = Array(values, arrow_types[delta_type])
     return Table.from_pydict(columns)
 
 
-def _delta_schema(schema: Mapping[str, str]) -> Any:
+def delta_schema(schema: Mapping[str, str]) -> Any:
+    """The deltalake schema of `schema` (column -> Delta type name), every column nullable."""
     from deltalake.schema import Field, PrimitiveType, Schema
 
     fields = [Field(name, PrimitiveType(kind), nullable=True) for name, kind in schema.items()]
@@ -203,7 +211,7 @@ class ControlTable:
 
         def create() -> None:
             # mode="ignore": a concurrent creator that won the race leaves the table as wanted.
-            DeltaTable.create(path, _delta_schema(schema), mode="ignore")
+            DeltaTable.create(path, delta_schema(schema), mode="ignore")
 
         _retry_on_conflict(create, f"creating {path}")
 
@@ -224,7 +232,7 @@ class ControlTable:
     def upsert_state(self, state: Mapping[str, Any]) -> None:
         """Insert or replace the state row of `state["pipeline_id"]`."""
         self.ensure()
-        row = _arrow_row(STATE_SCHEMA, {**state, "updated_at": datetime.now(UTC)})
+        row = arrow_table(STATE_SCHEMA, [{**state, "updated_at": datetime.now(UTC)}])
         self._upsert(self.state_path, "pipeline_id", row)
 
     def record_location(
@@ -233,15 +241,17 @@ class ControlTable:
         """Record (or replace) where the catalog name `name` was found."""
         if not is_delta_table(self.locations_path):
             self._create(self.locations_path, LOCATION_SCHEMA)
-        row = _arrow_row(
+        row = arrow_table(
             LOCATION_SCHEMA,
-            {
-                "name": name,
-                "location": location,
-                "table_id": table_id,
-                "located_by": located_by,
-                "located_at": datetime.now(UTC),
-            },
+            [
+                {
+                    "name": name,
+                    "location": location,
+                    "table_id": table_id,
+                    "located_by": located_by,
+                    "located_at": datetime.now(UTC),
+                }
+            ],
         )
         self._upsert(self.locations_path, "name", row)
 
@@ -255,7 +265,7 @@ class ControlTable:
         from deltalake import write_deltalake
 
         self.ensure()
-        row = _arrow_row(LOG_SCHEMA, entry.as_row())
+        row = arrow_table(LOG_SCHEMA, [entry.as_row()])
         _retry_on_conflict(
             lambda: write_deltalake(self.log_path, row, mode="append"), "load log append"
         )

@@ -31,8 +31,8 @@ def test_rows_at_a_version_and_live_only_match_spark(spark: SparkSession, tmp_pa
 
     at_two = spark.read.format("delta").option("versionAsOf", 2).load(bronze).select(*columns)
     expected = sorted(tuple(row) for row in at_two.collect())
-    assert _as_spark_collects(_rows(bronze, version=2)) == expected
-    assert _rows(bronze, version=2) != _rows(bronze)  # batch 3 changed rows
+    assert _as_spark_collects(_rows(bronze, columns, version=2)) == expected
+    assert _rows(bronze, columns, version=2) != _rows(bronze, columns)  # batch 3 changed rows
 
     soft = str(tmp_path / "soft")
     frame = (
@@ -42,5 +42,7 @@ def test_rows_at_a_version_and_live_only_match_spark(spark: SparkSession, tmp_pa
     )
     frame.write.format("delta").save(soft)
     live = frame.filter("NOT _is_deleted").select(*columns)
-    assert _as_spark_collects(_rows(soft, live_only=True)) == sorted(map(tuple, live.collect()))
-    assert _rows(soft, live_only=True).total() < _rows(soft).total()
+    assert _as_spark_collects(_rows(soft, columns, live_only=True)) == sorted(
+        map(tuple, live.collect())
+    )
+    assert _rows(soft, columns, live_only=True).total() < _rows(soft, columns).total()
