@@ -1,8 +1,18 @@
 """A real S3-compatible server on 127.0.0.1 for the demo's S3 lake and the object-store tests.
 
-It is moto's server mode (`moto_server`, from the `moto[server]` package of the dev extras):
-real HTTP on a free loopback port, with the conditional PUT (`If-None-Match`) that `deltalake`'s
-commits rely on. Started as a child process, waited for, and stopped by its PID.
+It is moto's S3 backend (the `moto[server]` package of the dev extras), the same application
+`moto_server` serves, on `granian`'s HTTP server instead of `moto_server`'s: real HTTP on a free
+loopback port, with the conditional PUT (`If-None-Match`) that `deltalake`'s commits rely on.
+Started as a child process (its own process group: granian runs a worker process), waited for,
+and stopped by its PID.
+
+Why not `moto_server` itself: it serves through Werkzeug's development server, which closes
+the connection after every response (a new TCP connection and a new thread per request), and
+through moto's dispatcher over every AWS service, which lists and stats moto's ~180 service
+folders under a global lock on every request. On this 2-core machine that caps it at about 400
+GETs/s, so the test stand-in, not the platform, set the time of every cold read of a long log.
+The S3 application alone on a keep-alive server answers the same requests about four times as
+fast (bench/object_store.py measures both); real S3 keeps connections alive too.
 
 Example:
     >>> with LocalS3Server() as server:  # doctest: +SKIP
@@ -12,17 +22,20 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -34,22 +47,45 @@ STOP_TIMEOUT_SECONDS = 10.0
 # moto accepts any key pair; these are not secrets.
 DUMMY_KEY_ID = "cdf-platform-local"
 DUMMY_SECRET = "cdf-platform-local-secret"
-# The access-log line the server writes per request: `"GET /bucket/key HTTP/1.1" 200 -`.
-_REQUEST_LINE = re.compile(r'"(?:\x1b\[[0-9;]*m)?(?:GET|PUT|HEAD|POST|DELETE) /')
+# The access-log line `create_app` writes per request: `"GET /bucket/key HTTP/1.1" 200`.
+_REQUEST_LINE = re.compile(r'"(?:GET|PUT|HEAD|POST|DELETE) /')
 
 
 def stop_process(process: subprocess.Popen[Any], timeout: float, *, group: bool = False) -> None:
-    """Stop `process` by its PID (its whole process group with `group`): SIGTERM, then SIGKILL
-    if it has not exited within `timeout` seconds. A process that has exited is left alone."""
-    if process.poll() is not None:
+    """Stop `process` by its PID (its whole process group with `group`, which `process` leads):
+    SIGTERM, then SIGKILL if it has not exited within `timeout` seconds. With `group`, return
+    only once no process of the group is left (a worker may outlive its parent by moments). A
+    process that has exited is left alone."""
+    if process.poll() is not None and not (group and _group_alive(process.pid)):
         return
     send = os.killpg if group else os.kill
-    send(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    _signal(send, process.pid, signal.SIGTERM)
     try:
         process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        send(process.pid, signal.SIGKILL)
+        _signal(send, process.pid, signal.SIGKILL)
         process.wait()
+    while group and _group_alive(process.pid):
+        if time.monotonic() > deadline + timeout:
+            return  # what is left is a zombie waiting for its new parent to reap it
+        if time.monotonic() > deadline:
+            _signal(send, process.pid, signal.SIGKILL)
+        time.sleep(0.02)
+
+
+def _signal(send: Callable[[int, int], None], pid: int, number: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # already gone
+        send(pid, number)
+
+
+def _group_alive(group: int) -> bool:
+    """Whether a process of process group `group` still exists."""
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def free_port() -> int:
@@ -59,24 +95,90 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def moto_server_command() -> str:
-    """The `moto_server` executable beside this interpreter (or on PATH).
-
-    Raises:
-        RuntimeEnvironmentError: moto's server mode is not installed.
-    """
-    beside = Path(sys.executable).parent / "moto_server"
-    found = str(beside) if beside.exists() else shutil.which("moto_server")
-    if found is None:
+def _require(module: str) -> None:
+    """Raise when the dev extra that provides `module` is not installed."""
+    if importlib.util.find_spec(module) is None:
         raise RuntimeEnvironmentError(
-            "moto_server not found",
+            f"{module} is not installed (the local S3 server needs it)",
             action='install the dev extras (`make setup`, or pip install -e ".[dev]")',
         )
-    return found
+
+
+# A WSGI application: (environ, start_response) -> body chunks.
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def create_app() -> WsgiApp:
+    """moto's S3 application, writing one access-log line per request to stdout.
+
+    The line (`"GET /bucket/key HTTP/1.1" 200`) is written and flushed when the response
+    starts, before the client can see it, so `LocalS3Server.request_count` is exact the moment
+    a request returns. granian calls this factory in its worker process.
+    """
+    # No browser talks to this server: skip the CORS headers moto adds to every response.
+    os.environ.setdefault("MOTO_DISABLE_GLOBAL_CORS", "true")
+    from moto.moto_server.werkzeug_app import create_backend_app
+
+    s3 = create_backend_app("s3")
+    # moto turns Flask's debug mode on (it re-raises errors); an error here is a 500 response.
+    s3.debug = False
+    lock = threading.Lock()
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        def logged_start(status: str, headers: list[tuple[str, str]], *info: Any) -> Any:
+            line = (
+                f'{environ.get("REMOTE_ADDR", "-")} - "{environ["REQUEST_METHOD"]} '
+                f'{environ.get("PATH_INFO", "/")} {environ.get("SERVER_PROTOCOL", "HTTP/1.1")}" '
+                f"{status.split(' ', 1)[0]}\n"
+            )
+            with lock:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+            return start_response(status, headers, *info)
+
+        return s3(environ, logged_start)
+
+    return app
+
+
+def server_command(port: int) -> list[str]:
+    """The command that serves `create_app` on 127.0.0.1:`port`.
+
+    One worker process with one application thread: moto's backend holds its objects in that
+    process, and its Python code gains nothing from more threads (the GIL), while granian's
+    Rust side keeps many client connections alive and parses their requests.
+
+    Raises:
+        RuntimeEnvironmentError: moto or granian is not installed.
+    """
+    _require("moto")
+    _require("granian")
+    return [
+        sys.executable,
+        "-m",
+        "granian",
+        "--interface",
+        "wsgi",
+        "--factory",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--blocking-threads",
+        "1",
+        "--http",
+        "1",
+        "--no-ws",
+        "--log-level",
+        "warning",
+        f"{__name__}:create_app",
+    ]
 
 
 class LocalS3Server:
-    """moto's S3 server on a free loopback port, with one bucket.
+    """moto's S3 application on a free loopback port, with one bucket.
 
     Args:
         bucket: The bucket created once the server answers.
@@ -104,20 +206,30 @@ class LocalS3Server:
             "SPARK_LOCAL_IP": "127.0.0.1",
         }
 
+    def command(self) -> list[str]:
+        """The server's command line (`server_command` on this server's port)."""
+        return server_command(self.port)
+
     def start(self) -> LocalS3Server:
         """Start the server, wait until it answers, create the bucket.
 
         Raises:
             RuntimeEnvironmentError: it is not installed, exited, or did not answer in time.
         """
-        command = [moto_server_command(), "-H", "127.0.0.1", "-p", str(self.port)]
-        self._process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
+        self._process = subprocess.Popen(
+            self.command(),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # granian's worker is stopped with it, by process group
+        )
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while not self._answers():
             if self._process.poll() is not None or time.monotonic() > deadline:
                 tail = self.log_path.read_text(errors="replace")[-2000:]
                 self.stop()
-                raise RuntimeEnvironmentError(f"moto_server did not start on {self.port}: {tail}")
+                raise RuntimeEnvironmentError(
+                    f"the local S3 server did not start on {self.port}: {tail}"
+                )
             time.sleep(0.1)
         request = urllib.request.Request(f"{self.endpoint}/{self.bucket}", method="PUT")
         with urllib.request.urlopen(request, timeout=10):
@@ -142,7 +254,7 @@ class LocalS3Server:
         """Stop the server by its PID (terminate, then kill) and remove its log."""
         process, self._process = self._process, None
         if process is not None:
-            stop_process(process, STOP_TIMEOUT_SECONDS)
+            stop_process(process, STOP_TIMEOUT_SECONDS, group=True)
         self._log.close()
         self.log_path.unlink(missing_ok=True)
 
