@@ -71,8 +71,13 @@ class DeltaLog:
     """
 
     # Commits fetched together when one is missing from the cache: the replay window walks
-    # the log one version at a time, up or down, and an object store pays per request.
+    # the log one version at a time, up or down, and an object store pays per request. A walk
+    # that keeps missing in one direction reads ahead in blocks that double up to
+    # MAX_READ_AHEAD, so a cold walk over thousands of commits is a few wide concurrent sweeps
+    # (each ends with a wait for its slowest request) rather than dozens of narrow ones, and
+    # overshoots the commits it needs by at most one block.
     FETCH_BATCH = 64
+    MAX_READ_AHEAD = 1024
 
     def __init__(self, table_path: str, storage: TableStorage | None = None) -> None:
         self.storage = storage or open_storage(table_path)
@@ -92,6 +97,7 @@ class DeltaLog:
         self._run_starts = [start for start, _ in self._runs]
         self._commits: dict[int, Commit] = {}
         self._metadata: dict[int, TableMetadata | None] = {}
+        self._read_ahead = self.FETCH_BATCH
 
     def _list_log(self) -> int:
         """List `_delta_log` once; the number of entries it holds."""
@@ -167,8 +173,10 @@ class DeltaLog:
     def commit(self, version: int) -> Commit:
         """The parsed commit `version` (cached).
 
-        A commit not yet read is fetched together with the uncached commits around it (up to
-        FETCH_BATCH on each side), concurrently on an object store.
+        A commit not yet read is fetched together with uncached commits around it, concurrently
+        on an object store: the block below it when the commit above was read already (a walk
+        down the log), the block above it in the mirror case, else FETCH_BATCH on each side.
+        Consecutive blocks of one walk double in size (see MAX_READ_AHEAD).
 
         Raises:
             LookupError: the commit file is not in `_delta_log`.
@@ -179,7 +187,15 @@ class DeltaLog:
         if version not in self._commit_mtime_ms:
             raise LookupError(f"commit {version} is not in {self.log_path}")
         index = bisect.bisect_left(self._versions, version)
-        low, high = max(0, index - self.FETCH_BATCH), index + self.FETCH_BATCH + 1
+        if version + 1 in self._commits:
+            self._read_ahead = min(2 * self._read_ahead, self.MAX_READ_AHEAD)
+            low, high = max(0, index - self._read_ahead + 1), index + 1
+        elif version - 1 in self._commits:
+            self._read_ahead = min(2 * self._read_ahead, self.MAX_READ_AHEAD)
+            low, high = index, index + self._read_ahead
+        else:
+            self._read_ahead = self.FETCH_BATCH
+            low, high = max(0, index - self.FETCH_BATCH), index + self.FETCH_BATCH + 1
         batch = [v for v in self._versions[low:high] if v not in self._commits]
         self._read_commits(batch)
         return self._commits[version]

@@ -16,6 +16,8 @@ from cdf_platform.core.sql import sql_path
 from cdf_platform.deltalog.actions import DeletionVector, decode_action_path, z85_decode
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.retention import parse_interval
+from cdf_platform_tests.bronze import make_bronze
+from cdf_platform_tests.deltalog.synthetic_log import write_synthetic_commits
 
 HOUR = 3600.0
 
@@ -258,3 +260,35 @@ def test_file_listing_is_done_once(spark: SparkSession, lake: Path) -> None:
     assert log.file_exists(add.path)  # the listing is a snapshot taken on first use
     assert not DeltaLog(path).file_exists(add.path)
     assert not log.file_exists("_delta_log/00000000000000000000.json")  # the log is not data
+
+
+def test_a_walk_along_a_long_log_reads_ahead_in_doubling_blocks(
+    spark: SparkSession, lake: Path
+) -> None:
+    path = str(lake / "long")
+    make_bronze(spark, path, [(1, "ada", 10)])
+    write_synthetic_commits(path, 2, 1_199)
+
+    down = DeltaLog(path)
+    for version in reversed(down.commit_versions()):
+        down.commit(version)
+    # 1199 alone: 64 below it; then blocks of 128, 256, 512 and the 239 left of 1,024.
+    assert (down.storage.requests.gets, down.storage.requests.batches) == (1_200, 5)
+
+    up = DeltaLog(path)
+    for version in up.commit_versions()[100:]:
+        up.commit(version)
+    # 100 alone: 64 on each side (36..164); then 128, 256, 512 and the 139 left above.
+    assert (up.storage.requests.gets, up.storage.requests.batches) == (
+        129 + 128 + 256 + 512 + 139,
+        5,
+    )
+
+    scattered = DeltaLog(path)
+    for version in (1_000, 500, 10):
+        scattered.commit(version)
+    # Lookups far apart read FETCH_BATCH on each side, never a growing block.
+    assert (scattered.storage.requests.gets, scattered.storage.requests.batches) == (
+        129 + 129 + 75,
+        3,
+    )

@@ -74,7 +74,7 @@ def test_a_vanished_change_file_on_s3_breaks_the_window_at_its_commit(
     assert window.earliest_replayable_version == 4
 
 
-def test_a_long_log_is_listed_once_and_read_in_batches(
+def test_a_long_log_is_listed_once_and_read_in_a_few_sweeps(
     spark: SparkSession, lake: Path, s3_lake: str, s3_server: LocalS3Server
 ) -> None:
     local = str(lake / "bronze")
@@ -100,6 +100,9 @@ def test_a_long_log_is_listed_once_and_read_in_batches(
     assert after_log > LIST_PAGE_SIZE  # the data files span pages
     assert storage.requests.lists == log_pages + before_log // LIST_PAGE_SIZE + 1 + pages(after_log)
     assert storage.requests.gets == 1_200
+    # In 5 concurrent sweeps (a walk down the log reads ahead in doubling blocks), not one
+    # per FETCH_BATCH commits.
+    assert storage.requests.batches == 5
     # The storage layer's count is the server's.
     assert answered == storage.requests.lists + storage.requests.gets
 
