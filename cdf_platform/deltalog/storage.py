@@ -208,9 +208,11 @@ class LocalStorage:
 
     def read_many(self, relatives: Iterable[str]) -> dict[str, bytes]:
         """Several files, one after the other (a local read takes microseconds)."""
-        self.requests.batches += 1
+        wanted = list(relatives)
+        if wanted:
+            self.requests.batches += 1
         found: dict[str, bytes] = {}
-        for relative in relatives:
+        for relative in wanted:
             try:
                 found[relative] = self.read(relative)
             except FileNotFoundError:
