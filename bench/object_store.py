@@ -4,9 +4,16 @@ local S3 server against the same log on local disk, at 100, 1,000, 2,000 and 5,0
 The log is the one scenario (d) uses (two delta-spark commits, then synthetic commits modelled on
 them), written locally and copied to S3 as it grows. Per size it records the JVM-free window
 check in process (local; S3 with an empty commit cache, then warm: the steady state of checks
-and sensors, which only fetch new commits) with the S3 requests the storage layer made, and
-`cdf-platform status --json` in a subprocess that cannot find Java, cold and warm, with the
-requests the server answered during it (counted in the server's access log). Figures go to
+and sensors, which only fetch new commits) with the S3 requests and read sweeps the storage
+layer made, and `cdf-platform status --json` in a subprocess that cannot find Java, cold and
+warm, with the requests the server answered during it (counted in the server's access log).
+
+The S3 server is the project's (`LocalS3Server`: moto's S3 application on granian). The cold
+window and cold `status` are also measured against `moto_server`, moto's own Werkzeug server,
+which opens a connection and a thread per request: the same requests, the server's cost. And
+the cold window is measured through a proxy that gives every request S3's round trip
+(`S3_ROUND_TRIP_SECONDS`), with 32 and 64 GETs in flight, and with the log read in fixed blocks
+of 64 commits against read-ahead in doubling blocks. Figures go to
 `bench/results/object_store.json`.
 
 Usage:
@@ -19,13 +26,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
+import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.latency_proxy import LatencyProxy
 from bench.probes import cli_via_subprocess, write_pipelines_file
 from bench.replay_check import create_log_table
 from bench.workload import spec_for
@@ -39,10 +50,35 @@ from cdf_platform_tests.deltalog.synthetic_log import write_synthetic_commits
 from cdf_platform_tests.s3.objects import upload_folder
 
 RESULTS = Path(__file__).parent / "results" / "object_store.json"
+# A GET's round trip on S3 is 20-50 ms; the latency rows put this much before every request.
+S3_ROUND_TRIP_SECONDS = 0.025
 
 
-def window_check(path: str, cache: Path | None = None) -> tuple[float, int, int]:
-    """The platform's check (exact window, a consumer halfway): seconds, lists, gets.
+class BlockReads(DeltaLog):
+    """The log reader without read-ahead: every miss reads a block of FETCH_BATCH commits, as
+    it did before blocks grew (the "before" of the latency rows)."""
+
+    MAX_READ_AHEAD = DeltaLog.FETCH_BATCH
+
+
+class MotoServer(LocalS3Server):
+    """moto's own `moto_server` (Werkzeug's development server) instead of the project's."""
+
+    # Werkzeug's access-log line, which it may color: `"GET /bucket/key HTTP/1.1" 200 -`.
+    _LINE = re.compile(r'"(?:\x1b\[[0-9;]*m)?(?:GET|PUT|HEAD|POST|DELETE) /')
+
+    def command(self) -> list[str]:
+        """`moto_server` beside this interpreter."""
+        moto_server = Path(sys.executable).parent / "moto_server"
+        return [str(moto_server), "-H", "127.0.0.1", "-p", str(self.port)]
+
+    def request_count(self) -> int:
+        """Requests answered so far (one line each in Werkzeug's access log)."""
+        return len(self._LINE.findall(self.log_path.read_text(errors="replace")))
+
+
+def window_check(path: str, cache: Path | None = None) -> tuple[float, int, int, int]:
+    """The platform's check (exact window, a consumer halfway): seconds, lists, gets, sweeps.
 
     `cache` is the commit cache folder for an object-store path (None: local, no cache).
     """
@@ -50,7 +86,27 @@ def window_check(path: str, cache: Path | None = None) -> tuple[float, int, int]
     storage = ObjectStorage(path, cache=CommitCache(cache)) if cache else open_storage(path)
     window = compute_replay_window(path, log=DeltaLog(path, storage))
     assert assess_consumer(window, window.latest_version // 2).replayable
-    return time.perf_counter() - started, storage.requests.lists, storage.requests.gets
+    requests = storage.requests
+    return time.perf_counter() - started, requests.lists, requests.gets, requests.batches
+
+
+def latency_check(
+    path: str, endpoint: str, cache: Path, concurrency: int, reader: type[DeltaLog]
+) -> dict[str, Any]:
+    """The cold window check through the latency proxy at `endpoint`: seconds, GETs, sweeps."""
+    started = time.perf_counter()
+    storage = ObjectStorage(
+        path, options={"aws_endpoint": endpoint}, cache=CommitCache(cache), concurrency=concurrency
+    )
+    window = compute_replay_window(path, log=reader(path, storage))
+    assert assess_consumer(window, window.latest_version // 2).replayable
+    return {
+        "reads": "blocks of 64" if reader is BlockReads else "read-ahead",
+        "concurrency": concurrency,
+        "seconds": round(time.perf_counter() - started, 4),
+        "gets": storage.requests.gets,
+        "sweeps": storage.requests.batches,
+    }
 
 
 def status_cli(
@@ -76,12 +132,15 @@ def median(values: list[float]) -> float:
 def run(sizes: list[int], reps: int, out: Path) -> dict[str, Any]:
     """Measure every size; write and return the figures."""
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="cdf-bench-s3-") as scratch, LocalS3Server() as server:
+    with tempfile.TemporaryDirectory(prefix="cdf-bench-s3-") as scratch, ExitStack() as servers:
+        server = servers.enter_context(LocalS3Server())
+        reference = servers.enter_context(MotoServer())
         os.environ.update(server.env())
         workdir = Path(scratch)
         spark = build_spark_session(SparkSettings(master="local[2]", shuffle_partitions=2))
         local = str(workdir / "long_log")
         create_log_table(spark, local)
+        spark.stop()
         remote = f"s3://{server.bucket}/bench/long_log"
         local_pipelines, remote_pipelines = workdir / "local.yaml", workdir / "s3.yaml"
         write_pipelines_file(local_pipelines, spec_for(local, workdir / "silver"))
@@ -94,42 +153,66 @@ def run(sizes: list[int], reps: int, out: Path) -> dict[str, Any]:
         def empty_cache() -> Path:
             return workdir / f"commit-cache-{next(caches)}"
 
+        def on(target: LocalS3Server) -> None:
+            """Point this process and the CLIs it starts at `target`."""
+            os.environ["AWS_ENDPOINT_URL"] = target.endpoint
+
         for size in sorted(sizes):
             write_synthetic_commits(local, written + 1, size - 1)
             written = size - 1
+            on(server)
             upload_folder(local, remote)
             window_check(local)  # warm the page cache and the interpreter alike
             local_runs = [window_check(local) for _ in range(reps)]
-            cold = window_check(remote, empty_cache())  # every commit fetched
+            cold_runs = [window_check(remote, empty_cache()) for _ in range(reps)]
             warm_cache = empty_cache()
             window_check(remote, warm_cache)
             warm_runs = [window_check(remote, warm_cache) for _ in range(reps)]
             local_status = [
                 status_cli(local_pipelines, str(workdir), None, empty_cache()) for _ in range(reps)
             ]
-            cold_status = status_cli(remote_pipelines, remote, server, empty_cache())
+            cold_status = [
+                status_cli(remote_pipelines, remote, server, empty_cache()) for _ in range(reps)
+            ]
             warm_status = [status_cli(remote_pipelines, remote, server, warm_cache)]
             warm_status += [status_cli(remote_pipelines, remote, server, warm_cache)]
+            with LatencyProxy(server.port, S3_ROUND_TRIP_SECONDS) as proxy:
+                latency = [
+                    latency_check(remote, proxy.endpoint, empty_cache(), concurrency, reader)
+                    for reader in (BlockReads, DeltaLog)
+                    for concurrency in (32, 64)
+                ]
+            on(reference)
+            upload_folder(local, remote)
+            reference_window = window_check(remote, empty_cache())
+            reference_status = status_cli(remote_pipelines, remote, reference, empty_cache())
             rows.append(
                 {
                     "commits": size,
                     "window_local_s": median([r[0] for r in local_runs]),
-                    "window_s3_cold_s": round(cold[0], 4),
-                    "window_s3_cold_requests": cold[1] + cold[2],
+                    "window_s3_cold_s": median([r[0] for r in cold_runs]),
+                    "window_s3_cold_requests": cold_runs[-1][1] + cold_runs[-1][2],
+                    "window_s3_cold_sweeps": cold_runs[-1][3],
                     "window_s3_warm_s": median([r[0] for r in warm_runs]),
                     "window_s3_warm_requests": warm_runs[-1][1] + warm_runs[-1][2],
                     "status_cli_local_s": median([s[0] for s in local_status]),
-                    "status_cli_s3_cold_s": round(cold_status[0], 4),
-                    "status_cli_s3_cold_requests": cold_status[1],
+                    "status_cli_s3_cold_s": median([s[0] for s in cold_status]),
+                    "status_cli_s3_cold_max_s": round(max(s[0] for s in cold_status), 4),
+                    "status_cli_s3_cold_requests": cold_status[-1][1],
                     "status_cli_s3_warm_s": median([s[0] for s in warm_status]),
                     "status_cli_s3_warm_requests": warm_status[-1][1],
+                    "moto_server_window_cold_s": round(reference_window[0], 4),
+                    "moto_server_status_cli_cold_s": round(reference_status[0], 4),
+                    "moto_server_status_cli_cold_requests": reference_status[1],
+                    "window_s3_cold_with_round_trip": latency,
                 }
             )
-        spark.stop()
     figures = {
-        "scenario": "replay window and status --json, local disk vs a local S3 server (moto)",
+        "scenario": "replay window and status --json, local disk vs a local S3 server "
+        "(moto's S3 application on granian; moto_server, moto's Werkzeug server, for reference)",
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "reps": reps,
+        "round_trip_s": S3_ROUND_TRIP_SECONDS,
         "rows": rows,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
