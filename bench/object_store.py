@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.latency_proxy import LatencyProxy
-from bench.probes import cli_via_subprocess, write_pipelines_file
+from bench.probes import cli_via_subprocess, descendants, write_pipelines_file
 from bench.replay_check import create_log_table
 from bench.workload import spec_for
 from cdf_platform.deltalog.commit_cache import CACHE_ENV, CommitCache
@@ -109,19 +109,35 @@ def latency_check(
     }
 
 
+def server_cpu_seconds(server: LocalS3Server) -> float:
+    """CPU time (user + system) the server's processes have used so far."""
+    assert server.pid is not None, "the server is not running"
+    total = 0.0
+    for pid in [server.pid, *descendants(server.pid)]:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def status_cli(
     pipelines: Path, lake_root: str, server: LocalS3Server | None, cache: Path
-) -> tuple[float, int]:
-    """`status --json` in a subprocess without Java (commit cache `cache`): seconds and the
-    requests the server answered during it."""
+) -> tuple[float, int, float]:
+    """`status --json` in a subprocess without Java (commit cache `cache`): seconds, and the
+    requests the server answered and the CPU seconds it used during it."""
     os.environ[CACHE_ENV] = str(cache)
     before = server.request_count() if server else 0
+    cpu_before = server_cpu_seconds(server) if server else 0.0
     seconds, returncode, stdout, stderr, java_seen = cli_via_subprocess(
         "status", "--json", "--pipelines", str(pipelines), "--lake-root", lake_root
     )
     assert returncode == 0 and not java_seen, (returncode, java_seen, stderr[-2000:])
     assert json.loads(stdout), stdout
-    return seconds, (server.request_count() - before) if server else 0
+    if server is None:
+        return seconds, 0, 0.0
+    return seconds, server.request_count() - before, server_cpu_seconds(server) - cpu_before
 
 
 def median(values: list[float]) -> float:
@@ -199,6 +215,7 @@ def run(sizes: list[int], reps: int, out: Path) -> dict[str, Any]:
                     "status_cli_s3_cold_s": median([s[0] for s in cold_status]),
                     "status_cli_s3_cold_max_s": round(max(s[0] for s in cold_status), 4),
                     "status_cli_s3_cold_requests": cold_status[-1][1],
+                    "status_cli_s3_cold_server_cpu_s": median([s[2] for s in cold_status]),
                     "status_cli_s3_warm_s": median([s[0] for s in warm_status]),
                     "status_cli_s3_warm_requests": warm_status[-1][1],
                     "moto_server_window_cold_s": round(reference_window[0], 4),

@@ -206,6 +206,11 @@ class LocalS3Server:
             "SPARK_LOCAL_IP": "127.0.0.1",
         }
 
+    @property
+    def pid(self) -> int | None:
+        """The server's PID (it leads the process group of its worker); None when stopped."""
+        return self._process.pid if self._process is not None else None
+
     def command(self) -> list[str]:
         """The server's command line (`server_command` on this server's port)."""
         return server_command(self.port)
