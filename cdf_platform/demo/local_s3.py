@@ -8,11 +8,11 @@ and stopped by its PID.
 
 Why not `moto_server` itself: it serves through Werkzeug's development server, which closes
 the connection after every response (a new TCP connection and a new thread per request), and
-through moto's dispatcher over every AWS service, which lists and stats moto's ~180 service
-folders under a global lock on every request. On this 2-core machine that caps it at about 400
-GETs/s, so the test stand-in, not the platform, set the time of every cold read of a long log.
-The S3 application alone on a keep-alive server answers the same requests about four times as
-fast (bench/object_store.py measures both); real S3 keeps connections alive too.
+through moto's dispatcher over every AWS service, which lists moto's package folder and stats
+its ~180 entries under a global lock on every request. The test stand-in, not the platform,
+then set the time of every cold read of a long log: on the 2-core machine a cold `status` of a
+2,000-commit log took 6.4 s against `moto_server` and 2.6 s against this server, with the same
+2,009 requests (bench/object_store.py measures both). Real S3 keeps connections alive too.
 
 Example:
     >>> with LocalS3Server() as server:  # doctest: +SKIP
