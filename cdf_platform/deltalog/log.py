@@ -97,7 +97,10 @@ class DeltaLog:
         self._run_starts = [start for start, _ in self._runs]
         self._commits: dict[int, Commit] = {}
         self._metadata: dict[int, TableMetadata | None] = {}
+        # The size and the version range of the last block read: a miss just past either end
+        # continues that walk, and only then does the next block grow.
         self._read_ahead = self.FETCH_BATCH
+        self._last_block: tuple[int, int] | None = None
 
     def _list_log(self) -> int:
         """List `_delta_log` once; the number of entries it holds."""
@@ -176,7 +179,8 @@ class DeltaLog:
         A commit not yet read is fetched together with uncached commits around it, concurrently
         on an object store: the block below it when the commit above was read already (a walk
         down the log), the block above it in the mirror case, else FETCH_BATCH on each side.
-        Consecutive blocks of one walk double in size (see MAX_READ_AHEAD).
+        A block that continues the previous one (the miss is just past its end) is twice its
+        size, up to MAX_READ_AHEAD; any other starts again at FETCH_BATCH.
 
         Raises:
             LookupError: the commit file is not in `_delta_log`.
@@ -187,17 +191,19 @@ class DeltaLog:
         if version not in self._commit_mtime_ms:
             raise LookupError(f"commit {version} is not in {self.log_path}")
         index = bisect.bisect_left(self._versions, version)
+        last = self._last_block
+        continues = last is not None and version in (last[0] - 1, last[1] + 1)
+        size = min(2 * self._read_ahead, self.MAX_READ_AHEAD) if continues else self.FETCH_BATCH
         if version + 1 in self._commits:
-            self._read_ahead = min(2 * self._read_ahead, self.MAX_READ_AHEAD)
-            low, high = max(0, index - self._read_ahead + 1), index + 1
+            low, high = max(0, index - size + 1), index + 1
         elif version - 1 in self._commits:
-            self._read_ahead = min(2 * self._read_ahead, self.MAX_READ_AHEAD)
-            low, high = index, index + self._read_ahead
+            low, high = index, index + size
         else:
-            self._read_ahead = self.FETCH_BATCH
-            low, high = max(0, index - self.FETCH_BATCH), index + self.FETCH_BATCH + 1
-        batch = [v for v in self._versions[low:high] if v not in self._commits]
-        self._read_commits(batch)
+            size = self.FETCH_BATCH
+            low, high = max(0, index - size), index + size + 1
+        block = self._versions[low:high]
+        self._read_ahead, self._last_block = size, (block[0], block[-1])
+        self._read_commits([v for v in block if v not in self._commits])
         return self._commits[version]
 
     def _read_commits(self, versions: list[int]) -> None:

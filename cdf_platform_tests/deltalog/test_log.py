@@ -292,3 +292,13 @@ def test_a_walk_along_a_long_log_reads_ahead_in_doubling_blocks(
         129 + 129 + 75,
         3,
     )
+
+    # A new walk starts small wherever the last one grew: 365 is next to a read commit (364)
+    # but not past the end of the last block (751..1006), so it reads 64 commits, not 512.
+    walks = DeltaLog(path)
+    walks.commit(300)  # 236..364
+    for version in range(1_199, 900, -1):  # 1135..1199, 1007..1134, 751..1006
+        walks.commit(version)
+    assert walks.storage.requests.gets == 129 + 65 + 128 + 256
+    walks.commit(365)
+    assert walks.storage.requests.gets == 129 + 65 + 128 + 256 + 64
