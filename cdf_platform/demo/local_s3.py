@@ -11,8 +11,9 @@ the connection after every response (a new TCP connection and a new thread per r
 through moto's dispatcher over every AWS service, which lists moto's package folder and stats
 its ~180 entries under a global lock on every request. The test stand-in, not the platform,
 then set the time of every cold read of a long log: on the 2-core machine a cold `status` of a
-2,000-commit log took 6.4 s against `moto_server` and 2.6 s against this server, with the same
-2,009 requests (bench/object_store.py measures both). Real S3 keeps connections alive too.
+2,000-commit log takes more than twice as long against `moto_server` as against this server,
+with the same requests (bench/object_store.py measures both; the README has the figures). Real
+S3 keeps connections alive too.
 
 Example:
     >>> with LocalS3Server() as server:  # doctest: +SKIP
