@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
 import pytest
 
+from bench.probes import descendants
 from cdf_platform.demo.local_s3 import LocalS3Server
 from cdf_platform.spark.object_stores import (
     AWS_SDK_BUNDLE,
@@ -72,25 +72,11 @@ def test_schemes_of_locations() -> None:
     assert [p.split(":")[1] for p in packages] == ["hadoop-azure", "gcs-connector"]
 
 
-def _children(pid: int) -> list[int]:
-    """Live processes whose parent is `pid` (from /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path("/proc", entry, "stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
-                found.append(int(entry))
-    return found
-
-
 def test_the_local_s3_server_is_stopped_by_its_pid() -> None:
     server = LocalS3Server(bucket="stop-test").start()
     process = server._process
     assert process is not None and process.poll() is None
-    workers = _children(process.pid)
+    workers = list(descendants(process.pid))
     assert workers  # granian serves from a worker process
     assert server.request_count() >= 1  # the bucket was created through it
     server.stop()
