@@ -65,16 +65,12 @@ class MotoServer(LocalS3Server):
     """moto's own `moto_server` (Werkzeug's development server) instead of the project's."""
 
     # Werkzeug's access-log line, which it may color: `"GET /bucket/key HTTP/1.1" 200 -`.
-    _LINE = re.compile(r'"(?:\x1b\[[0-9;]*m)?(?:GET|PUT|HEAD|POST|DELETE) /')
+    request_line = re.compile(r'"(?:\x1b\[[0-9;]*m)?(?:GET|PUT|HEAD|POST|DELETE) /')
 
     def command(self) -> list[str]:
         """`moto_server` beside this interpreter."""
         moto_server = Path(sys.executable).parent / "moto_server"
         return [str(moto_server), "-H", "127.0.0.1", "-p", str(self.port)]
-
-    def request_count(self) -> int:
-        """Requests answered so far (one line each in Werkzeug's access log)."""
-        return len(self._LINE.findall(self.log_path.read_text(errors="replace")))
 
 
 def window_check(path: str, cache: Path | None = None) -> tuple[float, int, int, int]:

@@ -185,6 +185,9 @@ class LocalS3Server:
         bucket: The bucket created once the server answers.
     """
 
+    # What one request's line in the server's log looks like (see `command`).
+    request_line = _REQUEST_LINE
+
     def __init__(self, bucket: str = "lake") -> None:
         self.bucket = bucket
         self.port = free_port()
@@ -254,7 +257,7 @@ class LocalS3Server:
     def request_count(self) -> int:
         """Requests the server has answered so far (one line each in its log)."""
         text = self.log_path.read_text(errors="replace")
-        return len(_REQUEST_LINE.findall(text))
+        return len(self.request_line.findall(text))
 
     def stop(self) -> None:
         """Stop the server by its PID (terminate, then kill) and remove its log."""
