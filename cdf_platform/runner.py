@@ -37,11 +37,12 @@ from cdf_platform.spark.changes import (
 )
 from cdf_platform.spark.conform import conform_changes
 from cdf_platform.spark.history import merge_history, rebuild_note, staged_history
-from cdf_platform.spark.merge import SilverLayout, TxnStamp, merge_changes
+from cdf_platform.spark.merge import TxnStamp, merge_changes
 from cdf_platform.spark.metrics import commit_counts, find_run_commit, silver_commit_counts
 from cdf_platform.spark.rebuild import rebuild_silver
 from cdf_platform.spark.session import assert_safe_spark_config, new_session
-from cdf_platform.spark.silver_table import ensure_silver
+from cdf_platform.spark.silver_layout import SilverLayout
+from cdf_platform.spark.silver_table import ensure_silver, silver_widenings
 from cdf_platform.state.control import ControlTable, LoadLogEntry
 from cdf_platform.state.watermark import app_id, read_silver_state, user_metadata
 from cdf_platform.window.replay_window import assess_consumer, compute_replay_window
@@ -195,8 +196,8 @@ def _incremental(run: _Run, plan: RunPlan) -> RunResult:
     try:
         since = run.lap("read", since)
         fault_point(FaultPoint.AFTER_READ)
-        layout = SilverLayout.of(spec, data_columns)
         schema = changes.select(*(f"`{c}`" for c in data_columns)).schema
+        layout = SilverLayout.of(spec, schema)
         layout = ensure_silver(spark, spec.target, spec.id, schema, layout)
         stamp = TxnStamp(
             app_id=app_id(spec.id, plan.silver.generation),

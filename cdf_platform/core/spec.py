@@ -21,6 +21,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from cdf_platform.core.silver_columns import PLATFORM_COLUMNS
+
 # Pipeline ids become Delta txn app ids, asset names and Dagster pool names.
 PIPELINE_ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 # Column names are always backtick-quoted in SQL; this pattern keeps them readable as well.
@@ -32,9 +34,7 @@ TABLE_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 TRANSFORM_PATTERN = re.compile(rf"^{_NAME}(\.{_NAME})*:{_NAME}$")
 # Columns the platform adds to silver.
-RESERVED_COLUMNS = frozenset(
-    {"_source_commit_version", "_is_deleted", "_deleted_at", "__start_at", "__end_at"}
-)
+RESERVED_COLUMNS = PLATFORM_COLUMNS
 CDF_COLUMNS = frozenset({"_change_type", "_commit_version", "_commit_timestamp"})
 
 

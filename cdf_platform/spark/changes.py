@@ -25,6 +25,7 @@ from cdf_platform.core.errors import (
 from cdf_platform.core.spec import HistoryMode, PipelineSpec
 from cdf_platform.core.sql import quote_ident
 from cdf_platform.spark.failures import failure_facts, rule_for
+from cdf_platform.spark.silver_layout import unkeyable
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Row, SparkSession
@@ -144,6 +145,15 @@ def project_columns(frame: DataFrame, spec: PipelineSpec, extra: Sequence[str] =
             table=spec.source,
             action="fix the named field (see the PipelineSpec reference in README.md)",
         )
+    types = {f.name: f.dataType for f in frame.schema.fields}
+    if unfit := [f"{k} ({types[k].simpleString()})" for k in spec.keys if unkeyable(types[k])]:
+        raise InvalidPipelineSpec(
+            f"key columns {unfit} cannot be keys: Spark cannot match rows on a MAP or a VARIANT",
+            pipeline_id=spec.id,
+            table=spec.source,
+            action="choose `keys` of comparable types (integers, strings, dates, timestamps, "
+            "decimals, binary, booleans, or structs of them)",
+        )
     kept = spec.kept_columns
     data = [c for c in available if c not in spec.keys]
     if spec.include_columns is not None:
@@ -200,9 +210,13 @@ def collapse_changes(
 ) -> CollapsedChanges:
     """Collapse a change feed to the latest change per key, after checking key quality.
 
-    Rules (docs/design.md section 5): `update_preimage` rows are dropped; the change with the
-    highest `_commit_version` wins (with `sequence_by`: the highest sequence value, then
-    version); inside one commit an insert/postimage beats a delete of the same key. With
+    Rules (docs/design.md section 5): an `update_preimage` row carries no values forward, but
+    a key that appears in a commit's preimages and in none of its inserts or postimages has
+    left the table (an UPDATE of a key column): it counts as a delete of that key; the change
+    with the highest `_commit_version` wins (with `sequence_by`: the highest sequence value,
+    then version); inside one commit an insert/postimage beats a delete of the same key. Rows
+    are ordered on the change priority, sequence and version only, never on value columns (a
+    MAP or a VARIANT has no ordering): the winning row is carried along. With
     `ignore_null_updates`, each value column takes the last non-NULL value since the key's last
     insert or delete in the range, and `_reset` says whether there was one (else silver's value
     stands in for a column that only NULLs updated). With `every_commit` (SCD2), each key's
@@ -217,20 +231,26 @@ def collapse_changes(
     """
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-    priority = (
-        F.when(F.col(CHANGE_TYPE) == "delete", F.lit(_DELETE_PRIORITY))
-        .otherwise(F.lit(_SURVIVOR_PRIORITY))
-        .alias("_priority")
+    priority = F.when(F.col(CHANGE_TYPE) == "delete", F.lit(_DELETE_PRIORITY)).otherwise(
+        F.lit(_SURVIVOR_PRIORITY)
     )
     payload = [*(c for c in data_columns if c not in keys), CHANGE_TYPE, COMMIT_TIMESTAMP]
-    relevant = changes.filter(F.col(CHANGE_TYPE) != "update_preimage")
+    # A preimage's key left the table unless the same commit also writes it (then the
+    # insert/postimage wins on priority): as a delete, it removes a key an UPDATE renamed.
+    relevant = changes.withColumn(
+        CHANGE_TYPE,
+        F.when(F.col(CHANGE_TYPE) == "update_preimage", F.lit("delete")).otherwise(
+            F.col(CHANGE_TYPE)
+        ),
+    )
     key_cols = [F.col(quote_ident(k)) for k in keys]
+    carried = F.struct(*(F.col(quote_ident(c)) for c in payload))
     per_commit = (
         relevant.groupBy(*key_cols, F.col(COMMIT_VERSION))
         .agg(
             F.count_if(F.col(CHANGE_TYPE) != "delete").alias("_survivors"),
             null_sequence_count(order.sequence_by).alias("_null_sequence"),
-            F.max(F.struct(priority, *(F.col(quote_ident(c)) for c in payload))).alias("_row"),
+            F.max_by(carried, priority).alias("_row"),
         )
         .persist()
     )
@@ -246,15 +266,21 @@ def collapse_changes(
     elif order.ignore_null_updates:
         frame = _collapse_ignoring_nulls(ordered, keys, payload)
     else:
-        latest = ordered.groupBy(*key_cols).agg(
-            F.max(F.struct("_order", COMMIT_VERSION, "_row")).alias("_latest")
-        )
+        latest = ordered.groupBy(*key_cols).agg(_latest_change().alias("_latest"))
         frame = latest.select(
             *key_cols,
             *(F.col(f"_latest._row.{quote_ident(c)}").alias(c) for c in payload),
             F.col(f"_latest.{COMMIT_VERSION}").alias(COMMIT_VERSION),
         )
     return CollapsedChanges(frame=frame, data_columns=list(data_columns), cached=per_commit)
+
+
+def _latest_change() -> Column:
+    """An aggregate over a key's per-commit rows: the latest one's version and row, chosen by
+    `_order` (sequence value, then version: unique per key) alone."""
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    return F.max_by(F.struct(COMMIT_VERSION, "_row"), F.col("_order"))
 
 
 def _refuse_bad_rows(
@@ -333,7 +359,7 @@ def _collapse_ignoring_nulls(
     in_segment = F.col("_reset_at").isNull() | (F.col("_order") >= F.col("_reset_at"))
     values = [c for c in payload if c not in (CHANGE_TYPE, COMMIT_TIMESTAMP)]
     aggregates = [
-        F.max(F.struct("_order", COMMIT_VERSION, "_row")).alias("_latest"),
+        _latest_change().alias("_latest"),
         F.max(F.col("_reset_at").isNotNull()).alias(RESET),
     ]
     for column in values:

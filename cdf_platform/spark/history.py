@@ -30,42 +30,46 @@ from typing import TYPE_CHECKING
 
 from cdf_platform.core.sql import quote_ident, sql_path
 from cdf_platform.spark.changes import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
-from cdf_platform.spark.merge import (
-    END_AT,
-    SOURCE_VERSION,
-    SOURCE_VIEW,
-    START_AT,
-    SilverLayout,
-    TxnStamp,
-    run_merge,
-)
+from cdf_platform.spark.merge import SOURCE_VIEW, TxnStamp, run_merge
+from cdf_platform.spark.silver_layout import END_AT, SOURCE_VERSION, START_AT, SilverLayout
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 _ACTION = "_action"
 _CONTINUED = "_continued"
+_RETIRED_HELD = "_retired_held"
 
 
-def _signature(columns: Sequence[str]) -> Column:
-    """A comparable text of `columns`' values (NULL-safe: NULL fields are left out alike)."""
+def _signature(layout: SilverLayout, columns: Sequence[str]) -> Column:
+    """`columns`' values as one comparable struct (MAP and VARIANT values in comparable form,
+    `SilverLayout.comparable`); compare signatures with `_same`."""
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
     if not columns:
-        return F.lit("{}")
-    return F.to_json(F.struct(*(F.col(quote_ident(c)).alias(c) for c in columns)))
+        return F.lit(True)
+    return F.struct(*(F.expr(layout.comparable(c, quote_ident(c))).alias(c) for c in columns))
+
+
+def _same(left: Column, right: Column) -> Column:
+    """NULL-safe equality of two signatures (or of a signature and NULL: no open version)."""
+    return left.eqNullSafe(right)
 
 
 def _open_versions(spark: SparkSession, target: str, layout: SilverLayout) -> DataFrame:
-    """Silver's open versions: keys, the signature of the tracked values (`_cur_sig`) and of
-    all value columns (`_cur_all`)."""
+    """Silver's open versions: keys, the signature of the tracked values (`_cur_sig`), of all
+    value columns (`_cur_all`), and whether a retired column still holds a value."""
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
     silver = spark.read.format("delta").load(target).filter(F.col(END_AT).isNull())
+    retired_held = F.lit(False)
+    for column in layout.retired_columns:
+        retired_held = retired_held | F.col(quote_ident(column)).isNotNull()
     return silver.select(
         *(F.col(quote_ident(k)) for k in layout.keys),
-        _signature(layout.tracked).alias("_cur_sig"),
-        _signature(layout.value_columns).alias("_cur_all"),
+        _signature(layout, layout.tracked).alias("_cur_sig"),
+        _signature(layout, layout.value_columns).alias("_cur_all"),
+        retired_held.alias(_RETIRED_HELD),
     )
 
 
@@ -83,7 +87,7 @@ def staged_history(
 
     keys = [F.col(quote_ident(k)) for k in layout.keys]
     values = layout.value_columns
-    events = changes.withColumn("_sig", _signature(layout.tracked)).join(
+    events = changes.withColumn("_sig", _signature(layout, layout.tracked)).join(
         _open_versions(spark, target, layout), on=list(layout.keys), how="left"
     )
     by_commit = Window.partitionBy(*keys).orderBy(COMMIT_VERSION)
@@ -91,8 +95,8 @@ def staged_history(
     previous_kind = F.lag(kind).over(by_commit)
     first = previous_kind.isNull()
     differs = F.when(
-        first, F.col("_cur_sig").isNull() | (F.col("_sig") != F.col("_cur_sig"))
-    ).otherwise((previous_kind == "delete") | (F.col("_sig") != F.lag("_sig").over(by_commit)))
+        first, F.col("_cur_sig").isNull() | ~_same(F.col("_sig"), F.col("_cur_sig"))
+    ).otherwise((previous_kind == "delete") | ~_same(F.col("_sig"), F.lag("_sig").over(by_commit)))
     opens = (kind != "delete") & differs
     boundary = (opens | (kind == "delete")).cast("int")
     running = by_commit.rowsBetween(Window.unboundedPreceding, Window.currentRow)
@@ -162,14 +166,14 @@ def staged_reconcile(
     moment = F.lit(at).cast("timestamp")
     joined = snapshot.withColumns(
         {
-            "_sig": _signature(layout.tracked),
-            "_all": _signature(values),
+            "_sig": _signature(layout, layout.tracked),
+            "_all": _signature(layout, values),
             "_in_snapshot": F.lit(True),
         }
     ).join(_open_versions(spark, target, layout), on=list(layout.keys), how="full_outer")
     in_snapshot = F.col("_in_snapshot").isNotNull()
     in_silver = F.col("_cur_sig").isNotNull()
-    changed = in_snapshot & in_silver & (F.col("_sig") != F.col("_cur_sig"))
+    changed = in_snapshot & in_silver & ~_same(F.col("_sig"), F.col("_cur_sig"))
     value_cols = [F.col(quote_ident(c)) for c in values]
     inserts = joined.filter((in_snapshot & ~in_silver) | changed).select(
         *keys,
@@ -180,7 +184,12 @@ def staged_reconcile(
         F.lit("insert").alias(_ACTION),
         F.lit(False).alias(_CONTINUED),
     )
-    in_place = in_snapshot & in_silver & ~changed & (F.col("_all") != F.col("_cur_all"))
+    # An open version whose values differ only in untracked columns, or that still holds a
+    # value in a retired column (bronze no longer has it), is rewritten in place.
+    rewritten = ~_same(F.col("_all"), F.col("_cur_all")) | F.coalesce(
+        F.col(_RETIRED_HELD), F.lit(False)
+    )
+    in_place = in_snapshot & in_silver & ~changed & rewritten
     closes = joined.filter((in_silver & ~in_snapshot) | changed | in_place).select(
         *keys,
         *value_cols,
@@ -204,11 +213,16 @@ def rebuild_note(watermark: int, version: int) -> str:
 
 def merge_history_sql(target: str, layout: SilverLayout) -> str:
     """The MERGE of a staged SCD2 source (view `cdf_platform_source`) into silver."""
-    rewrite = f"(s.{_CONTINUED} AND NOT ({layout.unchanged()}))"
+    stale = f"NOT ({layout.unchanged()}) OR {layout.holds_retired_value()}"
+    rewrite = f"(s.{_CONTINUED} AND ({stale}))"
+    # A continued version takes the source's values and NULL in the retired columns; a closed
+    # one keeps what it held.
     in_place = [
-        f"{quote_ident(c)} = CASE WHEN s.{_CONTINUED} THEN s.{quote_ident(c)} "
-        f"ELSE t.{quote_ident(c)} END"
-        for c in layout.value_columns
+        f"{quote_ident(c)} = CASE WHEN s.{_CONTINUED} THEN {value} ELSE t.{quote_ident(c)} END"
+        for c, value in [
+            *((c, f"s.{quote_ident(c)}") for c in layout.value_columns),
+            *((c, "NULL") for c in layout.retired_columns),
+        ]
     ]
     inserted = [*layout.data_columns, SOURCE_VERSION, START_AT, END_AT]
     names = ", ".join(quote_ident(c) for c in inserted)

@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,9 +17,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
 from cdf_platform.core.errors import DataQualityError
-from cdf_platform.core.spec import DeleteMode, HistoryMode, PipelineSpec
 from cdf_platform.core.sql import quote_ident, sql_path, sql_string
 from cdf_platform.spark.changes import (
+    CHANGE_TYPE,
     COMMIT_TIMESTAMP,
     COMMIT_VERSION,
     RESET,
@@ -28,97 +29,38 @@ from cdf_platform.spark.changes import (
     null_sequence_count,
 )
 from cdf_platform.spark.key_filter import key_filter
+from cdf_platform.spark.silver_layout import (
+    DELETED_AT,
+    END_AT,
+    IS_DELETED,
+    SOURCE_VERSION,
+    START_AT,
+    SilverLayout,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 T = TypeVar("T")
 
-# Delta reserves `_commit_version` for silver's own change feed (DELTA_TABLE_ALREADY_CONTAINS_CDC_
-# COLUMNS), so the bronze version that produced a silver row is kept under this name.
-SOURCE_VERSION = "_source_commit_version"
-IS_DELETED = "_is_deleted"
-DELETED_AT = "_deleted_at"
-# SCD2 silver (`cdf_platform.spark.history`): when a version opened and closed (NULL: current).
-START_AT = "__start_at"
-END_AT = "__end_at"
+__all__ = [
+    "DELETED_AT",
+    "END_AT",
+    "IS_DELETED",
+    "SOURCE_VERSION",
+    "START_AT",
+    "SilverLayout",
+    "TxnStamp",
+    "merge_changes",
+    "reconcile_snapshot",
+    "stamped",
+]
+
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 SOURCE_VIEW = "cdf_platform_source"
-
-
-@dataclass(frozen=True)
-class SilverLayout:
-    """The shape of a silver table: data columns (keys first) and the delete mode.
-
-    `retired_columns` are silver columns bronze no longer has (dropped or renamed there): a
-    rebuild sets them to NULL, since silver mirrors bronze, where they hold nothing.
-    `deletion_vectors` applies when silver is created: a MERGE then marks the rows it replaces
-    in a deletion vector instead of copying every other row of the files they sit in.
-    `sequence_by` and `ignore_null_updates` are the spec's (`cdf_platform.spark.changes.
-    ChangeOrder`): which change is newer, and whether a NULL update keeps silver's value.
-    `history` and `tracked` (SCD2: the value columns whose change opens a version) are too.
-    """
-
-    keys: list[str]
-    data_columns: list[str]
-    delete_mode: DeleteMode
-    retired_columns: tuple[str, ...] = ()
-    deletion_vectors: bool = True
-    sequence_by: str | None = None
-    ignore_null_updates: bool = False
-    history: HistoryMode = HistoryMode.SCD1
-    tracked: tuple[str, ...] = ()
-
-    @property
-    def value_columns(self) -> list[str]:
-        """Data columns that are not keys."""
-        return [c for c in self.data_columns if c not in self.keys]
-
-    @classmethod
-    def of(cls, spec: PipelineSpec, data_columns: Sequence[str]) -> SilverLayout:
-        """The layout of `spec`'s silver with `data_columns` (keys first)."""
-        value_columns = [c for c in data_columns if c not in spec.keys]
-        return cls(
-            list(spec.keys),
-            list(data_columns),
-            spec.delete_mode,
-            deletion_vectors=spec.deletion_vectors,
-            sequence_by=spec.sequence_by,
-            ignore_null_updates=spec.ignore_null_updates,
-            history=spec.history,
-            tracked=tuple(spec.tracked_columns(value_columns)),
-        )
-
-    def newer(self, version: str) -> str:
-        """SQL: the source row `s` (of bronze version `version`) is newer than silver's `t`."""
-        by_version = f"{version} > t.{SOURCE_VERSION}"
-        if self.sequence_by is None:
-            return by_version
-        seq = quote_ident(self.sequence_by)
-        return f"(s.{seq} > t.{seq} OR t.{seq} IS NULL OR (s.{seq} = t.{seq} AND {by_version}))"
-
-    def value(self, column: str, *, reset: str | None) -> str:
-        """SQL: the value an update writes to `column` (NULLs keep silver's value when asked;
-        `reset`, a condition under which the source row's value stands as it is)."""
-        source = f"s.{quote_ident(column)}"
-        if not self.ignore_null_updates:
-            return source
-        kept = f"coalesce({source}, t.{quote_ident(column)})"
-        return f"CASE WHEN {reset} THEN {source} ELSE {kept} END" if reset else kept
-
-    def unchanged(self) -> str:
-        """SQL: every value column of `t` already holds what an update from `s` would write."""
-        if not self.value_columns:
-            return "TRUE"
-        return " AND ".join(
-            f"t.{quote_ident(c)} <=> {self.value(c, reset=None)}" for c in self.value_columns
-        )
-
-    def on_clause(self) -> str:
-        """MERGE condition on the keys (keys are never null: checked before)."""
-        return " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in self.keys)
+_NULL_TIMESTAMP = "CAST(NULL AS TIMESTAMP)"
 
 
 @dataclass(frozen=True)
@@ -130,45 +72,86 @@ class TxnStamp:
     metadata: str
 
 
+# One lock per session object: the stamp is session state, so two threads writing through one
+# session (every write over Spark Connect shares the client's session) must not interleave
+# between setting the confs and the write that reads them.
+_SESSION_LOCKS: dict[int, threading.Lock] = {}
+_SESSION_LOCKS_GUARD = threading.Lock()
+
+
+def _session_lock(spark: SparkSession) -> threading.Lock:
+    with _SESSION_LOCKS_GUARD:
+        return _SESSION_LOCKS.setdefault(id(spark), threading.Lock())
+
+
 @contextmanager
 def stamped(spark: SparkSession, stamp: TxnStamp) -> Iterator[None]:
-    """Session confs that make the next Delta write carry `stamp`, unset afterwards.
+    """Session confs that make the next Delta write carry `stamp`, unset afterwards; held under
+    the session's lock, so a write of another thread through the same session cannot carry
+    this stamp, nor this write another's.
 
     Delta applies txnAppId/txnVersion to every write made while they are set, and skips a write
     whose version is not above the stored one: leaving them set would silently skip the next
     write, so they are always unset.
     """
-    spark.conf.set(TXN_APP_ID_CONF, stamp.app_id)
-    spark.conf.set(TXN_VERSION_CONF, str(stamp.version))
-    spark.conf.set(USER_METADATA_CONF, stamp.metadata)
-    try:
-        yield
-    finally:
-        for key in (TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF):
-            spark.conf.unset(key)
+    with _session_lock(spark):
+        spark.conf.set(TXN_APP_ID_CONF, stamp.app_id)
+        spark.conf.set(TXN_VERSION_CONF, str(stamp.version))
+        spark.conf.set(USER_METADATA_CONF, stamp.metadata)
+        try:
+            yield
+        finally:
+            for key in (TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF):
+                spark.conf.unset(key)
 
 
-def _assignments(layout: SilverLayout, *, reset: str | None) -> list[str]:
+# -- clause builders: each returns one piece of a MERGE a reader can check on its own ----------
+
+
+def _merge(target: str, on: str, clauses: Sequence[str]) -> str:
+    """MERGE INTO silver (`t`) USING the source view (`s`) ON `on`, with `clauses` in order."""
+    body = "\n        ".join(clauses)
+    return f"""
+        MERGE INTO {sql_path(target)} AS t
+        USING {SOURCE_VIEW} AS s
+        ON {on}
+        {body}
+    """
+
+
+def _set(assignments: Sequence[str]) -> str:
+    return f"UPDATE SET {', '.join(assignments)}"
+
+
+def _values(layout: SilverLayout, *, reset: str | None) -> list[str]:
+    """Each value column takes what an update writes (`SilverLayout.value`)."""
     return [f"{quote_ident(c)} = {layout.value(c, reset=reset)}" for c in layout.value_columns]
 
 
-def _retired_nulls(layout: SilverLayout) -> list[str]:
-    """Assignments that keep the retired columns NULL: every write that touches a row sets them,
-    so no path (an upsert over a soft-deleted row, a re-insert) can bring an old value back."""
-    return [f"{quote_ident(c)} = NULL" for c in layout.retired_columns]
+def _live(layout: SilverLayout) -> list[str]:
+    """A soft-delete silver row written by an insert or update is live again."""
+    return [f"{IS_DELETED} = false", f"{DELETED_AT} = {_NULL_TIMESTAMP}"] if layout.soft else []
 
 
-def _any_retired_value(layout: SilverLayout) -> str:
-    """A condition true on a row that still holds a value in a retired column."""
-    return "".join(f" OR t.{quote_ident(c)} IS NOT NULL" for c in layout.retired_columns)
+def _upsert(layout: SilverLayout, *, version: str, reset: str | None) -> list[str]:
+    """The assignments of an update from `s`: values, the stamp, retired columns NULL, live."""
+    stamp = f"{SOURCE_VERSION} = {version}"
+    return [*_values(layout, reset=reset), stamp, *layout.retired_nulls(), *_live(layout)]
+
+
+def _tombstone(layout: SilverLayout, *, at: str, version: str) -> list[str]:
+    """The assignments of a soft delete: values stay (a delete never rewrites them) but the
+    retired columns, which no current row holds."""
+    marks = [f"{IS_DELETED} = true", f"{DELETED_AT} = {at}", f"{SOURCE_VERSION} = {version}"]
+    return [*marks, *layout.retired_nulls()]
 
 
 def _new_row(layout: SilverLayout, version_expr: str) -> list[tuple[str, str]]:
     """(silver column, SQL value) of a row inserted from source `s`, stamped `version_expr`."""
     row = [(c, f"s.{quote_ident(c)}") for c in layout.data_columns]
     row.append((SOURCE_VERSION, version_expr))
-    if layout.delete_mode is DeleteMode.SOFT:
-        row += [(IS_DELETED, "false"), (DELETED_AT, "CAST(NULL AS TIMESTAMP)")]
+    if layout.soft:
+        row += [(IS_DELETED, "false"), (DELETED_AT, _NULL_TIMESTAMP)]
     return row
 
 
@@ -186,33 +169,26 @@ def merge_changes_sql(target: str, layout: SilverLayout, silver_filter: str | No
     backwards. `silver_filter` (`cdf_platform.spark.key_filter`) is a condition on silver's keys
     that every matched row satisfies: it joins the ON clause so Delta skips files.
     """
-    on = layout.on_clause()
-    if silver_filter is not None:
-        on = f"{on} AND {silver_filter}"
-    newer = layout.newer(f"s.{COMMIT_VERSION}")
-    insert = _insert(layout, "s." + COMMIT_VERSION)
-    retired = _retired_nulls(layout)
-    upsert = [*_assignments(layout, reset=f"s.{RESET}"), f"{SOURCE_VERSION} = s.{COMMIT_VERSION}"]
-    upsert += retired
-    if layout.delete_mode is DeleteMode.SOFT:
-        upsert += [f"{IS_DELETED} = false", f"{DELETED_AT} = CAST(NULL AS TIMESTAMP)"]
-        soft_delete = [
-            f"{IS_DELETED} = true",
-            f"{DELETED_AT} = s.{COMMIT_TIMESTAMP}",
-            f"{SOURCE_VERSION} = s.{COMMIT_VERSION}",
-            *retired,
-        ]
-        on_delete = f"UPDATE SET {', '.join(soft_delete)}"
-    else:
-        on_delete = "DELETE"
-    return f"""
-        MERGE INTO {sql_path(target)} AS t
-        USING {SOURCE_VIEW} AS s
-        ON {on}
-        WHEN MATCHED AND s._change_type = 'delete' AND {newer} THEN {on_delete}
-        WHEN MATCHED AND s._change_type != 'delete' AND {newer} THEN UPDATE SET {", ".join(upsert)}
-        WHEN NOT MATCHED AND s._change_type != 'delete' THEN {insert}
-    """
+    on = layout.on_clause() + (f" AND {silver_filter}" if silver_filter is not None else "")
+    version = f"s.{COMMIT_VERSION}"
+    newer = layout.newer(version)
+    is_delete = f"s.{CHANGE_TYPE} = 'delete'"
+    reset = f"s.{RESET}" if layout.ignore_null_updates else None
+    deleted = (
+        _set(_tombstone(layout, at=f"s.{COMMIT_TIMESTAMP}", version=version))
+        if layout.soft
+        else "DELETE"
+    )
+    return _merge(
+        target,
+        on,
+        [
+            f"WHEN MATCHED AND {is_delete} AND {newer} THEN {deleted}",
+            f"WHEN MATCHED AND NOT {is_delete} AND {newer} "
+            f"THEN {_set(_upsert(layout, version=version, reset=reset))}",
+            f"WHEN NOT MATCHED AND NOT {is_delete} THEN {_insert(layout, version)}",
+        ],
+    )
 
 
 def reconcile_sql(target: str, layout: SilverLayout, version: int, deleted_at: datetime) -> str:
@@ -223,44 +199,34 @@ def reconcile_sql(target: str, layout: SilverLayout, version: int, deleted_at: d
     real differences. Rows stamped with a version above the snapshot's (a reset source) are
     re-stamped so later changes are not refused as older. With `sequence_by`, a silver row whose
     sequence value is later than the snapshot's is kept; with `ignore_null_updates`, a NULL in
-    the snapshot keeps silver's value, as the incremental runs do.
+    the snapshot keeps a live silver row's value, as the incremental runs do.
     """
     stamp = str(int(version))
-    retired = _retired_nulls(layout)
-    differs = f"NOT ({layout.unchanged()}) OR t.{SOURCE_VERSION} > {stamp}"
-    differs += _any_retired_value(layout)
-    update = [*_assignments(layout, reset=None), f"{SOURCE_VERSION} = {stamp}", *retired]
-    at = f"CAST({sql_string(deleted_at.isoformat())} AS TIMESTAMP)"
-    if layout.delete_mode is DeleteMode.SOFT:
+    restamp = f"t.{SOURCE_VERSION} > {stamp}"
+    differs = f"NOT ({layout.unchanged()}) OR {restamp} OR {layout.holds_retired_value()}"
+    if layout.soft:
         differs = f"t.{IS_DELETED} OR {differs}"
-        update += [f"{IS_DELETED} = false", f"{DELETED_AT} = CAST(NULL AS TIMESTAMP)"]
-        # Rows already soft-deleted are rewritten too while a retired column holds a value:
-        # a later re-insert of the key would otherwise bring that value back.
-        stale = f"NOT t.{IS_DELETED} OR t.{SOURCE_VERSION} > {stamp}{_any_retired_value(layout)}"
-        soft_delete = [
-            f"{IS_DELETED} = true",
-            f"{DELETED_AT} = CASE WHEN t.{IS_DELETED} THEN t.{DELETED_AT} ELSE {at} END",
-            f"{SOURCE_VERSION} = {stamp}",
-            *retired,
-        ]
-        gone = f"WHEN NOT MATCHED BY SOURCE AND ({stale}) THEN UPDATE SET {', '.join(soft_delete)}"
-    else:
-        gone = "WHEN NOT MATCHED BY SOURCE THEN DELETE"
     if layout.sequence_by is not None:
         # A silver row with a later sequence value than the snapshot's came from a change that
         # bronze itself overwrote with an older one: the incremental runs kept it, so does this
         # (unless the row is stamped past the snapshot: a reset source is mirrored as it is).
         seq = quote_ident(layout.sequence_by)
-        newer_in_silver = f"coalesce(t.{seq} > s.{seq}, false)"
-        differs = f"({differs}) AND (NOT {newer_in_silver} OR t.{SOURCE_VERSION} > {stamp})"
-    return f"""
-        MERGE INTO {sql_path(target)} AS t
-        USING {SOURCE_VIEW} AS s
-        ON {layout.on_clause()}
-        WHEN MATCHED AND ({differs}) THEN UPDATE SET {", ".join(update)}
-        WHEN NOT MATCHED THEN {_insert(layout, stamp)}
-        {gone}
-    """
+        differs = f"({differs}) AND (NOT coalesce(t.{seq} > s.{seq}, false) OR {restamp})"
+    clauses = [
+        f"WHEN MATCHED AND ({differs}) THEN {_set(_upsert(layout, version=stamp, reset=None))}",
+        f"WHEN NOT MATCHED THEN {_insert(layout, stamp)}",
+    ]
+    if layout.soft:
+        at = f"CAST({sql_string(deleted_at.isoformat())} AS TIMESTAMP)"
+        # A row already soft-deleted keeps its delete time; it is rewritten only to re-stamp it
+        # or to clear a retired column (a later re-insert would otherwise bring that value back).
+        stale = f"NOT t.{IS_DELETED} OR {restamp} OR {layout.holds_retired_value()}"
+        kept_at = f"CASE WHEN t.{IS_DELETED} THEN t.{DELETED_AT} ELSE {at} END"
+        gone = _set(_tombstone(layout, at=kept_at, version=stamp))
+        clauses.append(f"WHEN NOT MATCHED BY SOURCE AND ({stale}) THEN {gone}")
+    else:
+        clauses.append("WHEN NOT MATCHED BY SOURCE THEN DELETE")
+    return _merge(target, layout.on_clause(), clauses)
 
 
 def _with_source_view(spark: SparkSession, frame: DataFrame, action: Callable[[], T]) -> T:

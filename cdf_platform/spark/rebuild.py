@@ -22,12 +22,12 @@ from cdf_platform.spark.changes import ReadContext, classified, project_columns
 from cdf_platform.spark.conform import conform_snapshot
 from cdf_platform.spark.history import merge_history, staged_reconcile
 from cdf_platform.spark.merge import (
-    SilverLayout,
     TxnStamp,
     check_snapshot_keys,
     load_snapshot,
     reconcile_snapshot,
 )
+from cdf_platform.spark.silver_layout import SilverLayout
 from cdf_platform.spark.silver_table import ensure_silver, holds_files
 from cdf_platform.state.watermark import SilverState, app_id, user_metadata
 
@@ -86,7 +86,7 @@ def rebuild_silver(
     )
     conformed = conform_snapshot(spark, raw, spec, version=version, timestamp=version_timestamp)
     snapshot = project_columns(conformed, spec)
-    layout = SilverLayout.of(spec, snapshot.columns)
+    layout = SilverLayout.of(spec, snapshot.schema)
     classified(
         ctx,
         lambda: check_snapshot_keys(

@@ -1,0 +1,17 @@
+"""The columns the platform adds to a silver table, named once for every layer (the Spark writes,
+the JVM-free readers, the spec's reserved names, the demo).
+
+- `_source_commit_version`: the bronze commit version that produced the row. Delta reserves
+  `_commit_version` for silver's own change feed (DELTA_TABLE_ALREADY_CONTAINS_CDC_COLUMNS).
+- `_is_deleted`, `_deleted_at`: soft deletes (`delete_mode: soft`).
+- `__start_at`, `__end_at`: when an SCD2 version opened and closed (NULL: the current one).
+"""
+
+from __future__ import annotations
+
+SOURCE_VERSION = "_source_commit_version"
+IS_DELETED = "_is_deleted"
+DELETED_AT = "_deleted_at"
+START_AT = "__start_at"
+END_AT = "__end_at"
+PLATFORM_COLUMNS = frozenset({SOURCE_VERSION, IS_DELETED, DELETED_AT, START_AT, END_AT})
