@@ -359,7 +359,7 @@ def _tell(workdir: Path, batch_size: int, retention_seconds: int, lake_root: str
         f"\nDemo finished in {time.monotonic() - started:.0f} s. Browse the same runs, checks "
         "and plots in the Dagster UI:\n\n"
         f"  DAGSTER_HOME={story.home} CDF_LAKE_ROOT={story.lake} "
-        ".venv/bin/dagster dev -w workspace.yaml\n\n"
+        ".venv/bin/dagster dev -w workspace.demo.yaml\n\n"
         "(or `make dev`), then open http://127.0.0.1:3000"
     )
     return 0
