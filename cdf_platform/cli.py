@@ -16,6 +16,7 @@ from cdf_platform.core.config import (
     default_master,
     default_remote,
     default_spark_log,
+    resolve_root,
 )
 from cdf_platform.core.errors import CdfPlatformError
 from cdf_platform.core.spec import PipelineSpec, storage_locations
@@ -60,9 +61,12 @@ def render_status_table(statuses: list[dict[str, Any]]) -> str:
 
 
 def _context(args: argparse.Namespace) -> tuple[list[PipelineSpec], ControlTable, SparkSettings]:
-    lake_root = args.lake_root or default_lake_root()
+    # Resolved once, here: a relative root means the same folder in every later step.
+    lake_root = resolve_root(args.lake_root) if args.lake_root else default_lake_root()
     specs = load_specs(args.pipelines, lake_root=lake_root)
-    control = ControlTable(args.control_root or default_control_root(lake_root))
+    control = ControlTable(
+        resolve_root(args.control_root) if args.control_root else default_control_root(lake_root)
+    )
     locations = storage_locations(specs, lake_root, control.root)
     settings = SparkSettings(
         master=default_master(),
@@ -134,10 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--lake-root",
         default=None,
-        help="lake root for relative locations (default: $CDF_LAKE_ROOT or ./lake)",
+        help="lake root for relative locations (default: $CDF_LAKE_ROOT or ./lake; relative: "
+        "to the working directory)",
     )
     common.add_argument(
-        "--control-root", default=None, help="control tables folder (default: <lake root>/_control)"
+        "--control-root",
+        default=None,
+        help="control tables folder (default: $CDF_CONTROL_ROOT or <lake root>/_control)",
     )
     common.add_argument("--json", action="store_true", help="print JSON")
     for name, text in (

@@ -10,9 +10,11 @@ from pathlib import Path
 CLI = str(Path(sys.executable).parent / "cdf-platform")
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`cdf-platform <args>` with this process's environment plus `env`; never raises on a
-    non-zero exit (the tests check it)."""
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`cdf-platform <args>` with this process's environment plus `env`, in `cwd` (default:
+    this process's working directory); never raises on a non-zero exit (the tests check it)."""
     return subprocess.run(
         [CLI, *args],
         capture_output=True,
@@ -20,4 +22,5 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
         timeout=600,
         check=False,
         env={**os.environ, **(env or {})},
+        cwd=cwd,
     )

@@ -3,6 +3,15 @@ defaults (local Spark, `./lake`, `<lake>/_control`, `./pipelines.yaml`).
 
 Nothing here runs at import: the CLI reads the environment when a command runs, and the Dagster
 definitions when they load (as `dg.EnvVar`, see `cdf_platform.orchestration.resources`).
+
+A lake or control root is resolved once, where it enters (a flag, a variable, a resource's
+config), by `resolve_root`: every later step sees an absolute path or a URI.
+
+Example:
+    >>> resolve_root("s3://bucket/lake")
+    's3://bucket/lake'
+    >>> resolve_root("w/lake") == str(Path.cwd() / "w" / "lake")
+    True
 """
 
 from __future__ import annotations
@@ -20,6 +29,18 @@ AUTOMATION_ENV = "CDF_AUTOMATION"
 SPARK_LOG_ENV = "CDF_SPARK_LOG"
 DEFAULT_MASTER = "local[*]"
 DEFAULT_PIPELINES_FILE = "pipelines.yaml"
+
+
+def resolve_root(root: str) -> str:
+    """`root` as the platform uses it: a URI (anything with `://`: `s3://`, `abfss://`, ...) as
+    given, a local folder as its absolute, normalised path (relative: to the working directory).
+
+    Spark reads `delta.`<path>`` in SQL as a path only when the path is absolute (a relative one
+    is taken for a table in a schema named `delta`), so a relative root must never reach it.
+    """
+    if "://" in root:
+        return root
+    return os.path.abspath(root)
 
 
 def embedded_lake_root() -> str:
@@ -45,13 +66,13 @@ def default_remote() -> str | None:
 
 
 def default_lake_root() -> str:
-    """`$CDF_LAKE_ROOT`, else `lake/` under the working directory."""
-    return os.environ.get(LAKE_ROOT_ENV) or embedded_lake_root()
+    """`$CDF_LAKE_ROOT`, else `lake/` under the working directory (resolved, `resolve_root`)."""
+    return resolve_root(os.environ.get(LAKE_ROOT_ENV) or embedded_lake_root())
 
 
 def default_control_root(lake_root: str) -> str:
-    """`$CDF_CONTROL_ROOT`, else `<lake root>/_control`."""
-    return os.environ.get(CONTROL_ROOT_ENV) or control_root_under(lake_root)
+    """`$CDF_CONTROL_ROOT`, else `<lake root>/_control` (resolved, `resolve_root`)."""
+    return resolve_root(os.environ.get(CONTROL_ROOT_ENV) or control_root_under(lake_root))
 
 
 def default_pipelines_file() -> Path:

@@ -21,6 +21,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from cdf_platform.core.config import resolve_root
 from cdf_platform.core.silver_columns import PLATFORM_COLUMNS
 
 # Pipeline ids become Delta txn app ids, asset names and Dagster pool names.
@@ -321,7 +322,8 @@ class PipelineSpec(BaseModel):
         }
 
     def resolved(self, lake_root: str) -> PipelineSpec:
-        """This spec with relative `source`/`target` resolved under `lake_root`."""
+        """This spec with relative `source`/`target` resolved under `lake_root` (absolute when
+        local, see `resolve_location`)."""
         return self.model_copy(
             update={
                 "source": resolve_location(self.source, lake_root),
@@ -344,7 +346,8 @@ def is_table_name(location: str) -> bool:
 
 
 def resolve_location(location: str, lake_root: str) -> str:
-    """`location` if it is absolute, a URI or a catalog name, else `lake_root/location`."""
+    """`location` if it is absolute, a URI or a catalog name, else `lake_root/location`, made
+    absolute when local (`resolve_root`): a relative location or root never reaches Spark."""
     if "://" in location or location.startswith("/") or is_table_name(location):
         return location
-    return f"{lake_root.rstrip('/')}/{location}"
+    return resolve_root(f"{lake_root.rstrip('/')}/{location}")

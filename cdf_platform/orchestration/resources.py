@@ -3,7 +3,9 @@ created, Delta-configured SparkSession per process (`SparkResource`).
 
 `from_environment()` builds each from the environment when the definitions load (never at
 import): a field whose variable is set is a `dg.EnvVar` (the UI shows the variable's name, and a
-run reads its value when it starts), the others take the embedded defaults.
+run reads its value when it starts), the others take the embedded defaults. A relative lake or
+control root (a literal, or an `EnvVar`'s value when it is read) is resolved once to its
+absolute path (`cdf_platform.core.config.resolve_root`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from cdf_platform.core.config import (
     CONTROL_ROOT_ENV,
@@ -26,6 +28,7 @@ from cdf_platform.core.config import (
     REMOTE_ENV,
     control_root_under,
     embedded_lake_root,
+    resolve_root,
 )
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.spec import PipelineSpec, storage_locations
@@ -55,7 +58,8 @@ class LakeLayout(dg.ConfigurableResource):
 
     lake_root: str = Field(
         description="Folder (or URI) that relative `source`/`target` locations of the pipelines "
-        f"file are resolved against (${LAKE_ROOT_ENV}; default ./lake)."
+        f"file are resolved against (${LAKE_ROOT_ENV}; default ./lake). A relative folder is "
+        "taken from the working directory and made absolute once."
     )
     control_root: str | None = Field(
         default=None,
@@ -71,6 +75,15 @@ class LakeLayout(dg.ConfigurableResource):
     @classmethod
     def _is_dagster_maintained(cls) -> bool:
         return False
+
+    @field_validator("lake_root", "control_root", "pipelines_file", mode="before")
+    @classmethod
+    def _resolve(cls, value: object) -> object:
+        # Before Dagster reads it, an `EnvVar` holds the variable's name, not a path: it is
+        # resolved when the bound layout is built from the value (`bound()`, a run's start).
+        if isinstance(value, str) and value and not isinstance(value, dg.EnvVar):
+            return resolve_root(value)
+        return value
 
     @classmethod
     def from_environment(cls) -> LakeLayout:
