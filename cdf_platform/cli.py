@@ -24,6 +24,7 @@ from cdf_platform.core.spec_file import find_spec, load_specs
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.planning.status import pipeline_status
 from cdf_platform.runner import run_pipeline
+from cdf_platform.spark.failures import classified_run
 from cdf_platform.spark.session import SparkSettings, build_spark_session
 from cdf_platform.state.control import ControlTable
 
@@ -91,12 +92,13 @@ def _print_result(result: RunResult, as_json: bool) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     specs, control, settings = _context(args)
     spec = find_spec(specs, args.pipeline_id)
-    result = run_pipeline(
-        spec,
-        spark_factory=lambda: build_spark_session(settings),
-        control=control,
-        force_rebuild=args.command == "rebuild",
-    )
+    with classified_run(spec.id, rerun=f"`cdf-platform {args.command} {spec.id}`"):
+        result = run_pipeline(
+            spec,
+            spark_factory=lambda: build_spark_session(settings),
+            control=control,
+            force_rebuild=args.command == "rebuild",
+        )
     _print_result(result, args.json)
     return 0
 

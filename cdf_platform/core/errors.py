@@ -145,7 +145,8 @@ class UnsafeSparkConfig(CdfPlatformError):
 
 
 class UnknownReadFailure(CdfPlatformError):
-    """A change-feed read failed for a reason the platform does not classify."""
+    """A change-feed read, a silver write or any other step of a run failed for a reason the
+    platform does not classify (the original error is chained as the cause)."""
 
     incident_code = "UNKNOWN_READ_FAILURE"
     default_action = "read the underlying error below; the watermark was not moved"

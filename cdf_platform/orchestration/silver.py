@@ -20,6 +20,7 @@ from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.runner import run_pipeline
+from cdf_platform.spark.failures import classified_run
 
 
 class SilverRunConfig(dg.Config):
@@ -153,13 +154,20 @@ def silver_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
             )
         control = lake.control()
         try:
-            result = run_pipeline(
-                spec,
-                spark_factory=lambda: spark.spark_session,
-                control=control,
-                force_rebuild=config.force_rebuild,
-                on_plan=lambda plan: context.log.info("pinned change set: %s", describe_plan(plan)),
-            )
+            # An unexpected failure is classified too: the step fails as a platform error
+            # naming the pipeline and what to do, the original chained below it.
+            with classified_run(
+                spec.id, rerun=f"the materialization of {context.asset_key.to_user_string()}"
+            ):
+                result = run_pipeline(
+                    spec,
+                    spark_factory=lambda: spark.spark_session,
+                    control=control,
+                    force_rebuild=config.force_rebuild,
+                    on_plan=lambda plan: context.log.info(
+                        "pinned change set: %s", describe_plan(plan)
+                    ),
+                )
         except CdfPlatformError as err:
             raise _failure(spec, err) from err
         context.log.info(

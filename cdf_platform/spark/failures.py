@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cdf_platform.core.errors import (
@@ -26,6 +27,7 @@ from cdf_platform.core.errors import (
     IncompatibleSchemaChange,
     ReplayWindowLost,
     SourceNotFound,
+    UnknownReadFailure,
 )
 
 # Causes followed at most (Java chains can loop through suppressed/cause references).
@@ -243,3 +245,48 @@ def rule_for(facts: FailureFacts) -> FailureRule | None:
 def is_conflict(err: BaseException) -> bool:
     """Whether `err` is an optimistic-concurrency conflict (another writer committed first)."""
     return rule_for(failure_facts(err)) is CONFLICT_RULE
+
+
+def classify_run_failure(err: BaseException, pipeline_id: str, *, rerun: str) -> CdfPlatformError:
+    """A failure that escaped a run's own classification, as a platform error naming the
+    pipeline: the class of the rule `err` matches (the table above), else `UnknownReadFailure`;
+    the message quotes `err`'s first line. A `CdfPlatformError` is returned as it is.
+
+    Args:
+        err: what the run raised.
+        pipeline_id: the pipeline whose run (or rebuild) failed.
+        rerun: how to run it again, for the action (e.g. "`cdf-platform run orders`").
+    """
+    if isinstance(err, CdfPlatformError):
+        return err
+    facts = failure_facts(err)
+    problem = f"the run failed: {facts.first_line or type(err).__name__}"
+    rule = rule_for(facts)
+    if rule is not None:
+        return rule.error(problem, pipeline_id=pipeline_id)
+    return UnknownReadFailure(
+        problem,
+        pipeline_id=pipeline_id,
+        # Silver's watermark moves only in the commit that writes silver (docs/design.md
+        # section 3), so a rerun after any failure resumes exactly where silver stands.
+        action=f"fix the cause the error names, then rerun {rerun}: it resumes from silver's "
+        "watermark, which only a committed silver write moves",
+    )
+
+
+@contextmanager
+def classified_run(pipeline_id: str, *, rerun: str) -> Iterator[None]:
+    """Re-raise any failure inside as a platform error (`classify_run_failure`), the original
+    chained as its cause; a `CdfPlatformError` passes through. Classification only: nothing
+    is retried or swallowed.
+
+    Example:
+        >>> with classified_run("orders", rerun="`cdf-platform run orders`"):  # doctest: +SKIP
+        ...     run_pipeline(spec, spark_factory=factory, control=control)
+    """
+    try:
+        yield
+    except CdfPlatformError:
+        raise
+    except Exception as err:
+        raise classify_run_failure(err, pipeline_id, rerun=rerun) from err
