@@ -10,7 +10,8 @@ For a change-data-feed read of [s, L] to return every change, delta-spark 4.4 ne
 4. every file the read needs still exists (cdc files, else data files with dataChange=true,
    plus deletion-vector files);
 5. CDF is enabled at s and not disabled anywhere in (s, L];
-6. no non-additive schema change in (s, L].
+6. no schema change in (s, L] that the read refuses: a non-additive one, or a type widening
+   (silver follows a widening, but delta-spark 4.4's batch read does not cross it).
 
 `ReplayCriteria` answers them per start version with per-commit caches; `ReplayWindow`
 (`cdf_platform.window.replay_window`) is the public face.
@@ -28,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from cdf_platform.deltalog.log import DeltaLog
-from cdf_platform.window.schema_compat import non_additive_changes
+from cdf_platform.window.schema_compat import SchemaComparison, compare_schemas
 
 
 class WindowBreakKind(StrEnum):
@@ -88,7 +89,7 @@ class ReplayCriteria:
         self.retention = deleted_file_retention
         self.cutoff_ms = int((now - deleted_file_retention).timestamp() * 1000)
         self._missing_file: dict[int, str | None] = {}
-        self._schema_change: dict[int, str | None] = {}
+        self._schema_change: dict[int, SchemaComparison] = {}
 
     def snapshot(self, start: int) -> WindowBreak | None:
         """Criterion 1: the snapshot at `start` can be built from the log."""
@@ -187,20 +188,29 @@ class ReplayCriteria:
                 )
         return None
 
-    def schema_change(self, version: int) -> str | None:
-        """What is non-additive in the schema change of commit `version`, or None."""
+    def _schema_comparison(self, version: int) -> SchemaComparison:
         if version not in self._schema_change:
             new = self.log.commit(version).metadata
             old = self.log.metadata_at(version - 1) if new is not None else None
-            changes = non_additive_changes(old, new) if old is not None and new else []
-            self._schema_change[version] = "; ".join(changes) or None
+            found = compare_schemas(old, new) if old is not None and new else SchemaComparison()
+            self._schema_change[version] = found
         return self._schema_change[version]
 
+    def schema_change(self, version: int) -> str | None:
+        """What is non-additive in the schema change of commit `version` (silver cannot follow
+        it), or None."""
+        return "; ".join(self._schema_comparison(version).non_additive) or None
+
+    def read_schema_change(self, version: int) -> str | None:
+        """What in the schema change of commit `version` a batch CDF read refuses to cross
+        (non-additive changes and type widenings), or None."""
+        return self._schema_comparison(version).blocks_replay
+
     def schema(self, start: int) -> WindowBreak | None:
-        """Criterion 6: no non-additive schema change in (start, L]."""
+        """Criterion 6: no schema change in (start, L] that the read refuses."""
         # CDCReader skips the check at the start version itself: no data before it is read.
         for version in range(start + 1, self.latest + 1):
-            if (change := self.schema_change(version)) is not None:
+            if (change := self.read_schema_change(version)) is not None:
                 return WindowBreak(
                     WindowBreakKind.SCHEMA_CHANGE, version, f"version {version}: {change}"
                 )
@@ -237,7 +247,7 @@ class ReplayCriteria:
                 and self.cdf_at_start(start) is None
                 and (
                     start == self.latest
-                    or not (self.disables_cdf(start + 1) or self.schema_change(start + 1))
+                    or not (self.disables_cdf(start + 1) or self.read_schema_change(start + 1))
                 )
             )
             if not readable:
