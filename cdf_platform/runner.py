@@ -295,6 +295,10 @@ def _write_control(
     generation: int | None = None,
 ) -> None:
     spec = plan.spec
+    if mode is not RunMode.NOOP:
+        # A column this run widened in silver (bronze's type widening) is said in the load log.
+        widened = silver_widenings(spec.target, plan.silver.silver_version)
+        message = "; ".join(filter(None, (message, *(f"silver {w}" for w in widened)))) or None
     finished = datetime.now(UTC)
     run.control.append_log(
         LoadLogEntry(

@@ -1,6 +1,13 @@
 """Silver as a table: created on the first write (change feed on, owned by its pipeline, deletion
-vectors when asked), evolved with bronze's new columns, and checked against the pipeline that
-writes it. Reads of silver's own state go through the log, without Spark.
+vectors when asked), evolved with bronze's new columns and type widenings, and checked against
+the pipeline that writes it. Reads of silver's own state go through the log, without Spark.
+
+A column whose type bronze widened the way Delta's type widening allows (int -> bigint, ...;
+`cdf_platform.window.schema_compat.is_widening`) is widened in silver too: silver gets
+`delta.enableTypeWidening` and `ALTER TABLE ... ALTER COLUMN c TYPE t`, Delta's own evolution,
+so existing files are kept and read as the wider type. Any other type change is refused with
+the two ways out that work: cast back to silver's type in the pipeline's `columns`, or move
+silver away and rebuild it with bronze's types.
 
 Example:
     >>> layout = ensure_silver(spark, "/lake/silver/orders", "orders", schema, layout)
@@ -10,8 +17,11 @@ Example:
 from __future__ import annotations
 
 import json
+import logging
+import re
 import time
-from dataclasses import replace
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import (
@@ -20,7 +30,8 @@ from cdf_platform.core.errors import (
     foreign_files_at_target,
 )
 from cdf_platform.core.spec import DeleteMode, HistoryMode
-from cdf_platform.core.sql import create_table_sql, quote_ident, sql_path
+from cdf_platform.core.sql import create_table_sql, quote_ident, sql_path, sql_string
+from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import holds_foreign_files, is_delta_table
 from cdf_platform.spark.failures import failure_facts, is_conflict
 from cdf_platform.spark.merge import (
@@ -32,15 +43,36 @@ from cdf_platform.spark.merge import (
     SilverLayout,
 )
 from cdf_platform.state.watermark import OWNER_PROPERTY
+from cdf_platform.window.schema_compat import TypeWidening, compare_column_types, compare_schemas
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
+
+logger = logging.getLogger(__name__)
 
 # Delta's refusal to create a table in a folder that holds files but no commit yet.
 NON_EMPTY_LOCATION = "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION"
 # How long a CREATE that lost a race waits for the winner's first commit to appear.
 CREATE_RACE_WAIT_S = 10.0
+# The table property ALTER COLUMN ... TYPE needs before it widens a column (Delta refuses the
+# change otherwise, DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP); setting it adds the
+# typeWidening table feature, which silver's readers then need (Delta >= 3.2 reads it).
+TYPE_WIDENING_PROPERTY = "delta.enableTypeWidening"
+# date -> timestamp_ntz: a TIMESTAMP_NTZ column needs the timestampNtz table feature, which
+# ALTER COLUMN does not add by itself (delta-spark 4.4 refuses the change without it).
+TIMESTAMP_NTZ_FEATURE = "delta.feature.timestampNtz"
+# A column name a `columns` expression can use as it is.
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class _Silver:
+    """Silver as its log shows it: owner property, column types, table properties."""
+
+    owner: str | None
+    types: dict[str, DataType]
+    properties: dict[str, str] = field(default_factory=dict)
 
 
 def _silver_schema(source: StructType, layout: SilverLayout) -> dict[str, str]:
@@ -56,8 +88,8 @@ def _silver_schema(source: StructType, layout: SilverLayout) -> dict[str, str]:
     return columns
 
 
-def _existing_silver(target: str) -> tuple[str | None, dict[str, str]] | None:
-    """Silver's owner property and column types (Spark type names), JVM-free; None if absent.
+def _existing_silver(target: str) -> _Silver | None:
+    """Silver's owner property, column types and properties (JVM-free); None if absent.
 
     Read through `deltalake` from the log: no Spark job, no DESCRIBE DETAIL.
     """
@@ -67,9 +99,13 @@ def _existing_silver(target: str) -> tuple[str | None, dict[str, str]] | None:
     from pyspark.sql.types import StructType  # pure Python: parses the log's schema JSON
 
     table = DeltaTable(target)
-    owner = table.metadata().configuration.get(OWNER_PROPERTY)
+    configuration = dict(table.metadata().configuration)
     schema = StructType.fromJson(json.loads(table.schema().to_json()))
-    return owner, {f.name: f.dataType.simpleString() for f in schema.fields}
+    return _Silver(
+        configuration.get(OWNER_PROPERTY),
+        {f.name: f.dataType for f in schema.fields},
+        configuration,
+    )
 
 
 def holds_files(target: str) -> bool:
@@ -81,7 +117,7 @@ def holds_files(target: str) -> bool:
 
 def _create_silver(
     spark: SparkSession, target: str, wanted: dict[str, str], properties: dict[str, str]
-) -> tuple[str | None, dict[str, str]] | None:
+) -> _Silver | None:
     """Run the CREATE; return silver as the log then shows it (this run's table, or the one a
     concurrent run created first), or None when the location holds other files.
 
@@ -116,15 +152,16 @@ def ensure_silver(
     source_schema: StructType,
     layout: SilverLayout,
 ) -> SilverLayout:
-    """Create silver (CDF on, owned by `pipeline_id`) or evolve it with new bronze columns.
+    """Create silver (CDF on, owned by `pipeline_id`) or evolve it with new bronze columns and
+    type widenings.
 
     Returns `layout` with the silver columns that bronze no longer has as `retired_columns`.
 
     Raises:
         TargetOwnershipConflict: silver belongs to another pipeline, or its location holds
             files that are not a Delta table.
-        IncompatibleSchemaChange: a silver column changed type in bronze, or the delete mode's
-            columns do not match the table.
+        IncompatibleSchemaChange: a silver column changed type in bronze other than by a
+            widening Delta allows, or a platform column's type does not match the table.
     """
     wanted = _silver_schema(source_schema, layout)
     found = _existing_silver(target)
@@ -136,26 +173,123 @@ def ensure_silver(
         if found is None:
             raise foreign_files_at_target(pipeline_id, target)
         # This run's table, or the one another run created first: checked like any other.
-    owner, existing = found
-    if owner != pipeline_id:
+    if found.owner != pipeline_id:
         raise TargetOwnershipConflict(
-            f"silver table is owned by pipeline {owner!r}"
-            if owner
+            f"silver table is owned by pipeline {found.owner!r}"
+            if found.owner
             else "silver table exists but was not created by cdf_platform",
             pipeline_id=pipeline_id,
             table=target,
         )
-    changed = [c for c, t in wanted.items() if c in existing and existing[c] != t.lower()]
+    existing = found.types
+    incoming = {f.name: f.dataType for f in source_schema.fields}
+    widenings: list[TypeWidening] = []
+    refused: dict[str, list[str]] = {}
+    for column in layout.data_columns:
+        if column in existing and column in incoming:
+            change = compare_column_types(
+                existing[column].jsonValue(), incoming[column].jsonValue(), column
+            )
+            widenings.extend(change.widenings)
+            if change.non_additive:
+                refused[column] = list(change.non_additive)
+    platform = {SOURCE_VERSION, IS_DELETED, DELETED_AT, START_AT, END_AT}
+    changed = [
+        c
+        for c, t in wanted.items()
+        if c in platform and c in existing and existing[c].simpleString() != t.lower()
+    ]
     if changed:
         raise IncompatibleSchemaChange(
-            f"column types differ between bronze and silver for {changed}",
+            f"column types differ between the pipeline and silver for {changed}",
             pipeline_id=pipeline_id,
             table=target,
         )
+    if refused:
+        raise _type_change_refused(pipeline_id, target, layout, existing, refused)
+    if widenings:
+        _widen(spark, target, widenings, found.properties)
     added = {c: t for c, t in wanted.items() if c not in existing}
     if added:
         columns = ", ".join(f"{quote_ident(c)} {t}" for c, t in added.items())
         spark.sql(f"ALTER TABLE {sql_path(target)} ADD COLUMNS ({columns})")
-    platform = {SOURCE_VERSION, IS_DELETED, DELETED_AT, START_AT, END_AT}
     retired = tuple(c for c in existing if c not in wanted and c not in platform)
     return replace(layout, retired_columns=retired)
+
+
+def _widen(
+    spark: SparkSession,
+    target: str,
+    widenings: Iterable[TypeWidening],
+    properties: dict[str, str],
+) -> None:
+    """Widen silver's columns as bronze's were: Delta's type widening, existing files kept."""
+    widenings = list(widenings)
+    wanted = {TYPE_WIDENING_PROPERTY: "true"}
+    if any(w.new == "timestamp_ntz" for w in widenings):
+        wanted[TIMESTAMP_NTZ_FEATURE] = "supported"
+    missing = {k: v for k, v in wanted.items() if properties.get(k, "").lower() != v}
+    if missing:
+        settings = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in missing.items())
+        spark.sql(f"ALTER TABLE {sql_path(target)} SET TBLPROPERTIES ({settings})")
+    for widening in widenings:
+        column = ".".join(quote_ident(part) for part in widening.path)
+        spark.sql(f"ALTER TABLE {sql_path(target)} ALTER COLUMN {column} TYPE {widening.new}")
+        logger.info("%s: silver %s", target, widening)
+
+
+def _type_change_refused(
+    pipeline_id: str,
+    target: str,
+    layout: SilverLayout,
+    existing: dict[str, DataType],
+    refused: dict[str, list[str]],
+) -> IncompatibleSchemaChange:
+    """The refusal of type changes silver cannot follow, with the two fixes that work.
+
+    Keeping silver's type: a `columns` entry of the same name replaces the bronze column, so a
+    CAST back to silver's type makes the rows fit silver again (keys cannot be derived).
+    Taking bronze's type: silver is created afresh by the rebuild once its location is free.
+    """
+    details = "; ".join(d for changes in refused.values() for d in changes)
+    problem = (
+        f"silver cannot take bronze's new column types ({details}): silver follows only the "
+        "type widenings Delta allows (int -> bigint, float -> double, a wider decimal, ...)"
+    )
+    casts = [
+        f'{c}: "CAST({c if _PLAIN_NAME.fullmatch(c) else quote_ident(c)} AS '
+        f'{existing[c].simpleString()})"'
+        for c in refused
+        if c not in layout.keys
+    ]
+    fixes = []
+    if casts:
+        fixes.append(
+            f"to keep silver's types, add {', '.join(casts)} to the pipeline's `columns` (wrap "
+            "an expression already there the same way) and rerun the pipeline"
+        )
+    fixes.append(
+        f"to take bronze's types, move the silver table at {target} away (rename its folder, or "
+        f"drop the table; silver's change feed then starts over) and run "
+        f"`cdf-platform rebuild {pipeline_id}`"
+    )
+    return IncompatibleSchemaChange(
+        problem, pipeline_id=pipeline_id, table=target, action="; or ".join(fixes)
+    )
+
+
+def silver_widenings(target: str, since_version: int | None) -> tuple[TypeWidening, ...]:
+    """The silver columns widened by the commits after `since_version` (JVM-free, from the
+    log): what a run did to silver's types, for the load log. Empty when silver did not exist
+    at `since_version` or no later commit changed its metadata.
+    """
+    if since_version is None or not is_delta_table(target):
+        return ()
+    log = DeltaLog(target)
+    later = range(since_version + 1, log.latest_version() + 1)
+    if not any(log.has_commit(v) and log.commit(v).metadata is not None for v in later):
+        return ()
+    before = log.metadata_at(since_version)
+    if before is None:
+        return ()
+    return compare_schemas(before, log.latest_metadata()).widenings
