@@ -118,12 +118,15 @@ class SourceReset(CdfPlatformError):
 
 
 class IncompatibleSchemaChange(CdfPlatformError):
-    """A column was dropped, renamed or retyped in the range to replay."""
+    """A column was dropped, renamed or retyped in the range to replay (a type widening too: the
+    change feed cannot be read across it), or silver cannot take a column's new type."""
 
     incident_code = "INCOMPATIBLE_SCHEMA_CHANGE"
     default_action = (
-        "rebuild silver from the new bronze schema (`cdf-platform rebuild <id>`); gold consumers "
-        "of the dropped or renamed column must be updated too"
+        "rebuild silver from the new bronze schema (`cdf-platform rebuild <id>`): it widens a "
+        "silver column bronze widened, and refuses any other type change until the pipeline's "
+        "`columns` casts the column back to silver's type or silver is moved away (its message "
+        "names both); gold consumers of the dropped or renamed column must be updated too"
     )
 
 
