@@ -264,7 +264,7 @@ def collapse_changes(
             F.col(COMMIT_VERSION),
         )
     elif order.ignore_null_updates:
-        frame = _collapse_ignoring_nulls(ordered, keys, payload)
+        frame = _collapse_ignoring_nulls(ordered, keys, payload, order.sequence_by)
     else:
         latest = ordered.groupBy(*key_cols).agg(_latest_change().alias("_latest"))
         frame = latest.select(
@@ -345,10 +345,15 @@ def key_quality_problem(
 
 
 def _collapse_ignoring_nulls(
-    ordered: DataFrame, keys: Sequence[str], payload: Sequence[str]
+    ordered: DataFrame, keys: Sequence[str], payload: Sequence[str], sequence_by: str | None
 ) -> DataFrame:
-    """Per key: the latest change's type, timestamp and version, each value column's last
-    non-NULL value since the key's last insert or delete, and `_reset` (there was one)."""
+    """Per key: the latest change's type, timestamp, version and `sequence_by` value, each
+    other value column's last non-NULL value since the key's last insert or delete, and
+    `_reset` (there was one).
+
+    The sequence value is the latest change's own, whatever its type: it orders the change
+    against silver's row, and a delete (whose values are not carried) must still be newer
+    than the row it removes."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
@@ -364,12 +369,19 @@ def _collapse_ignoring_nulls(
     ]
     for column in values:
         value = F.col(f"_row.{quote_ident(column)}")
+        if column == sequence_by:
+            continue
         usable = in_segment & value.isNotNull() & (row_type != "delete")
         aggregates.append(F.max_by(value, F.when(usable, F.col("_order"))).alias(column))
     latest = with_reset.groupBy(*key_cols).agg(*aggregates)
     return latest.select(
         *key_cols,
-        *(F.col(quote_ident(c)) for c in values),
+        *(
+            F.col(f"_latest._row.{quote_ident(c)}").alias(c)
+            if c == sequence_by
+            else F.col(quote_ident(c))
+            for c in values
+        ),
         F.col(f"_latest._row.{CHANGE_TYPE}").alias(CHANGE_TYPE),
         F.col(f"_latest._row.{COMMIT_TIMESTAMP}").alias(COMMIT_TIMESTAMP),
         F.col(f"_latest.{COMMIT_VERSION}").alias(COMMIT_VERSION),

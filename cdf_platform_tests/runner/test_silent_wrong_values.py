@@ -142,3 +142,26 @@ def test_scd2_current_versions_hold_null_in_a_retired_column(
     # ada's first version closed before the drop; bob's after it, holding NULL by then.
     closed = sorted((i, n, a) for i, n, a, end in current if end is not None)
     assert closed == [(1, "ada", 10), (2, "bob", None)]
+
+
+def test_a_delete_applies_under_sequence_by_with_ignore_null_updates(
+    spark: SparkSession, lake: Path
+) -> None:
+    """`sequence_by` with `ignore_null_updates`: the collapsed delete carries its own sequence
+    value (a delete's values are not carried, but its order is), so it is newer than the row
+    it removes, in both delete modes."""
+    hard, soft = _pipelines(lake, sequence_by="seq", ignore_null_updates=True)
+    control = control_for(lake)
+    spark.sql(
+        f"CREATE TABLE delta.`{hard.source}` (id BIGINT, name STRING, amount INT, seq BIGINT) "
+        "USING DELTA TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+    )
+    sql(spark, hard.source, "INSERT INTO {t} VALUES (1, 'ada', 10, 1), (2, 'bob', 20, 1)")
+    for spec in (hard, soft):
+        _run(spark, spec, control)
+    sql(spark, hard.source, "UPDATE {t} SET amount = NULL, seq = 2 WHERE id = 1")
+    sql(spark, hard.source, "DELETE FROM {t} WHERE id = 2")
+    for spec in (hard, soft):
+        assert _run(spark, spec, control) is RunMode.INCREMENTAL
+        assert _live(spark, spec, "id", "amount", "seq") == [(1, 10, 2)]
+    assert rows(spark, soft.target, "id", "_is_deleted") == [(1, False), (2, True)]
