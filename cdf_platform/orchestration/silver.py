@@ -14,7 +14,7 @@ import dagster as dg
 from pydantic import Field
 
 from cdf_platform.core.errors import CdfPlatformError
-from cdf_platform.core.spec import DeleteMode, FallbackMode, PipelineSpec
+from cdf_platform.core.spec import DeleteMode, FallbackMode, HistoryMode, PipelineSpec
 from cdf_platform.orchestration.keys import SILVER_PREFIX, bronze_key, pipeline_pool, silver_key
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.plan import RunMode, RunPlan
@@ -96,11 +96,23 @@ def _description(spec: PipelineSpec) -> str:
         if spec.delete_mode is DeleteMode.HARD
         else "deleted rows stay, flagged `_is_deleted` with `_deleted_at`"
     )
+    keys = ", ".join(spec.keys)
+    if spec.history is HistoryMode.SCD2:
+        shape = (
+            f"`{spec.bronze_name}` with its history: every version of each {keys}, dated by "
+            "`__start_at` and `__end_at` (NULL on the current version; a delete closes it), "
+            f"kept in step with `bronze/{spec.bronze_name}` through its change feed. Each "
+            "version carries the bronze `_source_commit_version` that opened it"
+        )
+    else:
+        shape = (
+            f"`{spec.bronze_name}` as the business sees it now: one row per {keys}, the latest "
+            f"version of each, kept in step with `bronze/{spec.bronze_name}` through its change "
+            f"feed ({deletes}). Each row carries the bronze `_source_commit_version` that "
+            "produced it"
+        )
     return (
-        f"`{spec.bronze_name}` as the business sees it now: one row per "
-        f"{', '.join(spec.keys)}, the latest version of each, kept in step with "
-        f"`bronze/{spec.bronze_name}` through its change feed ({deletes}). Each row carries the "
-        "bronze `_source_commit_version` that produced it; the table's change feed is on, so "
+        f"{shape}; the table's change feed is on, so "
         "gold consumers read it incrementally. The watermark (last bronze version applied) "
         "lives in this table's own Delta log."
     )

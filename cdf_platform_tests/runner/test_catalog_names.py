@@ -69,7 +69,7 @@ def test_names_are_told_from_paths_and_compared_case_insensitively() -> None:
     assert named.resolved("/lake").source == "bronze.orders"
     paths = PipelineSpec(id="p", source="bronze/orders", target="./orders.v2", keys=["id"])
     assert paths.table_names == {}
-    assert paths.resolved("/lake").target == "/lake/./orders.v2"
+    assert paths.resolved("/lake").target == "/lake/orders.v2"
     with pytest.raises(InvalidPipelineSpec, match="same table"):
         parse_specs({"pipelines": [{"id": "x", "source": "b.T", "target": "B.t", "keys": ["id"]}]})
 
