@@ -21,29 +21,42 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from arro3.core import Array, DataType, Table
+import pyarrow as pa
 from deltalake import DeltaTable, Field, write_deltalake
 from deltalake.schema import PrimitiveType
 
 Row = dict[str, Any]
+# What one commit did to a key, as its change feed says it: ("insert" | "update" | "delete",
+# the row after the commit, or before it for a delete).
+Change = tuple[str, Row]
 
 KEY = "id"
 BASE_COLUMNS = ("id", "name", "amount")
 EXTRA_COLUMN = "note"
+RENAMED_COLUMN = "remark"
+SEQUENCE_COLUMN = "seq"
+NESTED_COLUMNS = ("tags", "attrs")
 CDF = "delta.enableChangeDataFeed"
 DELETED_FILE_RETENTION = "delta.deletedFileRetentionDuration"
 LOG_RETENTION = "delta.logRetentionDuration"
 LONG_RETENTION = "interval 7 days"
-_TYPES = {"id": DataType.int64, "name": DataType.string, "amount": DataType.int64}
-_TYPES[EXTRA_COLUMN] = DataType.string
+_TYPES: dict[str, pa.DataType] = {
+    "id": pa.int64(),
+    "name": pa.string(),
+    "amount": pa.int64(),
+    EXTRA_COLUMN: pa.string(),
+    RENAMED_COLUMN: pa.string(),
+    SEQUENCE_COLUMN: pa.int64(),
+    "tags": pa.list_(pa.string()),
+    "attrs": pa.map_(pa.string(), pa.string()),
+}
 
 
-def arrow_table(columns: Sequence[str], rows: Iterable[Row]) -> Table:
-    """An arro3 table of `rows` (missing values are nulls) with the bronze column types."""
+def arrow_table(columns: Sequence[str], rows: Iterable[Row]) -> pa.Table:
+    """An Arrow table of `rows` (missing values are nulls) with the bronze column types (a MAP
+    value is a list of (key, value) pairs, in the order written)."""
     materialized = list(rows)
-    return Table.from_pydict(
-        {c: Array([r.get(c) for r in materialized], _TYPES[c]()) for c in columns}
-    )
+    return pa.table({c: pa.array([r.get(c) for r in materialized], _TYPES[c]) for c in columns})
 
 
 def sql_in(keys: Iterable[int]) -> str:
@@ -53,12 +66,14 @@ def sql_in(keys: Iterable[int]) -> str:
 
 @dataclass(frozen=True)
 class VersionRecord:
-    """What the harness knows about one bronze version right after writing it."""
+    """What the harness knows about one bronze version right after writing it, and what the
+    commit did to each key it touched (`changes`, what its change feed holds per key)."""
 
     columns: tuple[str, ...]
     rows: dict[int, Row]
     cdf_enabled: bool
     operation: str
+    changes: dict[int, Change] = field(default_factory=dict)
 
 
 @dataclass
@@ -84,7 +99,7 @@ class BronzeTable:
         """A new CDF-enabled table at `path` holding `rows` (version 0)."""
         write_deltalake(path, arrow_table(columns, rows), configuration={CDF: "true"})
         table = cls(path, list(columns), {r[KEY]: dict(r) for r in rows})
-        table._record("CREATE")
+        table._record("CREATE", {}, table.rows)
         return table
 
     # -- reading -----------------------------------------------------------------------------
@@ -112,14 +127,42 @@ class BronzeTable:
         gone = [k for k in last if k not in self.rows]
         return sorted(gone, key=lambda k: (last[k].get(EXTRA_COLUMN) is None, k))
 
-    def _record(self, operation: str) -> None:
+    def _record(
+        self, operation: str, before: dict[int, Row] | None = None, touched: Iterable[int] = ()
+    ) -> None:
+        """Record the versions the last write made; `before` (the rows before it) and
+        `touched` (the keys it wrote) give the changes of a data write (`_changes`)."""
         latest = self.version
         known = max(self.versions, default=-1)
-        snapshot = VersionRecord(
-            tuple(self.columns), copy.deepcopy(self.rows), self.cdf_enabled, operation
-        )
+        changes = {} if before is None else self._changes(operation, before, set(touched))
         for version in range(known + 1, latest + 1):
-            self.versions[version] = snapshot
+            last = version == latest
+            self.versions[version] = VersionRecord(
+                tuple(self.columns),
+                copy.deepcopy(self.rows),
+                self.cdf_enabled,
+                operation,
+                copy.deepcopy(changes) if last else {},
+            )
+
+    def _changes(
+        self, operation: str, before: dict[int, Row], touched: set[int]
+    ) -> dict[int, Change]:
+        """Per key, what the change feed of a data write holds after its collapse inside the
+        commit: an UPDATE's rows and a MERGE's matched rows are postimages (updates); an overwrite,
+        `replaceWhere` or append writes inserts (a rewritten key's delete and insert in one
+        commit: the insert stands); a key gone from the table is a delete of its last row."""
+        changes: dict[int, Change] = {}
+        for key, row in self.rows.items():
+            if key in touched:
+                # An UPDATE writes postimages only (a changed key's new value too).
+                updated = operation == "UPDATE" or (operation == "MERGE" and key in before)
+                kind = "update" if updated else "insert"
+                changes[key] = (kind, dict(row))
+        for key, row in before.items():
+            if key not in self.rows:
+                changes[key] = ("delete", dict(row))
+        return changes
 
     def _full(self, row: Row) -> Row:
         return {c: row.get(c) for c in self.columns}
@@ -128,33 +171,72 @@ class BronzeTable:
 
     def insert(self, rows: Sequence[Row]) -> None:
         """Append `rows` (keys must be new)."""
+        before = copy.deepcopy(self.rows)
         full = [self._full(r) for r in rows]
         write_deltalake(self.path, arrow_table(self.columns, full), mode="append")
         self.rows.update({r[KEY]: r for r in full})
-        self._record("INSERT")
+        self._record("INSERT", before, (r[KEY] for r in full))
 
-    def update(self, keys: Sequence[int], *, amount_delta: int, name: str | None) -> None:
-        """`UPDATE SET amount = amount + delta, name = ... WHERE id IN keys`."""
-        updates = {"amount": f"amount + {int(amount_delta)}"}
+    def update(
+        self,
+        keys: Sequence[int],
+        *,
+        amount_delta: int | None,
+        name: str | None,
+        seq: dict[int, int] | None = None,
+    ) -> None:
+        """`UPDATE SET amount = amount + delta (NULL when delta is None), name = ... [, seq = ...]
+        WHERE id IN keys`, one commit per distinct new sequence value (one without)."""
+        groups: dict[int | None, list[int]] = {}
+        for key in keys:
+            groups.setdefault(None if seq is None else seq[key], []).append(key)
+        for value, group in groups.items():
+            self._update_group(group, amount_delta=amount_delta, name=name, seq=value)
+
+    def _update_group(
+        self, keys: Sequence[int], *, amount_delta: int | None, name: str | None, seq: int | None
+    ) -> None:
+        before = copy.deepcopy(self.rows)
+        updates = {"amount": "NULL" if amount_delta is None else f"amount + {int(amount_delta)}"}
         updates["name"] = "NULL" if name is None else f"'{name}'"
+        if seq is not None:
+            updates[SEQUENCE_COLUMN] = str(int(seq))
         DeltaTable(self.path).update(updates=updates, predicate=sql_in(keys))
         for key in keys:
             if key in self.rows:
                 row = self.rows[key]
-                row["amount"] = None if row["amount"] is None else row["amount"] + amount_delta
+                row["amount"] = (
+                    None
+                    if row["amount"] is None or amount_delta is None
+                    else row["amount"] + amount_delta
+                )
                 row["name"] = name
-        self._record("UPDATE")
+                if seq is not None:
+                    row[SEQUENCE_COLUMN] = seq
+        self._record("UPDATE", before, keys)
+
+    def update_key(self, old: int, new: int) -> None:
+        """`UPDATE SET id = new WHERE id = old`: the change feed holds a preimage of `old` and a
+        postimage of `new`, and no delete."""
+        before = copy.deepcopy(self.rows)
+        DeltaTable(self.path).update(updates={KEY: str(int(new))}, predicate=sql_in([old]))
+        row = self.rows.pop(old)
+        row[KEY] = new
+        self.rows[new] = row
+        self._record("UPDATE", before, [new])
 
     def delete(self, keys: Sequence[int]) -> None:
         """`DELETE WHERE id IN keys` (keys may be absent: then no version is written)."""
+        before = copy.deepcopy(self.rows)
         DeltaTable(self.path).delete(sql_in(keys))
         for key in keys:
             self.rows.pop(key, None)
-        self._record("DELETE")
+        self._record("DELETE", before)
 
     def merge(self, upserts: Sequence[Row], deletes: Sequence[int]) -> None:
         """One MERGE: upsert `upserts`; delete the matched keys in `deletes` (a source row with
         amount -1 marks a delete)."""
+        before = copy.deepcopy(self.rows)
         source = [self._full(r) for r in upserts]
         source += [{**{c: None for c in self.columns}, KEY: k, "amount": -1} for k in deletes]
         (
@@ -172,18 +254,21 @@ class BronzeTable:
         )
         for key in deletes:
             self.rows.pop(key, None)
-        self.rows.update({r[KEY]: r for r in source if r[KEY] not in deletes})
-        self._record("MERGE")
+        written = [r for r in source if r[KEY] not in deletes]
+        self.rows.update({r[KEY]: r for r in written})
+        self._record("MERGE", before, (r[KEY] for r in written))
 
     def overwrite(self, rows: Sequence[Row]) -> None:
         """Replace the whole table with `rows` (same schema)."""
+        before = copy.deepcopy(self.rows)
         full = [self._full(r) for r in rows]
         write_deltalake(self.path, arrow_table(self.columns, full), mode="overwrite")
         self.rows = {r[KEY]: r for r in full}
-        self._record("OVERWRITE")
+        self._record("OVERWRITE", before, self.rows)
 
     def replace_where(self, min_key: int, rows: Sequence[Row]) -> None:
         """`replaceWhere id >= min_key` with `rows` (all of them satisfy the predicate)."""
+        before = copy.deepcopy(self.rows)
         full = [self._full(r) for r in rows]
         assert all(r[KEY] >= min_key for r in full)
         write_deltalake(
@@ -194,7 +279,7 @@ class BronzeTable:
         )
         self.rows = {k: r for k, r in self.rows.items() if k < min_key}
         self.rows.update({r[KEY]: r for r in full})
-        self._record("REPLACE_WHERE")
+        self._record("REPLACE_WHERE", before, (r[KEY] for r in full))
 
     # -- schema --------------------------------------------------------------------------------
 
@@ -202,30 +287,39 @@ class BronzeTable:
         """Add the nullable `note` column: with ALTER TABLE alone, or with an append of `rows`
         under schema merge (one commit either way)."""
         assert EXTRA_COLUMN not in self.columns
+        before = copy.deepcopy(self.rows)
         self.columns.append(EXTRA_COLUMN)
         for row in self.rows.values():
             row[EXTRA_COLUMN] = None
         if rows is None:
             field_ = Field(EXTRA_COLUMN, PrimitiveType("string"), nullable=True)
             DeltaTable(self.path).alter.add_columns(field_)
-        else:
-            full = [self._full(r) for r in rows]
-            write_deltalake(
-                self.path, arrow_table(self.columns, full), mode="append", schema_mode="merge"
-            )
-            self.rows.update({r[KEY]: r for r in full})
-        self._record("ADD_COLUMN")
+            self._record("ADD_COLUMN")
+            return
+        full = [self._full(r) for r in rows]
+        write_deltalake(
+            self.path, arrow_table(self.columns, full), mode="append", schema_mode="merge"
+        )
+        self.rows.update({r[KEY]: r for r in full})
+        self._record("ADD_COLUMN", before, (r[KEY] for r in full))
 
-    def overwrite_dropping_column(self, rows: Sequence[Row]) -> None:
-        """Overwrite with a schema that no longer has `note` (a non-additive change)."""
+    def overwrite_dropping_column(self, rows: Sequence[Row], *, rename: bool = False) -> None:
+        """Overwrite with a schema that no longer has `note` (a non-additive change); with
+        `rename`, `note` comes back as `remark` holding the same values."""
         assert EXTRA_COLUMN in self.columns
-        self.columns.remove(EXTRA_COLUMN)
+        before = copy.deepcopy(self.rows)
+        index = self.columns.index(EXTRA_COLUMN)
+        if rename:
+            self.columns[index] = RENAMED_COLUMN
+            rows = [{**r, RENAMED_COLUMN: r.get(EXTRA_COLUMN)} for r in rows]
+        else:
+            self.columns.remove(EXTRA_COLUMN)
         full = [self._full(r) for r in rows]
         write_deltalake(
             self.path, arrow_table(self.columns, full), mode="overwrite", schema_mode="overwrite"
         )
         self.rows = {r[KEY]: r for r in full}
-        self._record("OVERWRITE_SCHEMA")
+        self._record("OVERWRITE_SCHEMA", before, self.rows)
 
     # -- table maintenance --------------------------------------------------------------------
 
@@ -283,7 +377,8 @@ class BronzeTable:
         versions from 0 again."""
         shutil.rmtree(self.path)
         os.makedirs(self.path)
-        columns = [c for c in self.columns if keep_extra_column or c != EXTRA_COLUMN]
+        extra = (EXTRA_COLUMN, RENAMED_COLUMN)
+        columns = [c for c in self.columns if keep_extra_column or c not in extra]
         self.columns = columns
         full: list[Row] = [{c: r.get(c) for c in columns} for r in rows]
         write_deltalake(self.path, arrow_table(columns, full), configuration={CDF: "true"})
@@ -291,4 +386,4 @@ class BronzeTable:
         self.versions = {}
         self.cdf_enabled = True
         self.recreations += 1
-        self._record("RECREATE")
+        self._record("RECREATE", {}, self.rows)

@@ -46,6 +46,7 @@ from cdf_platform_tests.faults.bronze_model import (
     BronzeTable,
     Row,
 )
+from cdf_platform_tests.faults.change_oracle import ChangeOracle
 from cdf_platform_tests.faults.history import (
     CI_PROFILE,
     CONCURRENT_OPS,
@@ -53,17 +54,18 @@ from cdf_platform_tests.faults.history import (
     HistoryProfile,
     Op,
     apply_bronze_op,
+    bronze_columns,
     initial_rows,
     plan_history,
 )
-from cdf_platform_tests.faults.modeling import conform_snapshot, history_problems, modeling_fields
+from cdf_platform_tests.faults.modeling import conform_snapshot, history_problems
+from cdf_platform_tests.faults.options import HistoryConfig, config_for
 from cdf_platform_tests.faults.oracle import (
-    ExpectedRow,
     LostWindow,
     RunWindow,
     Silver,
-    expected_silver,
     lost_window,
+    normalize_value,
     read_rows,
     read_silver,
     silver_problems,
@@ -124,17 +126,14 @@ class HistoryReport:
         }
 
 
-def history_spec(lake: Path, seed: int) -> PipelineSpec:
-    """The pipeline of history `seed`: odd seeds soft-delete; every fourth uses FAIL_FAST; some
-    conform rows or keep SCD2 history (`cdf_platform_tests.faults.modeling`)."""
+def history_spec(lake: Path, seed: int, config: HistoryConfig | None = None) -> PipelineSpec:
+    """The pipeline of history `seed`: its options are the seed's config
+    (`cdf_platform_tests.faults.options.config_for`) unless `config` is given."""
     return PipelineSpec(
         id=f"fuzz_{seed}",
         source=str(lake / "bronze"),
         target=str(lake / "silver"),
-        keys=["id"],
-        delete_mode="soft" if seed % 2 else "hard",
-        fallback_mode="FAIL_FAST" if seed % 4 == 3 else "SNAPSHOT_REBUILD",
-        **modeling_fields(seed),
+        **(config or config_for(seed)).fields(),
     )
 
 
@@ -142,13 +141,20 @@ class HistoryHarness:
     """One seeded history, its pipeline and the oracle's running state."""
 
     def __init__(
-        self, spark: SparkSession, lake: Path, seed: int, profile: HistoryProfile = CI_PROFILE
+        self,
+        spark: SparkSession,
+        lake: Path,
+        seed: int,
+        profile: HistoryProfile = CI_PROFILE,
+        *,
+        config: HistoryConfig | None = None,
     ) -> None:
         self.spark = spark
         self.seed = seed
         self.profile = profile
+        self.config = config or config_for(seed)
         self.rng = random.Random(seed * 7919 + 1)
-        self.spec = history_spec(lake, seed)
+        self.spec = history_spec(lake, seed, self.config)
         self.control = ControlTable(str(lake / "_control"))
         self.report = HistoryReport(
             seed, self.spec.delete_mode.value, self.spec.fallback_mode.value
@@ -157,7 +163,7 @@ class HistoryHarness:
         # Oracle state after the last successful run.
         self.watermark: int | None = None
         self.table_id: str | None = None
-        self.expected: dict[int, ExpectedRow] = {}
+        self.oracle = ChangeOracle(self.config, soft=self.config.deletes == "soft")
         self.columns: list[str] = []
         self.silver = Silver((), {}, ())
         self.history: list[Row] = []  # SCD2 silver's rows after the last run
@@ -168,8 +174,9 @@ class HistoryHarness:
 
     def start(self, rows: list[Row] | None = None) -> BronzeTable:
         """Create bronze with `rows` (default: drawn from the seed)."""
-        chosen = initial_rows(self.rng) if rows is None else rows
-        self.bronze = BronzeTable.create(self.spec.source, chosen)
+        columns = bronze_columns(self.config)
+        chosen = initial_rows(self.rng, columns) if rows is None else rows
+        self.bronze = BronzeTable.create(self.spec.source, chosen, columns)
         return self.bronze
 
     def run(self) -> HistoryReport:
@@ -365,25 +372,33 @@ class HistoryHarness:
         """
         assert self.bronze is not None
         bronze = self.bronze
-        columns, snapshot = read_rows(bronze.path, latest)
+        columns, raw = read_rows(bronze.path, latest)
         record = bronze.versions[latest]
         model = sorted(
-            ({c: r.get(c) for c in record.columns} for r in record.rows.values()), key=str
+            ({c: normalize_value(r.get(c)) for c in record.columns} for r in record.rows.values()),
+            key=repr,
         )
-        if sorted(columns) != sorted(record.columns) or sorted(snapshot, key=str) != model:
+        if sorted(columns) != sorted(record.columns) or sorted(raw, key=repr) != model:
             raise self._fail(f"harness model of bronze {latest} differs from delta-rs' snapshot")
-        snapshot, columns = conform_snapshot(modeling_fields(self.seed), snapshot, columns)
+        snapshot, conformed = conform_snapshot(self.config, raw, columns)
         if self.spec.history.value == "scd2":
             self.history, found = history_problems(
-                self.spec.target, self.history, snapshot, columns, latest
+                self.spec.target, self.history, snapshot, conformed, latest
             )
             if found:
                 raise self._fail(f"silver history differs from the oracle at {latest}: {found[:5]}")
             self.watermark, self.table_id = latest, bronze.table_id
             return
-        silver_columns = self.columns + [c for c in columns if c not in self.columns]
-        soft = self.spec.delete_mode.value == "soft"
-        expected = expected_silver(self.expected, snapshot, silver_columns, columns, soft=soft)
+        silver_columns = self.columns + [c for c in conformed if c not in self.columns]
+        retired = set(silver_columns) - set(conformed)
+        if mode is RunMode.INCREMENTAL:
+            assert self.watermark is not None
+            self.oracle.incremental(
+                bronze.versions, self.watermark, latest, silver_columns, retired
+            )
+        elif mode is not RunMode.NOOP:
+            self.oracle.rebuild(raw, latest, silver_columns, retired)
+        expected = self.oracle.expected()
         silver = read_silver(self.spec.target)
         reset = incident == "SOURCE_RESET" or (
             self.table_id is not None and self.table_id != bronze.table_id
@@ -401,7 +416,6 @@ class HistoryHarness:
             raise self._fail(f"silver differs from the oracle at {latest}: {problems[:5]}")
         self.watermark = latest
         self.table_id = bronze.table_id
-        self.expected = expected
         self.columns = silver_columns
         self.silver = silver
         if mode is not RunMode.NOOP:

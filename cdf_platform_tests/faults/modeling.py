@@ -1,13 +1,12 @@
-"""Silver modeling in the generated histories: some seeds' pipelines conform rows (a derived
-column and a row filter) or keep SCD2 history, and the oracle is extended for them.
+"""SCD2 silver in the generated histories (`history: scd2` in the seed's config,
+`cdf_platform_tests.faults.options`), and the conforming steps applied to a snapshot.
 
-- Conformed seeds: the oracle applies the same steps to the bronze snapshot in Python (the
-  derived column and the filter only read the key, which no operation drops) and then expects of
-  silver what it expects of a plain pipeline over that conformed snapshot.
-- SCD2 seeds (hard deletes): silver's open versions are exactly the snapshot (on the snapshot's
-  columns; a retired column keeps what its versions held), every version closed before the run
-  is unchanged, a key's versions never overlap and at most one is open, and no version was
-  opened by a commit after the watermark.
+- Conforming: the oracle applies the pipeline's transform, derived columns and `where` to the
+  bronze snapshot in Python (`cdf_platform_tests.faults.change_oracle.conform_row`).
+- SCD2 (hard deletes): silver's open versions are exactly the snapshot (on the snapshot's
+  columns; a retired column, one bronze no longer has, is NULL on them), every version closed
+  before the run is unchanged, a key's versions never overlap and at most one is open, and no
+  version was opened by a commit after the watermark.
 """
 
 from __future__ import annotations
@@ -18,36 +17,22 @@ from itertools import pairwise
 from typing import Any
 
 from cdf_platform_tests.faults.bronze_model import KEY, Row
-from cdf_platform_tests.faults.oracle import read_rows
+from cdf_platform_tests.faults.change_oracle import conform_row, conformed_columns
+from cdf_platform_tests.faults.options import HistoryConfig
+from cdf_platform_tests.faults.oracle import PLATFORM_COLUMNS, read_rows
 
 SOURCE_VERSION = "_source_commit_version"
 START_AT = "__start_at"
 END_AT = "__end_at"
-DERIVED = "id_band"
-CONFORMING: dict[str, Any] = {"columns": {DERIVED: "id % 4"}, "where": "id % 5 != 0"}
-SCD2: dict[str, Any] = {"history": "scd2"}
-
-
-def modeling_fields(seed: int) -> dict[str, Any]:
-    """The modeling fields of history `seed`'s pipeline: seeds 2, 6, 10, ... (hard deletes,
-    SNAPSHOT_REBUILD) keep SCD2 history; multiples of 3 conform rows (6 does both)."""
-    fields: dict[str, Any] = {}
-    if seed % 4 == 2:
-        fields |= SCD2
-    if seed % 3 == 0:
-        fields |= CONFORMING
-    return fields
 
 
 def conform_snapshot(
-    fields: dict[str, Any], snapshot: list[Row], columns: list[str]
+    config: HistoryConfig, snapshot: list[Row], columns: list[str]
 ) -> tuple[list[Row], list[str]]:
     """The bronze snapshot (and its columns) after the pipeline's conforming steps, as the
     oracle computes them."""
-    if "where" not in fields:
-        return snapshot, columns
-    kept = [{**row, DERIVED: row[KEY] % 4} for row in snapshot if row[KEY] % 5 != 0]
-    return kept, [*columns, DERIVED]
+    conformed = [conform_row(config, row) for row in snapshot]
+    return [row for row, kept in conformed if kept], conformed_columns(config, columns)
 
 
 def history_problems(
@@ -66,11 +51,19 @@ def history_problems(
     if sorted(current) != sorted(wanted):
         missing, extra = sorted(set(wanted) - set(current)), sorted(set(current) - set(wanted))
         problems.append(f"open versions: keys {missing} missing, keys {extra} not in bronze")
+    platform = {*PLATFORM_COLUMNS, START_AT, END_AT}
     for key in sorted(set(current) & set(wanted)):
         got = {c: current[key].get(c) for c in snapshot_columns}
         want = {c: wanted[key].get(c) for c in snapshot_columns}
         if got != want:
             problems.append(f"key {key}: open version {got}, bronze {want}")
+        retired = {
+            c: v
+            for c, v in current[key].items()
+            if c not in snapshot_columns and c not in platform and v is not None
+        }
+        if retired:
+            problems.append(f"key {key}: open version holds retired columns {retired}")
     closed_before = [row for row in previous if row[END_AT] is not None]
     for row in closed_before:
         if row not in rows:

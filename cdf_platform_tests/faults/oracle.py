@@ -56,12 +56,24 @@ _INTERVAL = re.compile(r"^\s*interval\s+(\d+)\s+(second|minute|hour|day|week)s?\
 _UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
 
 
+def normalize_value(value: Any) -> Any:
+    """A value in the form the oracle compares: a MAP (a list of (key, value) pairs, as
+    written and as delta-rs reads it back) as its entries sorted, an ARRAY as a tuple."""
+    if isinstance(value, list | tuple):
+        items = [normalize_value(v) for v in value]
+        if any(isinstance(v, tuple) for v in value):
+            return tuple(sorted(items, key=repr))
+        return tuple(items)
+    return value
+
+
 def read_rows(path: str, version: int | None = None) -> tuple[list[str], list[Row]]:
-    """Columns and rows of the Delta table at `path` (at `version`), read with delta-rs."""
+    """Columns and rows of the Delta table at `path` (at `version`), read with delta-rs, values
+    normalized (`normalize_value`)."""
     table = DeltaTable(path) if version is None else DeltaTable(path, version=version)
     result = QueryBuilder().register("t", table).execute("SELECT * FROM t").read_all()
     names = list(result.column_names)
-    columns = [column.to_pylist() for column in result.columns]
+    columns = [[normalize_value(v) for v in column.to_pylist()] for column in result.columns]
     return names, [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
 

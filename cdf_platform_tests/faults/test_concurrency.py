@@ -32,6 +32,7 @@ from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_tests.faults.bronze_model import BronzeTable
 from cdf_platform_tests.faults.harness import HistoryHarness
 from cdf_platform_tests.faults.history import CI_PROFILE, CONCURRENT_OPS, Op, apply_bronze_op
+from cdf_platform_tests.faults.options import hand_config
 
 ROWS = [{"id": k, "name": f"n{k}", "amount": k} for k in range(1, 7)]
 
@@ -106,7 +107,8 @@ def _describe(err: BaseException) -> str:
 def test_two_runs_of_one_pipeline_at_once_end_serialized_or_with_one_classified_failure(
     spark: SparkSession, lake: Path, mode: RunMode
 ) -> None:
-    harness = HistoryHarness(spark, lake, seed=5 if mode is RunMode.REBUILD else 4)
+    seed = 5 if mode is RunMode.REBUILD else 4
+    harness = HistoryHarness(spark, lake, seed, config=hand_config(seed))
     bronze = harness.start(ROWS)
     SETUPS[mode](harness, bronze)
     latest = bronze.version
@@ -142,7 +144,7 @@ def test_a_stale_run_finishing_after_a_newer_one_never_moves_the_watermark_back(
 ) -> None:
     """Run A pins L1; a commit lands; run B applies up to L2; then A executes its stale plan:
     Delta skips A's MERGE (its txnVersion is below silver's), silver keeps L2."""
-    harness = HistoryHarness(spark, lake, seed=6)
+    harness = HistoryHarness(spark, lake, seed=6, config=hand_config(6))
     bronze = harness.start(ROWS)
     harness.consumer_run(Op.RUN)
     _changes(bronze)
@@ -167,7 +169,7 @@ def test_bronze_commits_made_during_consumer_runs_are_never_lost(
 ) -> None:
     """A writer commits to bronze every ~0.3 s while two consumer runs plan and execute; each
     run equals the oracle at its pinned version, and a final run catches up exactly."""
-    harness = HistoryHarness(spark, lake, seed=10)
+    harness = HistoryHarness(spark, lake, seed=10, config=hand_config(10))
     bronze = harness.start(ROWS)
     harness.consumer_run(Op.RUN)
     stop = threading.Event()

@@ -24,6 +24,7 @@ from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_tests.faults.bronze_model import BronzeTable
 from cdf_platform_tests.faults.harness import HistoryHarness
 from cdf_platform_tests.faults.history import Op
+from cdf_platform_tests.faults.options import hand_config
 
 SUBPROCESS_TIMEOUT = 900
 # The module fixture (four concurrent Spark starts) runs inside the first test's timeout.
@@ -107,7 +108,7 @@ def killed_runs(
     runs: dict[FaultPoint, KilledRun] = {}
     for point, (seed, change) in SCENARIOS.items():
         root = tmp_path_factory.mktemp(f"fault-{point.value}")
-        harness = HistoryHarness(spark, root / "lake", seed)
+        harness = HistoryHarness(spark, root / "lake", seed, config=hand_config(seed))
         bronze = harness.start(ROWS)
         harness.consumer_run(Op.RUN)  # initial load: watermark 0
         change(bronze)

@@ -1,6 +1,7 @@
-"""Generated bronze histories against the snapshot oracle: after every consumer run silver equals
-the oracle, the watermark is the pinned version, and every lost window was detected and
-recovered (no silent loss)."""
+"""Generated bronze histories against the oracle: after every consumer run silver equals the
+oracle (computed in Python from bronze's history and the pipeline's options), the watermark is
+the pinned version, and every lost window was detected and recovered (no silent loss). The CI
+histories hold every feasible pair of option levels (`cdf_platform_tests.faults.options`)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,33 @@ from pyspark.sql import SparkSession
 
 from cdf_platform_tests.faults.harness import Divergence, HistoryHarness, history_spec
 from cdf_platform_tests.faults.history import CI_PROFILE, RUNS, Op, plan_history
+from cdf_platform_tests.faults.options import COVERING, HistoryConfig, config_for, coverage_table
 from cdf_platform_tests.faults.oracle import read_silver
 
-CI_SEEDS = list(range(1, 13))
+CI_SEEDS = list(range(1, len(COVERING) + 1))
+
+
+def test_ci_histories_hold_every_feasible_pair_of_options(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The coverage table of the CI histories' configs (printed): every feasible pair of levels
+    of two factors is held by at least one history, and each factor that adds an operation
+    kind has it planned in the histories where it is on."""
+    configs = [config_for(seed) for seed in CI_SEEDS]
+    table, missing = coverage_table(configs)
+    with capsys.disabled():
+        print(f"\nOption pairs held by the {len(configs)} CI histories:\n{table}")
+    assert missing == []
+    for seed, config in zip(CI_SEEDS, configs, strict=True):
+        plan = set(plan_history(seed, CI_PROFILE))
+        assert config.on("key_updates") == (Op.KEY_UPDATE in plan), seed
+        assert config.on("sequence_by") == (Op.LATE_UPDATE in plan), seed
+        losing = {Op.VACUUM, Op.AGED_VACUUM, Op.CDF_GAP, Op.RECREATE, Op.RUN_SQUEEZED}
+        assert config.on("lost_window") == bool(plan & losing), seed
+        schema = {"none": set(), "add": {Op.ADD_COLUMN}, "drop": {Op.ADD_COLUMN, Op.DROP_COLUMN}}
+        schema["rename"] = {Op.ADD_COLUMN, Op.RENAME_COLUMN}
+        changes = plan & {Op.ADD_COLUMN, Op.DROP_COLUMN, Op.RENAME_COLUMN}
+        assert changes == schema[config.schema], seed
 
 
 def test_ci_seeds_cover_every_operation_kind() -> None:
@@ -31,9 +56,18 @@ def test_ci_seeds_cover_every_operation_kind() -> None:
 
 def test_ci_seeds_retire_a_column_then_reinsert_a_soft_deleted_key() -> None:
     """Some soft-delete CI history loads an added column, deletes a row holding a value in it,
-    drops the column, rebuilds (FAIL_FAST: the operator's rebuild), then re-inserts the deleted
-    key: neither the deleted row nor the re-inserted one may keep the retired column's value."""
-    wanted = [Op.ADD_COLUMN, RUNS, Op.DELETE, Op.DROP_COLUMN, RUNS, Op.REINSERT, RUNS]
+    drops (another: renames) the column, rebuilds (FAIL_FAST: the operator's rebuild), then
+    re-inserts the deleted key: neither the deleted row nor the re-inserted one may keep the
+    retired column's value."""
+    wanted: list[Op | tuple[Op, ...]] = [
+        Op.ADD_COLUMN,
+        RUNS,
+        Op.DELETE,
+        Op.DROP_COLUMN,
+        RUNS,
+        Op.REINSERT,
+        RUNS,
+    ]
 
     def holds_sequence(plan: list[Op]) -> bool:
         step = 0
@@ -46,7 +80,9 @@ def test_ci_seeds_retire_a_column_then_reinsert_a_soft_deleted_key() -> None:
         return False
 
     soft = [s for s in CI_SEEDS if history_spec(Path("lake"), s).delete_mode == "soft"]
-    assert any(holds_sequence(plan_history(seed, CI_PROFILE)) for seed in soft)
+    for retiring in (Op.DROP_COLUMN, Op.RENAME_COLUMN):
+        wanted[3] = retiring
+        assert any(holds_sequence(plan_history(seed, CI_PROFILE)) for seed in soft), retiring
 
 
 @pytest.mark.parametrize("seed", CI_SEEDS)
@@ -79,7 +115,7 @@ def test_the_oracle_catches_a_silent_loss_when_the_engine_guards_are_disabled(
     """The harness has teeth: with the plan's window check and the ignoreMissingFiles guard
     disabled, a vacuumed range is read "successfully" with rows missing, and the harness
     reports a silent loss and a divergence."""
-    harness = HistoryHarness(spark, lake, seed=2)
+    harness = HistoryHarness(spark, lake, seed=2, config=HistoryConfig())
     bronze = harness.start([{"id": k, "name": f"n{k}", "amount": k} for k in range(1, 6)])
     harness.consumer_run(Op.RUN)
     bronze.update([1, 2], amount_delta=100, name="changed")
