@@ -165,3 +165,30 @@ def test_a_delete_applies_under_sequence_by_with_ignore_null_updates(
         assert _run(spark, spec, control) is RunMode.INCREMENTAL
         assert _live(spark, spec, "id", "amount", "seq") == [(1, 10, 2)]
     assert rows(spark, soft.target, "id", "_is_deleted") == [(1, False), (2, True)]
+
+
+def test_a_column_silver_no_longer_takes_is_nulled_on_every_row_a_run_writes(
+    spark: SparkSession, lake: Path
+) -> None:
+    """A column the pipeline stops taking (`exclude_columns` grows) is retired: every row a
+    run writes, updated or soft-deleted, holds NULL there; rows no run touched keep their value
+    until a rebuild clears them all."""
+    hard, soft = _pipelines(lake)
+    control = control_for(lake)
+    make_bronze(spark, hard.source, [(1, "ada", 10), (2, "bob", 20), (3, "cy", 30)])
+    for spec in (hard, soft):
+        _run(spark, spec, control)
+    narrowed = [spec.model_copy(update={"exclude_columns": ["amount"]}) for spec in (hard, soft)]
+    sql(spark, hard.source, "UPDATE {t} SET name = 'ada2' WHERE id = 1")
+    sql(spark, hard.source, "DELETE FROM {t} WHERE id = 2")
+    for spec in narrowed:
+        _run(spark, spec, control)
+        assert _live(spark, spec, "id", "name", "amount") == [(1, "ada2", None), (3, "cy", 30)]
+    assert rows(spark, soft.target, "id", "amount", "_is_deleted") == [
+        (1, None, False),
+        (2, None, True),
+        (3, 30, False),
+    ]
+    for spec in narrowed:
+        _run(spark, spec, control, force_rebuild=True)
+        assert set(rows(spark, spec.target, "amount")) == {(None,)}
