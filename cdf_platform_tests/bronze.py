@@ -34,6 +34,17 @@ def sql(spark: SparkSession, path: str, statement: str) -> None:
     spark.sql(statement.format(t=sql_path(path)))
 
 
+def drop_column(spark: SparkSession, path: str, column: str) -> None:
+    """`ALTER TABLE DROP COLUMN` on bronze, after turning on column mapping (Delta needs it)."""
+    sql(
+        spark,
+        path,
+        "ALTER TABLE {t} SET TBLPROPERTIES ('delta.columnMapping.mode' = 'name', "
+        "'delta.minReaderVersion' = '2', 'delta.minWriterVersion' = '5')",
+    )
+    sql(spark, path, f"ALTER TABLE {{t}} DROP COLUMN {column}")
+
+
 def set_deleted_file_retention(spark: SparkSession, path: str, interval: str) -> None:
     """Set bronze's `delta.deletedFileRetentionDuration` (e.g. 'interval 1 hours')."""
     sql(

@@ -34,7 +34,7 @@ from cdf_platform.core.sql import create_table_sql, quote_ident, sql_path, sql_s
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import holds_foreign_files, is_delta_table
 from cdf_platform.spark.failures import failure_facts, is_conflict
-from cdf_platform.spark.merge import (
+from cdf_platform.spark.silver_layout import (
     DELETED_AT,
     END_AT,
     IS_DELETED,

@@ -18,7 +18,15 @@ from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.status import WindowState, pipeline_status
 from cdf_platform.runner import execute_plan, plan_pipeline, run_pipeline
 from cdf_platform.state.watermark import read_silver_state
-from cdf_platform_tests.bronze import control_for, insert, make_bronze, rows, spec_for, sql
+from cdf_platform_tests.bronze import (
+    control_for,
+    drop_column,
+    insert,
+    make_bronze,
+    rows,
+    spec_for,
+    sql,
+)
 
 
 def _silver_changes(spark: SparkSession, target: str, version: int) -> list[tuple[object, ...]]:
@@ -258,13 +266,7 @@ def test_dropped_column_falls_back_to_a_rebuild_that_retires_it(
     control = control_for(lake)
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20)])
     run_pipeline(spec, spark_factory=lambda: spark, control=control)
-    sql(
-        spark,
-        spec.source,
-        "ALTER TABLE {t} SET TBLPROPERTIES ('delta.columnMapping.mode' = 'name', "
-        "'delta.minReaderVersion' = '2', 'delta.minWriterVersion' = '5')",
-    )
-    sql(spark, spec.source, "ALTER TABLE {t} DROP COLUMN amount")
+    drop_column(spark, spec.source, "amount")
     sql(spark, spec.source, "UPDATE {t} SET name = 'ada2' WHERE id = 1")
 
     result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
@@ -285,13 +287,7 @@ def test_a_soft_deleted_key_reinserted_after_a_column_is_retired_does_not_revive
     assert run_pipeline(spec, spark_factory=lambda: spark, control=control).mode is (
         RunMode.INCREMENTAL
     )
-    sql(
-        spark,
-        spec.source,
-        "ALTER TABLE {t} SET TBLPROPERTIES ('delta.columnMapping.mode' = 'name', "
-        "'delta.minReaderVersion' = '2', 'delta.minWriterVersion' = '5')",
-    )
-    sql(spark, spec.source, "ALTER TABLE {t} DROP COLUMN amount")
+    drop_column(spark, spec.source, "amount")
 
     rebuilt = run_pipeline(spec, spark_factory=lambda: spark, control=control)
     assert (rebuilt.mode, rebuilt.incident_code) == (RunMode.REBUILD, "INCOMPATIBLE_SCHEMA_CHANGE")

@@ -15,7 +15,7 @@ from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.runner import run_pipeline
 from cdf_platform.state.control import ControlTable
-from cdf_platform_tests.bronze import control_for, make_bronze, rows, spec_for, sql
+from cdf_platform_tests.bronze import control_for, drop_column, make_bronze, rows, spec_for, sql
 
 
 def _run(spark: SparkSession, spec: PipelineSpec, control: ControlTable, **kw: Any) -> RunMode:
@@ -122,13 +122,7 @@ def test_scd2_current_versions_hold_null_in_a_retired_column(
     _run(spark, spec, control)
     sql(spark, spec.source, "UPDATE {t} SET name = 'ada2', amount = 11 WHERE id = 1")
     _run(spark, spec, control)
-    sql(
-        spark,
-        spec.source,
-        "ALTER TABLE {t} SET TBLPROPERTIES ('delta.columnMapping.mode' = 'name', "
-        "'delta.minReaderVersion' = '2', 'delta.minWriterVersion' = '5')",
-    )
-    sql(spark, spec.source, "ALTER TABLE {t} DROP COLUMN amount")
+    drop_column(spark, spec.source, "amount")
     assert _run(spark, spec, control) is RunMode.REBUILD
     sql(spark, spec.source, "UPDATE {t} SET name = 'bob2' WHERE id = 2")
     assert _run(spark, spec, control) is RunMode.INCREMENTAL
