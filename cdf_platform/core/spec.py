@@ -284,7 +284,6 @@ class PipelineSpec(BaseModel):
         for field_name, unsupported in (
             ("delete_mode: soft", self.delete_mode is DeleteMode.SOFT),
             ("sequence_by", self.sequence_by is not None),
-            ("ignore_null_updates", self.ignore_null_updates),
         ):
             if unsupported:
                 raise ValueError(

@@ -12,6 +12,10 @@ in place), `insert` rows never match and add versions.
 
 - Incremental: every commit's change of a key in the range is replayed in commit order against
   silver's open version, so the history does not depend on how commits were split into runs.
+- `ignore_null_updates`: a change's NULLs take the key's last non-NULL value since its last
+  insert or delete (silver's open version counts as the range's first change) before anything
+  is compared, in the incremental runs and in a rebuild (a NULL in the snapshot keeps the open
+  version's value), so a NULL update opens no version.
 - Rebuild: the snapshot only shows each key's state at the pinned version V, so it closes open
   versions whose key is gone or whose tracked values differ, and opens versions for new or
   changed keys, all at V's timestamp. Versions between the watermark and V are not recreated
@@ -87,6 +91,8 @@ def staged_history(
 
     keys = [F.col(quote_ident(k)) for k in layout.keys]
     values = layout.value_columns
+    if layout.ignore_null_updates:
+        changes = _filled(spark, target, changes, layout)
     events = changes.withColumn("_sig", _signature(layout, layout.tracked)).join(
         _open_versions(spark, target, layout), on=list(layout.keys), how="left"
     )
@@ -150,6 +156,80 @@ def staged_history(
     return inserts.unionByName(closes).select(*(quote_ident(c) for c in _staged_columns(layout)))
 
 
+def _current_values(spark: SparkSession, target: str, layout: SilverLayout) -> DataFrame:
+    """Silver's open versions: keys and value columns."""
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    silver = spark.read.format("delta").load(target).filter(F.col(END_AT).isNull())
+    return silver.select(*(quote_ident(c) for c in layout.data_columns))
+
+
+def _filled(
+    spark: SparkSession, target: str, changes: DataFrame, layout: SilverLayout
+) -> DataFrame:
+    """`ignore_null_updates`: each change with its NULLs replaced by the key's last non-NULL
+    value since its last insert or delete, silver's open version counting as the first change
+    of the range (an insert's own NULLs stand; a delete's values are not carried)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    keys = list(layout.keys)
+    kind = F.col(CHANGE_TYPE)
+    touched = changes.select(*(quote_ident(k) for k in keys)).distinct()
+    current = (
+        _current_values(spark, target, layout)
+        .join(touched, on=keys, how="left_semi")
+        .withColumns(
+            {
+                CHANGE_TYPE: F.lit("current"),
+                COMMIT_TIMESTAMP: F.lit(None).cast("timestamp"),
+                COMMIT_VERSION: F.lit(-1).cast("bigint"),
+            }
+        )
+    )
+    events = changes.unionByName(current.select(*(quote_ident(c) for c in changes.columns)))
+    by_key = Window.partitionBy(*(quote_ident(k) for k in keys)).orderBy(COMMIT_VERSION)
+    running = by_key.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    restarts = F.sum(kind.isin("insert", "delete").cast("int")).over(running)
+    segmented = events.withColumn("_restart", restarts)
+    in_segment = (
+        Window.partitionBy(*(quote_ident(k) for k in keys), "_restart")
+        .orderBy(COMMIT_VERSION)
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    filled = segmented.withColumns(
+        {
+            c: F.last(F.when(kind != "delete", F.col(quote_ident(c))), ignorenulls=True).over(
+                in_segment
+            )
+            for c in layout.value_columns
+        }
+    )
+    return filled.filter(kind != "current").select(*(quote_ident(c) for c in changes.columns))
+
+
+def _keeping_silver_values(
+    spark: SparkSession, target: str, snapshot: DataFrame, layout: SilverLayout
+) -> DataFrame:
+    """`ignore_null_updates`: the snapshot with its NULLs replaced by the values of silver's
+    open version of the key, as the incremental runs keep them."""
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    current = _current_values(spark, target, layout)
+    renamed = current.select(
+        *(F.col(quote_ident(k)) for k in layout.keys),
+        *(F.col(quote_ident(c)).alias(f"_cur_{c}") for c in layout.value_columns),
+    )
+    joined = snapshot.join(renamed, on=list(layout.keys), how="left")
+    return joined.select(
+        *(F.col(quote_ident(k)) for k in layout.keys),
+        *(
+            F.coalesce(F.col(quote_ident(c)), F.col(quote_ident(f"_cur_{c}"))).alias(c)
+            for c in layout.value_columns
+        ),
+    )
+
+
 def staged_reconcile(
     spark: SparkSession,
     target: str,
@@ -164,6 +244,8 @@ def staged_reconcile(
     keys = [F.col(quote_ident(k)) for k in layout.keys]
     values = layout.value_columns
     moment = F.lit(at).cast("timestamp")
+    if layout.ignore_null_updates:
+        snapshot = _keeping_silver_values(spark, target, snapshot, layout)
     joined = snapshot.withColumns(
         {
             "_sig": _signature(layout, layout.tracked),

@@ -3,8 +3,10 @@
 
 - Conforming: the oracle applies the pipeline's transform, derived columns and `where` to the
   bronze snapshot in Python (`cdf_platform_tests.faults.change_oracle.conform_row`).
-- SCD2 (hard deletes): silver's open versions are exactly the snapshot (on the snapshot's
-  columns; a retired column, one bronze no longer has, is NULL on them), every version closed
+- SCD2 (hard deletes): silver's open versions are exactly the rows the change oracle expects of
+  an SCD1 silver with hard deletes (the snapshot, unless `ignore_null_updates` kept values), on
+  bronze's conformed columns; a retired column, one bronze no longer has, is NULL on them; every
+  version closed
   before the run is unchanged, a key's versions never overlap and at most one is open, and no
   version was opened by a commit after the watermark.
 """
@@ -43,7 +45,8 @@ def history_problems(
     watermark: int,
 ) -> tuple[list[Row], list[str]]:
     """SCD2 silver's rows at `target`, read with delta-rs, and every way they break the oracle
-    after a run to `watermark` (module doc); `previous`: the rows after the run before."""
+    after a run to `watermark` (module doc); `previous`: the rows after the run before;
+    `snapshot`: the current rows expected, on `snapshot_columns` at least."""
     _, rows = read_rows(target)
     problems: list[str] = []
     current = {row[KEY]: row for row in rows if row[END_AT] is None}
