@@ -168,7 +168,16 @@ def _shape(frame: DataFrame, spec: PipelineSpec, function: Transform | None) -> 
 
     if function is not None:
         given = frame
-        frame = _analysed(spec, f"transform {spec.transform!r} fails", lambda: function(given))
+        try:
+            frame = _analysed(spec, f"transform {spec.transform!r} fails", lambda: function(given))
+        except InvalidPipelineSpec:
+            raise
+        except Exception as err:
+            # The user's own code failing while it builds the frame: the spec names it.
+            problem = (
+                f"transform {spec.transform!r} raised {type(err).__name__}: {_first_line(err)}"
+            )
+            raise _invalid(spec, problem) from err
         if not isinstance(frame, DataFrameType) and not _is_connect_frame(frame):
             raise _invalid(
                 spec,

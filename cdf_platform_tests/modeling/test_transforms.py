@@ -90,6 +90,11 @@ REFUSED = [
     pytest.param({"where": "amount >= AND 2"}, "where", id="where_syntax_error"),
     pytest.param({"sequence_by": "updated_at"}, "sequence_by 'updated_at'", id="unknown_sequence"),
     pytest.param({"transform": f"{TRANSFORMS}:nowhere"}, "has no function", id="missing_function"),
+    pytest.param(
+        {"transform": f"{TRANSFORMS}:needs_a_lookup"},
+        "raised KeyError",
+        id="transform_raises",
+    ),
 ]
 
 

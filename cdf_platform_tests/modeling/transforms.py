@@ -30,3 +30,9 @@ def shift_key(frame: DataFrame) -> DataFrame:
 def keep_rich(frame: DataFrame) -> DataFrame:
     """A filter inside a transform (refused: `where` turns dropped rows into deletes)."""
     return frame.filter(F.col("amount") > 10)
+
+
+def needs_a_lookup(frame: DataFrame) -> DataFrame:
+    """A transform that fails in Python before it builds anything (refused, named)."""
+    segments: dict[str, str] = {}
+    return frame.withColumn("segment", F.lit(segments["retail"]))
