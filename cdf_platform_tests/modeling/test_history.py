@@ -145,3 +145,26 @@ def test_scd2_with_ignore_null_updates_opens_no_version_for_a_null(
         assert _versions(spark, spec.target, times) == NULL_EXPECTED
         assert _run(spark, spec, control, force_rebuild=True) is RunMode.REBUILD
         assert _versions(spark, spec.target, times) == NULL_EXPECTED
+
+
+def test_track_history_except_columns_tracks_every_other_value_column(
+    spark: SparkSession, lake: Path
+) -> None:
+    """`track_history_except_columns: [amount]` is `track_history_columns: [name]` here: the
+    same history of versions (amount changes in place, name changes open versions)."""
+    control = control_for(lake)
+    bronze = str(lake / "bronze")
+    make_bronze(spark, bronze, [(1, "ada", 10), (2, "bob", 20)])
+    spec = spec_for(
+        lake,
+        id="excepted",
+        target=str(lake / "excepted"),
+        history="scd2",
+        track_history_except_columns=["amount"],
+    )
+    assert _run(spark, spec, control) is RunMode.INITIAL_LOAD
+    for version, statement in enumerate(HISTORY, start=2):
+        sql(spark, bronze, statement)
+        if version in (3, 8):
+            assert _run(spark, spec, control) is RunMode.INCREMENTAL
+    assert _versions(spark, spec.target, _commit_times(spark, bronze)) == sorted(EXPECTED, key=repr)

@@ -165,11 +165,14 @@ def test_a_column_silver_no_longer_takes_is_nulled_on_every_row_a_run_writes(
     spark: SparkSession, lake: Path
 ) -> None:
     """A column the pipeline stops taking (`exclude_columns` grows) is retired: every row a
-    run writes, updated or soft-deleted, holds NULL there; rows no run touched keep their value
-    until a rebuild clears them all."""
+    run writes, updated or soft-deleted, holds NULL there; rows no run touched (a tombstone
+    among them) keep their value until a rebuild clears them all."""
     hard, soft = _pipelines(lake)
     control = control_for(lake)
-    make_bronze(spark, hard.source, [(1, "ada", 10), (2, "bob", 20), (3, "cy", 30)])
+    make_bronze(spark, hard.source, [(1, "ada", 10), (2, "bob", 20), (3, "cy", 30), (4, "dee", 40)])
+    for spec in (hard, soft):
+        _run(spark, spec, control)
+    sql(spark, hard.source, "DELETE FROM {t} WHERE id = 4")
     for spec in (hard, soft):
         _run(spark, spec, control)
     narrowed = [spec.model_copy(update={"exclude_columns": ["amount"]}) for spec in (hard, soft)]
@@ -182,7 +185,27 @@ def test_a_column_silver_no_longer_takes_is_nulled_on_every_row_a_run_writes(
         (1, None, False),
         (2, None, True),
         (3, 30, False),
+        (4, 40, True),
     ]
     for spec in narrowed:
         _run(spark, spec, control, force_rebuild=True)
         assert set(rows(spark, spec.target, "amount")) == {(None,)}
+
+
+def test_a_rebuild_revives_a_tombstone_whose_key_is_back_with_the_same_values(
+    spark: SparkSession, lake: Path
+) -> None:
+    """Soft deletes: a key deleted, then inserted again with the very values the tombstone
+    holds, is live after a rebuild (nothing differs but the tombstone itself)."""
+    soft = _pipelines(lake)[1]
+    control = control_for(lake)
+    make_bronze(spark, soft.source, [(1, "ada", 10), (2, "bob", 20)])
+    _run(spark, soft, control)
+    sql(spark, soft.source, "DELETE FROM {t} WHERE id = 2")
+    _run(spark, soft, control)
+    sql(spark, soft.source, "INSERT INTO {t} VALUES (2, 'bob', 20)")
+    assert _run(spark, soft, control, force_rebuild=True) is RunMode.REBUILD
+    assert rows(spark, soft.target, "id", "amount", "_is_deleted", "_deleted_at") == [
+        (1, 10, False, None),
+        (2, 20, False, None),
+    ]
