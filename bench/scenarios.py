@@ -23,8 +23,8 @@ from bench.workload import DATA_COLUMNS, KEY, Workload, spec_for
 from cdf_platform.core.spec import DeleteMode
 from cdf_platform.core.sql import sql_path
 from cdf_platform.runner import run_pipeline
-from cdf_platform.spark.merge import SilverLayout
 from cdf_platform.spark.metrics import silver_commit_counts
+from cdf_platform.spark.silver_layout import SilverLayout
 from cdf_platform.spark.silver_table import ensure_silver
 from cdf_platform.state.control import ControlTable, LoadLogEntry
 from cdf_platform_tests.deltalog.synthetic_log import write_synthetic_commits

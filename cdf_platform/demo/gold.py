@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING
 from cdf_platform.core.sql import sql_path
 from cdf_platform.demo.silver_feed import FeedMode, FeedPlan, plan_feed
 from cdf_platform.spark.changes import CHANGE_TYPE, ReadContext, classified, read_changes
-from cdf_platform.spark.merge import END_AT, IS_DELETED, TxnStamp, stamped
+from cdf_platform.spark.merge import TxnStamp, stamped
 from cdf_platform.spark.session import new_session
+from cdf_platform.spark.silver_layout import END_AT, IS_DELETED
 from cdf_platform.state.watermark import user_metadata
 
 if TYPE_CHECKING:

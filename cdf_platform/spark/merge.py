@@ -31,10 +31,8 @@ from cdf_platform.spark.changes import (
 from cdf_platform.spark.key_filter import key_filter
 from cdf_platform.spark.silver_layout import (
     DELETED_AT,
-    END_AT,
     IS_DELETED,
     SOURCE_VERSION,
-    START_AT,
     SilverLayout,
 )
 
@@ -42,19 +40,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 T = TypeVar("T")
-
-__all__ = [
-    "DELETED_AT",
-    "END_AT",
-    "IS_DELETED",
-    "SOURCE_VERSION",
-    "START_AT",
-    "SilverLayout",
-    "TxnStamp",
-    "merge_changes",
-    "reconcile_snapshot",
-    "stamped",
-]
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"

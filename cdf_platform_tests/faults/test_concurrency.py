@@ -26,7 +26,7 @@ from cdf_platform.core.spec import DeleteMode
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.runner import execute_plan, plan_pipeline, run_pipeline
-from cdf_platform.spark.merge import SilverLayout
+from cdf_platform.spark.silver_layout import SilverLayout
 from cdf_platform.spark.silver_table import CREATE_RACE_WAIT_S, ensure_silver
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_tests.faults.bronze_model import BronzeTable
