@@ -37,6 +37,10 @@ def conform_snapshot(
     return [row for row, kept in conformed if kept], conformed_columns(config, columns)
 
 
+def _same_version(one: Row, other: Row) -> bool:
+    return (one[KEY], one[START_AT]) == (other[KEY], other[START_AT])
+
+
 def history_problems(
     target: str,
     previous: list[Row],
@@ -69,8 +73,16 @@ def history_problems(
             problems.append(f"key {key}: open version holds retired columns {retired}")
     closed_before = [row for row in previous if row[END_AT] is not None]
     for row in closed_before:
-        if row not in rows:
+        # Compared on the columns it had: a column silver gained since holds NULL on it.
+        if not any(all(other.get(c) == v for c, v in row.items()) for other in rows):
             problems.append(f"closed version {row} was changed or removed")
+        elif any(
+            other.get(c) is not None
+            for other in rows
+            if _same_version(other, row)
+            for c in set(other) - set(row)
+        ):
+            problems.append(f"closed version {row} gained values in new columns")
     opened_before = {(row[KEY], row[START_AT]) for row in previous}
     by_key: dict[Any, list[Row]] = defaultdict(list)
     for row in rows:

@@ -125,7 +125,7 @@ def test_scd2_with_ignore_null_updates_opens_no_version_for_a_null(
     spark: SparkSession, lake: Path
 ) -> None:
     """A NULL update keeps the open version's value, so it changes nothing tracked: the
-    history is the same one commit per run or all at once, and a rebuild over a snapshot
+    history is the same however the commits are split into runs, and a rebuild over a snapshot
     holding those NULLs opens no version either."""
     control = control_for(lake)
     bronze = str(lake / "bronze")
@@ -136,9 +136,11 @@ def test_scd2_with_ignore_null_updates_opens_no_version_for_a_null(
     ]
     for spec in specs:
         assert _run(spark, spec, control) is RunMode.INITIAL_LOAD
-    for statement in NULL_HISTORY:
+    # The stepwise consumer runs after commits 2-3 and 4-5; the batched one once, after all.
+    for version, statement in enumerate(NULL_HISTORY, start=2):
         sql(spark, bronze, statement)
-        assert _run(spark, specs[0], control) is RunMode.INCREMENTAL
+        if version in (3, 5):
+            assert _run(spark, specs[0], control) is RunMode.INCREMENTAL
     assert _run(spark, specs[1], control) is RunMode.INCREMENTAL
     times = _commit_times(spark, bronze)
     for spec in specs:
