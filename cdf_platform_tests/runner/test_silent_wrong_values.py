@@ -30,6 +30,24 @@ def _pipelines(lake: Path, **fields: Any) -> list[PipelineSpec]:
     ]
 
 
+def _load(
+    spark: SparkSession,
+    specs: list[PipelineSpec],
+    control: ControlTable,
+    column: str,
+    values: str,
+) -> None:
+    """Bronze (id, name, amount and `column`, a column definition) holding `values`, loaded by
+    each of `specs` (which share it)."""
+    spark.sql(
+        f"CREATE TABLE delta.`{specs[0].source}` (id BIGINT, name STRING, amount INT, {column}) "
+        "USING DELTA TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+    )
+    sql(spark, specs[0].source, f"INSERT INTO {{t}} VALUES {values}")
+    for spec in specs:
+        _run(spark, spec, control)
+
+
 def _live(spark: SparkSession, spec: PipelineSpec, *columns: str) -> list[tuple[Any, ...]]:
     frame = spark.read.format("delta").load(spec.target)
     if "_is_deleted" in frame.columns:
@@ -74,13 +92,9 @@ def test_a_soft_deleted_row_returning_through_an_update_starts_from_the_source_r
     every rule about values, so it returns with NULL, as the hard pipeline's insert does."""
     hard, soft = _pipelines(lake, where="shown", ignore_null_updates=True)
     control = control_for(lake)
-    spark.sql(
-        f"CREATE TABLE delta.`{hard.source}` (id BIGINT, name STRING, amount INT, shown BOOLEAN) "
-        "USING DELTA TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+    _load(
+        spark, [hard, soft], control, "shown BOOLEAN", "(1, 'ada', 10, true), (3, 'cy', 30, true)"
     )
-    sql(spark, hard.source, "INSERT INTO {t} VALUES (1, 'ada', 10, true), (3, 'cy', 30, true)")
-    for spec in (hard, soft):
-        _run(spark, spec, control)
 
     sql(spark, hard.source, "UPDATE {t} SET shown = false WHERE id = 3")
     for spec in (hard, soft):
@@ -146,13 +160,7 @@ def test_a_delete_applies_under_sequence_by_with_ignore_null_updates(
     it removes, in both delete modes."""
     hard, soft = _pipelines(lake, sequence_by="seq", ignore_null_updates=True)
     control = control_for(lake)
-    spark.sql(
-        f"CREATE TABLE delta.`{hard.source}` (id BIGINT, name STRING, amount INT, seq BIGINT) "
-        "USING DELTA TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
-    )
-    sql(spark, hard.source, "INSERT INTO {t} VALUES (1, 'ada', 10, 1), (2, 'bob', 20, 1)")
-    for spec in (hard, soft):
-        _run(spark, spec, control)
+    _load(spark, [hard, soft], control, "seq BIGINT", "(1, 'ada', 10, 1), (2, 'bob', 20, 1)")
     sql(spark, hard.source, "UPDATE {t} SET amount = NULL, seq = 2 WHERE id = 1")
     sql(spark, hard.source, "DELETE FROM {t} WHERE id = 2")
     for spec in (hard, soft):
