@@ -60,12 +60,19 @@ def _same(left: Column, right: Column) -> Column:
     return left.eqNullSafe(right)
 
 
+def _open_rows(spark: SparkSession, target: str) -> DataFrame:
+    """Silver's open versions (`__end_at` NULL), every column."""
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    return spark.read.format("delta").load(target).filter(F.col(END_AT).isNull())
+
+
 def _open_versions(spark: SparkSession, target: str, layout: SilverLayout) -> DataFrame:
     """Silver's open versions: keys, the signature of the tracked values (`_cur_sig`), of all
     value columns (`_cur_all`), and whether a retired column still holds a value."""
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-    silver = spark.read.format("delta").load(target).filter(F.col(END_AT).isNull())
+    silver = _open_rows(spark, target)
     retired_held = F.lit(False)
     for column in layout.retired_columns:
         retired_held = retired_held | F.col(quote_ident(column)).isNotNull()
@@ -158,10 +165,7 @@ def staged_history(
 
 def _current_values(spark: SparkSession, target: str, layout: SilverLayout) -> DataFrame:
     """Silver's open versions: keys and value columns."""
-    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
-
-    silver = spark.read.format("delta").load(target).filter(F.col(END_AT).isNull())
-    return silver.select(*(quote_ident(c) for c in layout.data_columns))
+    return _open_rows(spark, target).select(*(quote_ident(c) for c in layout.data_columns))
 
 
 def _filled(

@@ -38,6 +38,7 @@ from cdf_platform.spark.silver_layout import (
     DELETED_AT,
     END_AT,
     IS_DELETED,
+    PLATFORM_COLUMNS,
     SOURCE_VERSION,
     START_AT,
     SilverLayout,
@@ -193,11 +194,10 @@ def ensure_silver(
             widenings.extend(change.widenings)
             if change.non_additive:
                 refused[column] = list(change.non_additive)
-    platform = {SOURCE_VERSION, IS_DELETED, DELETED_AT, START_AT, END_AT}
     changed = [
         c
         for c, t in wanted.items()
-        if c in platform and c in existing and existing[c].simpleString() != t.lower()
+        if c in PLATFORM_COLUMNS and c in existing and existing[c].simpleString() != t.lower()
     ]
     if changed:
         raise IncompatibleSchemaChange(
@@ -213,7 +213,7 @@ def ensure_silver(
     if added:
         columns = ", ".join(f"{quote_ident(c)} {t}" for c, t in added.items())
         spark.sql(f"ALTER TABLE {sql_path(target)} ADD COLUMNS ({columns})")
-    retired = tuple(c for c in existing if c not in wanted and c not in platform)
+    retired = tuple(c for c in existing if c not in wanted and c not in PLATFORM_COLUMNS)
     return replace(layout, retired_columns=retired)
 
 
