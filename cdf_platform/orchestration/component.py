@@ -7,6 +7,10 @@ file, and builds exactly what the classic entry point builds for them
 assets, the jobs, schedules and sensors, and the `spark` and `lake` resources. One component
 holds all the pipelines of a code location (its jobs and resources are named once).
 
+An inline pipeline has a typed YAML schema, `PipelineAttributes`, made from PipelineSpec's
+fields: `dg check yaml` reports a misspelt or mistyped field at its line, and PipelineSpec still
+judges the values when the definitions load (`InvalidPipelineSpec`).
+
 Example `defs.yaml` (`dg scaffold defs cdf_platform.orchestration.component.CdfPipelinesComponent
 pipelines` writes one like it):
 
@@ -22,11 +26,12 @@ pipelines` writes one like it):
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import dagster as dg
-from pydantic import Field
+from pydantic import BaseModel, Field, create_model
 
 from cdf_platform.core.config import default_automation
 from cdf_platform.core.errors import InvalidPipelineSpec
@@ -50,6 +55,65 @@ SCAFFOLD_ATTRIBUTES: dict[str, Any] = {
     ]
 }
 
+PIPELINES_DESCRIPTION = (
+    "The pipelines, each with the PipelineSpec fields (id, source, target, keys, delete_mode, "
+    "...: README, PipelineSpec reference). Set this or `pipelines_file`."
+)
+
+
+def _attributes_model(spec: type[BaseModel]) -> type[dg.Model]:
+    """The YAML schema of one pipeline: `spec`'s fields, names, types and descriptions, each
+    optional and, unless a string already, also a string (a `{{ env.X }}` template)."""
+    fields: dict[str, Any] = {}
+    for name, field in spec.model_fields.items():
+        annotation: Any = field.annotation
+        # Required fields and value rules (patterns, bounds, consistency) stay PipelineSpec's to
+        # check when the definitions load, with its messages (InvalidPipelineSpec).
+        fields[name] = (
+            annotation if annotation is str else annotation | str,
+            Field(default=None, description=field.description),
+        )
+    return create_model(
+        "PipelineAttributes",
+        __base__=dg.Model,
+        __doc__="One pipeline of `CdfPipelinesComponent`: the PipelineSpec fields.",
+        **fields,
+    )
+
+
+PipelineAttributes = _attributes_model(PipelineSpec)
+
+
+def _declared_pipelines(
+    context: dg.ResolutionContext, pipelines: list[BaseModel]
+) -> list[dict[str, Any]]:
+    """The pipelines as written (the fields set, templates rendered), for `parse_specs`."""
+    return [
+        context.at_path(index).resolve_value(pipeline.model_dump(exclude_unset=True))
+        for index, pipeline in enumerate(pipelines)
+    ]
+
+
+@functools.cache
+def _with_typed_pipelines(derived: type[BaseModel]) -> type[BaseModel]:
+    """`derived` (the schema Dagster derives for the component) with `pipelines` a list of
+    `PipelineAttributes` only.
+
+    Dagster lets every attribute that is not a string be a template too (`T | str`), and an
+    optional one null. For `pipelines` such a union makes a misspelt field in one pipeline a
+    failure of the whole list, which jsonschema (`dg check yaml`) reports at `pipelines:` as "not
+    valid under any of the given schemas"; against a plain list it is reported at its own line.
+    """
+    return create_model(
+        derived.__name__,
+        __base__=derived,
+        pipelines=(
+            # A class made at import is no type to mypy; pydantic only needs it at runtime.
+            list[PipelineAttributes],  # type: ignore[valid-type]
+            Field(default=None, description=PIPELINES_DESCRIPTION),
+        ),
+    )
+
 
 class CdfPipelinesScaffolder(dg.Scaffolder):
     """Writes a `defs.yaml` with one example pipeline."""
@@ -63,10 +127,9 @@ class CdfPipelinesComponent(dg.Component, dg.Model, dg.Resolvable):
     """cdf_platform pipelines: silver Delta tables kept in step with their bronze tables through
     the change feed, with lag and replay-window checks and self-repair."""
 
-    pipelines: list[dict[str, Any]] | None = Field(
-        default=None,
-        description="The pipelines, each with the PipelineSpec fields (id, source, target, keys, "
-        "delete_mode, ...: README, PipelineSpec reference). Set this or `pipelines_file`.",
+    # The YAML schema of `pipelines` is `model()`'s; as an attribute it holds plain dicts.
+    pipelines: Annotated[list[dict[str, Any]] | None, dg.Resolver(_declared_pipelines)] = Field(
+        default=None, description=PIPELINES_DESCRIPTION
     )
     pipelines_file: str | None = Field(
         default=None,
@@ -87,6 +150,11 @@ class CdfPipelinesComponent(dg.Component, dg.Model, dg.Resolvable):
         description="Start the incremental and rebuild sensors and the checks schedule RUNNING "
         "(default: $CDF_AUTOMATION, on unless `off`).",
     )
+
+    @classmethod
+    def model(cls) -> type[BaseModel]:
+        """The schema of the attributes in `defs.yaml` (what `dg check yaml` checks)."""
+        return _with_typed_pipelines(super().model())
 
     def _specs(self, folder: Path, lake_root: str) -> list[PipelineSpec]:
         origin = str(folder / "defs.yaml")
