@@ -1,6 +1,7 @@
 """CdfPipelinesComponent: the example dg project (examples/dg_project) declares the demo's
 pipelines in defs.yaml and gets the classic entry point's asset graph; `dg scaffold defs` writes
-a defs.yaml that `dg check defs` and `dagster definitions validate` load."""
+a defs.yaml that `dg check defs` and `dagster definitions validate` load; `dg check yaml` names a
+misspelt pipeline field and its line."""
 
 from __future__ import annotations
 
@@ -106,6 +107,30 @@ def test_a_bad_declaration_is_refused_naming_the_field(
         dg.build_defs_for_component(component)
 
 
+def test_templates_render_in_the_typed_pipeline_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CDF_TEST_SOURCE", "bronze/customers")
+    monkeypatch.setenv("CDF_TEST_DELETE_MODE", "soft")
+    component = CdfPipelinesComponent.resolve_from_yaml(
+        """
+pipelines:
+  - id: customers
+    source: "{{ env.CDF_TEST_SOURCE }}"
+    target: silver/customers
+    keys: [customer_id]
+    delete_mode: "{{ env.CDF_TEST_DELETE_MODE }}"
+"""
+    )
+    assert component.pipelines == [
+        {
+            "id": "customers",
+            "source": "bronze/customers",
+            "target": "silver/customers",
+            "keys": ["customer_id"],
+            "delete_mode": "soft",
+        }
+    ]
+
+
 def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         command,
@@ -118,9 +143,15 @@ def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_dg_scaffolds_a_defs_yaml_that_dagster_validates(tmp_path: Path) -> None:
+def _example_project(tmp_path: Path) -> Path:
+    """A copy of the example dg project under `tmp_path`."""
     project = tmp_path / "project"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__"))
+    return project
+
+
+def test_dg_scaffolds_a_defs_yaml_that_dagster_validates(tmp_path: Path) -> None:
+    project = _example_project(tmp_path)
     shutil.rmtree(project / "cdf_example" / "defs" / "pipelines")
 
     scaffolded = _run(
@@ -139,3 +170,18 @@ def test_dg_scaffolds_a_defs_yaml_that_dagster_validates(tmp_path: Path) -> None
     validate = [str(BIN / "dagster"), "definitions", "validate", "-w", "workspace.yaml"]
     validated = _run(validate, project)
     assert validated.returncode == 0, validated.stdout + validated.stderr
+
+
+def test_dg_check_yaml_names_a_misspelt_pipeline_field_and_its_line(tmp_path: Path) -> None:
+    project = _example_project(tmp_path)
+    defs_yaml = project / "cdf_example" / "defs" / "pipelines" / "defs.yaml"
+    lines = defs_yaml.read_text().splitlines()
+    index = lines.index("      keys: [customer_id]")  # the second pipeline's keys
+    lines[index] = "      keyz: [customer_id]"
+    defs_yaml.write_text("\n".join(lines) + "\n")
+
+    checked = _run([str(BIN / "dg"), "check", "yaml"], project)
+    output = checked.stdout + checked.stderr
+    assert checked.returncode == 1, output
+    assert f"defs.yaml:{index + 1} - {COMPONENT_TYPE} attributes.pipelines.1.keyz" in output
+    assert "('keyz' was unexpected)" in output
