@@ -40,6 +40,10 @@ from cdf_platform.spark.history import merge_history, rebuild_note, staged_histo
 from cdf_platform.spark.merge import TxnStamp, merge_changes
 from cdf_platform.spark.metrics import commit_counts, find_run_commit, silver_commit_counts
 from cdf_platform.spark.rebuild import rebuild_silver
+from cdf_platform.spark.sequenced_history import (
+    merge_sequenced_history,
+    staged_sequenced_history,
+)
 from cdf_platform.spark.session import assert_safe_spark_config, new_session
 from cdf_platform.spark.silver_layout import SilverLayout
 from cdf_platform.spark.silver_table import ensure_silver, silver_widenings
@@ -212,7 +216,10 @@ def _incremental(run: _Run, plan: RunPlan) -> RunResult:
                 generation=plan.silver.generation,
             ),
         )
-        if layout.history is HistoryMode.SCD2:
+        if layout.sequenced_history:
+            staged = staged_sequenced_history(spark, spec.target, collapsed.frame, layout)
+            write = partial(merge_sequenced_history, spark, spec.target, staged, layout, stamp)
+        elif layout.history is HistoryMode.SCD2:
             staged = staged_history(spark, spec.target, collapsed.frame, layout)
             write = partial(merge_history, spark, spec.target, staged, layout, stamp)
         else:

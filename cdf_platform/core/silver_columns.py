@@ -5,6 +5,9 @@ the JVM-free readers, the spec's reserved names, the demo).
   `_commit_version` for silver's own change feed (DELTA_TABLE_ALREADY_CONTAINS_CDC_COLUMNS).
 - `_is_deleted`, `_deleted_at`: soft deletes (`delete_mode: soft`).
 - `__start_at`, `__end_at`: when an SCD2 version opened and closed (NULL: the current one).
+- `__changes`: SCD2 with `sequence_by`: the bronze changes a version holds (the one that opened
+  it, those it took in place, the delete that closed it), so a change arriving late can be
+  placed exactly (`cdf_platform.spark.sequenced_history`).
 """
 
 from __future__ import annotations
@@ -14,4 +17,5 @@ IS_DELETED = "_is_deleted"
 DELETED_AT = "_deleted_at"
 START_AT = "__start_at"
 END_AT = "__end_at"
-PLATFORM_COLUMNS = frozenset({SOURCE_VERSION, IS_DELETED, DELETED_AT, START_AT, END_AT})
+CHANGES = "__changes"
+PLATFORM_COLUMNS = frozenset({SOURCE_VERSION, IS_DELETED, DELETED_AT, START_AT, END_AT, CHANGES})

@@ -55,7 +55,8 @@ class HistoryMode(StrEnum):
     """The current row only (type 1)."""
     SCD2 = "scd2"
     """Every version, with `__start_at` / `__end_at` (type 2): an update of a tracked column
-    closes the current row and opens a new one; a delete closes it."""
+    closes the current row and opens a new one; a delete closes it. With `sequence_by`,
+    versions are ordered and dated by that column."""
 
 
 class FallbackMode(StrEnum):
@@ -131,7 +132,9 @@ class PipelineSpec(BaseModel):
         default=None,
         description="Order a key's changes by this column (bronze or derived) instead of the "
         "commit version, ties broken by commit version: an older change arriving later never "
-        "overwrites a newer one. A NULL value is a data error.",
+        "overwrites a newer one. A NULL value is a data error. With `history: scd2` it also "
+        "dates the versions (`__start_at`/`__end_at` hold its values) and a late change is "
+        "placed where its value belongs in the history.",
     )
     ignore_null_updates: bool = Field(
         default=False,
@@ -281,15 +284,11 @@ class PipelineSpec(BaseModel):
             set(self.keys) & set(self.track_history_columns or self.track_history_except_columns)
         ):
             raise ValueError(f"keys {tracked_keys} identify a row; do not list them for history")
-        for field_name, unsupported in (
-            ("delete_mode: soft", self.delete_mode is DeleteMode.SOFT),
-            ("sequence_by", self.sequence_by is not None),
-        ):
-            if unsupported:
-                raise ValueError(
-                    f"`history: scd2` does not take {field_name} (a delete already closes the "
-                    "key's current version, and versions follow bronze's commit order)"
-                )
+        if self.delete_mode is DeleteMode.SOFT:
+            raise ValueError(
+                "`history: scd2` does not take delete_mode: soft (a delete already closes the "
+                "key's current version, and nothing is removed)"
+            )
 
     def tracked_columns(self, value_columns: Iterable[str]) -> list[str]:
         """SCD2: the value columns whose change opens a new version."""

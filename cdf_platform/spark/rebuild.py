@@ -27,6 +27,10 @@ from cdf_platform.spark.merge import (
     load_snapshot,
     reconcile_snapshot,
 )
+from cdf_platform.spark.sequenced_history import (
+    merge_sequenced_history,
+    staged_sequenced_reconcile,
+)
 from cdf_platform.spark.silver_layout import SilverLayout
 from cdf_platform.spark.silver_table import ensure_silver, holds_files
 from cdf_platform.state.watermark import SilverState, app_id, user_metadata
@@ -116,7 +120,10 @@ def rebuild_silver(
         ),
     )
     deleted_at = version_timestamp or datetime.now(UTC)
-    if layout.history is HistoryMode.SCD2:
+    if layout.sequenced_history:
+        staged = staged_sequenced_reconcile(spark, spec.target, snapshot, layout, version)
+        classified(ctx, lambda: merge_sequenced_history(spark, spec.target, staged, layout, stamp))
+    elif layout.history is HistoryMode.SCD2:
         staged = staged_reconcile(spark, spec.target, snapshot, layout, version, deleted_at)
         classified(ctx, lambda: merge_history(spark, spec.target, staged, layout, stamp))
     elif not holds_files(spec.target):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.silver_columns import (
+    CHANGES,
     DELETED_AT,
     END_AT,
     IS_DELETED,
@@ -34,8 +35,13 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
 __all__ = [
+    "CHANGES",
     "DELETED_AT",
     "END_AT",
+    "EVENT_KIND",
+    "EVENT_SEQUENCE",
+    "EVENT_VALUES",
+    "EVENT_VERSION",
     "IS_DELETED",
     "PLATFORM_COLUMNS",
     "SOURCE_VERSION",
@@ -44,6 +50,14 @@ __all__ = [
     "comparable_sql",
     "unkeyable",
 ]
+
+
+# The fields of one change in `__changes` (SCD2 with sequence_by): its sequence value, bronze
+# commit version, kind (insert, update, delete) and the row's values (every value column).
+EVENT_SEQUENCE = "sequence"
+EVENT_VERSION = "version"
+EVENT_KIND = "change"
+EVENT_VALUES = "values"
 
 
 def _needs_normalizing(data_type: DataType) -> bool:
@@ -129,6 +143,12 @@ class SilverLayout:
     def value_columns(self) -> list[str]:
         """Data columns that are not keys."""
         return [c for c in self.data_columns if c not in self.keys]
+
+    @property
+    def sequenced_history(self) -> bool:
+        """SCD2 ordered and dated by `sequence_by`: each version keeps its changes
+        (`__changes`, `cdf_platform.spark.sequenced_history`)."""
+        return self.history is HistoryMode.SCD2 and self.sequence_by is not None
 
     @property
     def soft(self) -> bool:

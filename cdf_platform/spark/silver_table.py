@@ -35,8 +35,13 @@ from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import holds_foreign_files, is_delta_table
 from cdf_platform.spark.failures import failure_facts, is_conflict
 from cdf_platform.spark.silver_layout import (
+    CHANGES,
     DELETED_AT,
     END_AT,
+    EVENT_KIND,
+    EVENT_SEQUENCE,
+    EVENT_VALUES,
+    EVENT_VERSION,
     IS_DELETED,
     PLATFORM_COLUMNS,
     SOURCE_VERSION,
@@ -84,9 +89,39 @@ def _silver_schema(source: StructType, layout: SilverLayout) -> dict[str, str]:
         columns[IS_DELETED] = "BOOLEAN"
         columns[DELETED_AT] = "TIMESTAMP"
     if layout.history is HistoryMode.SCD2:
-        columns[START_AT] = "TIMESTAMP"
-        columns[END_AT] = "TIMESTAMP"
+        # With sequence_by, versions are dated by the sequence column's values.
+        moment = by_name[layout.sequence_by] if layout.sequence_by else "TIMESTAMP"
+        columns[START_AT] = moment
+        columns[END_AT] = moment
+    if layout.sequenced_history:
+        assert layout.sequence_by is not None
+        values = ", ".join(f"{quote_ident(c)}: {by_name[c]}" for c in layout.value_columns)
+        fields = (
+            (EVENT_SEQUENCE, by_name[layout.sequence_by]),
+            (EVENT_VERSION, "BIGINT"),
+            (EVENT_KIND, "STRING"),
+            (EVENT_VALUES, f"STRUCT<{values}>"),
+        )
+        event = ", ".join(f"{quote_ident(name)}: {t}" for name, t in fields)
+        columns[CHANGES] = f"ARRAY<STRUCT<{event}>>"
     return columns
+
+
+def _history_kind_refused(pipeline_id: str, target: str, layout: SilverLayout) -> None:
+    """Refuse an SCD2 silver written with `sequence_by` for a spec without it, or the other
+    way round: its versions are dated by another clock, and (without `__changes`) a late
+    change could not be placed."""
+    wanted = "with" if layout.sequenced_history else "without"
+    held = "without" if layout.sequenced_history else "with"
+    raise IncompatibleSchemaChange(
+        f"silver's history was written {held} sequence_by, the pipeline now runs {wanted} it",
+        pipeline_id=pipeline_id,
+        table=target,
+        action=(
+            f"move the silver table at {target} away (rename its folder, or drop the table) and "
+            f"run `cdf-platform rebuild {pipeline_id}`, or restore the pipeline's sequence_by"
+        ),
+    )
 
 
 def _existing_silver(target: str) -> _Silver | None:
@@ -183,6 +218,8 @@ def ensure_silver(
             table=target,
         )
     existing = found.types
+    if layout.history is HistoryMode.SCD2 and (CHANGES in existing) != layout.sequenced_history:
+        _history_kind_refused(pipeline_id, target, layout)
     incoming = {f.name: f.dataType for f in source_schema.fields}
     widenings: list[TypeWidening] = []
     refused: dict[str, list[str]] = {}
@@ -194,10 +231,14 @@ def ensure_silver(
             widenings.extend(change.widenings)
             if change.non_additive:
                 refused[column] = list(change.non_additive)
+    # `__changes` holds the value columns: it evolves with them (below).
     changed = [
         c
         for c, t in wanted.items()
-        if c in PLATFORM_COLUMNS and c in existing and existing[c].simpleString() != t.lower()
+        if c in PLATFORM_COLUMNS - {CHANGES}
+        and c in existing
+        and existing[c].simpleString() != t.lower()
+        and not _widened_sequence(c, layout, widenings)
     ]
     if changed:
         raise IncompatibleSchemaChange(
@@ -208,13 +249,52 @@ def ensure_silver(
     if refused:
         raise _type_change_refused(pipeline_id, target, layout, existing, refused)
     if widenings:
-        _widen(spark, target, widenings, found.properties)
+        widened = [*widenings, *_history_widenings(layout, widenings)]
+        _widen(spark, target, widened, found.properties)
     added = {c: t for c, t in wanted.items() if c not in existing}
     if added:
         columns = ", ".join(f"{quote_ident(c)} {t}" for c, t in added.items())
+        if layout.sequenced_history:
+            # Each version's changes hold every value column too.
+            columns += "".join(
+                f", {quote_ident(CHANGES)}.element.{quote_ident(EVENT_VALUES)}.{quote_ident(c)} {t}"
+                for c, t in added.items()
+                if c in layout.value_columns
+            )
         spark.sql(f"ALTER TABLE {sql_path(target)} ADD COLUMNS ({columns})")
     retired = tuple(c for c in existing if c not in wanted and c not in PLATFORM_COLUMNS)
     return replace(layout, retired_columns=retired)
+
+
+def _widened_sequence(column: str, layout: SilverLayout, widenings: list[TypeWidening]) -> bool:
+    """Whether `column` is `__start_at`/`__end_at` of a history dated by a sequence column
+    that bronze widened (they are widened with it)."""
+    return (
+        column in (START_AT, END_AT)
+        and layout.sequence_by is not None
+        and any(w.path == (layout.sequence_by,) for w in widenings)
+    )
+
+
+def _history_widenings(
+    layout: SilverLayout, widenings: Iterable[TypeWidening]
+) -> list[TypeWidening]:
+    """What else a history dated by `sequence_by` widens with bronze's columns: a value
+    column inside each version's `__changes`, and the dates with the sequence column."""
+    if layout.history is not HistoryMode.SCD2:
+        return []
+    extra: list[TypeWidening] = []
+    for widening in widenings:
+        column, rest = widening.path[0], widening.path[1:]
+        if layout.sequenced_history and column in layout.value_columns:
+            path = (CHANGES, "element", EVENT_VALUES, column, *rest)
+            extra.append(TypeWidening(path, widening.old, widening.new))
+        if column == layout.sequence_by and not rest:
+            extra += [TypeWidening((c,), widening.old, widening.new) for c in (START_AT, END_AT)]
+            if layout.sequenced_history:
+                path = (CHANGES, "element", EVENT_SEQUENCE)
+                extra.append(TypeWidening(path, widening.old, widening.new))
+    return extra
 
 
 def _widen(
