@@ -98,11 +98,12 @@ def _description(spec: PipelineSpec) -> str:
     )
     keys = ", ".join(spec.keys)
     if spec.history is HistoryMode.SCD2:
+        clock = f"`{spec.sequence_by}` values" if spec.sequence_by else "bronze commit times"
         shape = (
             f"`{spec.bronze_name}` with its history: every version of each {keys}, dated by "
-            "`__start_at` and `__end_at` (NULL on the current version; a delete closes it), "
-            f"kept in step with `bronze/{spec.bronze_name}` through its change feed. Each "
-            "version carries the bronze `_source_commit_version` that opened it"
+            f"`__start_at` and `__end_at` ({clock}; NULL on the current version; a delete "
+            f"closes it), kept in step with `bronze/{spec.bronze_name}` through its change "
+            "feed. Each version carries the bronze `_source_commit_version` that opened it"
         )
     else:
         shape = (
