@@ -37,8 +37,13 @@ COMMIT_VERSION = "_commit_version"
 COMMIT_TIMESTAMP = "_commit_timestamp"
 # Priority of a change inside one commit: an overwrite, replaceWhere or RESTORE writes a delete and
 # an insert of the same key in one commit, and the row exists after that commit.
-_SURVIVOR_PRIORITY = 1
+_SURVIVOR_PRIORITY = 2
+_FILTERED_PRIORITY = 1
 _DELETE_PRIORITY = 0
+_PRIORITY = "_priority"
+FILTERED = "filtered"
+"""The change type `where` gives a row image it drops (`cdf_platform.spark.conform`): a delete
+of its key, dated by the dropped row, which the collapse reads as `delete`."""
 
 
 @dataclass(frozen=True)
@@ -231,17 +236,21 @@ def collapse_changes(
     """
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-    priority = F.when(F.col(CHANGE_TYPE) == "delete", F.lit(_DELETE_PRIORITY)).otherwise(
-        F.lit(_SURVIVOR_PRIORITY)
+    original = F.col(CHANGE_TYPE)
+    # Inside one commit, the row the commit left wins: an insert/postimage, else a row `where`
+    # dropped (the new row's image dates the delete), else a delete or preimage (the old one).
+    priority = (
+        F.when(original == "delete", F.lit(_DELETE_PRIORITY))
+        .when(original == "update_preimage", F.lit(_DELETE_PRIORITY))
+        .when(original == FILTERED, F.lit(_FILTERED_PRIORITY))
+        .otherwise(F.lit(_SURVIVOR_PRIORITY))
     )
     payload = [*(c for c in data_columns if c not in keys), CHANGE_TYPE, COMMIT_TIMESTAMP]
     # A preimage's key left the table unless the same commit also writes it (then the
     # insert/postimage wins on priority): as a delete, it removes a key an UPDATE renamed.
-    relevant = changes.withColumn(
+    relevant = changes.withColumn(_PRIORITY, priority).withColumn(
         CHANGE_TYPE,
-        F.when(F.col(CHANGE_TYPE) == "update_preimage", F.lit("delete")).otherwise(
-            F.col(CHANGE_TYPE)
-        ),
+        F.when(original.isin("update_preimage", FILTERED), F.lit("delete")).otherwise(original),
     )
     key_cols = [F.col(quote_ident(k)) for k in keys]
     carried = F.struct(*(F.col(quote_ident(c)) for c in payload))
@@ -250,7 +259,7 @@ def collapse_changes(
         .agg(
             F.count_if(F.col(CHANGE_TYPE) != "delete").alias("_survivors"),
             null_sequence_count(order.sequence_by).alias("_null_sequence"),
-            F.max_by(carried, priority).alias("_row"),
+            F.max_by(carried, F.col(_PRIORITY)).alias("_row"),
         )
         .persist()
     )

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident
-from cdf_platform.spark.changes import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
+from cdf_platform.spark.changes import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, FILTERED
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -151,7 +151,7 @@ def conform_snapshot(
     )
     conformed = conform_changes(spark, as_feed, spec)
     kept = [c for c in conformed.columns if c not in FEED_COLUMNS]
-    surviving = conformed.filter(F.col(CHANGE_TYPE) != "delete")
+    surviving = conformed.filter(F.col(CHANGE_TYPE).isin(*_ROW_IMAGES))
     return surviving.select(*(quote_ident(c) for c in kept))
 
 
@@ -204,7 +204,7 @@ def _mark_filtered(frame: DataFrame, spec: PipelineSpec) -> DataFrame:
         keep: Column = F.coalesce(F.expr(where).cast("boolean"), F.lit(False))
         deleted = F.col(CHANGE_TYPE).isin(*_ROW_IMAGES) & ~keep
         return frame.withColumn(
-            CHANGE_TYPE, F.when(deleted, F.lit("delete")).otherwise(F.col(CHANGE_TYPE))
+            CHANGE_TYPE, F.when(deleted, F.lit(FILTERED)).otherwise(F.col(CHANGE_TYPE))
         )
 
     what = f"where ({where!r}) is not a valid condition over the bronze row"
