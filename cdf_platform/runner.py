@@ -217,7 +217,9 @@ def _incremental(run: _Run, plan: RunPlan) -> RunResult:
             ),
         )
         if layout.sequenced_history:
-            staged = staged_sequenced_history(spark, spec.target, collapsed.frame, layout)
+            staged = staged_sequenced_history(
+                spark, spec.target, collapsed.frame, layout, plan.silver.generation
+            )
             write = partial(merge_sequenced_history, spark, spec.target, staged, layout, stamp)
         elif layout.history is HistoryMode.SCD2:
             staged = staged_history(spark, spec.target, collapsed.frame, layout)

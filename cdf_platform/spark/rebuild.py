@@ -121,7 +121,9 @@ def rebuild_silver(
     )
     deleted_at = version_timestamp or datetime.now(UTC)
     if layout.sequenced_history:
-        staged = staged_sequenced_reconcile(spark, spec.target, snapshot, layout, version)
+        staged = staged_sequenced_reconcile(
+            spark, spec.target, snapshot, layout, version, generation
+        )
         classified(ctx, lambda: merge_sequenced_history(spark, spec.target, staged, layout, stamp))
     elif layout.history is HistoryMode.SCD2:
         staged = staged_reconcile(spark, spec.target, snapshot, layout, version, deleted_at)

@@ -2,7 +2,8 @@
 
 Every bronze change of a key is an *event*: its sequence value (a delete carries the deleted
 row's), its bronze commit version, its kind (insert, update, delete) and the row's values. A
-key's history is the fold of its events in (sequence value, commit version) order:
+key's history is the fold of its events in (sequence value, commit version) order (after a
+source reset, the new table's changes come after the old one's at the same sequence value):
 
 - a non-delete event on an absent key (its first, or after a delete) opens a version;
 - on a present key, one whose tracked values differ from the previous event's closes the open
@@ -44,6 +45,7 @@ from cdf_platform.spark.merge import SOURCE_VIEW, TxnStamp, run_merge
 from cdf_platform.spark.silver_layout import (
     CHANGES,
     END_AT,
+    EVENT_GENERATION,
     EVENT_KIND,
     EVENT_SEQUENCE,
     EVENT_VALUES,
@@ -62,6 +64,9 @@ _EVENT = "_e"
 _ORDER = "_order"
 _VALUES = "_v"
 _ACTION = "_action"
+# The source generation of a version's opening change: with the opening commit version, what
+# tells two versions of a key apart (a recreated bronze numbers its commits from 0 again).
+_OPENED_IN = "_opened_in"
 
 
 @dataclass(frozen=True)
@@ -85,11 +90,14 @@ class _Shape:
         return comparable_sql(expression, self.values_type[column].dataType)
 
 
-def _event(sequence: Column, version: Column, kind: Column, values: Column) -> Column:
+def _event(
+    sequence: Column, generation: int, version: Column, kind: Column, values: Column
+) -> Column:
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
     return F.struct(
         sequence.alias(EVENT_SEQUENCE),
+        F.lit(generation).cast("int").alias(EVENT_GENERATION),
         version.cast("bigint").alias(EVENT_VERSION),
         kind.alias(EVENT_KIND),
         values.alias(EVENT_VALUES),
@@ -110,8 +118,11 @@ def _row_values(frame: DataFrame, shape: _Shape) -> Column:
     )
 
 
-def _change_events(changes: DataFrame, layout: SilverLayout, shape: _Shape) -> DataFrame:
-    """One event per key and commit of the range (`changes`: the per-commit change rows)."""
+def _change_events(
+    changes: DataFrame, layout: SilverLayout, shape: _Shape, generation: int
+) -> DataFrame:
+    """One event per key and commit of the range (`changes`: the per-commit change rows) of
+    source generation `generation`."""
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
     assert layout.sequence_by is not None
@@ -120,7 +131,7 @@ def _change_events(changes: DataFrame, layout: SilverLayout, shape: _Shape) -> D
     sequence = F.col(quote_ident(layout.sequence_by)).cast(shape.sequence_type)
     return changes.select(
         *(F.col(quote_ident(k)) for k in layout.keys),
-        _event(sequence, F.col(COMMIT_VERSION), kind, _row_values(changes, shape)),
+        _event(sequence, generation, F.col(COMMIT_VERSION), kind, _row_values(changes, shape)),
     )
 
 
@@ -134,20 +145,27 @@ def _stored_events(rows: DataFrame, layout: SilverLayout) -> DataFrame:
 
 
 def _order() -> Column:
-    """An event's place in its key's history: sequence value, then commit version."""
+    """An event's place in its key's history: sequence value, then source generation (a
+    recreated bronze numbers its commits from 0 again), then commit version."""
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
     event = F.col(_EVENT)
-    return F.struct(event[EVENT_SEQUENCE].alias("s"), event[EVENT_VERSION].alias("v"))
+    return F.struct(
+        event[EVENT_SEQUENCE].alias("s"),
+        event[EVENT_GENERATION].alias("g"),
+        event[EVENT_VERSION].alias("v"),
+    )
 
 
 def _in_order(left: Column, right: Column) -> Column:
-    """`array_sort` comparator of two events by sequence value, then commit version."""
+    """`array_sort` comparator of two events in `_order`."""
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-    ls, rs = left[EVENT_SEQUENCE], right[EVENT_SEQUENCE]
-    lv, rv = left[EVENT_VERSION], right[EVENT_VERSION]
-    return F.when(ls < rs, -1).when(ls > rs, 1).when(lv < rv, -1).when(lv > rv, 1).otherwise(0)
+    compared = F.lit(0)
+    for field in reversed((EVENT_SEQUENCE, EVENT_GENERATION, EVENT_VERSION)):
+        lf, rf = left[field], right[field]
+        compared = F.when(lf < rf, -1).when(lf > rf, 1).otherwise(compared)
+    return compared
 
 
 def _filled_values(events: DataFrame, layout: SilverLayout, shape: _Shape) -> DataFrame:
@@ -249,7 +267,8 @@ def _fingerprint(shape: _Shape) -> Column:
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
     events = F.transform(
-        F.col(CHANGES), lambda e: F.struct(e[EVENT_SEQUENCE], e[EVENT_VERSION], e[EVENT_KIND])
+        F.col(CHANGES),
+        lambda e: F.struct(e[EVENT_SEQUENCE], e[EVENT_GENERATION], e[EVENT_VERSION], e[EVENT_KIND]),
     )
     values = [F.expr(shape.comparable(c, quote_ident(c))).alias(c) for c in shape.value_fields]
     return F.struct(F.col(START_AT), F.col(END_AT), events.alias("events"), *values)
@@ -263,9 +282,12 @@ def _staged(
     delete; a version that is already as it should be is left out."""
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-    match = [*layout.keys, SOURCE_VERSION]
-    old = current.select(*(quote_ident(c) for c in match), _fingerprint(shape).alias("_old"))
-    new = versions.withColumn("_new", _fingerprint(shape))
+    match = [*layout.keys, SOURCE_VERSION, _OPENED_IN]
+    opened_in = F.col(CHANGES)[0][EVENT_GENERATION].alias(_OPENED_IN)
+    old = current.select(
+        *(quote_ident(c) for c in match[:-1]), opened_in, _fingerprint(shape).alias("_old")
+    )
+    new = versions.withColumns({"_new": _fingerprint(shape), _OPENED_IN: opened_in})
     joined = new.join(old, on=match, how="full_outer")
     action = (
         F.when(F.col("_old").isNull(), F.lit("insert"))
@@ -276,28 +298,34 @@ def _staged(
     return (
         joined.withColumn(_ACTION, action)
         .filter(F.col(_ACTION).isNotNull())
-        .select(*(quote_ident(c) for c in columns), _ACTION)
+        .select(*(quote_ident(c) for c in columns), _OPENED_IN, _ACTION)
     )
 
 
 def staged_sequenced_history(
-    spark: SparkSession, target: str, changes: DataFrame, layout: SilverLayout
+    spark: SparkSession, target: str, changes: DataFrame, layout: SilverLayout, generation: int
 ) -> DataFrame:
     """The staged source of an incremental run from `changes` (one row per key and commit:
-    data columns, `_change_type`, `_commit_version`)."""
+    data columns, `_change_type`, `_commit_version`) of source generation `generation`."""
     silver = spark.read.format("delta").load(target)
     shape = _Shape.of(silver.schema)
     keys = list(layout.keys)
-    arriving = _change_events(changes, layout, shape)
+    arriving = _change_events(changes, layout, shape, generation)
     current = silver.join(arriving.select(*keys).distinct(), on=keys, how="left_semi")
     events = _stored_events(current, layout).unionByName(arriving)
     return _staged(current, _versions(events, layout, shape), layout, shape)
 
 
 def staged_sequenced_reconcile(
-    spark: SparkSession, target: str, snapshot: DataFrame, layout: SilverLayout, version: int
+    spark: SparkSession,
+    target: str,
+    snapshot: DataFrame,
+    layout: SilverLayout,
+    version: int,
+    generation: int,
 ) -> DataFrame:
-    """The staged source of a rebuild from the snapshot at `version` (module doc)."""
+    """The staged source of a rebuild from the snapshot at `version` of source generation
+    `generation` (module doc)."""
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
     assert layout.sequence_by is not None
@@ -309,6 +337,7 @@ def staged_sequenced_reconcile(
         *(F.col(quote_ident(k)) for k in keys),
         _event(
             F.col(quote_ident(layout.sequence_by)).cast(shape.sequence_type),
+            generation,
             F.lit(version),
             F.lit("update"),
             _row_values(snapshot, shape),
@@ -323,6 +352,7 @@ def staged_sequenced_reconcile(
             *keys,
             _event(
                 F.col(_EVENT)[EVENT_SEQUENCE],
+                generation,
                 F.lit(version),
                 F.lit("delete"),
                 F.col(_EVENT)[EVENT_VALUES],
@@ -386,6 +416,7 @@ def merge_sequenced_history_sql(target: str, layout: SilverLayout, value_fields:
         MERGE INTO {sql_path(target)} AS t
         USING {SOURCE_VIEW} AS s
         ON {layout.on_clause()} AND t.{SOURCE_VERSION} = s.{SOURCE_VERSION}
+            AND t.{CHANGES}[0].{EVENT_GENERATION} <=> s.{_OPENED_IN}
         WHEN MATCHED AND s.{_ACTION} = 'delete' THEN DELETE
         WHEN MATCHED AND s.{_ACTION} = 'update' THEN UPDATE SET {assignments}
         WHEN NOT MATCHED AND s.{_ACTION} = 'insert' THEN INSERT ({names}) VALUES ({sources})
@@ -397,5 +428,6 @@ def merge_sequenced_history(
 ) -> None:
     """Apply a staged source to silver; the commit carries `stamp` (the watermark)."""
     value_fields = [c for c in staged.columns if c not in (*layout.keys, SOURCE_VERSION)]
-    value_fields = [c for c in value_fields if c not in (START_AT, END_AT, CHANGES, _ACTION)]
+    platform = (START_AT, END_AT, CHANGES, _OPENED_IN, _ACTION)
+    value_fields = [c for c in value_fields if c not in platform]
     run_merge(spark, staged, merge_sequenced_history_sql(target, layout, value_fields), stamp)

@@ -38,6 +38,7 @@ __all__ = [
     "CHANGES",
     "DELETED_AT",
     "END_AT",
+    "EVENT_GENERATION",
     "EVENT_KIND",
     "EVENT_SEQUENCE",
     "EVENT_VALUES",
@@ -52,9 +53,11 @@ __all__ = [
 ]
 
 
-# The fields of one change in `__changes` (SCD2 with sequence_by): its sequence value, bronze
-# commit version, kind (insert, update, delete) and the row's values (every value column).
+# The fields of one change in `__changes` (SCD2 with sequence_by): its sequence value, the
+# source generation (a recreated bronze starts its versions again), bronze commit version, kind
+# (insert, update, delete) and the row's values (every value column).
 EVENT_SEQUENCE = "sequence"
+EVENT_GENERATION = "generation"
 EVENT_VERSION = "version"
 EVENT_KIND = "change"
 EVENT_VALUES = "values"

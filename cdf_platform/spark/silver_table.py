@@ -38,6 +38,7 @@ from cdf_platform.spark.silver_layout import (
     CHANGES,
     DELETED_AT,
     END_AT,
+    EVENT_GENERATION,
     EVENT_KIND,
     EVENT_SEQUENCE,
     EVENT_VALUES,
@@ -98,6 +99,7 @@ def _silver_schema(source: StructType, layout: SilverLayout) -> dict[str, str]:
         values = ", ".join(f"{quote_ident(c)}: {by_name[c]}" for c in layout.value_columns)
         fields = (
             (EVENT_SEQUENCE, by_name[layout.sequence_by]),
+            (EVENT_GENERATION, "INT"),
             (EVENT_VERSION, "BIGINT"),
             (EVENT_KIND, "STRING"),
             (EVENT_VALUES, f"STRUCT<{values}>"),
