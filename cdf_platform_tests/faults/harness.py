@@ -4,9 +4,10 @@ snapshot oracle and the lost-window ground truth.
 Per run: the expected mode (initial load, no-op, incremental, or a rebuild exactly when the
 ground truth says the window was lost or bronze was reset), the watermark (silver's log, the
 RunResult and the control table all equal the latest version at plan time), and silver equal to
-the oracle. Lost windows are counted as actual (ground truth), detected (a rebuild with an
-incident, or the classified error under FAIL_FAST), silent (actual, not detected) and spurious
-(detected, not actual).
+the oracle (SCD2 ordered by `sequence_by`: every version equal to the history oracle's). Lost
+windows are counted as actual (ground truth), detected (a rebuild with an incident, or the
+classified error under FAIL_FAST), silent (actual, not detected) and spurious (detected, not
+actual).
 
 Example:
     >>> report = HistoryHarness(spark, lake, seed=3).run()  # doctest: +SKIP
@@ -58,7 +59,12 @@ from cdf_platform_tests.faults.history import (
     initial_rows,
     plan_history,
 )
-from cdf_platform_tests.faults.modeling import conform_snapshot, history_problems
+from cdf_platform_tests.faults.history_oracle import HistoryOracle
+from cdf_platform_tests.faults.modeling import (
+    conform_snapshot,
+    history_problems,
+    sequenced_history_problems,
+)
 from cdf_platform_tests.faults.options import HistoryConfig, config_for
 from cdf_platform_tests.faults.oracle import (
     LostWindow,
@@ -164,6 +170,9 @@ class HistoryHarness:
         self.watermark: int | None = None
         self.table_id: str | None = None
         self.oracle = ChangeOracle(self.config, soft=self.config.deletes == "soft")
+        # SCD2 ordered by `sequence_by`: every version is checked against the history oracle.
+        self.sequenced_history = self.config.history == "scd2" and self.config.on("sequence_by")
+        self.history_oracle = HistoryOracle(self.config)
         self.columns: list[str] = []
         self.silver = Silver((), {}, ())
         self.history: list[Row] = []  # SCD2 silver's rows after the last run
@@ -388,14 +397,31 @@ class HistoryHarness:
             self.oracle.incremental(
                 bronze.versions, self.watermark, latest, silver_columns, retired
             )
+            if self.sequenced_history:
+                self.history_oracle.incremental(bronze.versions, self.watermark, latest)
         elif mode is not RunMode.NOOP:
             self.oracle.rebuild(raw, latest, silver_columns, retired)
+            if self.sequenced_history:
+                # A rebuild that does not move the watermark forward opens a new generation.
+                reset = incident == "SOURCE_RESET" or (
+                    self.table_id is not None and self.table_id != bronze.table_id
+                )
+                if self.watermark is not None and (reset or latest <= self.watermark):
+                    self.history_oracle.generation += 1
+                self.history_oracle.rebuild(raw, latest, conformed)
         if self.spec.history.value == "scd2":
-            # The open versions hold what SCD1 silver with hard deletes would hold.
-            current = [dict(row.values) for row in self.oracle.rows.values()]
-            self.history, found = history_problems(
-                self.spec.target, self.history, current, conformed, latest
-            )
+            if self.sequenced_history:
+                # Every version of every key is the history oracle's.
+                versions = self.history_oracle.expected(silver_columns, retired)
+                self.history, found = sequenced_history_problems(
+                    self.spec.target, versions, silver_columns
+                )
+            else:
+                # The open versions hold what SCD1 silver with hard deletes would hold.
+                current = [dict(row.values) for row in self.oracle.rows.values()]
+                self.history, found = history_problems(
+                    self.spec.target, self.history, current, conformed, latest
+                )
             if found:
                 raise self._fail(f"silver history differs from the oracle at {latest}: {found[:5]}")
             self.watermark, self.table_id = latest, bronze.table_id

@@ -9,23 +9,29 @@
   version closed
   before the run is unchanged, a key's versions never overlap and at most one is open, and no
   version was opened by a commit after the watermark.
+- SCD2 with `sequence_by` (versions ordered and dated by `seq`): silver's rows are exactly the
+  history oracle's (`cdf_platform_tests.faults.history_oracle`), every version of every key,
+  `__start_at`, `__end_at` and `_source_commit_version` included (`__changes`, the changes the
+  platform keeps per version, is not compared).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Sequence
 from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
 from cdf_platform_tests.faults.bronze_model import KEY, Row
 from cdf_platform_tests.faults.change_oracle import conform_row, conformed_columns
+from cdf_platform_tests.faults.history_oracle import END_AT, START_AT
 from cdf_platform_tests.faults.options import HistoryConfig
-from cdf_platform_tests.faults.oracle import PLATFORM_COLUMNS, read_rows
+from cdf_platform_tests.faults.oracle import PLATFORM_COLUMNS, SOURCE_VERSION, read_rows
 
-SOURCE_VERSION = "_source_commit_version"
-START_AT = "__start_at"
-END_AT = "__end_at"
+# SCD2 with `sequence_by`: the changes each version holds (the platform's, not compared).
+CHANGES = "__changes"
+HISTORY_COLUMNS = (START_AT, END_AT, SOURCE_VERSION)
 
 
 def conform_snapshot(
@@ -97,4 +103,46 @@ def history_problems(
         for earlier, later in pairwise(ordered):
             if earlier[END_AT] is None or earlier[END_AT] > later[START_AT]:
                 problems.append(f"key {key}: versions {earlier} and {later} overlap")
+    return rows, problems
+
+
+def _line(row: Row, columns: Sequence[str]) -> tuple[Any, ...]:
+    """A version as one comparable tuple: start, end, opening version, then data values."""
+    return tuple(row.get(c) for c in (*HISTORY_COLUMNS, *columns))
+
+
+def _by_start(line: tuple[Any, ...]) -> tuple[Any, ...]:
+    start, _, version = line[:3]
+    return (start is None, start or 0, version is None, version or 0)
+
+
+def sequenced_history_problems(
+    target: str, expected: list[Row], columns: Sequence[str]
+) -> tuple[list[Row], list[str]]:
+    """SCD2 silver's rows at `target` (ordered by `sequence_by`), read with delta-rs, and every
+    way they differ from the history oracle's `expected` rows (module doc) on silver's data
+    columns `columns` and the history columns; a key whose versions differ is reported with
+    both lists of versions, as (start, end, opened by version, data values...)."""
+    names, rows = read_rows(target)
+    problems: list[str] = []
+    wanted_columns = {*columns, *HISTORY_COLUMNS}
+    got_columns = set(names) - {CHANGES}
+    if got_columns != wanted_columns:
+        problems.append(
+            f"silver columns {sorted(got_columns)} != expected {sorted(wanted_columns)}"
+        )
+    got: dict[Any, Counter[tuple[Any, ...]]] = defaultdict(Counter)
+    want: dict[Any, Counter[tuple[Any, ...]]] = defaultdict(Counter)
+    for row in rows:
+        got[row.get(KEY)][_line(row, columns)] += 1
+    for row in expected:
+        want[row[KEY]][_line(row, columns)] += 1
+    for key in sorted(set(got) | set(want), key=repr):
+        if got[key] != want[key]:
+            silver = sorted(got[key].elements(), key=_by_start)
+            oracle = sorted(want[key].elements(), key=_by_start)
+            problems.append(
+                f"key {key} (start, end, version, {', '.join(columns)}): "
+                f"silver {silver}, oracle {oracle}"
+            )
     return rows, problems

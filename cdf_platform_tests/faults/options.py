@@ -8,8 +8,10 @@ Factors: SCD1/SCD2 history, hard/soft deletes, `sequence_by` with out-of-order b
 columns, a Python transform, a schema change (none, a column added, then dropped, or renamed),
 UPDATEs of the key column, lost-window rebuilds (VACUUM, log cleanup, a change-feed gap, a
 recreate, the time-travel limit), the value types (plain scalars, or ARRAY and MAP columns
-too), and the fallback mode. SCD2 takes neither soft deletes nor `sequence_by` (the spec
-refuses them): those pairs are infeasible, listed as such.
+too), and the fallback mode. SCD2 does not take soft deletes (the spec refuses them): those
+pairs are infeasible, listed as such. SCD2 with `sequence_by` (versions ordered and dated by
+`seq`, late writes placed where they belong) is checked version by version against the history
+oracle (`cdf_platform_tests.faults.history_oracle`).
 
 Example:
     >>> config_for(1).fields()["keys"]  # doctest: +SKIP
@@ -91,9 +93,7 @@ def feasible_pair(a: tuple[str, str], b: tuple[str, str]) -> bool:
 
 def feasible(levels: dict[str, str]) -> bool:
     """Whether a (partial) assignment of levels is a pipeline the spec accepts."""
-    if levels.get("history") != "scd2":
-        return True
-    return levels.get("deletes", "hard") == "hard" and levels.get("sequence_by", "off") == "off"
+    return levels.get("history") != "scd2" or levels.get("deletes", "hard") == "hard"
 
 
 def all_pairs() -> list[tuple[tuple[str, str], tuple[str, str]]]:
@@ -110,7 +110,10 @@ def _pairs_of(config: HistoryConfig) -> set[tuple[tuple[str, str], tuple[str, st
     return {((f1, levels[f1]), (f2, levels[f2])) for f1, f2 in itertools.combinations(FACTORS, 2)}
 
 
-def covering_configs(seed: int = 20261125, candidates: int = 100) -> list[HistoryConfig]:
+# Seed 75: the first of 1..800 whose greedy design has 10 configs (no seed gave fewer) and whose
+# plans hold what test_histories asks (every operation kind, the soft-delete retire sequences);
+# it puts SCD2 with `sequence_by` in 4 of them.
+def covering_configs(seed: int = 75, candidates: int = 100) -> list[HistoryConfig]:
     """A small list of feasible configs holding every feasible pair (greedy, AETG-style: each
     new config is the candidate covering the most pairs not yet covered); deterministic."""
     rng = random.Random(seed)
@@ -124,7 +127,7 @@ def covering_configs(seed: int = 20261125, candidates: int = 100) -> list[Histor
             (f1, l1), (f2, l2) = rng.choice(sorted(uncovered))
             levels = {f: rng.choice(FACTORS[f]) for f in FACTORS} | {f1: l1, f2: l2}
             if levels["history"] == "scd2":
-                levels |= {"deletes": "hard", "sequence_by": "off"}
+                levels["deletes"] = "hard"
             if not feasible(levels) or (levels[f1], levels[f2]) != (l1, l2):
                 continue
             candidate = HistoryConfig(**levels)
