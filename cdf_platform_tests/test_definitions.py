@@ -40,12 +40,15 @@ def test_asset_graph_runs_bronze_to_silver_with_checks_on_silver() -> None:
         assert silver.parent_keys == {bronze.key}
         assert silver.group_name == "silver"
         assert silver.pools == {f"cdf_pipeline_{pipeline}"}
-        assert silver.io_manager_key == "io_manager"  # nothing passes through an IO manager
+        # Silver writes itself; its consumers load its changes through the watermark IO
+        # manager, and so do consumers of bronze.
+        assert silver.io_manager_key == "watermark_io_manager"
+        assert bronze.io_manager_key == "watermark_io_manager"
         assert {key.name for key in silver.check_keys} == {"consumer_lag", "replay_window"}
         blocking = {key.name: graph.get_check_spec(key).blocking for key in silver.check_keys}
         assert blocking == {"consumer_lag": False, "replay_window": True}
     assert dg.AssetKey(["gold", "customer_order_totals"]) not in graph.get_all_asset_keys()
-    assert set(loaded.resources or {}) == {"spark", "lake"}
+    assert set(loaded.resources or {}) == {"spark", "lake", "watermark_io_manager"}
 
 
 def test_the_demo_definitions_add_the_demo_writers_and_gold() -> None:

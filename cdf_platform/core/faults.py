@@ -28,6 +28,8 @@ class FaultPoint(StrEnum):
     """Run metrics gathered, control table not yet written."""
     DURING_REBUILD = "during_rebuild"
     """Snapshot pinned and read, reconcile MERGE not yet committed."""
+    BEFORE_CONSUMER_WRITE = "before_consumer_write"
+    """A consumer asset computed its output; nothing written (the watermark IO manager)."""
 
 
 def fault_point(point: FaultPoint) -> None:

@@ -18,7 +18,7 @@ import json
 import os
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -246,6 +246,8 @@ class Commit:
         file_modification_ms: Modification time of the commit file.
         operation_metrics: `commitInfo.operationMetrics` as logged (delta-spark writes the
             values as strings, delta-rs as numbers).
+        transactions: The `txn` actions (idempotent-write app id -> version) of this commit.
+        user_metadata: `commitInfo.userMetadata`, if logged.
     """
 
     version: int
@@ -260,6 +262,8 @@ class Commit:
     in_commit_timestamp_ms: int | None
     file_modification_ms: int
     operation_metrics: Mapping[str, Any]
+    transactions: Mapping[str, int] = field(default_factory=dict)
+    user_metadata: str | None = None
 
     def files_read_by_cdf(self) -> tuple[FileAction, ...]:
         """The file actions a batch change-feed read of this version reads.
@@ -294,6 +298,7 @@ def parse_commit(
     metadata: TableMetadata | None = None
     protocol: TableProtocol | None = None
     commit_info: Mapping[str, Any] = {}
+    transactions: dict[str, int] = {}
     for line in text.splitlines():
         if not line.strip():
             continue
@@ -310,6 +315,9 @@ def parse_commit(
             commit_info = action["commitInfo"] or {}
         elif "protocol" in action:
             protocol = TableProtocol.from_action(action["protocol"])
+        elif "txn" in action:
+            txn = action["txn"] or {}
+            transactions[str(txn.get("appId"))] = int(txn.get("version", -1))
     ict = commit_info.get("inCommitTimestamp")
     in_commit_timestamp = int(ict) if ict is not None else None
     return Commit(
@@ -327,4 +335,6 @@ def parse_commit(
         in_commit_timestamp_ms=in_commit_timestamp,
         file_modification_ms=file_modification_ms,
         operation_metrics=commit_info.get("operationMetrics") or {},
+        transactions=transactions,
+        user_metadata=commit_info.get("userMetadata"),
     )

@@ -266,6 +266,11 @@ class DeltaLog:
         found = checksum.get("metadata") if checksum else None
         return TableMetadata.from_action(found) if isinstance(found, dict) else None
 
+    def checksum(self, version: int) -> dict[str, object] | None:
+        """The parsed `.crc` checksum of `version` (delta-spark's table state summary: metadata,
+        protocol, and often the idempotent-write transactions), or None when absent."""
+        return self._checksum(version)
+
     def _checksum(self, version: int) -> dict[str, object] | None:
         """The parsed `.crc` checksum of `version`, or None when absent or unreadable."""
         if version not in self._checksums:

@@ -19,13 +19,17 @@ from collections.abc import Collection
 import dagster as dg
 
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.orchestration.keys import BRONZE_PREFIX, bronze_key
+from cdf_platform.orchestration.keys import BRONZE_PREFIX, WATERMARK_IO_MANAGER_KEY, bronze_key
 
 
 def external_bronze_asset(spec: PipelineSpec) -> dg.AssetSpec:
     """The external asset for the bronze table `spec` reads."""
-    named = "source" in spec.table_names
-    return dg.AssetSpec(
+    location = (
+        {"table_name": dg.MetadataValue.text(spec.source)}
+        if "source" in spec.table_names
+        else {"path": dg.MetadataValue.path(spec.source)}
+    )
+    spec_of_asset = dg.AssetSpec(
         key=bronze_key(spec),
         group_name=BRONZE_PREFIX,
         kinds={"delta"},
@@ -33,10 +37,14 @@ def external_bronze_asset(spec: PipelineSpec) -> dg.AssetSpec:
             f"Bronze `{spec.bronze_name}`, written outside this platform: the CDF-enabled Delta "
             f"table {spec.source}. Silver reads its change feed; this platform never writes it."
         ),
-        metadata={"table_name": dg.MetadataValue.text(spec.source)}
-        if named
-        else {"path": dg.MetadataValue.path(spec.source)},
+        metadata={
+            **location,
+            # The keys a consumer's change batch collapses on (the watermark IO manager).
+            "keys": ", ".join(spec.keys),
+        },
     )
+    # A consumer asset taking bronze as an input loads its changes through this IO manager.
+    return spec_of_asset.with_io_manager_key(WATERMARK_IO_MANAGER_KEY)
 
 
 def external_bronze_assets(

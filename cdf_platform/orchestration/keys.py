@@ -13,6 +13,9 @@ SILVER_PREFIX = "silver"
 PIPELINE_TAG = "cdf_platform/pipeline_id"
 # Run tag naming the incident a rebuild repairs.
 INCIDENT_TAG = "cdf_platform/incident_code"
+# The watermark IO manager's resource key: bronze and silver assets name it, so an asset that
+# takes them as inputs loads their changes through it.
+WATERMARK_IO_MANAGER_KEY = "watermark_io_manager"
 
 
 def bronze_key(spec: PipelineSpec) -> dg.AssetKey:

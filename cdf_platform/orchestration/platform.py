@@ -25,6 +25,7 @@ from cdf_platform.orchestration.overview import overview_asset
 from cdf_platform.orchestration.rebuild_sensor import build_rebuild_sensor
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.orchestration.silver import silver_assets
+from cdf_platform.orchestration.watermark_io_manager import RESOURCE_KEY, WatermarkIOManager
 
 
 def platform_defs(
@@ -36,7 +37,8 @@ def platform_defs(
     automation: bool = True,
 ) -> dg.Definitions:
     """Silver assets with their checks, external bronze assets, the jobs, schedules and
-    sensors, and the two resources, for `specs` (locations resolved).
+    sensors, the `spark` and `lake` resources and the watermark IO manager, for `specs`
+    (locations resolved).
 
     Args:
         specs: the pipelines, relative locations resolved under the lake root.
@@ -68,7 +70,13 @@ def platform_defs(
             build_incremental_sensor(specs, running=automation),
             build_rebuild_sensor(specs, running=automation),
         ],
-        resources={"spark": spark, "lake": lake},
+        resources={
+            "spark": spark,
+            "lake": lake,
+            # Any asset reading these Delta tables' changes exactly once (README: Your own
+            # incremental asset).
+            RESOURCE_KEY: WatermarkIOManager(spark=spark, lake=lake),
+        },
         # PySpark DataFrames cannot be pickled between processes, and one SparkSession per
         # process is the unit of cost: Spark work runs in the run's own process.
         executor=dg.in_process_executor,

@@ -15,7 +15,13 @@ from pydantic import Field
 
 from cdf_platform.core.errors import CdfPlatformError
 from cdf_platform.core.spec import DeleteMode, FallbackMode, HistoryMode, PipelineSpec
-from cdf_platform.orchestration.keys import SILVER_PREFIX, bronze_key, pipeline_pool, silver_key
+from cdf_platform.orchestration.keys import (
+    SILVER_PREFIX,
+    WATERMARK_IO_MANAGER_KEY,
+    bronze_key,
+    pipeline_pool,
+    silver_key,
+)
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.planning.run_result import RunResult
@@ -134,6 +140,9 @@ def silver_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
         group_name=SILVER_PREFIX,
         kinds={"spark", "delta"},
         pool=pipeline_pool(spec.id),
+        # Silver writes itself (MaterializeResult); its consumers load its changes through the
+        # watermark IO manager.
+        io_manager_key=WATERMARK_IO_MANAGER_KEY,
         description=_description(spec),
         # Dagster's freshness (time since silver last materialized) with consumer_lag's limit;
         # the incremental sensor refreshes a caught-up silver asset (a JVM-free no-op run)
@@ -146,6 +155,12 @@ def silver_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
             "fallback_mode": spec.fallback_mode.value,
             "max_allowed_lag_hours": spec.max_allowed_lag_hours,
             "min_headroom_hours": spec.min_headroom_hours,
+            # Where the watermark IO manager finds silver for its consumers.
+            **(
+                {"table_name": spec.target}
+                if "target" in spec.table_names
+                else {"path": dg.MetadataValue.path(spec.target)}
+            ),
         },
     )
     def _silver(

@@ -91,10 +91,20 @@ class PipelineAssessment:
 
 def window_problem(spec: PipelineSpec, window: ReplayWindow, start: int) -> CdfPlatformError | None:
     """The classified reason a CDF read of [start, L] cannot give every change, or None."""
+    return replay_problem(spec.id, spec.source, window, start, table_role="bronze")
+
+
+def replay_problem(
+    consumer: str, table: str, window: ReplayWindow, start: int, *, table_role: str = "input"
+) -> CdfPlatformError | None:
+    """The classified reason a CDF read of `table` over [start, L] for `consumer` (a pipeline
+    or a consumer asset) cannot give every change, or None."""
     found = window.break_for_consumer(start - 1)
     if found is None:
         return None
-    what = f"bronze versions {start}..{window.latest_version} cannot be replayed: {found.detail}"
+    what = (
+        f"{table_role} versions {start}..{window.latest_version} cannot be replayed: {found.detail}"
+    )
     kind: type[CdfPlatformError] = ReplayWindowLost
     if found.kind is WindowBreakKind.SCHEMA_CHANGE:
         kind = IncompatibleSchemaChange
@@ -102,7 +112,7 @@ def window_problem(spec: PipelineSpec, window: ReplayWindow, start: int) -> CdfP
         kind = CdfNotEnabled
     else:
         what += f" (earliest replayable version is {window.earliest_replayable_version})"
-    return kind(what, pipeline_id=spec.id, table=spec.source, version=found.version)
+    return kind(what, pipeline_id=consumer, table=table, version=found.version)
 
 
 def colliding_columns_problem(

@@ -1,0 +1,244 @@
+"""`WatermarkIOManager`: any Dagster asset consumes Delta tables' changes exactly once.
+
+For an asset input that is a Delta table (a bronze external asset, a silver asset, or a table
+this IO manager wrote), `load_input` hands the *consuming* asset a `ChangeBatch`: the changes
+of that input since the consumer's own watermark for it, over a range pinned and checked
+against the input's replay window before anything is read (`cdf_platform.planning.input_plan`),
+or the snapshot for a full run (first run, lost window, recreated input), or nothing new (no
+Spark start). The asset returns what to write: `MergeRows` (on declared keys; a matched row can
+take an expression, to apply a delta), `ReplaceRows` (a full recompute), or None (nothing to
+write: no commit, and the watermarks stay). `handle_output` writes the consumer's Delta table
+and records every input's pinned version in the same commit (`cdf_platform.state.
+consumer_marks`), so a crash leaves the old data with the old watermarks or the new with the
+new, and two consumers of one table keep independent watermarks.
+
+Where tables live: an asset's `path` definition metadata, else `<lake_root>/<asset key path>`.
+An input's keys: the input's `keys` metadata (`AssetIn(metadata={"keys": [...]})`), else the
+upstream asset's. A lost window or a recreated input gives a full batch, or with
+`fallback_mode: FAIL_FAST` (the IO manager's, or the input's `fallback_mode` metadata) fails the
+run with the classified error.
+
+Example:
+    >>> @dg.asset(io_manager_key="watermark_io_manager",
+    ...           ins={"orders": dg.AssetIn(key="silver/orders")})  # doctest: +SKIP
+    ... def revenue(orders: ChangeBatch) -> TableWrite | None:
+    ...     if orders.nothing_new:
+    ...         return None
+    ...     ...
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from cdf_platform.core.errors import CdfPlatformError, InvalidPipelineSpec
+from cdf_platform.core.spec import FallbackMode
+from cdf_platform.orchestration.keys import WATERMARK_IO_MANAGER_KEY
+from cdf_platform.orchestration.resources import LakeLayout, SparkResource
+from cdf_platform.planning.input_plan import BatchMode, plan_input
+from cdf_platform.spark.change_batch import (
+    ChangeBatch,
+    MergeRows,
+    TableWrite,
+    consumer_stamp,
+    describe,
+    write_output,
+)
+from cdf_platform.state.consumer_marks import ConsumerMarks, MarksLost, read_consumer_marks
+
+logger = logging.getLogger(__name__)
+
+RESOURCE_KEY = WATERMARK_IO_MANAGER_KEY
+
+
+@dataclass
+class _Step:
+    """One consumer's step in one run: its watermarks as read, and the batches handed out."""
+
+    marks: ConsumerMarks | None
+    marks_lost: str | None
+    batches: dict[str, ChangeBatch] = field(default_factory=dict)
+
+
+# Batches handed out by `load_input`, waiting for their consumer's `handle_output` (the same
+# process: Spark code locations use the in-process executor).
+_PENDING: dict[tuple[str, str], _Step] = {}
+_PENDING_LOCK = threading.Lock()
+
+
+def _plain(value: object) -> object:
+    """A metadata entry's value (Dagster may wrap it in a MetadataValue)."""
+    return getattr(value, "value", value)
+
+
+def _keys(value: object) -> tuple[str, ...]:
+    value = _plain(value)
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(k.strip() for k in value.split(",") if k.strip())
+    if isinstance(value, list | tuple):
+        return tuple(str(k) for k in value)
+    return ()
+
+
+class WatermarkIOManager(dg.ConfigurableIOManager):
+    """Storage I/O with a watermark: each consuming asset gets its inputs' changes since its
+    own last write, window-checked, and its output is committed with those watermarks.
+
+    Example:
+        >>> defs = dg.Definitions(assets=[revenue], resources={
+        ...     "watermark_io_manager": WatermarkIOManager(spark=spark, lake=lake)})
+        ... # doctest: +SKIP
+    """
+
+    spark: SparkResource
+    lake: LakeLayout
+    fallback_mode: FallbackMode = Field(
+        default=FallbackMode.SNAPSHOT_REBUILD,
+        description="What a lost replay window, a recreated input or lost watermarks do: "
+        "SNAPSHOT_REBUILD hands the consumer a full batch (the input's snapshot), FAIL_FAST "
+        "fails the run with the classified error. An input's `fallback_mode` metadata "
+        "overrides it.",
+    )
+
+    # -- where tables are ---------------------------------------------------------------------
+
+    def table_location(self, key: dg.AssetKey, metadata: Mapping[str, Any] | None) -> str:
+        """The Delta table of asset `key`: its `path` metadata, else under the lake root."""
+        path = _plain((metadata or {}).get("path"))
+        if isinstance(path, str) and path:
+            return path
+        if _plain((metadata or {}).get("table_name")):
+            raise InvalidPipelineSpec(
+                f"asset {key.to_user_string()} names a catalog table; the watermark IO manager "
+                "reads tables by path",
+                action="give the asset a `path` metadata entry (its table's location)",
+            )
+        return f"{self.lake.lake_root.rstrip('/')}/{'/'.join(key.path)}"
+
+    # -- input side ---------------------------------------------------------------------------
+
+    def load_input(self, context: dg.InputContext) -> ChangeBatch:
+        consumer_key = _consumer_key(context)
+        consumer = consumer_key.to_user_string()
+        upstream = context.upstream_output
+        upstream_metadata = upstream.definition_metadata if upstream is not None else {}
+        input_id = context.asset_key.to_user_string()
+        table = self.table_location(context.asset_key, upstream_metadata)
+        own = context.definition_metadata or {}
+        keys = _keys(own.get("keys")) or _keys(upstream_metadata.get("keys"))
+        fallback = FallbackMode(str(_plain(own.get("fallback_mode")) or self.fallback_mode))
+        step = self._step(context.step_context.run_id, consumer, consumer_key)
+        try:
+            plan = plan_input(
+                consumer, input_id, table, step.marks, fallback, marks_lost=step.marks_lost
+            )
+        except CdfPlatformError as err:
+            raise dg.Failure(str(err), allow_retries=False) from err
+        if plan.mode is not BatchMode.NOTHING_NEW:
+            # Rows are coming: the asset may build Spark expressions before it reads them.
+            self.spark.spark_session  # noqa: B018 (starts the session)
+        batch = ChangeBatch(plan, keys, session=lambda: self.spark.spark_session)
+        step.batches[input_id] = batch
+        context.log.info(
+            "%s reads %s: %s, versions %s..%s (watermark %s)%s",
+            consumer,
+            input_id,
+            plan.mode.value,
+            plan.start_version,
+            plan.end_version,
+            plan.watermark,
+            f"; {plan.reason}" if plan.reason else "",
+        )
+        return batch
+
+    def _step(self, run_id: str, consumer: str, key: dg.AssetKey) -> _Step:
+        with _PENDING_LOCK:
+            found = _PENDING.get((run_id, consumer))
+        if found is not None:
+            return found
+        table = self.table_location(key, None)
+        try:
+            step = _Step(read_consumer_marks(table, consumer), None)
+        except MarksLost as err:
+            step = _Step(None, str(err))
+        with _PENDING_LOCK:
+            return _PENDING.setdefault((run_id, consumer), step)
+
+    # -- output side --------------------------------------------------------------------------
+
+    def handle_output(self, context: dg.OutputContext, obj: object) -> None:
+        key = context.asset_key
+        consumer = key.to_user_string()
+        with _PENDING_LOCK:
+            step = _PENDING.pop((context.run_id, consumer), None)
+        batches = list(step.batches.values()) if step is not None else []
+        try:
+            self._write(context, consumer, obj, step, batches)
+        finally:
+            for batch in batches:
+                batch.release()
+
+    def _write(
+        self,
+        context: dg.OutputContext,
+        consumer: str,
+        obj: object,
+        step: _Step | None,
+        batches: list[ChangeBatch],
+    ) -> None:
+        if obj is None:
+            context.log.info("%s: nothing to write; its watermarks stay", consumer)
+            context.add_output_metadata({"written": False})
+            return
+        if not isinstance(obj, TableWrite):
+            raise dg.Failure(
+                f"{consumer} returned {type(obj).__name__}; the watermark IO manager writes "
+                "MergeRows, ReplaceRows or None",
+                allow_retries=False,
+            )
+        if isinstance(obj, MergeRows) and any(b.full for b in batches):
+            full = [b.plan.input_id for b in batches if b.full]
+            raise dg.Failure(
+                f"{consumer} merged rows while {full} handed it a full batch: a full batch "
+                "replaces the consumer's table (its changes since the watermark are unknown)",
+                allow_retries=False,
+            )
+        table = self.table_location(context.asset_key, context.definition_metadata)
+        counter = (step.marks.counter if step and step.marks else 0) + 1
+        stamp = consumer_stamp(consumer, counter, batches) if batches else None
+        try:
+            write_output(self.spark.spark_session, table, obj, stamp, consumer)
+        except CdfPlatformError as err:
+            raise dg.Failure(str(err), allow_retries=False) from err
+        metadata: dict[str, Any] = {
+            "written": True,
+            "write": describe(obj),
+            "path": dg.MetadataValue.path(table),
+        }
+        for batch in batches:
+            name = batch.plan.input_id
+            metadata[f"{name} mode"] = batch.mode.value
+            metadata[f"{name} watermark"] = batch.end_version
+        context.add_output_metadata(metadata)
+        context.log.info("%s: %s into %s (run %d)", consumer, describe(obj), table, counter)
+
+
+def _consumer_key(context: dg.InputContext) -> dg.AssetKey:
+    """The asset whose input `context` loads (one asset per step)."""
+    keys = context.step_context.get_output_asset_keys()
+    if len(keys) != 1:
+        raise dg.Failure(
+            f"the watermark IO manager loads inputs of single assets; this step writes "
+            f"{sorted(k.to_user_string() for k in keys)}",
+            allow_retries=False,
+        )
+    return next(iter(keys))

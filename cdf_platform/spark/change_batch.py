@@ -1,0 +1,324 @@
+"""A consumer asset's read of one input table (`ChangeBatch`) and what it writes back
+(`MergeRows`, `ReplaceRows`), committed with every input's pinned version in the same commit.
+
+The read follows its `InputPlan` (`cdf_platform.planning.input_plan`): nothing new (no Spark),
+the change feed of a pinned range collapsed to the latest change per key (the platform's own
+collapse: a key an UPDATE renamed is deleted, a delete and insert in one commit leave the row),
+or the snapshot at the pinned version for a full run. The write is a MERGE on the declared keys
+or a full replacement, stamped with the consumer's watermarks (`cdf_platform.state.
+consumer_marks`): a crash before the commit leaves the old data with the old watermarks, after
+it the new with the new, and a rerun reads exactly what is left.
+
+Example:
+    >>> batch.mode  # doctest: +SKIP
+    <BatchMode.INCREMENTAL: 'incremental'>
+    >>> totals = batch.changes().groupBy("day").agg(...)  # doctest: +SKIP
+    >>> MergeRows(totals, keys=["day"], update={"total": "t.total + s.total"})  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from cdf_platform.core.errors import InvalidPipelineSpec
+from cdf_platform.core.faults import FaultPoint, fault_point
+from cdf_platform.core.sql import create_table_sql, quote_ident, sql_path
+from cdf_platform.deltalog.tables import is_delta_table
+from cdf_platform.planning.input_plan import BatchMode, InputPlan
+from cdf_platform.spark.changes import (
+    CHANGE_TYPE,
+    COMMIT_TIMESTAMP,
+    COMMIT_VERSION,
+    CollapsedChanges,
+    ReadContext,
+    classified,
+    collapse_changes,
+    read_changes,
+)
+from cdf_platform.spark.merge import SOURCE_VIEW, TxnStamp, stamped
+from cdf_platform.state.consumer_marks import InputMark, encode_app_id
+from cdf_platform.state.watermark import OWNER_PROPERTY
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+FEED_COLUMNS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
+
+
+@dataclass
+class ChangeBatch:
+    """What a consumer receives from one input: its mode, the pinned versions, and the rows.
+
+    Attributes:
+        plan: The pinned read (`mode`, `watermark`, `end_version`, why it is full).
+        keys: The input's key columns (for `changes()`).
+    """
+
+    plan: InputPlan
+    keys: tuple[str, ...]
+    session: Callable[[], SparkSession] = field(repr=False)
+    _collapsed: CollapsedChanges | None = field(default=None, init=False, repr=False)
+
+    @property
+    def mode(self) -> BatchMode:
+        """Nothing new, incremental, or full."""
+        return self.plan.mode
+
+    @property
+    def nothing_new(self) -> bool:
+        """The input has no version after the consumer's watermark."""
+        return self.plan.mode is BatchMode.NOTHING_NEW
+
+    @property
+    def full(self) -> bool:
+        """A full run: recompute from `snapshot()` and return `ReplaceRows`."""
+        return self.plan.mode is BatchMode.FULL
+
+    @property
+    def start_version(self) -> int | None:
+        """The first input version of an incremental batch."""
+        return self.plan.start_version
+
+    @property
+    def end_version(self) -> int:
+        """The pinned input version the consumer's write records."""
+        return self.plan.end_version
+
+    def _context(self) -> ReadContext:
+        start = self.plan.start_version
+        return ReadContext(
+            self.plan.consumer,
+            self.plan.table,
+            self.plan.end_version if start is None else start,
+            self.plan.end_version,
+        )
+
+    def _require_incremental(self, what: str) -> int:
+        start = self.plan.start_version
+        if start is None:
+            raise InvalidPipelineSpec(
+                f"{self.plan.input_id} is a {self.plan.mode.value} batch for {self.plan.consumer}: "
+                f"it has no {what}",
+                pipeline_id=self.plan.consumer,
+                table=self.plan.table,
+                action="check `batch.nothing_new` / `batch.full` first; a full batch is read "
+                "with `batch.snapshot()` and written back with `ReplaceRows`",
+            )
+        return start
+
+    def raw_changes(self) -> DataFrame:
+        """The input's change feed rows of the pinned range, as Delta gives them
+        (`_change_type`, `_commit_version`, `_commit_timestamp`; update pre- and post-images)."""
+        start = self._require_incremental("change rows")
+        spark = self.session()
+        return read_changes(
+            spark, self.plan.table, start, self.plan.end_version, pipeline_id=self.plan.consumer
+        )
+
+    def changes(self) -> DataFrame:
+        """The latest change per key of the pinned range: the row and `_change_type` (`insert`,
+        `update_postimage` or `delete`: a delete carries the deleted row), `_commit_version`,
+        `_commit_timestamp`.
+
+        Raises:
+            InvalidPipelineSpec: the batch is not incremental, or the input has no keys.
+            DataQualityError: a null key, or two rows for one key in one commit.
+        """
+        if self._collapsed is None:
+            raw = self.raw_changes()
+            if not self.keys:
+                raise InvalidPipelineSpec(
+                    f"{self.plan.input_id} declares no keys, so its changes cannot be collapsed "
+                    "per key",
+                    pipeline_id=self.plan.consumer,
+                    table=self.plan.table,
+                    action="give the input asset a `keys` metadata entry (or the input "
+                    "`AssetIn(metadata={'keys': [...]})`), or read `batch.raw_changes()`",
+                )
+            data = [c for c in raw.columns if c not in FEED_COLUMNS]
+            self._collapsed = collapse_changes(raw, self.keys, data, self._context())
+        return self._collapsed.frame
+
+    def snapshot(self) -> DataFrame:
+        """The input at the pinned end version."""
+        spark = self.session()
+        return classified(
+            self._context(),
+            lambda: (
+                spark.read.format("delta")
+                .option("versionAsOf", self.plan.end_version)
+                .load(self.plan.table)
+            ),
+        )
+
+    def release(self) -> None:
+        """Drop what `changes()` cached."""
+        if self._collapsed is not None:
+            self._collapsed.release()
+            self._collapsed = None
+
+
+@dataclass(frozen=True)
+class TableWrite:
+    """What a consumer asset writes to its table: `MergeRows` or `ReplaceRows` (annotate the
+    asset `-> TableWrite | None`; None writes nothing).
+
+    Attributes:
+        rows: The rows to write.
+    """
+
+    rows: DataFrame
+
+
+@dataclass(frozen=True)
+class MergeRows(TableWrite):
+    """Merge `rows` into the consumer's table on `keys`.
+
+    The change feed's columns (`_change_type`, `_commit_version`, `_commit_timestamp`) are
+    never written, but `update` and `delete_when` can use them (a batch's `changes()` can be
+    merged as it is: `delete_when="s._change_type = 'delete'"`).
+
+    Attributes:
+        rows: One row per key.
+        keys: The columns a row is matched on (required).
+        update: Column -> SQL expression over the table's row `t` and the new row `s` for a
+            matched row (default: `s.<column>`), e.g. `{"total": "t.total + s.total"}` to apply
+            a delta.
+        delete_when: SQL over `s`: a matched row it holds for is deleted (and such a row is
+            never inserted).
+    """
+
+    keys: Sequence[str] = ()
+    update: Mapping[str, str] | None = None
+    delete_when: str | None = None
+
+
+@dataclass(frozen=True)
+class ReplaceRows(TableWrite):
+    """Replace the consumer's table with `rows` (a full recompute)."""
+
+
+def consumer_stamp(consumer: str, counter: int, batches: Sequence[ChangeBatch]) -> TxnStamp:
+    """The transaction that records every input's pinned version with the write."""
+    inputs = {b.plan.input_id: InputMark(b.plan.end_version, b.plan.table_id) for b in batches}
+    metadata = json.dumps(
+        {
+            "cdf_platform": {
+                "consumer": consumer,
+                "run": counter,
+                "inputs": {k: m.version for k, m in inputs.items()},
+            }
+        },
+        sort_keys=True,
+    )
+    return TxnStamp(app_id=encode_app_id(consumer, inputs), version=counter, metadata=metadata)
+
+
+def _ensure_table(spark: SparkSession, table: str, rows: DataFrame, consumer: str) -> None:
+    """Create the consumer's table (change feed on, owned by `consumer`) or add the columns
+    `rows` has that it lacks."""
+    fields = [f for f in rows.schema.fields if f.name not in FEED_COLUMNS]
+    if not is_delta_table(table):
+        schema = {f.name: f.dataType.simpleString() for f in fields}
+        properties = {"delta.enableChangeDataFeed": "true", OWNER_PROPERTY: consumer}
+        spark.sql(create_table_sql(table, schema, properties))
+        return
+    existing = set(spark.read.format("delta").load(table).columns)
+    added = [f for f in fields if f.name not in existing]
+    if added:
+        columns = ", ".join(f"{quote_ident(f.name)} {f.dataType.simpleString()}" for f in added)
+        spark.sql(f"ALTER TABLE {sql_path(table)} ADD COLUMNS ({columns})")
+
+
+def merge_rows_sql(table: str, output: MergeRows, columns: Sequence[str]) -> str:
+    """The MERGE of `output` (view `cdf_platform_source`) into `table`."""
+    on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in output.keys)
+    update = dict(output.update or {})
+    assignments = ", ".join(
+        f"{quote_ident(c)} = {update.get(c, f's.{quote_ident(c)}')}"
+        for c in columns
+        if c not in output.keys
+    )
+    names = ", ".join(quote_ident(c) for c in columns)
+    values = ", ".join(f"s.{quote_ident(c)}" for c in columns)
+    clauses = []
+    if output.delete_when:
+        clauses.append(f"WHEN MATCHED AND ({output.delete_when}) THEN DELETE")
+    if assignments:
+        clauses.append(f"WHEN MATCHED THEN UPDATE SET {assignments}")
+    kept = f" AND NOT ({output.delete_when})" if output.delete_when else ""
+    clauses.append(f"WHEN NOT MATCHED{kept} THEN INSERT ({names}) VALUES ({values})")
+    body = "\n        ".join(clauses)
+    return f"MERGE INTO {sql_path(table)} AS t USING {SOURCE_VIEW} AS s ON {on}\n        {body}"
+
+
+def write_output(
+    spark: SparkSession,
+    table: str,
+    output: TableWrite,
+    stamp: TxnStamp | None,
+    consumer: str,
+) -> None:
+    """Write `output` to the consumer's `table` in one commit carrying `stamp` (its watermarks).
+
+    Raises:
+        InvalidPipelineSpec: `MergeRows` names a key the rows do not have.
+        UnknownReadFailure, ...: the write failed (classified).
+    """
+    ctx = ReadContext(consumer, table, stamp.version if stamp else 0, stamp.version if stamp else 0)
+    rows = output.rows
+    if isinstance(output, MergeRows):
+        missing = [k for k in output.keys if k not in rows.columns]
+        if missing or not output.keys:
+            raise InvalidPipelineSpec(
+                f"MergeRows keys {list(output.keys)} are not columns of the rows ({rows.columns})",
+                pipeline_id=consumer,
+                table=table,
+                action="return MergeRows with keys the rows hold",
+            )
+    classified(ctx, lambda: _ensure_table(spark, table, rows, consumer))
+    fault_point(FaultPoint.BEFORE_CONSUMER_WRITE)
+
+    def write() -> None:
+        if isinstance(output, MergeRows):
+            rows.createOrReplaceTempView(SOURCE_VIEW)
+            try:
+                written = [c for c in rows.columns if c not in FEED_COLUMNS]
+                spark.sql(merge_rows_sql(table, output, written)).collect()
+            finally:
+                spark.catalog.dropTempView(SOURCE_VIEW)
+        else:
+            (
+                rows.drop(*FEED_COLUMNS)
+                .write.format("delta")
+                .mode("overwrite")
+                .option("overwriteSchema", "true")
+                .save(table)
+            )
+
+    if stamp is None:
+        classified(ctx, write)
+        return
+    with stamped(spark, stamp):
+        classified(ctx, write)
+
+
+def describe(output: TableWrite) -> str:
+    """One line for the run's log."""
+    if isinstance(output, MergeRows):
+        return f"merge on {', '.join(output.keys)}"
+    return "full replacement"
+
+
+__all__ = [
+    "ChangeBatch",
+    "MergeRows",
+    "ReplaceRows",
+    "TableWrite",
+    "consumer_stamp",
+    "describe",
+    "write_output",
+]
