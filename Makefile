@@ -24,8 +24,8 @@ demo-s3: setup
 	$(BIN)/cdf-platform demo --local-s3
 
 lint: setup
-	$(BIN)/ruff check cdf_platform cdf_platform_tests bench
-	$(BIN)/ruff format --check cdf_platform cdf_platform_tests bench
+	$(BIN)/ruff check cdf_platform cdf_platform_tests bench examples
+	$(BIN)/ruff format --check cdf_platform cdf_platform_tests bench examples
 	$(BIN)/lint-imports
 
 typecheck: setup

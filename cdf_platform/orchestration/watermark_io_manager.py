@@ -136,7 +136,12 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
         own = context.definition_metadata or {}
         keys = _keys(own.get("keys")) or _keys(upstream_metadata.get("keys"))
         fallback = FallbackMode(str(_plain(own.get("fallback_mode")) or self.fallback_mode))
-        step = self._step(context.step_context.run_id, consumer, consumer_key)
+        consumer_metadata = context.step_context.job_def.asset_layer.get(consumer_key).metadata
+        step = self._step(
+            context.step_context.run_id,
+            consumer,
+            self.table_location(consumer_key, consumer_metadata),
+        )
         try:
             plan = plan_input(
                 consumer, input_id, table, step.marks, fallback, marks_lost=step.marks_lost
@@ -160,12 +165,11 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
         )
         return batch
 
-    def _step(self, run_id: str, consumer: str, key: dg.AssetKey) -> _Step:
+    def _step(self, run_id: str, consumer: str, table: str) -> _Step:
         with _PENDING_LOCK:
             found = _PENDING.get((run_id, consumer))
         if found is not None:
             return found
-        table = self.table_location(key, None)
         try:
             step = _Step(read_consumer_marks(table, consumer), None)
         except MarksLost as err:

@@ -1,7 +1,8 @@
-"""The watermark IO manager through real `dg.materialize` runs on real Delta tables: consumers
-of one table keep their own watermarks, a consumer of two tables records both in the commit of
-its data, nothing new starts no Spark and commits nothing, a lost input window fails fast or
-hands a full batch per policy, and a run killed between compute and write reruns exactly.
+"""The watermark IO manager through real `dg.materialize` runs on real Delta tables, with the
+repository's example assets: consumers of one table keep their own watermarks, a consumer of
+two tables records both in the commit of its data, nothing new starts no Spark and commits
+nothing, a lost input window fails fast or hands a full batch per policy, and a run killed
+between compute and write reruns exactly.
 
 Run as a module (`python -m ... <lake>`), it materializes the revenue consumer once: the
 killed-run test starts it in a process that dies before the write.
@@ -9,6 +10,7 @@ killed-run test starts it in a process that dies before the write.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -23,14 +25,22 @@ from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
 from cdf_platform.core.sql import sql_path
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.orchestration.watermark_io_manager import RESOURCE_KEY, WatermarkIOManager
-from cdf_platform.spark.change_batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite
+from cdf_platform.spark.change_batch import ChangeBatch, ReplaceRows, TableWrite
 from cdf_platform.state.consumer_marks import read_consumer_marks
 from cdf_platform_tests.bronze import set_deleted_file_retention, vacuum_retain_zero
 
+# The repository's examples (examples/incremental_assets.py): a hand-written silver and a gold
+# aggregate that applies deltas, both over silver/orders.
+_EXAMPLES_FILE = Path(__file__).resolve().parents[2] / "examples" / "incremental_assets.py"
+_SPEC = importlib.util.spec_from_file_location("incremental_assets", _EXAMPLES_FILE)
+assert _SPEC is not None and _SPEC.loader is not None
+EXAMPLES = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(EXAMPLES)
+
 ORDERS = dg.AssetKey(["silver", "orders"])
 CUSTOMERS = dg.AssetKey(["silver", "customers"])
-REVENUE = dg.AssetKey(["gold", "revenue"])
-COPY = dg.AssetKey(["gold", "order_copy"])
+REVENUE = dg.AssetKey(["gold", "revenue_by_customer"])
+COPY = dg.AssetKey(["gold", "orders_copy"])
 BY_REGION = dg.AssetKey(["gold", "by_region"])
 
 
@@ -41,33 +51,6 @@ def _table(lake: Path, key: dg.AssetKey) -> str:
 def _upstream(lake: Path, key: dg.AssetKey, keys: str) -> dg.AssetSpec:
     metadata = {"path": dg.MetadataValue.path(_table(lake, key)), "keys": keys}
     return dg.AssetSpec(key, metadata=metadata).with_io_manager_key(RESOURCE_KEY)
-
-
-@dg.asset(key=REVENUE, io_manager_key=RESOURCE_KEY, ins={"orders": dg.AssetIn(ORDERS)})
-def revenue(orders: ChangeBatch) -> TableWrite | None:
-    """Revenue per customer, kept by applying each batch's delta (not recomputed)."""
-    if orders.nothing_new:
-        return None
-    if orders.full:
-        totals = orders.snapshot().groupBy("customer_id").agg(F.sum("amount").alias("revenue"))
-        return ReplaceRows(totals)
-    sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
-    delta = (
-        orders.raw_changes()
-        .groupBy("customer_id")
-        .agg(F.sum(sign * F.col("amount")).alias("revenue"))
-    )
-    return MergeRows(delta, keys=["customer_id"], update={"revenue": "t.revenue + s.revenue"})
-
-
-@dg.asset(key=COPY, io_manager_key=RESOURCE_KEY, ins={"orders": dg.AssetIn(ORDERS)})
-def order_copy(orders: ChangeBatch) -> TableWrite | None:
-    """A hand-written silver: the latest change per order merged, deletes applied."""
-    if orders.nothing_new:
-        return None
-    if orders.full:
-        return ReplaceRows(orders.snapshot())
-    return MergeRows(orders.changes(), keys=["order_id"], delete_when="s._change_type = 'delete'")
 
 
 @dg.asset(
@@ -87,8 +70,7 @@ def _defs_assets(lake: Path) -> list[Any]:
     return [
         _upstream(lake, ORDERS, "order_id"),
         _upstream(lake, CUSTOMERS, "customer_id"),
-        revenue,
-        order_copy,
+        *EXAMPLES.ASSETS,
         by_region,
     ]
 
@@ -163,8 +145,8 @@ def test_consumers_keep_their_own_watermarks_and_two_inputs_are_recorded_togethe
     assert _rows(spark, _table(lake, COPY), "order_id", "customer_id", "amount") == _rows(
         spark, orders
     )
-    revenue_marks = read_consumer_marks(_table(lake, REVENUE), "gold/revenue")
-    copy_marks = read_consumer_marks(_table(lake, COPY), "gold/order_copy")
+    revenue_marks = read_consumer_marks(_table(lake, REVENUE), "gold/revenue_by_customer")
+    copy_marks = read_consumer_marks(_table(lake, COPY), "gold/orders_copy")
     assert revenue_marks is not None and copy_marks is not None
     assert (revenue_marks.counter, revenue_marks.version_of("silver/orders")) == (3, 5)
     assert (copy_marks.counter, copy_marks.version_of("silver/orders")) == (2, 5)
@@ -195,8 +177,8 @@ def test_nothing_new_starts_no_spark_and_commits_nothing(
     assert result.success
     assert not unstartable.started
     assert _table_version(_table(lake, REVENUE)) == before
-    written = result.asset_materializations_for_node("gold__revenue")[0].metadata["written"]
-    assert written.value is False
+    (materialization,) = result.asset_materializations_for_node("gold__revenue_by_customer")
+    assert materialization.metadata["written"].value is False
 
 
 def test_a_lost_input_window_fails_fast_or_hands_a_full_batch(
@@ -221,15 +203,15 @@ def test_a_lost_input_window_fails_fast_or_hands_a_full_batch(
         raise_on_error=False,
     )
     assert not failed.success
-    failure = failed.failure_data_for_node("gold__order_copy")
+    failure = failed.failure_data_for_node("gold__orders_copy")
     assert failure is not None and "ReplayWindowLost" in str(failure.error)
-    kept = read_consumer_marks(_table(lake, COPY), "gold/order_copy")
+    kept = read_consumer_marks(_table(lake, COPY), "gold/orders_copy")
     assert kept is not None and kept.version_of("silver/orders") == 1
 
     # SNAPSHOT_REBUILD: a full batch, the table replaced from the pinned snapshot.
     assert _run(lake, rebuild, REVENUE, instance).success
     assert _rows(spark, _table(lake, REVENUE)) == _revenue(spark, orders)
-    marks = read_consumer_marks(_table(lake, REVENUE), "gold/revenue")
+    marks = read_consumer_marks(_table(lake, REVENUE), "gold/revenue_by_customer")
     assert marks is not None and marks.version_of("silver/orders") == _table_version(orders)
 
 
