@@ -51,6 +51,17 @@ def test_asset_graph_runs_bronze_to_silver_with_checks_on_silver() -> None:
     assert set(loaded.resources or {}) == {"spark", "lake", "watermark_io_manager"}
 
 
+def test_the_overview_hangs_off_the_bronze_tables_and_not_off_silver() -> None:
+    """It reads the bronze logs; below silver, a lost window (a blocking check) would stop it."""
+    graph = defs().resolve_asset_graph()
+    overview = graph.get(dg.AssetKey(["platform", "pipelines"]))
+    assert overview.parent_keys == {
+        dg.AssetKey(["bronze", "orders"]),
+        dg.AssetKey(["bronze", "customers"]),
+    }
+    assert overview.group_name == "platform"
+
+
 def test_the_demo_definitions_add_the_demo_writers_and_gold() -> None:
     graph = demo_defs().resolve_asset_graph()
     for pipeline in ("orders", "customers"):

@@ -74,7 +74,7 @@ def test_after_bronze_is_recreated_status_checks_and_run_all_report_the_source_r
         if m.materialization.asset_key == OVERVIEW_KEY
     ]
     table = overview.metadata["pipelines"].value
-    assert "| people | LOST | 1 | 1 |" in table and "| SOURCE_RESET |" in table
+    assert "| people | LOST |" in table and table.endswith("- people: SOURCE_RESET")
     assert overview.metadata["unhealthy_pipelines"].value == 1
 
     result = run_pipeline(spec, spark_factory=lambda: spark, control=control)

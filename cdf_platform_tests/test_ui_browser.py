@@ -1,8 +1,10 @@
 """The Dagster UI in a real browser: headless Chromium against `dagster dev` serving the project
-after a small demo run. Screenshots land in the test's temp folder."""
+after a small demo run. The check pages and the all-pipelines overview are read at 1,000 px.
+Screenshots land in the test's temp folder."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from collections.abc import Iterator
@@ -28,6 +30,13 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+# How many lines the text of each element takes.
+LINES_OF_TEXT = """cells => cells.map(cell => {
+    const range = document.createRange();
+    range.selectNodeContents(cell);
+    return range.getClientRects().length;
+})"""
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None,
@@ -99,23 +108,39 @@ def test_asset_graph_and_replay_window_check_in_a_real_browser(
             expect(page.get_by_role("link", name=key).first).to_be_visible()
         page.screenshot(path=str(tmp_path / "asset_catalog.png"), full_page=True)
 
+        # At 1,000 px, each check page plots its figures and shows its limit as text: a figure
+        # is named twice (metadata and plot title), a text value once.
+        page.set_viewport_size({"width": 1000, "height": 1800})
         page.goto(f"{served_demo}/assets/silver/orders?view=checks")
         _dismiss_welcome(page)
         expect(page.get_by_text("replay_window").first).to_be_visible()
         page.get_by_text("replay_window").first.click()
-        expect(page.get_by_text("headroom_hours").first).to_be_visible()
-        expect(page.get_by_text("earliest_replayable_version").first).to_be_visible()
         expect(page.get_by_text("Passed").first).to_be_visible()
         expect(page.get_by_text("Plots").first).to_be_visible()
+        for figure in ("headroom_hours", "earliest_replayable_version", "watermark"):
+            expect(page.get_by_text(figure, exact=True)).to_have_count(2)
+        for shown in ("latest_version", "limit", "replayable", "problem_code"):
+            expect(page.get_by_text(shown, exact=True)).to_have_count(1)
+        expect(page.get_by_text("warns below 1 h (min_headroom_hours)")).to_be_visible()
         page.screenshot(path=str(tmp_path / "replay_window_check.png"), full_page=True)
+        page.get_by_text("consumer_lag").first.click()
+        expect(page.get_by_text("fails above 24 h (max_allowed_lag_hours)")).to_be_visible()
+        for figure in ("version_lag", "data_version_lag", "lag_hours", "watermark"):
+            expect(page.get_by_text(figure, exact=True)).to_have_count(2)
+        page.screenshot(path=str(tmp_path / "consumer_lag_check.png"), full_page=True)
 
-        # Every pipeline on one page: the overview's Markdown table with the demo's figures.
-        page.goto(f"{served_demo}/assets/platform/pipelines")
+        # Every pipeline on one page: the overview's table, a figure never broken over two lines.
+        page.goto(f"{served_demo}/assets/platform/pipelines?view=events")
         _dismiss_welcome(page)
         expect(page.get_by_text("unhealthy_pipelines").first).to_be_visible()
-        expect(page.get_by_role("columnheader", name="headroom h / min")).to_be_visible()
-        for row in ("orders OK 1 1 0 0.00 / 24", "customers OK 1 1 0 0.00 / 24"):
+        expect(page.get_by_role("columnheader", name="headroom h/min")).to_be_visible()
+        for row in ("orders OK 0.00/24 168.00/1", "customers OK 0.00/24 168.00/24"):
             expect(page.get_by_role("row", name=row).first).to_be_visible()
+        expect(page.get_by_text("Problems: none.")).to_be_visible()
+        # (The "/" escaped: Playwright passes the pattern on as a JavaScript regex literal.)
+        figures = page.get_by_role("cell", name=re.compile(r"^\d+\.\d\d\/\d+$"))
+        expect(figures).to_have_count(4)
+        assert figures.evaluate_all(LINES_OF_TEXT) == [1, 1, 1, 1]
         page.screenshot(path=str(tmp_path / "all_pipelines.png"), full_page=True)
 
         # Silver's freshness policy: consumer_lag's limit (24 hours for the demo's orders).
@@ -129,7 +154,14 @@ def test_asset_graph_and_replay_window_check_in_a_real_browser(
         page.screenshot(path=str(tmp_path / "freshness.png"), full_page=True)
         browser.close()
 
-    shots = ("asset_graph", "asset_catalog", "replay_window_check", "all_pipelines", "freshness")
+    shots = (
+        "asset_graph",
+        "asset_catalog",
+        "replay_window_check",
+        "consumer_lag_check",
+        "all_pipelines",
+        "freshness",
+    )
     for shot in (f"{name}.png" for name in shots):
         assert (tmp_path / shot).stat().st_size > 10_000
     print(f"screenshots in {tmp_path}", file=sys.stderr)

@@ -10,6 +10,14 @@
 
 One `multi_asset_check` per pipeline computes the pipeline's status once (bronze's log read
 once, the same assessment a run plans from) and reports both. Never starts Spark.
+
+Each evaluation's numbers are the figures the check's page plots (`orchestration.figures`):
+lag in versions and hours for `consumer_lag`, headroom hours and the earliest replayable
+version for `replay_window`, and the watermark on both. On `consumer_lag` its steps show each
+run silver applied, so a lag that grows under a flat watermark reads as silver stopped, not
+bronze speeding up; on `replay_window` it is read against the earliest replayable version
+(the window is lost once that passes watermark + 1). The limit and bronze's latest version are
+text: one is constant and the other only grows, so plotted they would say nothing.
 """
 
 from collections.abc import Iterator
@@ -18,7 +26,7 @@ from typing import Any
 import dagster as dg
 
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.orchestration.figures import count, flag, headroom_hours, hours, text
+from cdf_platform.orchestration.figures import count, headroom_hours, hours, limit, text
 from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.planning.status import PipelineStatus, WindowState, pipeline_status
@@ -33,14 +41,14 @@ def _result(check: str, spec: PipelineSpec, **fields: Any) -> dg.AssetCheckResul
 
 
 def consumer_lag_result(spec: PipelineSpec, status: PipelineStatus) -> dg.AssetCheckResult:
-    """The check result for `status`, with numeric lag figures (see `orchestration.figures`)."""
+    """The check result for `status`: lag figures plotted, the limit as text."""
     metadata: dict[str, dg.MetadataValue] = {
         "version_lag": count(status.version_lag),
         "data_version_lag": count(status.data_version_lag),
         "lag_hours": hours(status.lag_hours),
         "watermark": count(status.watermark),
-        "latest_version": count(status.latest_version),
-        "max_allowed_lag_hours": hours(spec.max_allowed_lag_hours),
+        "latest_version": text(status.latest_version),
+        "limit": limit("fails above", spec.max_allowed_lag_hours, "max_allowed_lag_hours"),
         "state": text(status.state.value),
     }
     if status.state is WindowState.SOURCE_MISSING:
@@ -65,11 +73,12 @@ def consumer_lag_result(spec: PipelineSpec, status: PipelineStatus) -> dg.AssetC
             ),
             metadata=metadata,
         )
+    versions = "version" if status.version_lag == 1 else "versions"
     return _result(
         CONSUMER_LAG,
         spec,
         passed=True,
-        description=f"{status.version_lag} versions ({status.lag_hours or 0:.1f} h) behind",
+        description=f"{status.version_lag} {versions} ({status.lag_hours or 0:.1f} h) behind",
         metadata=metadata,
     )
 
@@ -77,14 +86,16 @@ def consumer_lag_result(spec: PipelineSpec, status: PipelineStatus) -> dg.AssetC
 def replay_window_result(
     spec: PipelineSpec, status: PipelineStatus, headroom: float | None
 ) -> dg.AssetCheckResult:
-    """The check result for `status`; `headroom` as from `orchestration.figures.headroom_hours`."""
+    """The check result for `status`: window figures plotted, the limit as text; `headroom` as
+    from `orchestration.figures.headroom_hours`."""
     metadata: dict[str, dg.MetadataValue] = {
         "earliest_replayable_version": count(status.earliest_replayable_version),
         "watermark": count(status.watermark),
-        "latest_version": count(status.latest_version),
         "headroom_hours": hours(headroom),
-        "min_headroom_hours": hours(spec.min_headroom_hours),
-        "replayable": flag(status.replayable),
+        # Text, not plotted; the rebuild sensor's run key reads it.
+        "latest_version": text(status.latest_version),
+        "limit": limit("warns below", spec.min_headroom_hours, "min_headroom_hours"),
+        "replayable": dg.MetadataValue.bool(status.replayable),
         "state": text(status.state.value),
         "problem_code": text(status.problem_code),
     }
@@ -137,7 +148,9 @@ def pipeline_checks(spec: PipelineSpec) -> dg.AssetChecksDefinition:
                 asset=key,
                 description=(
                     "How far silver is behind bronze, counted from the first unapplied bronze "
-                    f"commit: fails above {spec.max_allowed_lag_hours:g} hours."
+                    f"commit: fails above {spec.max_allowed_lag_hours:g} hours "
+                    "(`max_allowed_lag_hours`). Plots lag in versions (all, and those with "
+                    "data) and in hours, and the watermark."
                 ),
             ),
             dg.AssetCheckSpec(
@@ -146,8 +159,10 @@ def pipeline_checks(spec: PipelineSpec) -> dg.AssetChecksDefinition:
                 blocking=True,
                 description=(
                     "Whether the bronze versions silver has not applied can still be read from "
-                    f"the change feed: warns below {spec.min_headroom_hours:g} hours of headroom, "
-                    "errors (and blocks downstream assets) once the window is lost."
+                    f"the change feed: warns below {spec.min_headroom_hours:g} hours of headroom "
+                    "(`min_headroom_hours`), errors (and blocks downstream assets) once the "
+                    "window is lost. Plots headroom in hours, the watermark and the earliest "
+                    "replayable version: the window is lost once that passes watermark + 1."
                 ),
             ),
         ],

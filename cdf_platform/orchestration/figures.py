@@ -1,14 +1,21 @@
-"""Numeric check metadata that the Dagster UI can plot on every evaluation.
+"""Metadata as the Dagster UI shows it: figures it plots, and text it only shows.
 
-The UI plots a metadata key of an asset check over time only while it is numeric: a key that is
-missing or null on some evaluations leaves holes. A figure that does not exist at an evaluation
-is therefore recorded as `UNKNOWN` (-1), never dropped:
+The UI plots every int and float metadata value of an asset check's evaluations on the check's
+page (and of an asset's materializations on its Plots tab); any other type is shown, not
+plotted. So a value is a number only when an operator watches it move: lag in versions and
+hours, headroom in hours, the earliest replayable version, the watermark. A limit (constant per
+pipeline) or a counter that only grows (bronze's latest version) is text, so it does not draw a
+flat line or a ramp beside the figures that matter. Hours are rounded to 2 decimals.
+
+A plotted figure is numeric on every evaluation (a key missing or of another type on some
+evaluations leaves holes in its plot), so a figure that does not exist at an evaluation is
+recorded as `UNKNOWN` (-1), never dropped:
 
 - `watermark` of a pipeline that never ran (silver does not exist yet);
-- every bronze figure (latest version, lag, earliest replayable version) while the bronze table
-  does not exist.
+- every bronze figure (lag, earliest replayable version) while the bronze table does not exist.
 
-Versions and lag are never negative otherwise, so -1 cannot be mistaken for a real value.
+Versions and lag are never negative otherwise, so -1 cannot be mistaken for a real value. An
+absent text value reads "none" (the UI shows a null value as "null").
 """
 
 import dagster as dg
@@ -16,27 +23,39 @@ import dagster as dg
 from cdf_platform.planning.status import PipelineStatus
 
 UNKNOWN = -1
-"""Sentinel of a figure that does not exist at this evaluation (see the module docstring)."""
+"""Sentinel of a plotted figure that does not exist at this evaluation (see the module
+docstring)."""
+
+NONE = "none"
+"""The text of an absent value."""
+
+DECIMALS = 2
+"""Decimals of a plotted duration (hours or seconds)."""
 
 
 def count(value: int | None) -> dg.IntMetadataValue:
-    """A version number or count, `UNKNOWN` when absent."""
+    """A plotted version number or count, `UNKNOWN` when absent."""
     return dg.IntMetadataValue(UNKNOWN if value is None else int(value))
 
 
 def hours(value: float | None) -> dg.FloatMetadataValue:
-    """A duration in hours (3 decimals), `UNKNOWN` when absent."""
-    return dg.FloatMetadataValue(float(UNKNOWN) if value is None else round(float(value), 3))
+    """A plotted duration in hours (2 decimals), `UNKNOWN` when absent."""
+    return dg.FloatMetadataValue(float(UNKNOWN) if value is None else duration(value))
 
 
-def flag(value: bool) -> dg.IntMetadataValue:
-    """A yes/no figure as 1/0, so it plots next to the others."""
-    return dg.IntMetadataValue(1 if value else 0)
+def duration(value: float) -> float:
+    """A duration rounded for display (2 decimals)."""
+    return round(float(value), DECIMALS)
 
 
-def text(value: str | None) -> dg.TextMetadataValue:
-    """A label, "NONE" when absent."""
-    return dg.TextMetadataValue(value if value is not None else "NONE")
+def text(value: object) -> dg.TextMetadataValue:
+    """A label or a number that is not plotted (a counter), "none" when absent."""
+    return dg.TextMetadataValue(NONE if value is None else str(value))
+
+
+def limit(comparison: str, value: float, field: str) -> dg.TextMetadataValue:
+    """A pipeline's limit as text, e.g. "fails above 24 h (max_allowed_lag_hours)"."""
+    return dg.TextMetadataValue(f"{comparison} {value:g} h ({field})")
 
 
 def headroom_hours(status: PipelineStatus) -> float | None:

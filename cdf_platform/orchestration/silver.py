@@ -15,6 +15,7 @@ from pydantic import Field
 
 from cdf_platform.core.errors import CdfPlatformError
 from cdf_platform.core.spec import DeleteMode, FallbackMode, HistoryMode, PipelineSpec
+from cdf_platform.orchestration.figures import duration, text
 from cdf_platform.orchestration.keys import (
     SILVER_PREFIX,
     WATERMARK_IO_MANAGER_KEY,
@@ -57,23 +58,22 @@ def describe_plan(plan: RunPlan) -> str:
 
 
 def _metadata_value(value: object) -> dg.MetadataValue:
-    if value is None:
-        return dg.MetadataValue.null()
     if isinstance(value, bool):
         return dg.MetadataValue.bool(value)
     if isinstance(value, int):
         return dg.MetadataValue.int(value)
     if isinstance(value, float):
-        return dg.MetadataValue.float(value)
-    return dg.MetadataValue.text(str(value))
+        return dg.MetadataValue.float(duration(value))
+    return text(value)
 
 
 def run_result_metadata(result: RunResult) -> dict[str, dg.MetadataValue]:
     """Typed Dagster metadata of one pipeline run: mode, start/end version, rows inserted /
     updated / deleted, lag before and after, duration, whether Spark started, the incident.
 
-    Numbers stay numbers (so the UI plots them); a figure the run does not have (the range of a
-    no-op, the incident of a clean run) is recorded as null.
+    Numbers stay numbers (so the UI plots them), hours and seconds rounded to 2 decimals; a
+    figure the run does not have (the range of a no-op, the incident of a clean run) reads
+    "none", since the UI shows a null value as "null".
     """
     metadata = {name: _metadata_value(value) for name, value in result.as_metadata().items()}
     if result.incident_message:
@@ -88,9 +88,7 @@ def _failure(spec: PipelineSpec, err: CdfPlatformError) -> dg.Failure:
         metadata={
             "pipeline_id": spec.id,
             "incident_code": err.incident_code,
-            "version": dg.MetadataValue.int(err.version)
-            if err.version is not None
-            else dg.MetadataValue.null(),
+            "version": _metadata_value(err.version),
         },
         allow_retries=False,
     )

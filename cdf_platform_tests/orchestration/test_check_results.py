@@ -1,5 +1,6 @@
 """consumer_lag and replay_window results for each pipeline state: pass, WARN or ERROR, with every
-figure numeric on every evaluation (-1 for a figure that does not exist)."""
+plotted figure numeric on every evaluation (-1 for a figure that does not exist) and limits and
+counters as text, so the check pages plot only what an operator watches."""
 
 from __future__ import annotations
 
@@ -63,17 +64,21 @@ BLOCKED = replace(
 )
 CAUGHT_UP = replace(HEALTHY, watermark=43, version_lag=0, lag_hours=0.0, headroom_hours=None)
 
-LAG_FIGURES = ("version_lag", "data_version_lag", "watermark", "latest_version")
-WINDOW_FIGURES = ("earliest_replayable_version", "watermark", "latest_version", "replayable")
+LAG_FIGURES = ("version_lag", "data_version_lag", "watermark")
+WINDOW_FIGURES = ("earliest_replayable_version", "watermark")
+PLOTTED = (dg.IntMetadataValue, dg.FloatMetadataValue)  # what Dagster plots on a check's page
 
 
-def assert_numeric(
+def assert_plotted(
     result: dg.AssetCheckResult, ints: tuple[str, ...], floats: tuple[str, ...]
 ) -> None:
+    """Exactly `ints` and `floats` are plotted (numeric); every other value is shown only."""
     for name in ints:
         assert isinstance(result.metadata[name], dg.IntMetadataValue), name
     for name in floats:
         assert isinstance(result.metadata[name], dg.FloatMetadataValue), name
+    plotted = {name for name, value in result.metadata.items() if isinstance(value, PLOTTED)}
+    assert plotted == {*ints, *floats}
 
 
 @pytest.mark.parametrize(
@@ -91,7 +96,7 @@ def test_consumer_lag_fails_above_the_allowed_hours(
 ) -> None:
     result = consumer_lag_result(SPEC, status)
     assert (result.passed, result.severity) == (passed, severity)
-    assert_numeric(result, LAG_FIGURES, ("lag_hours", "max_allowed_lag_hours"))
+    assert_plotted(result, LAG_FIGURES, ("lag_hours",))
 
 
 def test_consumer_lag_figures_and_their_sentinel() -> None:
@@ -101,12 +106,20 @@ def test_consumer_lag_figures_and_their_sentinel() -> None:
         "data_version_lag": 2,
         "lag_hours": 30.0,
         "watermark": 40,
-        "latest_version": 43,
-        "max_allowed_lag_hours": 24.0,
+        "latest_version": "43",
+        "limit": "fails above 24 h (max_allowed_lag_hours)",
         "state": "OK",
     }
     missing = consumer_lag_result(SPEC, MISSING).metadata
     assert {missing[name].value for name in (*LAG_FIGURES, "lag_hours")} == {UNKNOWN}
+    assert missing["latest_version"].value == "none"
+
+
+def test_hours_are_rounded_to_two_decimals() -> None:
+    status = replace(HEALTHY, lag_hours=0.000135900, headroom_hours=167.99962)
+    assert consumer_lag_result(SPEC, status).metadata["lag_hours"].value == 0.0
+    assert replay_window_result(SPEC, status, 167.99962).metadata["headroom_hours"].value == 168.0
+    assert consumer_lag_result(SPEC, LOW).metadata["lag_hours"].value == 5.25
 
 
 @pytest.mark.parametrize(
@@ -125,7 +138,7 @@ def test_replay_window_warns_on_low_headroom_and_errors_when_lost(
 ) -> None:
     result = replay_window_result(SPEC, status, headroom)
     assert (result.passed, result.severity) == (passed, severity)
-    assert_numeric(result, WINDOW_FIGURES, ("headroom_hours", "min_headroom_hours"))
+    assert_plotted(result, WINDOW_FIGURES, ("headroom_hours",))
     assert result.metadata["state"].value == status.state.value
 
 
@@ -135,16 +148,16 @@ def test_replay_window_figures_of_a_lost_window() -> None:
     assert figures == {
         "earliest_replayable_version": 42,
         "watermark": 40,
-        "latest_version": 43,
         "headroom_hours": 0.0,
-        "min_headroom_hours": 48.0,
-        "replayable": 0,
+        "latest_version": "43",
+        "limit": "warns below 48 h (min_headroom_hours)",
+        "replayable": False,
         "state": "LOST",
         "problem_code": "WATERMARK_OUTSIDE_RETENTION",
     }
     assert "41..43 cannot be replayed" in (result.description or "")
     healthy = replay_window_result(SPEC, HEALTHY, 120.5).metadata
-    assert (healthy["replayable"].value, healthy["problem_code"].value) == (1, "NONE")
+    assert (healthy["replayable"].value, healthy["problem_code"].value) == (True, "none")
 
 
 def test_headroom_is_the_retention_horizon_while_nothing_waits_to_be_replayed() -> None:

@@ -1,8 +1,10 @@
 """A silver run pins `(watermark, latest]` from the logs alone (no Spark job), per pipeline, and
-records what it did as typed metadata (numbers stay numbers, absent figures are null)."""
+records what it did as typed metadata: numbers stay numbers (hours and seconds rounded to 2
+decimals), and an absent figure reads "none", never "null"."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import dagster as dg
@@ -10,8 +12,10 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import SparkResource
-from cdf_platform.orchestration.silver import describe_plan
+from cdf_platform.orchestration.silver import describe_plan, run_result_metadata
 from cdf_platform.planning.plan import RunMode, plan_pipeline
+from cdf_platform.planning.run_result import RunResult
+from cdf_platform.window.replay_window import ConsumerAssessment
 from cdf_platform_tests.lake_platform import (
     ORDERS,
     bronze_batch,
@@ -56,12 +60,95 @@ def test_a_silver_materialization_records_typed_figures(
     result = materialize(defs, key, instance=instance)
     (materialized,) = result.asset_materializations_for_node(key.to_python_identifier())
     metadata = materialized.metadata
-    assert isinstance(metadata["end_version"], dg.IntMetadataValue)
-    assert isinstance(metadata["rows_inserted"], dg.IntMetadataValue)
-    assert isinstance(metadata["duration_seconds"], dg.FloatMetadataValue)
-    assert isinstance(metadata["plan_seconds"], dg.FloatMetadataValue)
+    plotted = {
+        name
+        for name, value in metadata.items()
+        if isinstance(value, (dg.IntMetadataValue, dg.FloatMetadataValue))
+    }
+    assert plotted == {
+        "end_version",
+        "watermark_after",
+        "rows_inserted",
+        "rows_updated",
+        "rows_deleted",
+        "version_lag_before",
+        "lag_hours_before",
+        "version_lag_after",
+        "lag_hours_after",
+        "duration_seconds",
+        *(name for name in metadata if name.endswith("_seconds")),
+    }
+    for name in plotted:
+        value = metadata[name].value
+        assert isinstance(value, int) or round(value, 2) == value, name
     assert isinstance(metadata["spark_started"], dg.BoolMetadataValue)
-    assert isinstance(metadata["start_version"], dg.NullMetadataValue)  # an initial load
-    assert isinstance(metadata["incident_code"], dg.NullMetadataValue)
+    # The range start of an initial load and a clean run's incident say "none" (Dagster shows
+    # a null value as "null").
+    assert (metadata["start_version"].value, metadata["end_version"].value) == ("none", 1)
+    assert metadata["watermark_before"].value == "none"
+    assert metadata["incident_code"].value == "none"
+    assert not any(isinstance(value, dg.NullMetadataValue) for value in metadata.values())
     assert metadata["mode"].value == "initial_load"
     assert metadata["path"].value == str(lake / "silver" / "orders")
+
+
+def _assessment(watermark: int, latest: int, lag_hours: float) -> ConsumerAssessment:
+    return ConsumerAssessment(
+        watermark=watermark,
+        latest_version=latest,
+        version_lag=latest - watermark,
+        data_version_lag=latest - watermark,
+        lag_hours=lag_hours,
+        first_unprocessed_version=watermark + 1 if latest > watermark else None,
+        first_unprocessed_timestamp=None,
+        first_unprocessed_timestamp_exact=True,
+        earliest_replayable_version=0,
+        replayable=True,
+        window_break=None,
+        headroom_hours=None,
+        deadlines=(),
+    )
+
+
+NOOP = RunResult(
+    pipeline_id="orders",
+    run_id="r1",
+    mode=RunMode.NOOP,
+    start_version=None,
+    end_version=None,
+    watermark_before=4,
+    watermark_after=4,
+    rows_inserted=0,
+    rows_updated=0,
+    rows_deleted=0,
+    duration_seconds=0.0123456,
+    spark_started=False,
+    lag_before=_assessment(4, 4, 0.0),
+    lag_after=_assessment(4, 4, 0.0),
+    timings={"plan": 0.00987},
+)
+
+
+def test_a_no_op_run_says_none_and_rounds_its_hours_and_seconds() -> None:
+    metadata = run_result_metadata(replace(NOOP, lag_before=_assessment(4, 5, 0.000135900)))
+    figures = {name: value.value for name, value in metadata.items()}
+    assert figures["lag_hours_before"] == 0.0
+    assert (figures["duration_seconds"], figures["plan_seconds"]) == (0.01, 0.01)
+    assert (figures["start_version"], figures["end_version"]) == ("none", "none")
+    assert (figures["watermark_before"], figures["watermark_after"]) == (4, 4)
+    assert figures["incident_code"] == "none"
+    assert isinstance(metadata["version_lag_before"], dg.IntMetadataValue)
+    assert figures["version_lag_before"] == 1
+
+
+def test_an_incident_is_named_with_its_message() -> None:
+    metadata = run_result_metadata(
+        replace(
+            NOOP,
+            mode=RunMode.REBUILD,
+            incident_code="WATERMARK_OUTSIDE_RETENTION",
+            incident_message="bronze versions 5..7 cannot be replayed",
+        )
+    )
+    assert metadata["incident_code"].value == "WATERMARK_OUTSIDE_RETENTION"
+    assert metadata["incident_message"].value == "bronze versions 5..7 cannot be replayed"
