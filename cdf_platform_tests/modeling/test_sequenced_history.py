@@ -16,7 +16,7 @@ from cdf_platform.core.errors import IncompatibleSchemaChange
 from cdf_platform.core.sql import sql_path
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.runner import run_pipeline
-from cdf_platform_tests.bronze import control_for, spec_for, sql
+from cdf_platform_tests.bronze import control_for, drop_column, spec_for, sql
 
 # Bronze commits 2..8 (version 1 seeds ada and bob at seq 10); only `name` is tracked.
 HISTORY = [
@@ -118,3 +118,26 @@ def test_a_history_written_without_sequence_by_is_not_continued_with_it(
         _run(spark, sequenced, lake)
     assert "cdf-platform rebuild people" in raised.value.action
     assert len(_versions(spark, plain.target)) == 2
+
+
+def test_a_dropped_column_is_null_on_current_versions_and_kept_on_closed_ones(
+    spark: SparkSession, lake: Path
+) -> None:
+    """Bronze drops `note`: the rebuild (a non-additive change) NULLs it on every current
+    version, also of keys the snapshot shows unchanged, and leaves closed versions as they
+    were, also the one bronze's row (a late write) still belongs to."""
+    bronze = str(lake / "bronze")
+    _make_bronze(spark, bronze)
+    spec = spec_for(lake, history="scd2", sequence_by="seq", fallback_mode="SNAPSHOT_REBUILD")
+    assert _run(spark, spec, lake) is RunMode.INITIAL_LOAD
+    sql(spark, bronze, "UPDATE {t} SET name = 'ada3', seq = 30 WHERE id = 1")
+    sql(spark, bronze, "UPDATE {t} SET name = 'ada2', seq = 20 WHERE id = 1")  # late
+    assert _run(spark, spec, lake) is RunMode.INCREMENTAL
+    drop_column(spark, bronze, "note")
+    assert _run(spark, spec, lake) is RunMode.REBUILD
+    assert _versions(spark, spec.target) == [
+        (1, "ada", "a", 10, 20, 1),
+        (1, "ada2", "a", 20, 30, 3),
+        (1, "ada3", None, 30, None, 2),
+        (2, "bob", None, 10, None, 1),
+    ]
