@@ -1,63 +1,43 @@
 """Customer order totals: live orders and revenue per customer, maintained incrementally from
 silver orders' own change feed.
 
-Each run applies only what changed in silver since its watermark: every change row adds (insert,
-update_postimage) or subtracts (delete, update_preimage) its order from its customer's totals;
-soft-deleted rows count as gone. An SCD2 silver (`history: scd2`) is read the same way: only its
-current versions (`__end_at` NULL) count, so closing a version (an update whose postimage has
-`__end_at`) subtracts it and opening one (an insert) adds it. The MERGE carries the watermark as
-a Delta transaction in the same commit, so a rerun after a crash applies nothing twice. The first
-run, or one whose range of silver's feed is gone, recomputes from a pinned silver snapshot
-instead.
+Each run applies only what changed in silver since the consumer's watermark: every change row
+adds (insert, update_postimage) or subtracts (delete, update_preimage) its order from its
+customer's totals; soft-deleted rows count as gone. An SCD2 silver (`history: scd2`) is read the
+same way: only its current versions (`__end_at` NULL) count, so closing a version (an update
+whose postimage has `__end_at`) subtracts it and opening one (an insert) adds it. A customer
+whose last live order goes leaves the table. A full batch (the first run, or one whose range of
+silver's feed is gone) recomputes from the pinned silver snapshot instead.
+
+The watermark IO manager (`cdf_platform.orchestration.watermark_io_manager`) pins the batch,
+and commits what this returns with silver's version in the same commit, so a rerun after a
+crash applies nothing twice.
 
 Example:
-    >>> outcome = refresh_customer_order_totals(
-    ...     spark_factory=lambda: spark, silver="/lake/silver/orders",
-    ...     target="/lake/gold/customer_order_totals")  # doctest: +SKIP
-    >>> outcome.mode, outcome.end_version  # doctest: +SKIP
-    (<FeedMode.INCREMENTAL: 'incremental'>, 9)
+    >>> write = customer_order_totals(orders)  # orders: a ChangeBatch of silver orders
+    ... # doctest: +SKIP
+    >>> write.keys, write.update  # doctest: +SKIP
+    (('customer_id',), {'order_count': 't.order_count + s.order_count', ...})
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING
 
-from cdf_platform.core.sql import sql_path
-from cdf_platform.demo.silver_feed import FeedMode, FeedPlan, plan_feed
-from cdf_platform.spark.changes import CHANGE_TYPE, ReadContext, classified, read_changes
-from cdf_platform.spark.merge import TxnStamp, stamped
-from cdf_platform.spark.session import new_session
+from cdf_platform.spark.change_batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite
+from cdf_platform.spark.changes import CHANGE_TYPE
 from cdf_platform.spark.silver_layout import END_AT, IS_DELETED
-from cdf_platform.state.watermark import user_metadata
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame
 
-CONSUMER_ID = "gold_customer_order_totals"
 CUSTOMER = "customer_id"
 AMOUNT = "amount"
+ORDER_COUNT = "order_count"
+TOTAL_AMOUNT = "total_amount"
 AMOUNT_TYPE = "decimal(22,2)"
 _ADDS = ("insert", "update_postimage")
 _SUBTRACTS = ("delete", "update_preimage")
-_VIEW = "cdf_platform_gold_deltas"
-
-
-@dataclass(frozen=True)
-class RefreshOutcome:
-    """What one refresh did, for metadata and logs."""
-
-    mode: FeedMode
-    watermark_before: int | None
-    start_version: int | None
-    end_version: int
-    rows_written: int
-    spark_started: bool
-    duration_seconds: float
-    reason: str | None
 
 
 def _live(frame: DataFrame) -> Column:
@@ -72,27 +52,25 @@ def _live(frame: DataFrame) -> Column:
     return live
 
 
-def snapshot_totals(spark: SparkSession, silver: str, version: int) -> DataFrame:
-    """Totals over the live orders of silver `versionAsOf version`."""
+def snapshot_totals(orders: DataFrame) -> DataFrame:
+    """Totals over the live orders of a silver snapshot."""
     from pyspark.sql import functions as F  # noqa: N812
 
-    orders = spark.read.format("delta").option("versionAsOf", version).load(silver)
     return (
         orders.filter(_live(orders))
         .groupBy(CUSTOMER)
         .agg(
-            F.count(F.lit(1)).alias("order_count"),
-            F.sum(AMOUNT).cast(AMOUNT_TYPE).alias("total_amount"),
+            F.count(F.lit(1)).alias(ORDER_COUNT),
+            F.sum(AMOUNT).cast(AMOUNT_TYPE).alias(TOTAL_AMOUNT),
         )
     )
 
 
-def change_deltas(spark: SparkSession, silver: str, start: int, end: int) -> DataFrame:
-    """Per customer, the change in live order count and amount over silver versions
-    [start, end] (customers with no net change left out)."""
+def change_deltas(changes: DataFrame) -> DataFrame:
+    """Per customer, the change in live order count and amount that silver's change feed rows
+    `changes` (pre- and post-images) make (customers with no net change left out)."""
     from pyspark.sql import functions as F  # noqa: N812
 
-    changes = read_changes(spark, silver, start, end)
     sign = (
         F.when(F.col(CHANGE_TYPE).isin(*_ADDS), F.lit(1))
         .when(F.col(CHANGE_TYPE).isin(*_SUBTRACTS), F.lit(-1))
@@ -102,101 +80,27 @@ def change_deltas(spark: SparkSession, silver: str, start: int, end: int) -> Dat
     return (
         changes.groupBy(CUSTOMER)
         .agg(
-            F.sum(weight).alias("d_count"),
-            F.sum(weight * F.col(AMOUNT)).cast(AMOUNT_TYPE).alias("d_amount"),
+            F.sum(weight).alias(ORDER_COUNT),
+            F.sum(weight * F.col(AMOUNT)).cast(AMOUNT_TYPE).alias(TOTAL_AMOUNT),
         )
-        .filter((F.col("d_count") != 0) | (F.col("d_amount") != 0))
+        .filter((F.col(ORDER_COUNT) != 0) | (F.col(TOTAL_AMOUNT) != 0))
     )
 
 
-def _rows_written(target: str) -> int:
-    """Rows the consumer's last commit wrote (MERGE: inserted + updated + deleted), JVM-free."""
-    from deltalake import DeltaTable
-
-    (entry,) = DeltaTable(target).history(1)
-    metrics = entry.get("operationMetrics") or {}
-    if "numTargetRowsInserted" in metrics:
-        merged = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
-        return sum(int(metrics.get(name, 0)) for name in merged)
-    return int(metrics.get("numOutputRows", 0))
-
-
-def _merge_sql(target: str) -> str:
-    return f"""
-        MERGE INTO {sql_path(target)} AS t USING {_VIEW} AS s
-        ON t.`{CUSTOMER}` <=> s.`{CUSTOMER}`
-        WHEN MATCHED AND t.order_count + s.d_count = 0 THEN DELETE
-        WHEN MATCHED THEN UPDATE SET
-            t.order_count = t.order_count + s.d_count,
-            t.total_amount = t.total_amount + s.d_amount
-        WHEN NOT MATCHED THEN INSERT (`{CUSTOMER}`, order_count, total_amount)
-            VALUES (s.`{CUSTOMER}`, s.d_count, s.d_amount)
-    """
-
-
-def _apply(spark: SparkSession, plan: FeedPlan, stamp: TxnStamp) -> None:
-    # Silver is read lazily, inside the write: its failures are classified there too.
-    if plan.mode is FeedMode.FULL:
-        ctx = ReadContext(plan.consumer_id, plan.source, plan.end_version, plan.end_version)
-        totals = snapshot_totals(spark, plan.source, plan.end_version)
-        writer = totals.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-        with stamped(spark, stamp):
-            classified(ctx, lambda: writer.save(plan.target))
-        return
-    assert plan.start_version is not None
-    ctx = ReadContext(plan.consumer_id, plan.source, plan.start_version, plan.end_version)
-    deltas = change_deltas(spark, plan.source, plan.start_version, plan.end_version)
-    deltas.createOrReplaceTempView(_VIEW)
-    try:
-        with stamped(spark, stamp):
-            # Delta commits a MERGE even when its source is empty, so the watermark advances.
-            classified(ctx, lambda: spark.sql(_merge_sql(plan.target)).collect())
-    finally:
-        spark.catalog.dropTempView(_VIEW)
-
-
-def refresh_customer_order_totals(
-    *,
-    spark_factory: Callable[[], SparkSession],
-    silver: str,
-    target: str,
-    now: datetime | None = None,
-) -> RefreshOutcome:
-    """Bring `target` up to silver's latest version; start Spark only if there is work.
-
-    Raises:
-        SourceNotFound: silver does not exist yet.
-        SourceReset: silver was recreated below the watermark.
-        ReplayWindowLost, UnknownReadFailure: the pinned change-feed read failed.
-    """
-    started = time.monotonic()
-    plan = plan_feed(silver, target, CONSUMER_ID, now=now)
-
-    def outcome(rows: int, spark_started: bool) -> RefreshOutcome:
-        return RefreshOutcome(
-            mode=plan.mode,
-            watermark_before=plan.watermark,
-            start_version=plan.start_version,
-            end_version=plan.end_version,
-            rows_written=rows,
-            spark_started=spark_started,
-            duration_seconds=time.monotonic() - started,
-            reason=plan.reason,
-        )
-
-    if plan.mode is FeedMode.NOOP:
-        return outcome(0, False)
-    # A session of its own: the txn confs set around the write never leak to other work.
-    spark = new_session(spark_factory())
-    stamp = TxnStamp(
-        app_id=CONSUMER_ID,
-        version=plan.end_version,
-        metadata=user_metadata(
-            consumer_id=CONSUMER_ID,
-            mode=plan.mode.value,
-            start_version=plan.start_version,
-            end_version=plan.end_version,
-        ),
+def customer_order_totals(orders: ChangeBatch) -> TableWrite | None:
+    """What one batch of silver orders does to the totals: nothing (nothing new), a recompute
+    from the pinned snapshot (a full batch), or each changed customer's delta added to its row,
+    a row whose orders are all gone deleted."""
+    if orders.nothing_new:
+        return None
+    if orders.full:
+        return ReplaceRows(snapshot_totals(orders.snapshot()))
+    return MergeRows(
+        change_deltas(orders.raw_changes()),
+        keys=(CUSTOMER,),
+        update={
+            ORDER_COUNT: f"t.{ORDER_COUNT} + s.{ORDER_COUNT}",
+            TOTAL_AMOUNT: f"t.{TOTAL_AMOUNT} + s.{TOTAL_AMOUNT}",
+        },
+        delete_matched_when=f"t.{ORDER_COUNT} + s.{ORDER_COUNT} = 0",
     )
-    _apply(spark, plan, stamp)
-    return outcome(_rows_written(plan.target), True)

@@ -13,5 +13,6 @@ demo_bronze_job = dg.define_asset_job(
 gold_job = dg.define_asset_job(
     "gold_job",
     selection=dg.AssetSelection.groups("gold"),
-    description="Refresh gold assets incrementally from silver's own change feed.",
+    description="Refresh gold assets incrementally from silver's own change feed, through the "
+    "watermark IO manager.",
 )

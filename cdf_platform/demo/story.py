@@ -19,6 +19,7 @@ from typing import Any
 
 import dagster as dg
 
+from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
 from cdf_platform.orchestration.checks import REPLAY_WINDOW
 from cdf_platform.planning.status import pipeline_status
 
@@ -177,7 +178,7 @@ class DemoStory:
             current.figures[f"bronze_{table}_version"] = figures.get("version")
 
     def silver_and_gold(self, current: Step) -> None:
-        """incremental_job (silver + checks), then gold from silver's change feed."""
+        """incremental_job (silver + checks), then gold from silver's change feed (its mode)."""
         result = self.run_job("incremental_job")
         for spec in self.specs:
             figures = _metadata(result, dg.AssetKey(["silver", spec.id]))
@@ -190,6 +191,9 @@ class DemoStory:
             current.figures[f"{spec.id}_watermark"] = figures.get("watermark_after")
         gold = self.run_job("gold_job")
         current.figures["gold_ok"] = gold.success
+        # full on the first run, then incremental: silver's rebuild is a MERGE, so its change
+        # feed (gold's input) stays readable across the outage.
+        current.figures["gold_mode"] = _metadata(gold, CUSTOMER_ORDER_TOTALS_KEY).get("mode")
 
     def checks(self, current: Step, *, expect_passed: bool) -> None:
         """checks_job; record each pipeline's replay_window figures."""

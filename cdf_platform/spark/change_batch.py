@@ -183,17 +183,22 @@ class MergeRows(TableWrite):
 
     Attributes:
         rows: One row per key.
-        keys: The columns a row is matched on (required).
+        keys: The columns a row is matched on (required); NULL matches NULL, as a group by a
+            nullable column has one NULL group.
         update: Column -> SQL expression over the table's row `t` and the new row `s` for a
             matched row (default: `s.<column>`), e.g. `{"total": "t.total + s.total"}` to apply
             a delta.
         delete_when: SQL over `s`: a matched row it holds for is deleted (and such a row is
             never inserted).
+        delete_matched_when: SQL over the table's row `t` and the new row `s`: a matched row
+            it holds for is deleted instead of updated, e.g. `t.n + s.n = 0` when a delta
+            empties a count (a row not in the table is inserted as usual).
     """
 
     keys: Sequence[str] = ()
     update: Mapping[str, str] | None = None
     delete_when: str | None = None
+    delete_matched_when: str | None = None
 
 
 @dataclass(frozen=True)
@@ -235,7 +240,7 @@ def _ensure_table(spark: SparkSession, table: str, rows: DataFrame, consumer: st
 
 def merge_rows_sql(table: str, output: MergeRows, columns: Sequence[str]) -> str:
     """The MERGE of `output` (view `cdf_platform_source`) into `table`."""
-    on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in output.keys)
+    on = " AND ".join(f"t.{quote_ident(k)} <=> s.{quote_ident(k)}" for k in output.keys)
     update = dict(output.update or {})
     assignments = ", ".join(
         f"{quote_ident(c)} = {update.get(c, f's.{quote_ident(c)}')}"
@@ -247,6 +252,8 @@ def merge_rows_sql(table: str, output: MergeRows, columns: Sequence[str]) -> str
     clauses = []
     if output.delete_when:
         clauses.append(f"WHEN MATCHED AND ({output.delete_when}) THEN DELETE")
+    if output.delete_matched_when:
+        clauses.append(f"WHEN MATCHED AND ({output.delete_matched_when}) THEN DELETE")
     if assignments:
         clauses.append(f"WHEN MATCHED THEN UPDATE SET {assignments}")
     kept = f" AND NOT ({output.delete_when})" if output.delete_when else ""

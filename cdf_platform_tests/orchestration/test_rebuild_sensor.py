@@ -16,14 +16,13 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.spec_file import find_spec
 from cdf_platform.core.sql import sql_path
-from cdf_platform.demo.gold import CONSUMER_ID
 from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
-from cdf_platform.demo.silver_feed import consumer_watermark
 from cdf_platform.orchestration.checks import CONSUMER_LAG, REPLAY_WINDOW
 from cdf_platform.orchestration.jobs import rebuild_run_config
 from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.status import WindowState, pipeline_status
+from cdf_platform.state.consumer_marks import read_consumer_marks
 from cdf_platform_tests.lake_platform import (
     ORDERS,
     bronze_batch,
@@ -174,7 +173,8 @@ def test_lost_window_is_reported_rebuilt_once_and_passes_again(
             raise_on_error=False,
         )
         assert not blocked.get_asset_materialization_events()
-        assert consumer_watermark(gold, CONSUMER_ID) == silver_version
+        marks = read_consumer_marks(gold, CUSTOMER_ORDER_TOTALS_KEY.to_user_string())
+        assert marks is not None and marks.version_of("silver/orders") == silver_version
 
         # One rebuild request for the loss; FAIL_FAST is named and left alone; then silence.
         first = tick(defs, instance, None)

@@ -1,8 +1,9 @@
 """The watermark IO manager through real `dg.materialize` runs on real Delta tables, with the
 repository's example assets: consumers of one table keep their own watermarks, a consumer of
 two tables records both in the commit of its data, nothing new starts no Spark and commits
-nothing, a lost input window fails fast or hands a full batch per policy, and a run killed
-between compute and write reruns exactly.
+nothing, a merged delta matches the NULL key and deletes the rows it empties, a lost input
+window fails fast or hands a full batch per policy, and a run killed between compute and write
+reruns exactly.
 
 Run as a module (`python -m ... <lake>`), it materializes the revenue consumer once: the
 killed-run test starts it in a process that dies before the write.
@@ -14,6 +15,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
 from cdf_platform.core.sql import sql_path
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.orchestration.watermark_io_manager import RESOURCE_KEY, WatermarkIOManager
-from cdf_platform.spark.change_batch import ChangeBatch, ReplaceRows, TableWrite
+from cdf_platform.spark.change_batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite
 from cdf_platform.state.consumer_marks import read_consumer_marks
 from cdf_platform_tests.bronze import set_deleted_file_retention, vacuum_retain_zero
 
@@ -42,6 +44,7 @@ CUSTOMERS = dg.AssetKey(["silver", "customers"])
 REVENUE = dg.AssetKey(["gold", "revenue_by_customer"])
 COPY = dg.AssetKey(["gold", "orders_copy"])
 BY_REGION = dg.AssetKey(["gold", "by_region"])
+ORDER_COUNTS = dg.AssetKey(["gold", "order_counts"])
 
 
 def _table(lake: Path, key: dg.AssetKey) -> str:
@@ -66,12 +69,32 @@ def by_region(orders: ChangeBatch, customers: ChangeBatch) -> TableWrite | None:
     return ReplaceRows(joined.groupBy("region").agg(F.sum("amount").alias("revenue")))
 
 
+@dg.asset(key=ORDER_COUNTS, io_manager_key=RESOURCE_KEY, ins={"orders": dg.AssetIn(ORDERS)})
+def order_counts(orders: ChangeBatch) -> TableWrite | None:
+    """Orders per customer (NULL: orders without one), kept by applying each batch's delta; a
+    customer whose orders are all gone leaves the table."""
+    if orders.nothing_new:
+        return None
+    if orders.full:
+        counts = orders.snapshot().groupBy("customer_id").agg(F.count(F.lit(1)).alias("orders"))
+        return ReplaceRows(counts)
+    sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
+    delta = orders.raw_changes().groupBy("customer_id").agg(F.sum(sign).alias("orders"))
+    return MergeRows(
+        delta,
+        keys=["customer_id"],
+        update={"orders": "t.orders + s.orders"},
+        delete_matched_when="t.orders + s.orders = 0",
+    )
+
+
 def _defs_assets(lake: Path) -> list[Any]:
     return [
         _upstream(lake, ORDERS, "order_id"),
         _upstream(lake, CUSTOMERS, "customer_id"),
         *EXAMPLES.ASSETS,
         by_region,
+        order_counts,
     ]
 
 
@@ -213,6 +236,23 @@ def test_a_lost_input_window_fails_fast_or_hands_a_full_batch(
     assert _rows(spark, _table(lake, REVENUE)) == _revenue(spark, orders)
     marks = read_consumer_marks(_table(lake, REVENUE), "gold/revenue_by_customer")
     assert marks is not None and marks.version_of("silver/orders") == _table_version(orders)
+
+
+def test_a_merged_delta_matches_the_null_key_and_deletes_the_rows_it_empties(
+    spark: SparkSession, spark_resource: SparkResource, lake: Path
+) -> None:
+    orders, _ = _make_tables(spark, lake)
+    spark.sql(f"INSERT INTO {sql_path(orders)} VALUES (4, NULL, 5)")
+    resources = _resources(spark_resource, lake)
+    instance = dg.DagsterInstance.ephemeral()
+    assert _run(lake, resources, ORDER_COUNTS, instance).success  # full: 10: 2, 20: 1, NULL: 1
+    spark.sql(f"DELETE FROM {sql_path(orders)} WHERE customer_id = 20")
+    spark.sql(f"INSERT INTO {sql_path(orders)} VALUES (5, NULL, 7)")
+    assert _run(lake, resources, ORDER_COUNTS, instance).success  # a merge of the deltas
+
+    counts = spark.read.format("delta").load(_table(lake, ORDER_COUNTS)).collect()
+    # One NULL row, updated in place (not a second one inserted); customer 20 gone.
+    assert Counter(tuple(row) for row in counts) == Counter({(10, 2): 1, (None, 2): 1})
 
 
 def test_a_run_killed_between_compute_and_write_reruns_exactly(
