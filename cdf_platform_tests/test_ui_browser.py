@@ -31,6 +31,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 
+# workspace.demo.yaml's code location (named after its module).
+LOCATION = "cdf_platform.demo.definitions"
 # How many lines the text of each element takes.
 LINES_OF_TEXT = """cells => cells.map(cell => {
     const range = document.createRange();
@@ -143,6 +145,13 @@ def test_asset_graph_and_replay_window_check_in_a_real_browser(
         assert figures.evaluate_all(LINES_OF_TEXT) == [1, 1, 1, 1]
         page.screenshot(path=str(tmp_path / "all_pipelines.png"), full_page=True)
 
+        # The watermark IO manager is a resource of the code location, beside spark and lake.
+        page.goto(f"{served_demo}/locations/__repository__@{LOCATION}/resources")
+        _dismiss_welcome(page)
+        for resource in ("watermark_io_manager", "spark", "lake"):
+            expect(page.get_by_text(resource, exact=True).first).to_be_visible()
+        page.screenshot(path=str(tmp_path / "resources.png"), full_page=True)
+
         # Silver's freshness policy: consumer_lag's limit (24 hours for the demo's orders).
         page.goto(f"{served_demo}/assets/silver/orders")
         _dismiss_welcome(page)
@@ -160,6 +169,7 @@ def test_asset_graph_and_replay_window_check_in_a_real_browser(
         "replay_window_check",
         "consumer_lag_check",
         "all_pipelines",
+        "resources",
         "freshness",
     )
     for shot in (f"{name}.png" for name in shots):
