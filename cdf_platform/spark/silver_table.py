@@ -109,13 +109,15 @@ def _silver_schema(source: StructType, layout: SilverLayout) -> dict[str, str]:
     return columns
 
 
-def _history_kind_refused(pipeline_id: str, target: str, layout: SilverLayout) -> None:
-    """Refuse an SCD2 silver written with `sequence_by` for a spec without it, or the other
-    way round: its versions are dated by another clock, and (without `__changes`) a late
+def _history_kind_refused(
+    pipeline_id: str, target: str, layout: SilverLayout
+) -> IncompatibleSchemaChange:
+    """The refusal of an SCD2 silver written with `sequence_by` for a spec without it, or the
+    other way round: its versions are dated by another clock, and (without `__changes`) a late
     change could not be placed."""
     wanted = "with" if layout.sequenced_history else "without"
     held = "without" if layout.sequenced_history else "with"
-    raise IncompatibleSchemaChange(
+    return IncompatibleSchemaChange(
         f"silver's history was written {held} sequence_by, the pipeline now runs {wanted} it",
         pipeline_id=pipeline_id,
         table=target,
@@ -221,7 +223,7 @@ def ensure_silver(
         )
     existing = found.types
     if layout.history is HistoryMode.SCD2 and (CHANGES in existing) != layout.sequenced_history:
-        _history_kind_refused(pipeline_id, target, layout)
+        raise _history_kind_refused(pipeline_id, target, layout)
     incoming = {f.name: f.dataType for f in source_schema.fields}
     widenings: list[TypeWidening] = []
     refused: dict[str, list[str]] = {}
