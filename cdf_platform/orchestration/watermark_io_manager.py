@@ -135,7 +135,16 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
         table = self.table_location(context.asset_key, upstream_metadata)
         own = context.definition_metadata or {}
         keys = _keys(own.get("keys")) or _keys(upstream_metadata.get("keys"))
-        fallback = FallbackMode(str(_plain(own.get("fallback_mode")) or self.fallback_mode))
+        declared = str(_plain(own.get("fallback_mode")) or self.fallback_mode)
+        if declared not in {mode.value for mode in FallbackMode}:
+            problem = InvalidPipelineSpec(
+                f"input {input_id} of {consumer} declares fallback_mode {declared!r}",
+                pipeline_id=consumer,
+                table=input_id,
+                action=f"set fallback_mode to one of {[mode.value for mode in FallbackMode]}",
+            )
+            raise dg.Failure(str(problem), allow_retries=False) from problem
+        fallback = FallbackMode(declared)
         consumer_metadata = context.step_context.job_def.asset_layer.get(consumer_key).metadata
         step = self._step(
             context.step_context.run_id,

@@ -204,6 +204,32 @@ def test_nothing_new_starts_no_spark_and_commits_nothing(
     assert materialization.metadata["written"].value is False
 
 
+def test_an_unknown_fallback_mode_is_refused_before_anything_is_read(lake: Path) -> None:
+    @dg.asset(
+        key=dg.AssetKey(["gold", "misconfigured"]),
+        io_manager_key=RESOURCE_KEY,
+        ins={"orders": dg.AssetIn(ORDERS, metadata={"fallback_mode": "SOMETIMES"})},
+    )
+    def misconfigured(orders: ChangeBatch) -> TableWrite | None:
+        return None
+
+    unstartable = SparkResource(master="spark://127.0.0.1:9", app_name="never_started")
+    result = dg.materialize(
+        [_upstream(lake, ORDERS, "order_id"), misconfigured],
+        selection=[misconfigured.key],
+        resources=_resources(unstartable, lake),
+        instance=dg.DagsterInstance.ephemeral(),
+        raise_on_error=False,
+    )
+    assert not result.success
+    failure = result.failure_data_for_node("gold__misconfigured")
+    assert failure is not None
+    message = str(failure.error)
+    assert "InvalidPipelineSpec" in message and "'SOMETIMES'" in message
+    assert "SNAPSHOT_REBUILD" in message  # what to set instead
+    assert not unstartable.started and not Path(_table(lake, ORDERS)).exists()
+
+
 def test_a_lost_input_window_fails_fast_or_hands_a_full_batch(
     spark: SparkSession, spark_resource: SparkResource, lake: Path
 ) -> None:
