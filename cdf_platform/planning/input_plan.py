@@ -31,6 +31,7 @@ from cdf_platform.planning.assessment import replay_problem
 from cdf_platform.state.consumer_marks import ConsumerMarks
 from cdf_platform.window.replay_window import (
     ConsumerAssessment,
+    ReplayWindow,
     assess_consumer,
     compute_replay_window,
 )
@@ -91,6 +92,8 @@ def plan_input(
     fallback: FallbackMode,
     *,
     marks_lost: str | None = None,
+    full_requested: str | None = None,
+    window: ReplayWindow | None = None,
     now: datetime | None = None,
 ) -> InputPlan:
     """Decide the next read of `input_id` (at `table`) by `consumer` (module doc).
@@ -99,13 +102,16 @@ def plan_input(
         marks: The consumer's watermarks (None: it never wrote).
         fallback: What a lost window or a reset does: a full read, or FAIL_FAST's error.
         marks_lost: Why the consumer's watermarks cannot be read, if they cannot.
+        full_requested: Why a person or the rebuild sensor asks for a full recompute, if they
+            do: the read is full whatever the watermark (FAIL_FAST included).
+        window: The input's replay window, if the caller has computed it already.
 
     Raises:
         SourceNotFound: `table` is not a Delta table.
         ReplayWindowLost, SourceReset, IncompatibleSchemaChange, CdfNotEnabled: the window is
             lost and the consumer is FAIL_FAST.
     """
-    window = compute_replay_window(table, now=now)
+    window = window or compute_replay_window(table, now=now)
     latest = window.latest_version
     mark = marks.inputs.get(input_id) if marks is not None else None
     watermark = mark.version if mark is not None else None
@@ -128,6 +134,8 @@ def plan_input(
         )
 
     problem: CdfPlatformError | None = None
+    if full_requested is not None:
+        return plan(BatchMode.FULL, full_requested)
     if marks_lost is not None:
         problem = ReplayWindowLost(marks_lost, pipeline_id=consumer, table=table)
     elif mark is None:

@@ -27,10 +27,15 @@ from enum import StrEnum
 from typing import Any
 
 from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.state.consumer_marks import MarksLost, read_consumer_marks
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.locations import locate_table, located_specs
 from cdf_platform.state.watermark import read_silver_state
-from cdf_platform.window.replay_window import assess_consumer, compute_replay_window
+from cdf_platform.window.replay_window import (
+    ReplayWindow,
+    assess_consumer,
+    compute_replay_window,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -59,9 +64,16 @@ class VacuumAction(StrEnum):
 
 @dataclass(frozen=True)
 class ConsumerNeed:
-    """What one consumer needs kept: everything from its first unprocessed version on."""
+    """What one consumer needs kept: everything from its first unprocessed version on.
 
-    pipeline_id: str
+    Attributes:
+        consumer: A pipeline's id, or a consumer asset's key (`gold/revenue`).
+        kind: `pipeline` (a silver table's pipeline) or `asset` (a consumer asset of the
+            watermark IO manager, registered in the control tables).
+    """
+
+    consumer: str
+    kind: str
     watermark: int | None
     first_needed_version: int | None
     needed_hours: float
@@ -125,6 +137,44 @@ def _observed_downtime_hours(
     return max(0.0, max(gaps)) / _HOUR
 
 
+def _asset_needs(
+    table: str,
+    window: ReplayWindow,
+    control: ControlTable | None,
+    buffer_hours: float,
+    now: datetime,
+) -> list[ConsumerNeed]:
+    """What the consumer assets registered as reading `table` need kept: from their watermark
+    on, unless they will read it in full anyway (never read it, recreated, marks lost)."""
+    if control is None:
+        return []
+    needs = []
+    for row in control.read_consumers(table):
+        consumer, input_id = str(row["consumer"]), str(row["input_id"])
+        try:
+            marks = read_consumer_marks(str(row["consumer_table"]), consumer)
+        except MarksLost:
+            marks = None
+        mark = marks.inputs.get(input_id) if marks is not None else None
+        if mark is not None and mark.table_id not in (None, window.table_id):
+            mark = None  # it read a table since recreated: its next read is full
+        watermark = mark.version if mark is not None else None
+        assessment = assess_consumer(window, watermark, now=now)
+        behind = watermark is not None and assessment.first_unprocessed_version is not None
+        needs.append(
+            ConsumerNeed(
+                consumer=consumer,
+                kind="asset",
+                watermark=watermark,
+                first_needed_version=assessment.first_unprocessed_version if behind else None,
+                needed_hours=assessment.lag_hours + buffer_hours if behind else 0.0,
+                lag_hours=assessment.lag_hours if watermark is not None else 0.0,
+                observed_max_downtime_hours=0.0,
+            )
+        )
+    return needs
+
+
 def _as_utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
@@ -150,9 +200,11 @@ def plan_vacuum(
     """Decide how to vacuum `table` without cutting the replay window of its consumers.
 
     Args:
-        table: Bronze table location, or its catalog name (located through `control`).
+        table: The table's location (bronze, or a silver table consumer assets read), or its
+            catalog name (located through `control`).
         specs: All pipelines; those whose `source` is `table` are its consumers (catalog
-            names located through `control`).
+            names located through `control`). The consumer assets `control` has registered
+            as reading `table` are its consumers too.
         policy: Raise the retention property (up to `max_retention_hours`) or refuse.
         buffer_hours: Extra hours kept beyond what each consumer needs right now.
         max_retention_hours: Cap on `delta.deletedFileRetentionDuration` when raising it.
@@ -161,7 +213,8 @@ def plan_vacuum(
             `deletedFileRetentionDuration`.
         retain_zero: Vacuum with `RETAIN 0 HOURS` (delete every unreferenced file now).
         allow_window_loss: Explicit override: vacuum even if a consumer loses its window.
-        control: Control tables, for the consumers' observed downtime.
+        control: Control tables: the pipelines' observed downtime and the registered
+            consumer assets (without it, only the pipelines are counted).
         now: The clock (default: now, UTC).
 
     Raises:
@@ -184,7 +237,8 @@ def plan_vacuum(
         needed = assessment.lag_hours + buffer_hours if assessment.first_unprocessed_version else 0
         consumers.append(
             ConsumerNeed(
-                pipeline_id=spec.id,
+                consumer=spec.id,
+                kind="pipeline",
                 watermark=watermark,
                 first_needed_version=assessment.first_unprocessed_version
                 if watermark is not None
@@ -194,9 +248,10 @@ def plan_vacuum(
                 observed_max_downtime_hours=_observed_downtime_hours(control, spec.id, now),
             )
         )
+    consumers.extend(_asset_needs(table, window, control, buffer_hours, now))
     required = max([buffer_hours, *(c.needed_hours for c in consumers)])
     max_downtime = max([0.0, *(c.observed_max_downtime_hours for c in consumers)])
-    lagging = [c.pipeline_id for c in consumers if c.first_needed_version is not None]
+    lagging = [c.consumer for c in consumers if c.first_needed_version is not None]
 
     def decide(
         action: VacuumAction, reason: str, new_retention: float | None = None

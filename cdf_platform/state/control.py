@@ -1,6 +1,7 @@
 """The control table: one state row per pipeline and one load-log row per run (two Delta tables
 under one control root), and, once a pipeline names a table by its catalog name, the location
-each name was found at (a third table, `table_locations`).
+each name was found at (a third table, `table_locations`). Consumer assets of the watermark IO
+manager register which tables they read (`consumers`), so maintenance counts their watermarks.
 
 The state mirrors the watermark that silver's own log holds; when they differ (a crash between
 the MERGE and the control write) it is repaired from silver. Reads and writes are JVM-free
@@ -73,6 +74,16 @@ LOCATION_SCHEMA: dict[str, str] = {
     "table_id": "string",
     "located_by": "string",
     "located_at": "timestamp",
+}
+# Which table a consumer asset of the watermark IO manager reads for one of its inputs (its
+# watermarks live in its own table's log): what a VACUUM of the input must not cut.
+CONSUMER_SCHEMA: dict[str, str] = {
+    "registration": "string",
+    "consumer": "string",
+    "consumer_table": "string",
+    "input_id": "string",
+    "input_table": "string",
+    "registered_at": "timestamp",
 }
 # Runs of different pipelines write the same two tables. deltalake retries a commit that lost
 # the race when the winner does not conflict (appends); a state MERGE that touched the file
@@ -259,6 +270,34 @@ class ControlTable:
         """Every recorded catalog name's row, by name, JVM-free."""
         rows = self._query(self.locations_path, "SELECT * FROM t")
         return {str(row["name"]): row for row in rows}
+
+    @property
+    def consumers_path(self) -> str:
+        """The consumer registry (created by the first consumer asset's write)."""
+        return f"{self.root}/consumers"
+
+    def record_consumer(
+        self, consumer: str, consumer_table: str, input_id: str, input_table: str
+    ) -> None:
+        """Record (or replace) that `consumer`, writing `consumer_table`, reads `input_table` as
+        its input `input_id`."""
+        if not is_delta_table(self.consumers_path):
+            self._create(self.consumers_path, CONSUMER_SCHEMA)
+        row = {
+            "registration": f"{consumer} <- {input_id}",
+            "consumer": consumer,
+            "consumer_table": consumer_table,
+            "input_id": input_id,
+            "input_table": input_table,
+            "registered_at": datetime.now(UTC),
+        }
+        self._upsert(self.consumers_path, "registration", arrow_table(CONSUMER_SCHEMA, [row]))
+
+    def read_consumers(self, input_table: str | None = None) -> list[dict[str, Any]]:
+        """Registered consumer inputs (of one input table's location, if given), JVM-free."""
+        rows = self._query(self.consumers_path, "SELECT * FROM t ORDER BY registration")
+        wanted = input_table.rstrip("/") if input_table is not None else None
+        return [r for r in rows if wanted is None or str(r["input_table"]).rstrip("/") == wanted]
 
     def append_log(self, entry: LoadLogEntry) -> None:
         """Append one load-log row (a blind append: never conflicts)."""

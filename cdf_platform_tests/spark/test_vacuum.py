@@ -53,7 +53,7 @@ def test_raise_policy_extends_retention_then_vacuums_without_cutting_the_window(
     assert decision.deleted_file_retention_hours == 1
     assert 6 <= decision.required_retention_hours < 6.5
     assert decision.new_deleted_file_retention_hours == 7
-    assert [c.pipeline_id for c in decision.consumers] == ["people"]
+    assert [(c.consumer, c.kind) for c in decision.consumers] == [("people", "pipeline")]
     assert decision.consumers[0].first_needed_version == 3  # 0 create, 1 insert, 2 alter
     assert decision.recommended_retention_hours == pytest.approx(
         decision.max_expected_downtime_hours + decision.recovery_buffer_hours
