@@ -9,7 +9,7 @@ Nothing starts Spark until a run needs it. The demo has its own definitions
 (`cdf_platform.demo.definitions`).
 """
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 import dagster as dg
 
@@ -23,6 +23,7 @@ def build_defs(
     spark: SparkResource | None = None,
     *,
     bronze_written_here: Collection[dg.AssetKey] = (),
+    consumers: Sequence[dg.AssetsDefinition] = (),
     automation: bool | None = None,
 ) -> dg.Definitions:
     """The platform's definitions for the pipelines `lake` lists.
@@ -32,6 +33,9 @@ def build_defs(
         spark: the Spark resource (default: from the environment).
         bronze_written_here: bronze asset keys that other definitions merged with these
             materialize (the demo's writers); every other bronze table is an external asset.
+        consumers: your assets that read these tables through the watermark IO manager
+            (README: Your own incremental asset): they get silver's lag and replay-window
+            checks, automatic repair of a lost window and a say in VACUUM.
         automation: the incremental and rebuild sensors and the checks schedule start
             RUNNING (default: `$CDF_AUTOMATION`, on unless `off`).
     """
@@ -41,6 +45,7 @@ def build_defs(
         lake,
         spark,
         bronze_written_here=bronze_written_here,
+        consumers=consumers,
         automation=default_automation() if automation is None else automation,
     )
 

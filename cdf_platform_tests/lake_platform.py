@@ -3,6 +3,9 @@ lake, and small helpers to materialize, run jobs and read tables back."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +123,34 @@ def expected_totals(spark: SparkSession, silver: str) -> list[tuple[Any, ...]]:
         """
     ).collect()
     return sorted(tuple(row) for row in rows)
+
+
+@contextmanager
+def spark_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
+    """Set Spark confs for the block, then unset them (the session is shared)."""
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in conf:
+            spark.conf.unset(key)
+
+
+def vacuum_breaking_the_window(spark: SparkSession, bronze: str) -> None:
+    """A too-short retention and `VACUUM ... RETAIN 0 HOURS` delete the change files silver
+    still needs; then the operator restores the default retention (too late)."""
+    table = sql_path(bronze)
+    retention = "'delta.deletedFileRetentionDuration'"
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({retention} = 'interval 1 seconds')")
+    time.sleep(1.5)  # the change files become older than the retention
+    with spark_conf(
+        spark,
+        {
+            "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+            # VACUUM lists files with this many tasks (default 10000): slow on a tiny table.
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+        },
+    ):
+        spark.sql(f"VACUUM {table} RETAIN 0 HOURS")
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({retention} = 'interval 7 days')")

@@ -138,3 +138,10 @@ def test_readme_incremental_asset_runs_as_written(
     spark.sql(f"DELETE FROM {sql_path(bronze)} WHERE order_id = 1")
     materialize()
     assert revenue() == [(10, 0), (20, 120)]
+    # A consumer given to build_defs is checked like silver, after each of its runs.
+    window = instance.get_latest_asset_check_evaluation_record(
+        dg.AssetCheckKey(gold, "replay_window")
+    )
+    assert window is not None and window.evaluation is not None
+    assert window.evaluation.passed
+    assert window.evaluation.metadata["watermark"].value == 2  # silver: create, load, merge

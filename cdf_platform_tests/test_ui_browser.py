@@ -1,5 +1,6 @@
 """The Dagster UI in a real browser: headless Chromium against `dagster dev` serving the project
-after a small demo run. The check pages and the all-pipelines overview are read at 1,000 px.
+after a small demo run. The check pages (silver's, and gold's: a consumer of the watermark IO
+manager) and the all-pipelines overview are read at 1,000 px.
 Screenshots land in the test's temp folder."""
 
 from __future__ import annotations
@@ -131,6 +132,23 @@ def test_asset_graph_and_replay_window_check_in_a_real_browser(
             expect(page.get_by_text(figure, exact=True)).to_have_count(2)
         page.screenshot(path=str(tmp_path / "consumer_lag_check.png"), full_page=True)
 
+        # Gold, a consumer of the watermark IO manager, has the same checks and plots.
+        page.goto(f"{served_demo}/assets/gold/customer_order_totals?view=checks")
+        _dismiss_welcome(page)
+        page.get_by_text("replay_window").first.click()
+        expect(page.get_by_text("Passed").first).to_be_visible()
+        expect(page.get_by_text("Plots").first).to_be_visible()
+        for figure in ("headroom_hours", "earliest_replayable_version", "watermark"):
+            expect(page.get_by_text(figure, exact=True)).to_have_count(2)
+        for shown in ("input", "fallback_mode", "limit", "problem_code"):
+            expect(page.get_by_text(shown, exact=True)).to_have_count(1)
+        expect(page.get_by_text("silver/orders", exact=True).first).to_be_visible()
+        page.screenshot(path=str(tmp_path / "gold_replay_window_check.png"), full_page=True)
+        page.get_by_text("consumer_lag").first.click()
+        for figure in ("version_lag", "data_version_lag", "lag_hours", "watermark"):
+            expect(page.get_by_text(figure, exact=True)).to_have_count(2)
+        page.screenshot(path=str(tmp_path / "gold_consumer_lag_check.png"), full_page=True)
+
         # Every pipeline on one page: the overview's table, a figure never broken over two lines.
         page.goto(f"{served_demo}/assets/platform/pipelines?view=events")
         _dismiss_welcome(page)
@@ -168,6 +186,8 @@ def test_asset_graph_and_replay_window_check_in_a_real_browser(
         "asset_catalog",
         "replay_window_check",
         "consumer_lag_check",
+        "gold_replay_window_check",
+        "gold_consumer_lag_check",
         "all_pipelines",
         "resources",
         "freshness",

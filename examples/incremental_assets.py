@@ -7,10 +7,10 @@
   full (first run, or the input's replay window was lost).
 
 Each reads only what changed in silver since its own last write, and its table's commit records
-the silver version it read up to (README: Your own incremental asset). Add them to a code
-location beside the platform's definitions:
+the silver version it read up to (README: Your own incremental asset). Give them to the
+platform's definitions, which add their lag and replay-window checks, repair and VACUUM guard:
 
-    defs = dg.Definitions.merge(build_defs(), dg.Definitions(assets=ASSETS))
+    defs = build_defs(consumers=ASSETS)
 
 `cdf_platform_tests/orchestration/test_watermark_io_manager.py` materializes both.
 """

@@ -29,14 +29,16 @@ def build_demo_defs(
     """
     lake = lake or LakeLayout.from_environment()
     writers = [asset.key for asset in demo_bronze_assets]
-    platform = build_defs(lake, spark, bronze_written_here=writers)
     specs = lake.bound().specs()
     gold = (
         [customer_order_totals_asset(ORDERS_PIPELINE)]
         if any(spec.id == ORDERS_PIPELINE for spec in specs)
         else []
     )
-    demo = dg.Definitions(assets=[*demo_bronze_assets, *gold], jobs=[demo_bronze_job, gold_job])
+    # Gold is a consumer of the watermark IO manager: the platform checks, repairs and
+    # protects it like silver.
+    platform = build_defs(lake, spark, bronze_written_here=writers, consumers=gold)
+    demo = dg.Definitions(assets=demo_bronze_assets, jobs=[demo_bronze_job, gold_job])
     return dg.Definitions.merge(platform, demo)
 
 

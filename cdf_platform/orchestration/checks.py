@@ -8,6 +8,9 @@
   window is lost (or a problem blocks every run). It is blocking: a run that includes it does
   not materialize silver's downstream assets after an ERROR. The rebuild sensor reads it.
 
+The results are built for a `CheckTarget` (the asset, what it reads, its limits), so consumer
+assets of the watermark IO manager report the same figures (`orchestration.consumers`).
+
 One `multi_asset_check` per pipeline computes the pipeline's status once (bronze's log read
 once, the same assessment a run plans from) and reports both. Never starts Spark.
 
@@ -21,6 +24,7 @@ text: one is constant and the other only grows, so plotted they would say nothin
 """
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -35,40 +39,78 @@ CONSUMER_LAG = "consumer_lag"
 REPLAY_WINDOW = "replay_window"
 
 
-def _result(check: str, spec: PipelineSpec, **fields: Any) -> dg.AssetCheckResult:
-    """A result of `check` on `spec`'s silver asset (named: one op reports both checks)."""
-    return dg.AssetCheckResult(asset_key=silver_key(spec.id), check_name=check, **fields)
+@dataclass(frozen=True)
+class CheckTarget:
+    """What the two checks are about: the consumer asset, what it reads, and its limits.
+
+    Attributes:
+        key: The consumer's asset key (the checks' asset).
+        consumer: How descriptions name it ("silver", "gold/revenue").
+        source: How descriptions name what it reads ("bronze", "silver/orders").
+        max_allowed_lag_hours: consumer_lag fails above this lag.
+        min_headroom_hours: replay_window warns below this headroom.
+    """
+
+    key: dg.AssetKey
+    consumer: str
+    source: str
+    max_allowed_lag_hours: float
+    min_headroom_hours: float
+
+    @classmethod
+    def of_pipeline(cls, spec: PipelineSpec) -> "CheckTarget":
+        """A pipeline's silver asset, reading bronze."""
+        return cls(
+            silver_key(spec.id),
+            "silver",
+            "bronze",
+            spec.max_allowed_lag_hours,
+            spec.min_headroom_hours,
+        )
 
 
-def consumer_lag_result(spec: PipelineSpec, status: PipelineStatus) -> dg.AssetCheckResult:
-    """The check result for `status`: lag figures plotted, the limit as text."""
+def _target(target: "PipelineSpec | CheckTarget") -> CheckTarget:
+    return target if isinstance(target, CheckTarget) else CheckTarget.of_pipeline(target)
+
+
+def _result(check: str, target: CheckTarget, **fields: Any) -> dg.AssetCheckResult:
+    """A result of `check` on the target's asset (named: one op reports both checks)."""
+    return dg.AssetCheckResult(asset_key=target.key, check_name=check, **fields)
+
+
+def consumer_lag_result(
+    target: PipelineSpec | CheckTarget, status: PipelineStatus
+) -> dg.AssetCheckResult:
+    """The check result for `status` (a pipeline's, or a consumer's on one input): lag figures
+    plotted, the limit as text."""
+    target = _target(target)
     metadata: dict[str, dg.MetadataValue] = {
         "version_lag": count(status.version_lag),
         "data_version_lag": count(status.data_version_lag),
         "lag_hours": hours(status.lag_hours),
         "watermark": count(status.watermark),
         "latest_version": text(status.latest_version),
-        "limit": limit("fails above", spec.max_allowed_lag_hours, "max_allowed_lag_hours"),
+        "limit": limit("fails above", target.max_allowed_lag_hours, "max_allowed_lag_hours"),
         "state": text(status.state.value),
     }
     if status.state is WindowState.SOURCE_MISSING:
         return _result(
             CONSUMER_LAG,
-            spec,
+            target,
             passed=False,
             severity=dg.AssetCheckSeverity.WARN,
-            description=f"bronze is missing, lag unknown: {status.problem}",
+            description=f"{target.source} is missing, lag unknown: {status.problem}",
             metadata=metadata,
         )
     if status.lag_exceeded:
         return _result(
             CONSUMER_LAG,
-            spec,
+            target,
             passed=False,
             severity=dg.AssetCheckSeverity.ERROR,
             description=(
-                f"silver is {status.lag_hours:.1f} h behind bronze (allowed: "
-                f"{spec.max_allowed_lag_hours:g} h): {status.version_lag} versions, "
+                f"{target.consumer} is {status.lag_hours:.1f} h behind {target.source} "
+                f"(allowed: {target.max_allowed_lag_hours:g} h): {status.version_lag} versions, "
                 f"{status.data_version_lag} with data, after watermark {status.watermark}"
             ),
             metadata=metadata,
@@ -76,7 +118,7 @@ def consumer_lag_result(spec: PipelineSpec, status: PipelineStatus) -> dg.AssetC
     versions = "version" if status.version_lag == 1 else "versions"
     return _result(
         CONSUMER_LAG,
-        spec,
+        target,
         passed=True,
         description=f"{status.version_lag} {versions} ({status.lag_hours or 0:.1f} h) behind",
         metadata=metadata,
@@ -84,17 +126,18 @@ def consumer_lag_result(spec: PipelineSpec, status: PipelineStatus) -> dg.AssetC
 
 
 def replay_window_result(
-    spec: PipelineSpec, status: PipelineStatus, headroom: float | None
+    target: PipelineSpec | CheckTarget, status: PipelineStatus, headroom: float | None
 ) -> dg.AssetCheckResult:
     """The check result for `status`: window figures plotted, the limit as text; `headroom` as
     from `orchestration.figures.headroom_hours`."""
+    target = _target(target)
     metadata: dict[str, dg.MetadataValue] = {
         "earliest_replayable_version": count(status.earliest_replayable_version),
         "watermark": count(status.watermark),
         "headroom_hours": hours(headroom),
         # Text, not plotted; the rebuild sensor's run key reads it.
         "latest_version": text(status.latest_version),
-        "limit": limit("warns below", spec.min_headroom_hours, "min_headroom_hours"),
+        "limit": limit("warns below", target.min_headroom_hours, "min_headroom_hours"),
         "replayable": dg.MetadataValue.bool(status.replayable),
         "state": text(status.state.value),
         "problem_code": text(status.problem_code),
@@ -107,20 +150,20 @@ def replay_window_result(
         ),
         WindowState.SOURCE_MISSING: (
             dg.AssetCheckSeverity.WARN,
-            f"bronze is missing: {status.problem}",
+            f"{target.source} is missing: {status.problem}",
         ),
         WindowState.LOW_HEADROOM: (
             dg.AssetCheckSeverity.WARN,
-            f"{headroom or 0:.1f} h until bronze version {(status.watermark or 0) + 1} leaves "
-            f"the replay window (minimum {spec.min_headroom_hours:g} h): run silver, or "
-            "raise delta.deletedFileRetentionDuration on bronze",
+            f"{headroom or 0:.1f} h until {target.source} version {(status.watermark or 0) + 1} "
+            f"leaves the replay window (minimum {target.min_headroom_hours:g} h): run "
+            f"{target.consumer}, or raise delta.deletedFileRetentionDuration on {target.source}",
         ),
     }
     if status.state in failed:
         severity, description = failed[status.state]
         return _result(
             REPLAY_WINDOW,
-            spec,
+            target,
             passed=False,
             severity=severity,
             description=description,
@@ -128,7 +171,7 @@ def replay_window_result(
         )
     return _result(
         REPLAY_WINDOW,
-        spec,
+        target,
         passed=True,
         description=f"replayable from version {status.earliest_replayable_version}",
         metadata=metadata,

@@ -16,6 +16,7 @@
   on the checks' pages) and feeds the rebuild sensor.
 """
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import dagster as dg
@@ -46,18 +47,28 @@ incremental_job = dg.define_asset_job(
     "load, fallback rebuild, or nothing), then evaluate silver's checks.",
 )
 
-checks_job = dg.define_asset_job(
-    CHECKS_JOB,
-    # The checks that target silver assets, without the assets themselves, and the overview.
-    selection=(_SILVER - _SILVER.without_checks()) | dg.AssetSelection.assets(OVERVIEW_KEY),
-    description="Evaluate consumer_lag and replay_window on every silver asset and refresh the "
-    "all-pipelines overview (no Spark).",
-)
+
+def build_checks_job(
+    consumer_checks: Sequence[dg.AssetCheckKey] = (),
+) -> "UnresolvedAssetJobDefinition":
+    """`checks_job`: silver's checks, the consumer assets' `consumer_checks` and the overview."""
+    return dg.define_asset_job(
+        CHECKS_JOB,
+        # The checks that target silver assets, without the assets themselves, the consumers'
+        # lag and window checks, and the overview.
+        selection=(_SILVER - _SILVER.without_checks())
+        | dg.AssetSelection.checks(*consumer_checks)
+        | dg.AssetSelection.assets(OVERVIEW_KEY),
+        description="Evaluate consumer_lag and replay_window on every silver asset and consumer "
+        "asset and refresh the all-pipelines overview (no Spark).",
+    )
 
 
-def build_checks_schedule(*, running: bool = True) -> dg.ScheduleDefinition:
-    """`checks_schedule`, RUNNING from the start unless `running` is False: the rebuild sensor
-    repairs only what the checks report."""
+def build_checks_schedule(
+    checks_job: "UnresolvedAssetJobDefinition", *, running: bool = True
+) -> dg.ScheduleDefinition:
+    """`checks_schedule` of `checks_job`, RUNNING from the start unless `running` is False: the
+    rebuild sensor repairs only what the checks report."""
     return dg.ScheduleDefinition(
         name=CHECKS_SCHEDULE,
         job=checks_job,

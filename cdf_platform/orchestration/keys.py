@@ -13,6 +13,8 @@ SILVER_PREFIX = "silver"
 PIPELINE_TAG = "cdf_platform/pipeline_id"
 # Run tag naming the incident a rebuild repairs.
 INCIDENT_TAG = "cdf_platform/incident_code"
+# Run tag asking the watermark IO manager for a full read of every input (recompute_job sets it).
+FULL_RECOMPUTE_TAG = "cdf_platform/full_recompute"
 # The watermark IO manager's resource key: bronze and silver assets name it, so an asset that
 # takes them as inputs loads their changes through it.
 WATERMARK_IO_MANAGER_KEY = "watermark_io_manager"

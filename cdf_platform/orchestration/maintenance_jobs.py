@@ -1,18 +1,22 @@
-"""Maintenance jobs: one consumer-aware VACUUM job per bronze table (docs/design.md section 9).
+"""Maintenance jobs: one consumer-aware VACUUM job per bronze table, and per silver table that
+consumer assets read (docs/design.md section 9).
 
 `maintenance_<table>_job` decides from the logs (no JVM) whether vacuuming now would cut a
-registered consumer's replay window, raises `delta.deletedFileRetentionDuration` to cover them
+consumer's replay window (the pipelines reading it, and the consumer assets of the watermark
+IO manager registered as reading it), raises `delta.deletedFileRetentionDuration` to cover them
 (up to a cap) or refuses, and only then starts Spark to vacuum. The decision, the retention
 sizing (max expected downtime + recovery buffer, from the load log) and the current setting are
 the run's metadata, and an observation on the bronze asset. A refusal fails the run, so it is
 seen: the table was not vacuumed.
 """
 
+from collections.abc import Collection
+
 import dagster as dg
 from pydantic import Field
 
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.orchestration.keys import BRONZE_PREFIX
+from cdf_platform.orchestration.keys import BRONZE_PREFIX, silver_key
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.vacuum import RetentionPolicy, plan_vacuum
 from cdf_platform.spark.vacuum import execute_vacuum
@@ -58,13 +62,41 @@ def maintenance_job_name(bronze_name: str) -> str:
     return f"maintenance_{bronze_name}_job"
 
 
+def silver_maintenance_job_name(pipeline_id: str) -> str:
+    """`maintenance_silver_<pipeline id>_job`."""
+    return f"maintenance_silver_{pipeline_id}_job"
+
+
 def build_maintenance_job(
     bronze_name: str, source: str, specs: list[PipelineSpec]
 ) -> dg.JobDefinition:
     """The VACUUM job of the bronze table `bronze_name` stored at `source`, whose consumers are
-    among the pipelines `specs`."""
+    among the pipelines `specs` (and the consumer assets registered as reading it)."""
+    return _vacuum_job(
+        maintenance_job_name(bronze_name),
+        f"vacuum_{bronze_name}",
+        dg.AssetKey([BRONZE_PREFIX, bronze_name]),
+        source,
+        specs,
+    )
 
-    @dg.op(name=f"vacuum_{bronze_name}", tags={"kind": "delta"})
+
+def build_silver_maintenance_job(spec: PipelineSpec, specs: list[PipelineSpec]) -> dg.JobDefinition:
+    """The VACUUM job of `spec`'s silver table, whose consumers are the consumer assets
+    registered as reading it (and any pipeline among `specs` whose source it is)."""
+    return _vacuum_job(
+        silver_maintenance_job_name(spec.id),
+        f"vacuum_silver_{spec.id}",
+        silver_key(spec.id),
+        spec.target,
+        specs,
+    )
+
+
+def _vacuum_job(
+    name: str, op_name: str, key: dg.AssetKey, location: str, specs: list[PipelineSpec]
+) -> dg.JobDefinition:
+    @dg.op(name=op_name, tags={"kind": "delta"})
     def _vacuum(
         context: dg.OpExecutionContext,
         config: MaintenanceConfig,
@@ -72,7 +104,7 @@ def build_maintenance_job(
         lake: LakeLayout,
     ) -> dg.Output[None]:
         decision = plan_vacuum(
-            source,
+            location,
             specs,
             policy=config.policy,
             buffer_hours=config.buffer_hours,
@@ -91,27 +123,19 @@ def build_maintenance_job(
         metadata["consumers"] = dg.MetadataValue.json(figures["consumers"])
         context.log.info("%s: %s", decision.action.value, decision.reason)
         if not decision.will_vacuum:
-            context.log_event(
-                dg.AssetObservation(
-                    asset_key=dg.AssetKey([BRONZE_PREFIX, bronze_name]), metadata=metadata
-                )
-            )
+            context.log_event(dg.AssetObservation(asset_key=key, metadata=metadata))
             raise dg.Failure(description=f"VACUUM refused: {decision.reason}", metadata=metadata)
         outcome = execute_vacuum(
             spark.spark_session, decision, listing_parallelism=config.listing_parallelism
         )
         if outcome.files_deleted is not None:
             metadata["files_deleted"] = outcome.files_deleted
-        context.log_event(
-            dg.AssetObservation(
-                asset_key=dg.AssetKey([BRONZE_PREFIX, bronze_name]), metadata=metadata
-            )
-        )
+        context.log_event(dg.AssetObservation(asset_key=key, metadata=metadata))
         return dg.Output(None, metadata=metadata)
 
     @dg.job(
-        name=maintenance_job_name(bronze_name),
-        description=f"Consumer-aware VACUUM of bronze/{bronze_name}: raises the retention its "
+        name=name,
+        description=f"Consumer-aware VACUUM of {key.to_user_string()}: raises the retention its "
         "consumers need or refuses, never silently cutting a replay window.",
     )
     def _job() -> None:
@@ -120,12 +144,21 @@ def build_maintenance_job(
     return _job
 
 
-def build_maintenance_jobs(specs: list[PipelineSpec]) -> list[dg.JobDefinition]:
-    """One maintenance job per bronze table the pipelines read."""
+def build_maintenance_jobs(
+    specs: list[PipelineSpec], consumed: Collection[dg.AssetKey] = ()
+) -> list[dg.JobDefinition]:
+    """One maintenance job per bronze table the pipelines read, and per silver table among the
+    asset keys `consumed` (read by consumer assets)."""
     sources: dict[str, str] = {}
     for spec in specs:
         sources.setdefault(spec.bronze_name, spec.source)
-    return [build_maintenance_job(name, source, specs) for name, source in sorted(sources.items())]
+    bronze = [build_maintenance_job(name, src, specs) for name, src in sorted(sources.items())]
+    silver = [
+        build_silver_maintenance_job(spec, specs)
+        for spec in specs
+        if silver_key(spec.id) in consumed
+    ]
+    return bronze + silver
 
 
 def build_maintenance_schedules(jobs: list[dg.JobDefinition]) -> list[dg.ScheduleDefinition]:

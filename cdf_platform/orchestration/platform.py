@@ -3,18 +3,24 @@
 `defs.yaml`) both build, so the two ways in give the same asset graph.
 """
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 import dagster as dg
 
 from cdf_platform.core.spec import PipelineSpec, storage_locations
 from cdf_platform.orchestration.checks import silver_checks
+from cdf_platform.orchestration.consumers import (
+    ConsumerAsset,
+    build_recompute_job,
+    consumer_check_keys,
+    consumer_checks,
+)
 from cdf_platform.orchestration.external import external_bronze_assets
 from cdf_platform.orchestration.incremental_sensor import build_incremental_sensor
 from cdf_platform.orchestration.jobs import (
+    build_checks_job,
     build_checks_schedule,
     build_rebuild_job,
-    checks_job,
     incremental_job,
 )
 from cdf_platform.orchestration.maintenance_jobs import (
@@ -34,6 +40,7 @@ def platform_defs(
     spark: SparkResource | None = None,
     *,
     bronze_written_here: Collection[dg.AssetKey] = (),
+    consumers: Sequence[dg.AssetsDefinition] = (),
     automation: bool = True,
 ) -> dg.Definitions:
     """Silver assets with their checks, external bronze assets, the jobs, schedules and
@@ -46,6 +53,10 @@ def platform_defs(
         spark: the Spark resource (default: from the environment, with the specs' stores).
         bronze_written_here: bronze asset keys that other definitions merged with these
             materialize (the demo's writers); every other bronze table is an external asset.
+        consumers: assets written by the watermark IO manager that read these tables through
+            it (README: Your own incremental asset); each gets silver's checks, repair by the
+            rebuild sensor (`recompute_job`) and a say in the VACUUM of what it reads
+            (`cdf_platform.orchestration.consumers`).
         automation: the incremental and rebuild sensors and the checks schedule start RUNNING
             (False: STOPPED, for a person to turn on).
     """
@@ -53,22 +64,32 @@ def platform_defs(
         bound = lake.bound()
         locations = storage_locations(specs, bound.lake_root, bound.control().root)
         spark = SparkResource.from_environment(storage_locations=locations)
-    maintenance_jobs = build_maintenance_jobs(specs)
+    bronze = external_bronze_assets(specs, bronze_written_here)
+    silver = silver_assets(specs)
+    watched = [ConsumerAsset.of(asset) for asset in consumers]
+    upstream_metadata = {spec.key: spec.metadata for spec in bronze}
+    for asset in [*silver, *consumers]:
+        upstream_metadata.update({key: s.metadata for key, s in asset.specs_by_key.items()})
+    maintenance_jobs = build_maintenance_jobs(
+        specs, {key for consumer in watched for key in consumer.inputs.values()}
+    )
+    checks_job = build_checks_job(consumer_check_keys(watched))
+    rebuild_job = build_rebuild_job(specs)
+    repair_jobs = [rebuild_job, build_recompute_job(watched)] if watched else []
     return dg.Definitions(
-        assets=[
-            *external_bronze_assets(specs, bronze_written_here),
-            *silver_assets(specs),
-            overview_asset(specs),
+        assets=[*bronze, *silver, *consumers, overview_asset(specs)],
+        asset_checks=[
+            *silver_checks(specs),
+            *(consumer_checks(consumer, upstream_metadata) for consumer in watched),
         ],
-        asset_checks=silver_checks(specs),
-        jobs=[incremental_job, build_rebuild_job(specs), checks_job, *maintenance_jobs],
+        jobs=[incremental_job, rebuild_job, checks_job, *repair_jobs[1:], *maintenance_jobs],
         schedules=[
-            build_checks_schedule(running=automation),
+            build_checks_schedule(checks_job, running=automation),
             *build_maintenance_schedules(maintenance_jobs),
         ],
         sensors=[
             build_incremental_sensor(specs, running=automation),
-            build_rebuild_sensor(specs, running=automation),
+            build_rebuild_sensor(specs, consumers=watched, jobs=repair_jobs, running=automation),
         ],
         resources={
             "spark": spark,

@@ -11,23 +11,35 @@ requests `rebuild_job` for that pipeline, once per loss:
   evaluation of the same loss (the checks schedule runs again before the rebuild) is
   deduplicated by Dagster.
 
-FAIL_FAST pipelines are never rebuilt automatically: the sensor names them in its skip reason on
-every tick while their latest evaluation says LOST, and waits for a person (who runs
-`rebuild_job` with `override_fail_fast: true`). A rebuild that fails is not
-retried blindly either: it is retried only for a new loss (the watermark or bronze moved).
+Consumer assets of the watermark IO manager (`cdf_platform.orchestration.consumers`) are
+repaired the same way from their own `replay_window` evaluations: one `recompute_job` run per
+loss (run key `recompute:<consumer>:<watermark>:<latest version>`), in which every input is read
+in full.
+
+FAIL_FAST pipelines (and consumers) are never repaired automatically: the sensor names them in
+its skip reason on every tick while their latest evaluation says LOST, and waits for a person
+(who runs `rebuild_job` with `override_fail_fast: true`, or `recompute_job` for a consumer).
+A repair that fails is not retried blindly either: it is retried only for a new loss (the
+watermark or the input moved).
 """
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
 
 from cdf_platform.core.spec import FallbackMode, PipelineSpec
 from cdf_platform.orchestration.checks import REPLAY_WINDOW
+from cdf_platform.orchestration.consumers import RECOMPUTE_JOB, ConsumerAsset
 from cdf_platform.orchestration.jobs import REBUILD_JOB, rebuild_run_config
 from cdf_platform.orchestration.keys import INCIDENT_TAG, PIPELINE_TAG, silver_key
 from cdf_platform.planning.status import WindowState
 
 REBUILD_SENSOR = "rebuild_sensor"
+# Executions read back per check on each tick: failed runs between two evaluations are few.
+_HISTORY = 20
 
 
 def _read_cursor(cursor: str | None) -> dict[str, int]:
@@ -41,20 +53,72 @@ def _figure(evaluation: dg.AssetCheckEvaluation, name: str) -> object:
     return value.value if value is not None else None
 
 
-def rebuild_run_key(pipeline_id: str, watermark: object, latest_version: object) -> str:
-    """The run key of the rebuild that repairs one loss."""
-    return f"rebuild:{pipeline_id}:{watermark}:{latest_version}"
+def _latest_evaluated(instance: dg.DagsterInstance, key: dg.AssetCheckKey) -> Any:
+    """The newest execution of `key` that has an evaluation.
+
+    The newest execution may have none: planned in a run still in progress, or in a run that
+    failed before the check ran (a FAIL_FAST asset's own run fails on the lost window). Reading
+    only the newest would then hide the loss the evaluation before it reported.
+    """
+    history = instance.event_log_storage.get_asset_check_execution_history(key, limit=_HISTORY)
+    # A planned execution's `evaluation` is its AssetCheckEvaluationPlanned event.
+    evaluated = (r for r in history if isinstance(r.evaluation, dg.AssetCheckEvaluation))
+    return next(evaluated, None)
 
 
-def build_rebuild_sensor(specs: list[PipelineSpec], *, running: bool = True) -> dg.SensorDefinition:
-    """The rebuild sensor over the pipelines `specs`."""
+@dataclass(frozen=True)
+class _Watched:
+    """One asset whose replay_window the sensor reads, and how a loss is repaired."""
+
+    name: str  # the cursor's key and the run key's subject
+    key: dg.AssetKey
+    fail_fast: bool | None  # None: the evaluation says (a consumer's `fallback_mode` figure)
+    job_name: str
+    run_config: dg.RunConfig | None
+    run_key_prefix: str
+
+
+def _watched(specs: list[PipelineSpec], consumers: Sequence[ConsumerAsset]) -> list[_Watched]:
+    pipelines = [
+        _Watched(
+            spec.id,
+            silver_key(spec.id),
+            spec.fallback_mode is FallbackMode.FAIL_FAST,
+            REBUILD_JOB,
+            rebuild_run_config(spec.id),
+            "rebuild",
+        )
+        for spec in specs
+    ]
+    return pipelines + [
+        _Watched(consumer.id, consumer.key, None, RECOMPUTE_JOB, None, "recompute")
+        for consumer in consumers
+    ]
+
+
+def build_rebuild_sensor(
+    specs: list[PipelineSpec],
+    *,
+    consumers: Sequence[ConsumerAsset] = (),
+    jobs: Sequence[Any] = (),
+    running: bool = True,
+) -> dg.SensorDefinition:
+    """The rebuild sensor over the pipelines `specs` and the consumer assets `consumers`.
+
+    Args:
+        jobs: the jobs it launches (`rebuild_job`, and `recompute_job` when there are
+            consumers); by default `rebuild_job` by name.
+    """
+    watched = _watched(specs, consumers)
 
     @dg.sensor(
         name=REBUILD_SENSOR,
-        job_name=REBUILD_JOB,
+        job_name=None if jobs else REBUILD_JOB,
+        jobs=list(jobs) or None,
         minimum_interval_seconds=60,
-        description="Requests rebuild_job once per lost replay window, read from the latest "
-        "replay_window check evaluations (FAIL_FAST pipelines are left for a person).",
+        description="Requests rebuild_job once per lost replay window of a silver asset (and "
+        "recompute_job per lost window of a consumer asset), read from the latest "
+        "replay_window check evaluations (FAIL_FAST ones are left for a person).",
         # Self-repair is the product: on from the start unless turned off ($CDF_AUTOMATION).
         default_status=dg.DefaultSensorStatus.RUNNING
         if running
@@ -65,43 +129,52 @@ def build_rebuild_sensor(specs: list[PipelineSpec], *, running: bool = True) -> 
         handled = _read_cursor(context.cursor)
         requests: list[dg.RunRequest] = []
         left_for_a_person: list[str] = []
-        for spec in specs:
-            check_key = dg.AssetCheckKey(silver_key(spec.id), REPLAY_WINDOW)
-            record = context.instance.get_latest_asset_check_evaluation_record(check_key)
+        for item in watched:
+            record = _latest_evaluated(context.instance, dg.AssetCheckKey(item.key, REPLAY_WINDOW))
             evaluation = record.evaluation if record is not None else None
             if record is None or not isinstance(evaluation, dg.AssetCheckEvaluation):
-                continue  # never evaluated, or planned in a run still in progress: next tick
-            is_new = record.id > handled.get(spec.id, -1)
-            handled[spec.id] = record.id
+                continue  # never evaluated yet
+            is_new = record.id > handled.get(item.name, -1)
+            handled[item.name] = record.id
             if evaluation.passed or _figure(evaluation, "state") != WindowState.LOST.value:
                 continue
             problem_code = str(_figure(evaluation, "problem_code"))
-            if spec.fallback_mode is FallbackMode.FAIL_FAST:
-                # An open incident: named on every tick until a person rebuilds or the check passes.
-                left_for_a_person.append(spec.id)
+            fail_fast = item.fail_fast
+            if fail_fast is None:
+                fail_fast = _figure(evaluation, "fallback_mode") == FallbackMode.FAIL_FAST.value
+            if fail_fast:
+                # An open incident: named on every tick until a person repairs it or the check
+                # passes.
+                left_for_a_person.append(item.name)
                 if is_new:
                     context.log.warning(
-                        "%s lost its replay window (%s) but is FAIL_FAST: not rebuilding; run %s "
-                        "with override_fail_fast once a person has decided",
-                        spec.id,
+                        "%s lost its replay window (%s) but is FAIL_FAST: not repairing; run %s "
+                        "once a person has decided%s",
+                        item.name,
                         problem_code,
-                        REBUILD_JOB,
+                        item.job_name,
+                        " (with override_fail_fast)" if item.job_name == REBUILD_JOB else "",
                     )
                 continue
             if not is_new:
                 continue
-            run_key = rebuild_run_key(
-                spec.id, _figure(evaluation, "watermark"), _figure(evaluation, "latest_version")
+            run_key = (
+                f"{item.run_key_prefix}:{item.name}:{_figure(evaluation, 'watermark')}:"
+                f"{_figure(evaluation, 'latest_version')}"
             )
             context.log.info(
-                "%s lost its replay window (%s): requesting %s", spec.id, problem_code, run_key
+                "%s lost its replay window (%s): requesting %s", item.name, problem_code, run_key
             )
+            tags = {INCIDENT_TAG: problem_code}
+            if item.job_name == REBUILD_JOB:
+                tags[PIPELINE_TAG] = item.name
             requests.append(
                 dg.RunRequest(
                     run_key=run_key,
-                    asset_selection=[silver_key(spec.id)],
-                    run_config=rebuild_run_config(spec.id),
-                    tags={PIPELINE_TAG: spec.id, INCIDENT_TAG: problem_code},
+                    job_name=item.job_name if jobs else None,
+                    asset_selection=[item.key],
+                    run_config=item.run_config or {},
+                    tags=tags,
                 )
             )
         cursor = json.dumps(handled, sort_keys=True)
@@ -109,7 +182,7 @@ def build_rebuild_sensor(specs: list[PipelineSpec], *, running: bool = True) -> 
             return dg.SensorResult(run_requests=requests, cursor=cursor)
         reason = "no new replay_window loss"
         if left_for_a_person:
-            reason += f"; FAIL_FAST pipelines left for a person: {', '.join(left_for_a_person)}"
+            reason += f"; left for a person (FAIL_FAST): {', '.join(left_for_a_person)}"
         return dg.SensorResult(skip_reason=dg.SkipReason(reason), cursor=cursor)
 
     return _rebuild_sensor

@@ -40,7 +40,7 @@ from pydantic import Field
 
 from cdf_platform.core.errors import CdfPlatformError, InvalidPipelineSpec
 from cdf_platform.core.spec import FallbackMode
-from cdf_platform.orchestration.keys import WATERMARK_IO_MANAGER_KEY
+from cdf_platform.orchestration.keys import FULL_RECOMPUTE_TAG, WATERMARK_IO_MANAGER_KEY
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.input_plan import BatchMode, plan_input
 from cdf_platform.spark.change_batch import (
@@ -73,13 +73,13 @@ _PENDING: dict[tuple[str, str], _Step] = {}
 _PENDING_LOCK = threading.Lock()
 
 
-def _plain(value: object) -> object:
+def plain(value: object) -> object:
     """A metadata entry's value (Dagster may wrap it in a MetadataValue)."""
     return getattr(value, "value", value)
 
 
 def _keys(value: object) -> tuple[str, ...]:
-    value = _plain(value)
+    value = plain(value)
     if value is None:
         return ()
     if isinstance(value, str):
@@ -113,10 +113,10 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
 
     def table_location(self, key: dg.AssetKey, metadata: Mapping[str, Any] | None) -> str:
         """The Delta table of asset `key`: its `path` metadata, else under the lake root."""
-        path = _plain((metadata or {}).get("path"))
+        path = plain((metadata or {}).get("path"))
         if isinstance(path, str) and path:
             return path
-        if _plain((metadata or {}).get("table_name")):
+        if plain((metadata or {}).get("table_name")):
             raise InvalidPipelineSpec(
                 f"asset {key.to_user_string()} names a catalog table; the watermark IO manager "
                 "reads tables by path",
@@ -135,7 +135,7 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
         table = self.table_location(context.asset_key, upstream_metadata)
         own = context.definition_metadata or {}
         keys = _keys(own.get("keys")) or _keys(upstream_metadata.get("keys"))
-        declared = str(_plain(own.get("fallback_mode")) or self.fallback_mode)
+        declared = str(plain(own.get("fallback_mode")) or self.fallback_mode)
         if declared not in {mode.value for mode in FallbackMode}:
             problem = InvalidPipelineSpec(
                 f"input {input_id} of {consumer} declares fallback_mode {declared!r}",
@@ -151,9 +151,20 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
             consumer,
             self.table_location(consumer_key, consumer_metadata),
         )
+        full_requested = (
+            f"a full recompute was requested (run tag {FULL_RECOMPUTE_TAG})"
+            if context.step_context.dagster_run.tags.get(FULL_RECOMPUTE_TAG) == "true"
+            else None
+        )
         try:
             plan = plan_input(
-                consumer, input_id, table, step.marks, fallback, marks_lost=step.marks_lost
+                consumer,
+                input_id,
+                table,
+                step.marks,
+                fallback,
+                marks_lost=step.marks_lost,
+                full_requested=full_requested,
             )
         except CdfPlatformError as err:
             raise dg.Failure(str(err), allow_retries=False) from err
@@ -228,6 +239,10 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
         table = self.table_location(context.asset_key, context.definition_metadata)
         counter = (step.marks.counter if step and step.marks else 0) + 1
         stamp = consumer_stamp(consumer, counter, batches) if batches else None
+        if batches and (step is None or step.marks is None or any(b.full for b in batches)):
+            # Before the data: a registered consumer without watermarks needs nothing kept,
+            # while one unregistered but written would be invisible to the VACUUM guard.
+            self._register(consumer, table, batches)
         try:
             write_output(self.spark.spark_session, table, obj, stamp, consumer)
         except CdfPlatformError as err:
@@ -243,6 +258,13 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
             metadata[f"{name} watermark"] = batch.end_version
         context.add_output_metadata(metadata)
         context.log.info("%s: %s into %s (run %d)", consumer, describe(obj), table, counter)
+
+    def _register(self, consumer: str, table: str, batches: list[ChangeBatch]) -> None:
+        """Record in the control tables which tables `consumer` reads (on its first write, and
+        on every full one: an input may have moved), for the consumer-aware VACUUM."""
+        control = self.lake.control()
+        for batch in batches:
+            control.record_consumer(consumer, table, batch.plan.input_id, batch.plan.table)
 
 
 def _consumer_key(context: dg.InputContext) -> dg.AssetKey:

@@ -71,7 +71,7 @@ def test_refuses_when_a_consumer_needs_more_history_than_the_cap(
     assert figures["deleted_file_retention_hours"] == 1
     assert 6 <= figures["required_retention_hours"] < 6.5
     assert "recommended_retention_hours" in figures
-    assert [c["pipeline_id"] for c in figures["consumers"]] == ["people"]
+    assert [c["consumer"] for c in figures["consumers"]] == ["people"]
     assert _retention(spark, control.spec("people").source) == "interval 1 hours"
 
 

@@ -5,9 +5,6 @@ evaluation kept numeric lag and headroom."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +12,6 @@ import dagster as dg
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.spec_file import find_spec
-from cdf_platform.core.sql import sql_path
 from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
 from cdf_platform.orchestration.checks import CONSUMER_LAG, REPLAY_WINDOW
 from cdf_platform.orchestration.jobs import rebuild_run_config
@@ -32,42 +28,12 @@ from cdf_platform_tests.lake_platform import (
     materialization,
     materialize,
     table_rows,
+    vacuum_breaking_the_window,
 )
 
 STRICT = {**ORDERS, "id": "orders_strict", "target": "silver/orders_strict"}
 STRICT["fallback_mode"] = "FAIL_FAST"
 DEFAULT_RETENTION_HOURS = 7 * 24.0
-
-
-@contextmanager
-def spark_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
-    """Set Spark confs for the block, then unset them (the session is shared)."""
-    for key, value in conf.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key in conf:
-            spark.conf.unset(key)
-
-
-def vacuum_breaking_the_window(spark: SparkSession, bronze: str) -> None:
-    """A too-short retention and `VACUUM ... RETAIN 0 HOURS` delete the change files silver
-    still needs; then the operator restores the default retention (too late)."""
-    table = sql_path(bronze)
-    retention = "'delta.deletedFileRetentionDuration'"
-    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({retention} = 'interval 1 seconds')")
-    time.sleep(1.5)  # the change files become older than the retention
-    with spark_conf(
-        spark,
-        {
-            "spark.databricks.delta.retentionDurationCheck.enabled": "false",
-            # VACUUM lists files with this many tasks (default 10000): slow on a tiny table.
-            "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
-        },
-    ):
-        spark.sql(f"VACUUM {table} RETAIN 0 HOURS")
-    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({retention} = 'interval 7 days')")
 
 
 def latest_evaluation(result: dg.ExecuteInProcessResult, pipeline_id: str, check: str) -> Any:
@@ -184,7 +150,7 @@ def test_lost_window_is_reported_rebuilt_once_and_passes_again(
         assert request.tags["cdf_platform/incident_code"] == "WATERMARK_OUTSIDE_RETENTION"
         second = tick(defs, instance, first.cursor)
         assert not second.run_requests
-        assert "FAIL_FAST pipelines left for a person: orders_strict" in str(second.skip_reason)
+        assert "left for a person (FAIL_FAST): orders_strict" in str(second.skip_reason)
 
         rebuild_job = defs.resolve_job_def("rebuild_job")
         rebuilt = rebuild_job.execute_in_process(
