@@ -14,6 +14,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING
@@ -97,6 +98,70 @@ def _control_repair_needed(control: ControlTable, plan: RunPlan) -> bool:
     return state is None or state.get("last_commit_version") != plan.silver.watermark
 
 
+@dataclass(frozen=True)
+class PreparedRun:
+    """A pipeline run planned and pinned, not yet carried out (the first half of
+    `run_pipeline`; `finish_run` is the second).
+
+    Attributes:
+        spec: The pipeline as declared (catalog names kept, to register silver under its name).
+        plan: The pinned plan; its spec names the tables' locations.
+        plan_seconds: How long locating and planning took.
+    """
+
+    spec: PipelineSpec
+    plan: RunPlan
+    plan_seconds: float
+
+
+def prepare_run(
+    spec: PipelineSpec,
+    *,
+    spark_factory: SparkFactory,
+    control: ControlTable,
+    now: datetime | None = None,
+) -> PreparedRun:
+    """Plan `spec`'s next run from the logs and pin its change set.
+
+    A pipeline that names a table by its catalog name starts Spark to ask the catalog where it
+    lives now (the plan reads the logs there); a pipeline of paths plans without a JVM.
+
+    Raises:
+        CdfPlatformError: a problem a person must fix (bronze missing, a name not in the
+            catalog, a target owned by another pipeline, ...).
+    """
+    started = time.monotonic()
+    if spec.table_names:
+        locate_in_catalog(spark_factory(), spec, control)
+    plan = plan_pipeline(spec, control, now=now)
+    return PreparedRun(spec, plan, time.monotonic() - started)
+
+
+def finish_run(
+    prepared: PreparedRun,
+    *,
+    spark_factory: SparkFactory,
+    control: ControlTable,
+    force_rebuild: bool = False,
+) -> RunResult:
+    """Carry out a prepared run (`execute_plan`), then register silver under its catalog name
+    once it exists, when the pipeline names its target so.
+
+    Raises:
+        CdfPlatformError: the classified failure (FAIL_FAST, bad input, or a read failure).
+    """
+    result = execute_plan(
+        prepared.plan,
+        spark_factory=spark_factory,
+        control=control,
+        force_rebuild=force_rebuild,
+        plan_seconds=prepared.plan_seconds,
+    )
+    if "target" in prepared.spec.table_names:
+        register_silver(spark_factory(), prepared.spec.target, prepared.plan.spec.target)
+    return result
+
+
 def run_pipeline(
     spec: PipelineSpec,
     *,
@@ -107,11 +172,8 @@ def run_pipeline(
     on_plan: Callable[[RunPlan], None] | None = None,
 ) -> RunResult:
     """Plan and run `spec` once: no-op, initial load, incremental, or rebuild per the fallback
-    policy (see `execute_plan`).
-
-    A pipeline that names a table by its catalog name starts Spark to ask the catalog where it
-    lives now (the plan reads the logs there), and registers silver under its name once it
-    exists; a pipeline of paths plans without a JVM.
+    policy (`prepare_run`, then `finish_run`; the silver asset calls the same two halves, one
+    in its IO manager's load and one in its output).
 
     Args:
         on_plan: called with the plan before it is carried out (to log the pinned change set).
@@ -119,22 +181,12 @@ def run_pipeline(
     Raises:
         CdfPlatformError: the classified failure (FAIL_FAST, bad input, or a read failure).
     """
-    started = time.monotonic()
-    if spec.table_names:
-        locate_in_catalog(spark_factory(), spec, control)
-    plan = plan_pipeline(spec, control, now=now)
+    prepared = prepare_run(spec, spark_factory=spark_factory, control=control, now=now)
     if on_plan is not None:
-        on_plan(plan)
-    result = execute_plan(
-        plan,
-        spark_factory=spark_factory,
-        control=control,
-        force_rebuild=force_rebuild,
-        plan_seconds=time.monotonic() - started,
+        on_plan(prepared.plan)
+    return finish_run(
+        prepared, spark_factory=spark_factory, control=control, force_rebuild=force_rebuild
     )
-    if "target" in spec.table_names:
-        register_silver(spark_factory(), spec.target, plan.spec.target)
-    return result
 
 
 def execute_plan(

@@ -1,11 +1,14 @@
 """Silver assets: one per PipelineSpec, each kept in step with its bronze table by the engine.
 
-A silver materialization is one pipeline run. The asset body plans from the logs alone (bronze's
-replay window, silver's watermark: a run that finds nothing to do never starts Spark), carries
-the plan out (incremental MERGE, snapshot rebuild, or nothing at all) and returns what the run
-did as the materialization's metadata. The data never passes through Dagster: silver is a Delta
-table written by the MERGE that also stamps the watermark (docs/design.md section 3), so no IO
-manager is involved.
+A silver materialization is one pipeline run, backed by the `spark` resource and the watermark
+IO manager (`cdf_platform.orchestration.silver_io`). Loading the asset's `bronze` input plans
+the run from the logs alone (bronze's replay window, silver's watermark: a run that finds
+nothing to do never starts Spark) and hands the asset the pinned plan, not bronze's rows. The
+asset body decides the policy (a requested rebuild, the FAIL_FAST refusal) and returns a
+`PipelineWrite`; the IO manager's output side carries it out (incremental MERGE, snapshot
+rebuild, or nothing at all), writing silver and its watermark in one commit (docs/design.md
+section 3), and records what the run did as the materialization's metadata. `cdf-platform run`
+calls the same two halves without Dagster (`cdf_platform.runner`).
 """
 
 from datetime import timedelta
@@ -13,21 +16,15 @@ from datetime import timedelta
 import dagster as dg
 from pydantic import Field
 
-from cdf_platform.core.errors import CdfPlatformError
 from cdf_platform.core.spec import DeleteMode, FallbackMode, HistoryMode, PipelineSpec
-from cdf_platform.orchestration.figures import duration, text
 from cdf_platform.orchestration.keys import (
     SILVER_PREFIX,
     WATERMARK_IO_MANAGER_KEY,
-    bronze_key,
     pipeline_pool,
     silver_key,
 )
-from cdf_platform.orchestration.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.silver_io import PipelineBatch, PipelineWrite, pipeline_input
 from cdf_platform.planning.plan import RunMode, RunPlan
-from cdf_platform.planning.run_result import RunResult
-from cdf_platform.runner import run_pipeline
-from cdf_platform.spark.failures import classified_run
 
 
 class SilverRunConfig(dg.Config):
@@ -55,43 +52,6 @@ def describe_plan(plan: RunPlan) -> str:
     else:
         what = f"bronze snapshot at version {plan.end_version}"
     return f"{plan.spec.id}: {plan.mode.value}, {what}{problem}"
-
-
-def _metadata_value(value: object) -> dg.MetadataValue:
-    if isinstance(value, bool):
-        return dg.MetadataValue.bool(value)
-    if isinstance(value, int):
-        return dg.MetadataValue.int(value)
-    if isinstance(value, float):
-        return dg.MetadataValue.float(duration(value))
-    return text(value)
-
-
-def run_result_metadata(result: RunResult) -> dict[str, dg.MetadataValue]:
-    """Typed Dagster metadata of one pipeline run: mode, start/end version, rows inserted /
-    updated / deleted, lag before and after, duration, whether Spark started, the incident.
-
-    Numbers stay numbers (so the UI plots them), hours and seconds rounded to 2 decimals; a
-    figure the run does not have (the range of a no-op, the incident of a clean run) reads
-    "none", since the UI shows a null value as "null".
-    """
-    metadata = {name: _metadata_value(value) for name, value in result.as_metadata().items()}
-    if result.incident_message:
-        metadata["incident_message"] = dg.MetadataValue.text(result.incident_message)
-    return metadata
-
-
-def _failure(spec: PipelineSpec, err: CdfPlatformError) -> dg.Failure:
-    """The classified failure, with the facts an operator filters on, on the failed step."""
-    return dg.Failure(
-        str(err),
-        metadata={
-            "pipeline_id": spec.id,
-            "incident_code": err.incident_code,
-            "version": _metadata_value(err.version),
-        },
-        allow_retries=False,
-    )
 
 
 def _description(spec: PipelineSpec) -> str:
@@ -134,12 +94,13 @@ def silver_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
 
     @dg.asset(
         key=silver_key(spec.id),
-        deps=[bronze_key(spec)],
+        # Loaded by the watermark IO manager as the pinned run plan (no bronze row is read).
+        ins={"bronze": pipeline_input(spec)},
         group_name=SILVER_PREFIX,
         kinds={"spark", "delta"},
         pool=pipeline_pool(spec.id),
-        # Silver writes itself (MaterializeResult); its consumers load its changes through the
-        # watermark IO manager.
+        # The IO manager writes silver (the run's MERGE) and its consumers load silver's
+        # changes through it.
         io_manager_key=WATERMARK_IO_MANAGER_KEY,
         description=_description(spec),
         # Dagster's freshness (time since silver last materialized) with consumer_lag's limit;
@@ -162,11 +123,8 @@ def silver_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
         },
     )
     def _silver(
-        context: dg.AssetExecutionContext,
-        config: SilverRunConfig,
-        spark: SparkResource,
-        lake: LakeLayout,
-    ) -> dg.MaterializeResult:
+        context: dg.AssetExecutionContext, config: SilverRunConfig, bronze: PipelineBatch
+    ) -> PipelineWrite:
         if (
             config.force_rebuild
             and spec.fallback_mode is FallbackMode.FAIL_FAST
@@ -178,42 +136,8 @@ def silver_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
                 metadata={"pipeline_id": spec.id, "fallback_mode": FallbackMode.FAIL_FAST.value},
                 allow_retries=False,
             )
-        control = lake.control()
-        try:
-            # An unexpected failure is classified too: the step fails as a platform error
-            # naming the pipeline and what to do, the original chained below it.
-            with classified_run(
-                spec.id, rerun=f"the materialization of {context.asset_key.to_user_string()}"
-            ):
-                result = run_pipeline(
-                    spec,
-                    spark_factory=lambda: spark.spark_session,
-                    control=control,
-                    force_rebuild=config.force_rebuild,
-                    on_plan=lambda plan: context.log.info(
-                        "pinned change set: %s", describe_plan(plan)
-                    ),
-                )
-        except CdfPlatformError as err:
-            raise _failure(spec, err) from err
-        context.log.info(
-            "%s: %s, watermark %s -> %s, +%d ~%d -%d rows in %.1f s (spark started: %s)",
-            spec.id,
-            result.mode.value,
-            result.watermark_before,
-            result.watermark_after,
-            result.rows_inserted,
-            result.rows_updated,
-            result.rows_deleted,
-            result.duration_seconds,
-            result.spark_started,
-        )
-        metadata = run_result_metadata(result)
-        if "target" in spec.table_names:
-            metadata["table_name"] = dg.MetadataValue.text(spec.target)
-        else:
-            metadata["path"] = dg.MetadataValue.path(spec.target)
-        return dg.MaterializeResult(metadata=metadata)
+        context.log.info("pinned change set: %s", describe_plan(bronze.plan))
+        return PipelineWrite(bronze.prepared, force_rebuild=config.force_rebuild)
 
     return _silver
 

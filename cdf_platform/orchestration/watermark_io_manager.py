@@ -42,6 +42,13 @@ from cdf_platform.core.errors import CdfPlatformError, InvalidPipelineSpec
 from cdf_platform.core.spec import FallbackMode
 from cdf_platform.orchestration.keys import FULL_RECOMPUTE_TAG, WATERMARK_IO_MANAGER_KEY
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.silver_io import (
+    PipelineBatch,
+    PipelineWrite,
+    load_pipeline_batch,
+    pipeline_spec_of,
+    write_pipeline,
+)
 from cdf_platform.planning.input_plan import BatchMode, plan_input
 from cdf_platform.spark.change_batch import (
     ChangeBatch,
@@ -126,7 +133,11 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
 
     # -- input side ---------------------------------------------------------------------------
 
-    def load_input(self, context: dg.InputContext) -> ChangeBatch:
+    def load_input(self, context: dg.InputContext) -> ChangeBatch | PipelineBatch:
+        # A pipeline's silver loads its run plan; its watermark is silver's own (silver_io).
+        pipeline = pipeline_spec_of(context)
+        if pipeline is not None:
+            return load_pipeline_batch(context, pipeline, self.spark, self.lake)
         consumer_key = _consumer_key(context)
         consumer = consumer_key.to_user_string()
         upstream = context.upstream_output
@@ -200,6 +211,9 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
     # -- output side --------------------------------------------------------------------------
 
     def handle_output(self, context: dg.OutputContext, obj: object) -> None:
+        if isinstance(obj, PipelineWrite):
+            write_pipeline(context, obj, self.spark, self.lake)
+            return
         key = context.asset_key
         consumer = key.to_user_string()
         with _PENDING_LOCK:

@@ -12,7 +12,8 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import SparkResource
-from cdf_platform.orchestration.silver import describe_plan, run_result_metadata
+from cdf_platform.orchestration.silver import describe_plan
+from cdf_platform.orchestration.silver_io import run_result_metadata
 from cdf_platform.planning.plan import RunMode, plan_pipeline
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.window.replay_window import ConsumerAssessment

@@ -1,5 +1,6 @@
 """Silver assets through real `dg.materialize` runs: initial load, incremental MERGE, and a no-op
-that never starts Spark, each with its metadata; and silver fed by an external bronze table."""
+that never starts Spark, each with its metadata; and the run going through the watermark IO
+manager (its input is the pinned plan, its output the MERGE)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ from pathlib import Path
 import dagster as dg
 from pyspark.sql import SparkSession
 
-from cdf_platform.orchestration.keys import silver_key
-from cdf_platform.orchestration.resources import SparkResource
+from cdf_platform.orchestration.keys import WATERMARK_IO_MANAGER_KEY, silver_key
+from cdf_platform.orchestration.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.watermark_io_manager import WatermarkIOManager
+from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.lake_platform import (
     ORDERS,
     bronze_batch,
+    control_for,
     lake_defs,
     last_spark_job_id,
     materialization,
@@ -68,3 +72,54 @@ def test_bronze_then_silver_twice_loads_then_merges_then_noops_without_spark(
     assert third["spark_started"] is False
     assert last_spark_job_id(spark) == jobs_before
     assert table_rows(spark, silver) == table_rows(spark, bronze)
+
+
+def test_silver_is_planned_and_written_by_the_watermark_io_manager_it_is_given(
+    spark: SparkSession, spark_resource: SparkResource, lake: Path, tmp_path: Path
+) -> None:
+    """The definitions' `watermark_io_manager` is swapped for one whose lake keeps its control
+    tables elsewhere: the run's state and load log land there, and the `lake` resource's
+    control tables stay empty, so the run went through the IO manager, both ways."""
+    defs = lake_defs(spark_resource, lake, ORDERS)
+    instance = dg.DagsterInstance.ephemeral()
+    bronze_batch(defs, "orders", instance, 20)
+    elsewhere = tmp_path / "io_manager_control"
+    layout = control_for(lake, ORDERS)
+    own_lake = LakeLayout(
+        lake_root=layout.lake_root,
+        control_root=str(elsewhere),
+        pipelines_file=layout.pipelines_file,
+    )
+    resources = {
+        **dict(defs.resources or {}),
+        WATERMARK_IO_MANAGER_KEY: WatermarkIOManager(spark=spark_resource, lake=own_lake),
+    }
+    assets = [*(defs.assets or []), *(defs.asset_checks or [])]
+
+    result = dg.materialize(
+        assets,  # type: ignore[arg-type]
+        selection=dg.AssetSelection.assets(SILVER_ORDERS),
+        resources=resources,
+        instance=instance,
+    )
+
+    figures = materialization(result, SILVER_ORDERS)
+    assert (figures["mode"], figures["watermark_after"]) == ("initial_load", 1)
+    assert ControlTable(str(elsewhere)).read_states()["orders"]["last_commit_version"] == 1
+    assert [row["mode"] for row in ControlTable(str(elsewhere)).read_log("orders")] == [
+        "initial_load"
+    ]
+    assert layout.control().read_states() == {}
+    assert table_rows(spark, str(lake / "silver" / "orders")) == table_rows(
+        spark, str(lake / "bronze" / "orders")
+    )
+    io_events = [
+        (event.event_type, getattr(event.event_specific_data, "manager_key", None))
+        for event in result.all_events
+        if event.event_type
+        in (dg.DagsterEventType.LOADED_INPUT, dg.DagsterEventType.HANDLED_OUTPUT)
+    ]
+    assert io_events == [
+        (dg.DagsterEventType.LOADED_INPUT, WATERMARK_IO_MANAGER_KEY),
+        (dg.DagsterEventType.HANDLED_OUTPUT, WATERMARK_IO_MANAGER_KEY),
+    ]

@@ -1,0 +1,191 @@
+"""A pipeline's silver asset through the watermark IO manager: its input side is the pinned
+run plan, its output side is the run.
+
+The silver asset takes bronze as an input loaded by `WatermarkIOManager`; the input carries the
+pipeline's spec (`pipeline_input`), which tells the IO manager that the consumer is a
+pipeline's silver. For it, `load_pipeline_batch` does not read bronze: it plans the run from the
+logs exactly as `cdf-platform run` does (`cdf_platform.runner.prepare_run`: the catalog located
+first when the pipeline names tables, then the JVM-free plan) and hands the asset a
+`PipelineBatch` holding the pinned `RunPlan`. Its watermark is silver's own, in silver's log
+and the control table (docs/design.md section 3), not a consumer's marks. The asset decides the
+policy (a requested rebuild) and returns a `PipelineWrite`, which `write_pipeline` carries out
+(`cdf_platform.runner.finish_run`: no-op, incremental MERGE, initial load or rebuild, each
+stamping the watermark in silver's commit) and reports as the materialization's metadata.
+
+A no-op plan never starts Spark, on either side. Failures are classified on both sides
+(`classified_run`) and fail the step as a `dg.Failure` with the pipeline and incident code.
+
+Example:
+    >>> @dg.asset(ins={"bronze": pipeline_input(spec)})  # doctest: +SKIP
+    ... def orders(bronze: PipelineBatch) -> PipelineWrite:
+    ...     return PipelineWrite(bronze.prepared)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dagster as dg
+
+from cdf_platform.core.errors import CdfPlatformError
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.orchestration.figures import duration, text
+from cdf_platform.orchestration.keys import WATERMARK_IO_MANAGER_KEY, bronze_key, silver_key
+from cdf_platform.orchestration.resources import LakeLayout, SparkResource
+from cdf_platform.planning.plan import RunPlan
+from cdf_platform.planning.run_result import RunResult
+from cdf_platform.runner import PreparedRun, finish_run, prepare_run
+from cdf_platform.spark.failures import classified_run
+
+PIPELINE_SPEC = "cdf_platform/pipeline_spec"
+"""The input metadata entry holding the pipeline's spec (JSON): it marks a pipeline's silver."""
+
+
+@dataclass(frozen=True)
+class PipelineBatch:
+    """What a pipeline's silver asset loads from bronze: the run, planned and pinned.
+
+    Attributes:
+        prepared: The pinned plan with the spec as declared and the planning time.
+    """
+
+    prepared: PreparedRun
+
+    @property
+    def plan(self) -> RunPlan:
+        """The pinned plan: mode, bronze range or snapshot version, silver's watermark."""
+        return self.prepared.plan
+
+
+@dataclass(frozen=True)
+class PipelineWrite:
+    """What a pipeline's silver asset returns: carry out its pinned run.
+
+    Attributes:
+        prepared: The run `PipelineBatch` handed the asset.
+        force_rebuild: Reconcile from the snapshot at the pinned version whatever the plan.
+    """
+
+    prepared: PreparedRun
+    force_rebuild: bool = False
+
+
+def pipeline_input(spec: PipelineSpec) -> dg.AssetIn:
+    """Silver's input on `spec`'s bronze, loaded by the watermark IO manager as the pinned run
+    (whatever IO manager the bronze asset names: the demo's writers keep Dagster's default)."""
+    return dg.AssetIn(
+        key=bronze_key(spec),
+        input_manager_key=WATERMARK_IO_MANAGER_KEY,
+        metadata={PIPELINE_SPEC: spec.model_dump(mode="json")},
+    )
+
+
+def pipeline_spec_of(context: dg.InputContext) -> PipelineSpec | None:
+    """The spec of the pipeline whose silver loads this input; None for any other consumer."""
+    declared = (context.definition_metadata or {}).get(PIPELINE_SPEC)
+    if declared is None:
+        return None
+    return PipelineSpec.model_validate(getattr(declared, "value", declared))
+
+
+def pipeline_failure(spec: PipelineSpec, err: CdfPlatformError) -> dg.Failure:
+    """The classified failure, with the facts an operator filters on, on the failed step."""
+    return dg.Failure(
+        str(err),
+        metadata={
+            "pipeline_id": spec.id,
+            "incident_code": err.incident_code,
+            "version": _metadata_value(err.version),
+        },
+        allow_retries=False,
+    )
+
+
+def _rerun(spec: PipelineSpec) -> str:
+    return f"the materialization of {silver_key(spec.id).to_user_string()}"
+
+
+def load_pipeline_batch(
+    context: dg.InputContext, spec: PipelineSpec, spark: SparkResource, lake: LakeLayout
+) -> PipelineBatch:
+    """Plan the next run of `spec` and pin it (no bronze row is read; a pipeline of paths
+    plans without a JVM).
+
+    Raises:
+        dg.Failure: the classified problem a person must fix (bronze missing, ...).
+    """
+    try:
+        with classified_run(spec.id, rerun=_rerun(spec)):
+            prepared = prepare_run(
+                spec, spark_factory=lambda: spark.spark_session, control=lake.control()
+            )
+    except CdfPlatformError as err:
+        raise pipeline_failure(spec, err) from err
+    context.log.info("%s: planned from the logs in %.2f s", spec.id, prepared.plan_seconds)
+    return PipelineBatch(prepared)
+
+
+def write_pipeline(
+    context: dg.OutputContext, write: PipelineWrite, spark: SparkResource, lake: LakeLayout
+) -> RunResult:
+    """Carry out the pinned run and record what it did as the materialization's metadata.
+
+    Raises:
+        dg.Failure: the classified failure (FAIL_FAST, bad input, a read or write failure).
+    """
+    spec = write.prepared.spec
+    try:
+        # An unexpected failure is classified too: the step fails as a platform error naming
+        # the pipeline and what to do, the original chained below it.
+        with classified_run(spec.id, rerun=_rerun(spec)):
+            result = finish_run(
+                write.prepared,
+                spark_factory=lambda: spark.spark_session,
+                control=lake.control(),
+                force_rebuild=write.force_rebuild,
+            )
+    except CdfPlatformError as err:
+        raise pipeline_failure(spec, err) from err
+    context.log.info(
+        "%s: %s, watermark %s -> %s, +%d ~%d -%d rows in %.1f s (spark started: %s)",
+        spec.id,
+        result.mode.value,
+        result.watermark_before,
+        result.watermark_after,
+        result.rows_inserted,
+        result.rows_updated,
+        result.rows_deleted,
+        result.duration_seconds,
+        result.spark_started,
+    )
+    metadata = run_result_metadata(result)
+    if "target" in spec.table_names:
+        metadata["table_name"] = dg.MetadataValue.text(spec.target)
+    else:
+        metadata["path"] = dg.MetadataValue.path(spec.target)
+    context.add_output_metadata(metadata)
+    return result
+
+
+def _metadata_value(value: object) -> dg.MetadataValue:
+    if isinstance(value, bool):
+        return dg.MetadataValue.bool(value)
+    if isinstance(value, int):
+        return dg.MetadataValue.int(value)
+    if isinstance(value, float):
+        return dg.MetadataValue.float(duration(value))
+    return text(value)
+
+
+def run_result_metadata(result: RunResult) -> dict[str, dg.MetadataValue]:
+    """Typed Dagster metadata of one pipeline run: mode, start/end version, rows inserted /
+    updated / deleted, lag before and after, duration, whether Spark started, the incident.
+
+    Numbers stay numbers (so the UI plots them), hours and seconds rounded to 2 decimals; a
+    figure the run does not have (the range of a no-op, the incident of a clean run) reads
+    "none", since the UI shows a null value as "null".
+    """
+    metadata = {name: _metadata_value(value) for name, value in result.as_metadata().items()}
+    if result.incident_message:
+        metadata["incident_message"] = dg.MetadataValue.text(result.incident_message)
+    return metadata
