@@ -13,6 +13,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from pyspark.find_spark_home import _find_spark_home
 
@@ -128,10 +129,34 @@ class StandaloneCluster(_Servers):
     def alive_workers(self) -> int:
         """Workers the master counts alive (its UI's JSON view)."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=2) as r:
-                return int(json.load(r).get("aliveworkers", 0))
+            return int(self.master_state().get("aliveworkers", 0))
         except OSError:
             return 0
+
+    def master_state(self) -> dict[str, Any]:
+        """The master's state as its web UI serves it at `/json/`: workers (each with its own
+        `webuiaddress`), `activeapps` and `completedapps` (id, name, `cores` granted, state)."""
+        return _get_json(f"http://127.0.0.1:{self.ui_port}/json/")
+
+    def applications(self) -> dict[str, dict[str, Any]]:
+        """Every application the master has run or runs, by id."""
+        state = self.master_state()
+        return {app["id"]: app for app in state["activeapps"] + state["completedapps"]}
+
+    def executor_apps(self) -> list[str]:
+        """The application id of every executor the workers run or ran (each worker's `/json/`
+        lists its `executors` and `finishedexecutors`)."""
+        apps = []
+        for worker in self.master_state()["workers"]:
+            state = _get_json(f"{worker['webuiaddress']}/json/")
+            apps += [e["appid"] for e in state["executors"] + state["finishedexecutors"]]
+        return apps
+
+
+def _get_json(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        document: dict[str, Any] = json.load(response)
+    return document
 
 
 class ConnectServer(_Servers):
