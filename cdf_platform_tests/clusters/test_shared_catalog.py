@@ -2,15 +2,19 @@
 
 The metastore is a real service on loopback (`servers.HiveMetastore`); every process reaches
 it through `$SPARK_CONF_DIR/spark-defaults.conf` (`spark.sql.catalogImplementation=hive`,
-`spark.hadoop.hive.metastore.uris`), as the README documents for the command line. One
-long-lived `cdf-platform` process creates the bronze table by name and runs the first load,
-which creates and registers silver; a second `cdf-platform` process, with its own JVM and
-session catalog, runs the increment by the same names. Select alone with `pytest -m cluster`.
+`spark.hadoop.hive.metastore.uris`), as the README documents. One long-lived `cdf-platform`
+process creates the bronze table by name and runs the first load, which creates and registers
+silver; a Dagster run in a process of its own (`dagster job execute` on the project's
+definitions, configured by the environment), with its own JVM and session catalog, runs the
+increment by the same names. Select alone with `pytest -m cluster`.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,15 +22,21 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 
-from cdf_platform.core.config import LAKE_ROOT_ENV, MASTER_ENV, SPARK_LOG_ENV
+from cdf_platform.core.config import (
+    AUTOMATION_ENV,
+    LAKE_ROOT_ENV,
+    MASTER_ENV,
+    PIPELINES_FILE_ENV,
+    SPARK_LOG_ENV,
+)
 from cdf_platform.state.control import ControlTable
-from cdf_platform_tests.cli_process import run_cli
 from cdf_platform_tests.clusters.cli_session import CliSession
 from cdf_platform_tests.clusters.servers import HiveMetastore
 
 pytestmark = pytest.mark.cluster
 
 BRONZE, SILVER = "bronze.orders", "silver.orders"
+DAGSTER = str(Path(sys.executable).parent / "dagster")
 
 
 @pytest.fixture(scope="module")
@@ -74,13 +84,29 @@ def test_a_second_process_runs_by_the_names_the_first_created_in_the_metastore(
         first.sql(f"DELETE FROM {BRONZE} WHERE id = 2")  # 3
         first.sql(f"INSERT INTO {BRONZE} VALUES (4, 'dee', 40)")  # 4
 
-        # Its own JVM and session catalog: with an in-memory catalog it would know neither
-        # name (bronze: SourceNotFound; silver's schema: InvalidPipelineSpec).
-        second_log = tmp_path / "second.log"
-        second = run_cli(*run, env={**env, SPARK_LOG_ENV: str(second_log)}, cwd=tmp_path)
+        # A Dagster run with its own JVM and session catalog: with an in-memory catalog it
+        # would know neither name (bronze: SourceNotFound; silver's schema:
+        # InvalidPipelineSpec).
+        dagster_home = tmp_path / "dagster_home"
+        dagster_home.mkdir()
+        second = subprocess.run(
+            [DAGSTER, "job", "execute", "-m", "cdf_platform.definitions", "-j", "incremental_job"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+            cwd=tmp_path,
+            env={
+                **os.environ,
+                **env,
+                "DAGSTER_HOME": str(dagster_home),
+                PIPELINES_FILE_ENV: str(pipelines),
+                AUTOMATION_ENV: "off",
+            },
+        )
         assert second.returncode == 0, second.stderr[-4000:]
-        figures = json.loads(second.stdout.splitlines()[-1])
-        assert (figures["mode"], figures["start_version"], figures["end_version"]) == (
+        *_, increment = control.read_log("orders")
+        assert (increment["mode"], increment["start_version"], increment["end_version"]) == (
             "incremental",
             2,
             4,
