@@ -7,7 +7,10 @@ own entry point (`cdf_platform.cli.main`) in one process, as the commands of one
 so the cluster application starts once; everything else is what `cdf-platform` does.
 
 Protocol: the session process reads one JSON list of arguments per line on stdin, runs it, and
-writes the command's stdout followed by `<<exit N>>` on stdout.
+writes the command's stdout followed by `<<exit N>>` on stdout. `["sql", statement]` runs one
+SQL statement on the process's SparkSession (the one the CLI builds and its later commands
+reuse) and writes its rows as one JSON list: a test sets up and reads catalog tables through
+the same session as the runs.
 """
 
 from __future__ import annotations
@@ -20,14 +23,16 @@ import subprocess
 import sys
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 DONE = "<<exit "
+SQL = "sql"
 
 
 class CliSession:
     """A long-lived process running `cdf-platform` commands with `env` added."""
 
-    def __init__(self, env: dict[str, str], log: Path) -> None:
+    def __init__(self, env: dict[str, str], log: Path, cwd: Path | None = None) -> None:
         self._log = log.open("ab")
         self._process = subprocess.Popen(
             [sys.executable, "-m", "cdf_platform_tests.clusters.cli_session"],
@@ -36,6 +41,7 @@ class CliSession:
             stderr=self._log,
             text=True,
             env={**os.environ, **env},
+            cwd=cwd,
         )
 
     def run(self, *args: str) -> tuple[int, str]:
@@ -49,6 +55,13 @@ class CliSession:
                 return int(line[len(DONE) :].rstrip(">\n")), "".join(lines)
             lines.append(line)
         raise AssertionError(f"the CLI session ended (exit {self._process.wait()})")
+
+    def sql(self, statement: str) -> list[list[Any]]:
+        """Run `statement` on the session process's SparkSession: its rows."""
+        code, output = self.run(SQL, statement)
+        assert code == 0, output
+        rows: list[list[Any]] = json.loads(output)
+        return rows
 
     def __enter__(self) -> CliSession:
         return self
@@ -69,13 +82,26 @@ class CliSession:
         self._log.close()
 
 
+def _sql(statement: str) -> int:
+    from cdf_platform.core.config import default_master, default_remote, default_spark_log
+    from cdf_platform.spark.session import SparkSettings, build_spark_session
+
+    settings = SparkSettings(
+        master=default_master(), remote=default_remote(), jvm_log=default_spark_log()
+    )
+    rows = build_spark_session(settings).sql(statement).collect()
+    sys.stdout.write(json.dumps([list(row) for row in rows], default=str) + "\n")
+    return 0
+
+
 def _serve() -> None:
     from cdf_platform.cli import main
 
     for line in sys.stdin:
+        args = json.loads(line)
         captured = io.StringIO()
         with contextlib.redirect_stdout(captured):
-            code = main(json.loads(line))
+            code = _sql(args[1]) if args[0] == SQL else main(args)
         sys.stdout.write(f"{captured.getvalue()}{DONE}{code}>>\n")
         sys.stdout.flush()
 

@@ -1,11 +1,12 @@
 """Real Spark servers on loopback for the cluster tests: a standalone master with one worker,
-and a Spark Connect server with Delta, each started from the classes pyspark ships (no Spark
-download), on free ports, waited for, and stopped by PID."""
+a Spark Connect server with Delta, and a Hive metastore service, each started from the classes
+pyspark ships (no Spark or Hive download), on free ports, waited for, and stopped by PID."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -13,6 +14,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import Any
+from xml.sax.saxutils import escape
 
 from pyspark.find_spark_home import _find_spark_home
 
@@ -128,10 +131,34 @@ class StandaloneCluster(_Servers):
     def alive_workers(self) -> int:
         """Workers the master counts alive (its UI's JSON view)."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=2) as r:
-                return int(json.load(r).get("aliveworkers", 0))
+            return int(self.master_state().get("aliveworkers", 0))
         except OSError:
             return 0
+
+    def master_state(self) -> dict[str, Any]:
+        """The master's state as its web UI serves it at `/json/`: workers (each with its own
+        `webuiaddress`), `activeapps` and `completedapps` (id, name, `cores` granted, state)."""
+        return _get_json(f"http://127.0.0.1:{self.ui_port}/json/")
+
+    def applications(self) -> dict[str, dict[str, Any]]:
+        """Every application the master has run or runs, by id."""
+        state = self.master_state()
+        return {app["id"]: app for app in state["activeapps"] + state["completedapps"]}
+
+    def executor_apps(self) -> list[str]:
+        """The application id of every executor the workers run or ran (each worker's `/json/`
+        lists its `executors` and `finishedexecutors`)."""
+        apps = []
+        for worker in self.master_state()["workers"]:
+            state = _get_json(f"{worker['webuiaddress']}/json/")
+            apps += [e["appid"] for e in state["executors"] + state["finishedexecutors"]]
+        return apps
+
+
+def _get_json(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        document: dict[str, Any] = json.load(response)
+    return document
 
 
 class ConnectServer(_Servers):
@@ -168,3 +195,61 @@ class ConnectServer(_Servers):
         self._start("connect", command)
         self._wait("the Spark Connect server", lambda: _port_open(self.port))
         return self
+
+
+class HiveMetastore(_Servers):
+    """A Hive metastore service (Thrift) with an embedded Derby database and a warehouse folder
+    under `workdir`: the shared catalog several Spark processes point at.
+
+    It is Hive 2.3's `HiveMetaStore` from pyspark's own jars (the metastore client Spark uses
+    is the same version). Hive 2.3 has no bind-host setting for it: it listens on every
+    interface, at a port found free on loopback; clients use 127.0.0.1.
+
+    Attributes:
+        uri: `thrift://127.0.0.1:<port>`, what `spark.hadoop.hive.metastore.uris` takes.
+        warehouse: Where schemas without a location of their own keep their tables.
+    """
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        self.port = free_port()
+        self.uri = f"thrift://127.0.0.1:{self.port}"
+        self.warehouse = workdir / "warehouse"
+
+    def start(self) -> HiveMetastore:
+        conf_dir = self.workdir / "conf"
+        conf_dir.mkdir(parents=True, exist_ok=True)
+        database = self.workdir / "metastore_db"
+        settings = {
+            "javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={database};create=true",
+            # An empty Derby database gets Hive's schema on first use, unchecked.
+            "datanucleus.schema.autoCreateAll": "true",
+            "hive.metastore.schema.verification": "false",
+            "hive.metastore.warehouse.dir": str(self.warehouse),
+            # Hive's asynchronous logging needs the LMAX disruptor, which pyspark does not ship.
+            "hive.async.log.enabled": "false",
+        }
+        properties = "".join(
+            f"<property><name>{key}</name><value>{escape(value)}</value></property>\n"
+            for key, value in settings.items()
+        )
+        (conf_dir / "hive-site.xml").write_text(
+            f"<configuration>\n{properties}</configuration>\n", encoding="utf-8"
+        )
+        java_home = os.environ.get("JAVA_HOME")
+        java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+        classpath = f"{conf_dir}{os.pathsep}{spark_home() / 'jars' / '*'}"
+        command = [str(java), "-Xmx512m", f"-Dderby.system.home={self.workdir}", "-cp", classpath]
+        command += ["org.apache.hadoop.hive.metastore.HiveMetaStore", "-p", str(self.port)]
+        self._start("metastore", command)
+        self._wait("the Hive metastore", lambda: _port_open(self.port))
+        return self
+
+    def spark_defaults(self) -> str:
+        """The `spark-defaults.conf` lines that make a Spark process use this metastore as its
+        session catalog."""
+        return (
+            "spark.sql.catalogImplementation hive\n"
+            f"spark.hadoop.hive.metastore.uris {self.uri}\n"
+            f"spark.sql.warehouse.dir {self.warehouse}\n"
+        )

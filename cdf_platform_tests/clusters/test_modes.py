@@ -66,6 +66,8 @@ class Platform:
     def __init__(self, spark: SparkSession, lake: Path, env: dict[str, str], **fields: Any):
         self.spark, self.lake, self.env = spark, lake, env
         self.session: CliSession | None = None
+        self.cluster: StandaloneCluster | None = None
+        self.apps_before: set[str] = set()
         self.pipelines = lake.parent / "pipelines.yaml"
         self.pipelines.write_text(
             yaml.safe_dump({"pipelines": [{**PEOPLE, **fields}]}), encoding="utf-8"
@@ -101,6 +103,26 @@ class Platform:
         figures: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
         return figures
 
+    def assert_ran_on_the_cluster(self) -> None:
+        """The runs since `on_cluster` were one application of the master's, granted the
+        worker's cores, with its executor on the worker (the master's and worker's `/json/`).
+        A driver on a standalone master runs no task itself, so the executors did the work;
+        a run in local mode (the master setting ignored) leaves the master no application."""
+        assert self.cluster is not None
+        new = {
+            app_id: app
+            for app_id, app in self.cluster.applications().items()
+            if app_id not in self.apps_before
+        }
+        assert len(new) == 1, f"the master ran {len(new)} applications for the runs: {new}"
+        ((app_id, app),) = new.items()
+        assert (app["name"], app["cores"]) == ("cdf_platform", self.cluster.cores), app
+        assert app_id in self.cluster.executor_apps(), f"no executor of {app_id} on the worker"
+
+    def on_cluster(self, cluster: StandaloneCluster) -> None:
+        """Note the cluster's applications so far: `assert_ran_on_the_cluster` counts new ones."""
+        self.cluster, self.apps_before = cluster, set(cluster.applications())
+
     def with_session(self, log: Path) -> CliSession:
         """Run the following `run()`s as commands of one long-lived CLI process."""
         env = {LAKE_ROOT_ENV: str(self.lake), SPARK_LOG_ENV: str(log), **self.env}
@@ -128,6 +150,7 @@ def platform(
     if request.param != "standalone":
         yield platform
         return
+    platform.on_cluster(cluster)
     # One cluster application (driver and executor started once) for the story's runs.
     with platform.with_session(tmp_path / "cli.log"):
         yield platform
@@ -164,6 +187,8 @@ def test_load_increment_lose_the_window_and_rebuild(platform: Platform) -> None:
     assert rows(spark, spec.target) == rows(spark, spec.source) == [(1, "ada", 11), (3, "cy", 31)]
     assert read_silver_state(spec.target, spec.id).watermark == latest
     assert platform.control.read_states()["people"]["last_commit_version"] == latest
+    if platform.cluster is not None:
+        platform.assert_ran_on_the_cluster()
 
 
 def test_a_run_killed_after_the_merge_over_spark_connect_reruns_exactly(
