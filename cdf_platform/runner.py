@@ -158,7 +158,13 @@ def finish_run(
         plan_seconds=prepared.plan_seconds,
     )
     if "target" in prepared.spec.table_names:
-        register_silver(spark_factory(), prepared.spec.target, prepared.plan.spec.target)
+        register_silver(
+            spark_factory(),
+            prepared.spec.target,
+            prepared.plan.spec.target,
+            control,
+            prepared.spec.id,
+        )
     return result
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from cdf_platform.core.errors import InvalidPipelineSpec, SourceNotFound, TargetOwnershipConflict
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident, sql_string
+from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.state.control import ControlTable
 
@@ -101,8 +102,10 @@ def _locate_target(spark: SparkSession, spec: PipelineSpec, name: str) -> tuple[
     found = describe_table(spark, name)
     if found is None:
         location = default_location(spark, name, spec.id)
-        register_silver(spark, name, location)  # silver written by a run that stopped early
-        return location, None
+        if not is_delta_table(location):
+            return location, None  # created by this run
+        _name_table(spark, name, location)  # silver written by a run that stopped early
+        return location, DeltaLog(location).table_id()
     location, table_id, kind = found
     if kind != "delta":
         raise TargetOwnershipConflict(
@@ -138,11 +141,25 @@ def locate_in_catalog(spark: SparkSession, spec: PipelineSpec, control: ControlT
         control.record_location(name, location, table_id, located_by=spec.id)
 
 
-def register_silver(spark: SparkSession, name: str, location: str) -> None:
-    """Register the silver table at `location` as `name`, once silver exists there."""
-    if spark.catalog.tableExists(name) or not is_delta_table(location):
+def _name_table(spark: SparkSession, name: str, location: str) -> None:
+    """Give the Delta table at `location` the catalog name `name`, unless the name exists."""
+    if spark.catalog.tableExists(name):
         return
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {qualified(name)} USING DELTA LOCATION {sql_string(location)}"
     )
     logger.info("registered %s at %s", name, location)
+
+
+def register_silver(
+    spark: SparkSession, name: str, location: str, control: ControlTable, pipeline_id: str
+) -> None:
+    """Register the silver table at `location` as `name`, once silver exists there, and record
+    its table id: the run that created silver located the name before the table existed."""
+    if not is_delta_table(location):
+        return
+    _name_table(spark, name, location)
+    table_id = DeltaLog(location).table_id()
+    before = control.read_locations().get(name)
+    if before is None or (before["location"], before["table_id"]) != (location, table_id):
+        control.record_location(name, location, table_id, located_by=pipeline_id)

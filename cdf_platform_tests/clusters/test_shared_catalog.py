@@ -111,12 +111,10 @@ def test_a_second_process_runs_by_the_names_the_first_created_in_the_metastore(
             2,
             4,
         )
-        # Bronze found where the first process recorded it (nothing recorded again); silver
-        # found by the name the first process registered, with the table id its first run,
-        # which created it, could not record yet.
+        # Bronze and silver found where the first process recorded them, silver with the table
+        # id its first run, which created it, recorded: nothing recorded again.
         after = control.read_locations()
-        assert after[BRONZE] == located[BRONZE]
-        assert after[SILVER]["location"] == located[SILVER]["location"]
+        assert after == located
         assert after[SILVER]["table_id"] == DeltaTable(after[SILVER]["location"]).metadata().id
         silver_rows = first.sql(f"SELECT id, name, amount FROM {SILVER} ORDER BY id")
     assert silver_rows == [[1, "ada", 11], [3, "cy", 30], [4, "dee", 40]]

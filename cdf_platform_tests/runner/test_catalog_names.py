@@ -25,6 +25,7 @@ from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_file import parse_specs
 from cdf_platform.definitions import build_defs
+from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.status import WindowState, pipeline_status
@@ -98,6 +99,9 @@ def test_a_named_pipeline_runs_registers_silver_and_answers_status_without_a_jvm
     assert located[bronze]["location"] == _location(spark, bronze)
     assert located[silver]["location"] == f"{warehouse}/{silver_schema}.db/orders"
     assert _location(spark, silver) == located[silver]["location"]
+    # The run that created silver records its table id too (it located the name before).
+    silver_id = DeltaLog(located[silver]["location"]).table_id()
+    assert located[silver]["table_id"] == silver_id
     assert control.read_states()["orders"]["source"] == located[bronze]["location"]
 
     spark.sql(f"UPDATE {bronze} SET amount = 11 WHERE id = 1")
