@@ -144,8 +144,9 @@ class GoldConsumer:
 
     def _vacuum_silver(self) -> None:
         """VACUUM silver with zero retention: every file its latest version does not need goes,
-        change-data files included. Spark's VACUUM, not delta-rs': delta-rs 1.6 deletes the
-        deletion-vector files the latest version still uses (silver has them on)."""
+        change-data files included. Spark's VACUUM, not delta-rs': delta-rs 1.6.6's full
+        VACUUM deleted a deletion-vector file that silver's latest version still used (seen in
+        history 9), so the snapshot itself could no longer be read."""
         vacuum_retain_zero(self.spark.spark_session, self.silver)
         self.report.vacuums += 1
 

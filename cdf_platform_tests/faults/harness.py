@@ -7,7 +7,9 @@ RunResult and the control table all equal the latest version at plan time), and 
 the oracle (SCD2 ordered by `sequence_by`: every version equal to the history oracle's). Lost
 windows are counted as actual (ground truth), detected (a rebuild with an incident, or the
 classified error under FAIL_FAST), silent (actual, not detected) and spurious (detected, not
-actual).
+actual). Given a gold consumer (`cdf_platform_tests.faults.gold`), the harness hands it the
+rows the oracle expects live after each run, and it materializes (or skips) and checks itself
+against the gold oracle.
 
 Example:
     >>> report = HistoryHarness(spark, lake, seed=3).run()  # doctest: +SKIP
