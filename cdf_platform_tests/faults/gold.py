@@ -86,7 +86,7 @@ class GoldConsumer:
         spec: PipelineSpec,
         seed: int,
         *,
-        skip: float = 0.5,
+        skip: float = 0.7,
         vacuums: int = 1,
     ) -> None:
         self.silver = spec.target
