@@ -7,7 +7,9 @@ RunResult and the control table all equal the latest version at plan time), and 
 the oracle (SCD2 ordered by `sequence_by`: every version equal to the history oracle's). Lost
 windows are counted as actual (ground truth), detected (a rebuild with an incident, or the
 classified error under FAIL_FAST), silent (actual, not detected) and spurious (detected, not
-actual).
+actual). Given a gold consumer (`cdf_platform_tests.faults.gold`), the harness hands it the
+rows the oracle expects live after each run, and it materializes (or skips) and checks itself
+against the gold oracle.
 
 Example:
     >>> report = HistoryHarness(spark, lake, seed=3).run()  # doctest: +SKIP
@@ -48,6 +50,7 @@ from cdf_platform_tests.faults.bronze_model import (
     Row,
 )
 from cdf_platform_tests.faults.change_oracle import ChangeOracle
+from cdf_platform_tests.faults.gold import GoldConsumer
 from cdf_platform_tests.faults.history import (
     CI_PROFILE,
     CONCURRENT_OPS,
@@ -59,7 +62,7 @@ from cdf_platform_tests.faults.history import (
     initial_rows,
     plan_history,
 )
-from cdf_platform_tests.faults.history_oracle import HistoryOracle
+from cdf_platform_tests.faults.history_oracle import END_AT, HistoryOracle
 from cdf_platform_tests.faults.modeling import (
     conform_snapshot,
     history_problems,
@@ -111,6 +114,7 @@ class HistoryReport:
     spurious_rebuilds: int = 0
     divergences: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    gold: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready figures."""
@@ -129,6 +133,7 @@ class HistoryReport:
             "spurious_rebuilds": self.spurious_rebuilds,
             "divergences": self.divergences,
             "seconds": round(self.seconds, 2),
+            "gold": self.gold,
         }
 
 
@@ -154,6 +159,7 @@ class HistoryHarness:
         profile: HistoryProfile = CI_PROFILE,
         *,
         config: HistoryConfig | None = None,
+        gold: GoldConsumer | None = None,
     ) -> None:
         self.spark = spark
         self.seed = seed
@@ -176,6 +182,9 @@ class HistoryHarness:
         self.columns: list[str] = []
         self.silver = Silver((), {}, ())
         self.history: list[Row] = []  # SCD2 silver's rows after the last run
+        self.expected_history: list[Row] = []  # the history oracle's rows after the last run
+        # The gold consumer, materialized after the runs and checked against its oracle.
+        self.gold = gold
         self._control_behind = False
         self.last_plan_at = datetime.now(UTC).replace(tzinfo=None)
 
@@ -195,9 +204,13 @@ class HistoryHarness:
         try:
             for op in plan_history(self.seed, self.profile):
                 self.step(op)
+            if self.gold is not None:
+                self._check_gold(self.gold.finish(self.live_rows()))
         except Divergence as err:
             self.report.divergences.append(str(err))
         self.report.seconds = time.monotonic() - started
+        if self.gold is not None:
+            self.report.gold = self.gold.report.as_dict()
         return self.report
 
     def step(self, op: Op) -> None:
@@ -254,6 +267,9 @@ class HistoryHarness:
             assert result is not None
             self._check_result(result, latest, truth, requested=False)
         self.verify_silver(result.mode, result.incident_code, latest, plan_at)
+        if self.gold is not None:
+            rebuilt = result.mode is RunMode.REBUILD
+            self._check_gold(self.gold.after_run(rebuilt=rebuilt, live_rows=self.live_rows()))
 
     def _run_engine(self, op: Op, latest: int) -> RunResult:
         if op is not Op.RUN_WITH_COMMIT:
@@ -294,6 +310,17 @@ class HistoryHarness:
             writer.join()
 
     # -- ground truth and checks ---------------------------------------------------------------
+
+    def live_rows(self) -> list[Row]:
+        """The rows the oracle expects live in silver after the last run: not soft-deleted,
+        and in SCD2 silver the current versions."""
+        if self.sequenced_history:
+            return [row for row in self.expected_history if row[END_AT] is None]
+        return [dict(row.values) for row in self.oracle.rows.values() if not row.deleted]
+
+    def _check_gold(self, problems: list[str]) -> None:
+        if problems:
+            raise self._fail(f"{problems[:5]}")
 
     def _ground_truth(self, latest: int, now: float) -> LostWindow | None:
         assert self.bronze is not None
@@ -413,6 +440,7 @@ class HistoryHarness:
             if self.sequenced_history:
                 # Every version of every key is the history oracle's.
                 versions = self.history_oracle.expected(silver_columns, retired)
+                self.expected_history = versions
                 self.history, found = sequenced_history_problems(
                     self.spec.target, versions, silver_columns
                 )

@@ -1,24 +1,36 @@
 """Generated bronze histories against the oracle: after every consumer run silver equals the
 oracle (computed in Python from bronze's history and the pipeline's options), the watermark is
 the pinned version, and every lost window was detected and recovered (no silent loss). The CI
-histories hold every feasible pair of option levels (`cdf_platform_tests.faults.options`)."""
+histories hold every feasible pair of option levels (`cdf_platform_tests.faults.options`).
+Some of them also feed a gold consumer on the watermark IO manager, materialized with Dagster
+and checked against the gold oracle (`cdf_platform_tests.faults.gold`)."""
 
 from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
+from cdf_platform.orchestration.resources import SparkResource
+from cdf_platform_tests.faults.gold import GoldConsumer
 from cdf_platform_tests.faults.harness import Divergence, HistoryHarness, history_spec
 from cdf_platform_tests.faults.history import CI_PROFILE, RUNS, Op, plan_history
 from cdf_platform_tests.faults.options import COVERING, HistoryConfig, config_for, coverage_table
 from cdf_platform_tests.faults.oracle import read_silver
 
 CI_SEEDS = list(range(1, len(COVERING) + 1))
+# The CI histories that also feed the gold consumer, one per silver shape: SCD2 ordered by
+# `sequence_by` with lost windows and a FAIL_FAST operator's rebuild (1), SCD1 with hard
+# deletes and key updates (2), SCD1 with soft deletes, lost windows and a recreated bronze (7),
+# SCD2 with key updates and lost windows (9). Gold costs seconds per history: not all ten; and
+# its VACUUM of silver (then a full recompute) only in two of them, seed -> VACUUMs at most.
+GOLD_SEEDS = {1: 0, 2: 1, 7: 1, 9: 0}
 
 
 def test_ci_histories_hold_every_feasible_pair_of_options(
@@ -87,14 +99,26 @@ def test_ci_seeds_retire_a_column_then_reinsert_a_soft_deleted_key() -> None:
 
 @pytest.mark.parametrize("seed", CI_SEEDS)
 def test_generated_history_matches_the_oracle_without_silent_loss(
-    spark: SparkSession, lake: Path, seed: int
+    spark: SparkSession,
+    spark_resource: SparkResource,
+    lake: Path,
+    seed: int,
+    record_property: Callable[[str, object], None],
 ) -> None:
-    report = HistoryHarness(spark, lake, seed, CI_PROFILE).run()
+    gold = None
+    if seed in GOLD_SEEDS:
+        spec = history_spec(lake, seed)
+        gold = GoldConsumer(spark_resource, lake, spec, seed, vacuums=GOLD_SEEDS[seed])
+    report = HistoryHarness(spark, lake, seed, CI_PROFILE, gold=gold).run()
     assert report.divergences == []
     assert report.silent_losses == 0
     assert report.spurious_rebuilds == 0
     assert report.detected_losses == report.actual_losses
     assert len(report.operations) >= 25
+    record_property("seconds", round(report.seconds, 2))
+    if report.gold is not None:
+        record_property("gold", report.gold)  # its runs, modes and seconds (--junitxml)
+        assert report.gold["runs"] >= 3  # the first read, the catch-up at the end, the rerun
 
 
 class _SessionsIgnoringMissingFiles:
@@ -132,6 +156,26 @@ def test_the_oracle_catches_a_silent_loss_when_the_engine_guards_are_disabled(
     silver = read_silver(harness.spec.target)
     assert 3 in silver.rows  # the delete was lost...
     assert silver.rows[1].values["amount"] == 1  # ...and so was the update
+
+
+def test_the_gold_oracle_catches_a_consumer_that_counts_soft_deleted_rows(
+    spark: SparkSession, spark_resource: SparkResource, lake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gold check has teeth: once the consumer forgets that a soft-deleted row is gone (it
+    counts every row as live), the incremental batch of the run that deletes a row leaves the
+    name's totals unchanged, and the harness reports the divergence."""
+    config = HistoryConfig(deletes="soft")
+    gold = GoldConsumer(spark_resource, lake, history_spec(lake, 2, config), 2, skip=0, vacuums=0)
+    harness = HistoryHarness(spark, lake, seed=2, config=config, gold=gold)
+    bronze = harness.start([{"id": k, "name": "ada", "amount": k} for k in range(1, 4)])
+    harness.consumer_run(Op.RUN)
+    assert gold.report.modes == Counter({"full": 1})
+    monkeypatch.setattr("cdf_platform_tests.faults.gold_asset._live", lambda frame: F.lit(True))
+    bronze.delete([2])
+
+    with pytest.raises(Divergence, match=r"name 'ada': gold .* \(3, 6\), oracle \(2, 4\)"):
+        harness.consumer_run(Op.RUN)
+    assert gold.report.modes == Counter({"full": 1, "incremental": 1})
 
 
 @pytest.mark.slow
