@@ -39,6 +39,13 @@ class CdfPlatformError(Exception):
         self.action = action or self.default_action
         super().__init__(self._render())
 
+    def resolved_by(self, action: str) -> CdfPlatformError:
+        """This error, its action replaced (the same failure calls for another remedy where the
+        consumer is not a pipeline's silver); returns self."""
+        self.action = action
+        self.args = (self._render(),)
+        return self
+
     def _render(self) -> str:
         facts = [
             f"{name}={value}"
@@ -189,3 +196,8 @@ class RuntimeEnvironmentError(CdfPlatformError):
 
     incident_code = "RUNTIME_ENVIRONMENT"
     default_action = "install a Java 17+ runtime and put it on PATH or in JAVA_HOME"
+
+
+REBUILDABLE = (ReplayWindowLost, SourceReset, IncompatibleSchemaChange, CdfNotEnabled)
+"""The failures a read from a pinned snapshot repairs (a silver rebuild, a consumer's full
+recompute)."""

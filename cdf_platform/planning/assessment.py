@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from cdf_platform.core import errors
 from cdf_platform.core.errors import (
     CatalogManagedSource,
     CdfNotEnabled,
@@ -55,7 +56,8 @@ from cdf_platform.window.replay_window import (
 CATALOG_MANAGED_FEATURES = ("catalogManaged", "catalogOwned-preview")
 
 # Problems a snapshot rebuild repairs (when the pipeline's fallback allows it).
-REBUILDABLE = (ReplayWindowLost, SourceReset, IncompatibleSchemaChange, CdfNotEnabled)
+# Re-exported: the runner's name for what a rebuild repairs.
+REBUILDABLE = errors.REBUILDABLE
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from cdf_platform.core.errors import CdfPlatformError, ReplayWindowLost, SourceReset
+from cdf_platform.core.errors import (
+    REBUILDABLE,
+    CdfPlatformError,
+    ReplayWindowLost,
+    SourceReset,
+)
 from cdf_platform.core.spec import FallbackMode
 from cdf_platform.planning.assessment import replay_problem
 from cdf_platform.state.consumer_marks import ConsumerMarks
@@ -35,6 +40,15 @@ from cdf_platform.window.replay_window import (
     assess_consumer,
     compute_replay_window,
 )
+
+
+def recompute_action(consumer: str) -> str:
+    """What repairs a consumer whose input cannot be read incrementally any more."""
+    return (
+        f"recompute {consumer} from its inputs' snapshots: launch recompute_job for it (under "
+        "SNAPSHOT_REBUILD its next run does so by itself); if the window was lost, raise "
+        "delta.deletedFileRetentionDuration on the input above the consumer's longest pause"
+    )
 
 
 class BatchMode(StrEnum):
@@ -161,6 +175,8 @@ def plan_input(
         problem = replay_problem(consumer, table, window, mark.version + 1)
         if problem is None:
             return plan(BatchMode.INCREMENTAL)
+    if isinstance(problem, REBUILDABLE):
+        problem = problem.resolved_by(recompute_action(consumer))
     if fallback is FallbackMode.FAIL_FAST:
         raise problem
     return plan(BatchMode.FULL, str(problem), problem)

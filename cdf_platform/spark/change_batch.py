@@ -27,7 +27,7 @@ from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.faults import FaultPoint, fault_point
 from cdf_platform.core.sql import create_table_sql, quote_ident, sql_path
 from cdf_platform.deltalog.tables import is_delta_table
-from cdf_platform.planning.input_plan import BatchMode, InputPlan
+from cdf_platform.planning.input_plan import BatchMode, InputPlan, recompute_action
 from cdf_platform.spark.changes import (
     CHANGE_TYPE,
     COMMIT_TIMESTAMP,
@@ -94,6 +94,8 @@ class ChangeBatch:
             self.plan.table,
             self.plan.end_version if start is None else start,
             self.plan.end_version,
+            feed=f"change feed of {self.plan.input_id}",
+            action=recompute_action(self.plan.consumer),
         )
 
     def _require_incremental(self, what: str) -> int:
@@ -115,7 +117,7 @@ class ChangeBatch:
         start = self._require_incremental("change rows")
         spark = self.session()
         return read_changes(
-            spark, self.plan.table, start, self.plan.end_version, pipeline_id=self.plan.consumer
+            spark, self.plan.table, start, self.plan.end_version, context=self._context()
         )
 
     def changes(self) -> DataFrame:
@@ -275,7 +277,8 @@ def write_output(
         InvalidPipelineSpec: `MergeRows` names a key the rows do not have.
         UnknownReadFailure, ...: the write failed (classified).
     """
-    ctx = ReadContext(consumer, table, stamp.version if stamp else 0, stamp.version if stamp else 0)
+    run = stamp.version if stamp else 0
+    ctx = ReadContext(consumer, table, run, run, feed=f"the write of {consumer}, run counter")
     rows = output.rows
     if isinstance(output, MergeRows):
         missing = [k for k in output.keys if k not in rows.columns]

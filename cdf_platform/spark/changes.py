@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from cdf_platform.core.errors import (
+    REBUILDABLE,
     CdfPlatformError,
     DataQualityError,
     InvalidPipelineSpec,
@@ -54,6 +55,11 @@ class ReadContext:
     table: str
     start_version: int
     end_version: int
+    feed: str = "bronze change feed"
+    """How messages name what is read."""
+    action: str | None = None
+    """What repairs a failure a snapshot read repairs (`REBUILDABLE`), where the class's own
+    action (a silver rebuild) does not apply."""
 
 
 def classify_read_failure(err: BaseException, ctx: ReadContext) -> CdfPlatformError:
@@ -67,14 +73,20 @@ def classify_read_failure(err: BaseException, ctx: ReadContext) -> CdfPlatformEr
         return err
     facts = failure_facts(err)
     first_line = facts.first_line or type(err).__name__
-    range_text = f"bronze change feed ({ctx.start_version - 1}, {ctx.end_version}]"
+    range_text = f"{ctx.feed} ({ctx.start_version - 1}, {ctx.end_version}]"
     rule = rule_for(facts)
     if rule is None:
         error: type[CdfPlatformError] = UnknownReadFailure
         problem = f"reading {range_text} failed: {first_line}"
     else:
         error, problem = rule.error, f"{rule.summary} {range_text} ({first_line})"
-    return error(problem, pipeline_id=ctx.pipeline_id, table=ctx.table, version=ctx.start_version)
+    return error(
+        problem,
+        pipeline_id=ctx.pipeline_id,
+        table=ctx.table,
+        version=ctx.start_version,
+        action=ctx.action if issubclass(error, REBUILDABLE) else None,
+    )
 
 
 def classified(ctx: ReadContext, action: Callable[[], T]) -> T:
@@ -98,8 +110,11 @@ def read_changes(
     end_version: int,
     *,
     pipeline_id: str | None = None,
+    context: ReadContext | None = None,
 ) -> DataFrame:
     """The change feed of the Delta table at `path` for versions [start, end], both pinned.
+
+    `context` names the read in classified errors (default: a pipeline's read of bronze).
 
     `end_version` must be a version known to exist (Delta would clamp a larger one silently).
     Failures at `load()` are classified here; failures at the action must be wrapped by the
@@ -111,7 +126,7 @@ def read_changes(
     """
     if start_version > end_version:
         raise ValueError(f"empty range [{start_version}, {end_version}]")
-    ctx = ReadContext(pipeline_id, path, start_version, end_version)
+    ctx = context or ReadContext(pipeline_id, path, start_version, end_version)
     return classified(
         ctx,
         lambda: (
