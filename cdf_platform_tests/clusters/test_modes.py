@@ -38,7 +38,7 @@ from cdf_platform_tests.bronze import (
     vacuum_retain_zero,
 )
 from cdf_platform_tests.cli_process import run_cli
-from cdf_platform_tests.clusters.cli_session import CliSession
+from cdf_platform_tests.cli_session import CliSession
 from cdf_platform_tests.clusters.servers import ConnectServer, StandaloneCluster
 
 pytestmark = pytest.mark.cluster
