@@ -125,10 +125,12 @@ def platform(
     elif request.param == "connect":
         env = {REMOTE_ENV: request.getfixturevalue("connect_server").url}
     platform = Platform(spark, tmp_path / "lake", env, delete_mode="hard")
-    if request.param != "standalone":
+    if request.param == "local":
         yield platform
         return
-    # One cluster application (driver and executor started once) for the story's runs.
+    # One CLI process for the story's runs: on the cluster, one application (driver and
+    # executor started once); over Connect, one client (the other Connect tests start a fresh
+    # `cdf-platform` process per run).
     with platform.with_session(tmp_path / "cli.log"):
         yield platform
 
