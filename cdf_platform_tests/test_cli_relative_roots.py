@@ -14,6 +14,7 @@ from cdf_platform.runner import run_pipeline
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.bronze import insert, make_bronze, rows, sql
 from cdf_platform_tests.cli_process import run_cli
+from cdf_platform_tests.cli_session import CliSession
 
 PIPELINES = "pipelines:\n  - id: m\n    source: bronze/m\n    target: silver/m\n    keys: [id]\n"
 
@@ -40,37 +41,38 @@ def test_run_rebuild_and_status_on_relative_roots_from_flags_and_environment(
         "CDF_CONTROL_ROOT": "w/control",
     }
 
-    # The first run creates silver with Spark: a relative path in `delta.`...`` SQL used to
-    # fail with SCHEMA_NOT_FOUND.
-    loaded = run_cli("run", "m", "--json", *flags, env=_spark_env(tmp_path), cwd=tmp_path)
-    assert loaded.returncode == 0, loaded.stderr[-2000:]
-    figures = json.loads(loaded.stdout)
-    assert (figures["mode"], figures["watermark_after"]) == ("initial_load", 2)
+    # The commands run in one CLI process (`CliSession`), so Spark starts once for both runs;
+    # each command gets the roots from its own flags or variables only.
+    with CliSession(_spark_env(tmp_path), tmp_path / "cli.log", cwd=tmp_path) as cli:
+        # The first run creates silver with Spark: a relative path in `delta.`...`` SQL used
+        # to fail with SCHEMA_NOT_FOUND.
+        code, output = cli.run("run", "m", "--json", *flags)
+        assert code == 0, cli.log.read_text()[-2000:]
+        figures = json.loads(output)
+        assert (figures["mode"], figures["watermark_after"]) == ("initial_load", 2)
 
-    insert(spark, str(bronze), [(3, "cy", 30)])
-    rebuilt = run_cli(
-        "rebuild", "m", "--json", env={**_spark_env(tmp_path), **variables}, cwd=tmp_path
-    )
-    assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
-    figures = json.loads(rebuilt.stdout)
-    assert (figures["mode"], figures["watermark_after"], figures["incident_code"]) == (
-        "rebuild",
-        3,
-        "MANUAL_REBUILD",
-    )
-    assert rows(spark, str(silver)) == [(1, "ada", 11), (2, "bob", 20), (3, "cy", 30)]
-    # Both commands wrote the same control tables, which record the absolute locations.
-    state = ControlTable(str(work / "control")).read_states()["m"]
-    assert (state["source"], state["target"]) == (str(bronze), str(silver))
-    assert state["last_commit_version"] == 3
+        insert(spark, str(bronze), [(3, "cy", 30)])
+        code, output = cli.run("rebuild", "m", "--json", env=variables)
+        assert code == 0, cli.log.read_text()[-2000:]
+        figures = json.loads(output)
+        assert (figures["mode"], figures["watermark_after"], figures["incident_code"]) == (
+            "rebuild",
+            3,
+            "MANUAL_REBUILD",
+        )
+        assert rows(spark, str(silver)) == [(1, "ada", 11), (2, "bob", 20), (3, "cy", 30)]
+        # Both commands wrote the same control tables, which record the absolute locations.
+        state = ControlTable(str(work / "control")).read_states()["m"]
+        assert (state["source"], state["target"]) == (str(bronze), str(silver))
+        assert state["last_commit_version"] == 3
 
-    for status in (
-        run_cli("status", "--json", *flags, cwd=tmp_path),
-        run_cli("status", "--json", env=variables, cwd=tmp_path),
-    ):
-        assert status.returncode == 0, status.stderr[-2000:]
-        (row,) = json.loads(status.stdout)
-        assert (row["pipeline_id"], row["state"], row["watermark"]) == ("m", "OK", 3)
+        for code, output in (
+            cli.run("status", "--json", *flags),
+            cli.run("status", "--json", env=variables),
+        ):
+            assert code == 0, cli.log.read_text()[-2000:]
+            (row,) = json.loads(output)
+            assert (row["pipeline_id"], row["state"], row["watermark"]) == ("m", "OK", 3)
 
 
 def test_a_run_failing_outside_the_classifier_exits_2_with_a_classified_error(

@@ -38,7 +38,7 @@ from cdf_platform_tests.bronze import (
     vacuum_retain_zero,
 )
 from cdf_platform_tests.cli_process import run_cli
-from cdf_platform_tests.clusters.cli_session import CliSession
+from cdf_platform_tests.cli_session import CliSession
 from cdf_platform_tests.clusters.servers import ConnectServer, StandaloneCluster
 
 pytestmark = pytest.mark.cluster
@@ -147,11 +147,14 @@ def platform(
     elif request.param == "connect":
         env = {REMOTE_ENV: request.getfixturevalue("connect_server").url}
     platform = Platform(spark, tmp_path / "lake", env, delete_mode="hard")
-    if request.param != "standalone":
+    if request.param == "local":
         yield platform
         return
-    platform.on_cluster(cluster)
-    # One cluster application (driver and executor started once) for the story's runs.
+    if request.param == "standalone":
+        platform.on_cluster(cluster)
+    # One CLI process for the story's runs: on the cluster, one application (driver and
+    # executor started once); over Connect, one client (the other Connect tests start a fresh
+    # `cdf-platform` process per run).
     with platform.with_session(tmp_path / "cli.log"):
         yield platform
 

@@ -30,7 +30,7 @@ from cdf_platform.core.config import (
     SPARK_LOG_ENV,
 )
 from cdf_platform.state.control import ControlTable
-from cdf_platform_tests.clusters.cli_session import CliSession
+from cdf_platform_tests.cli_session import CliSession
 from cdf_platform_tests.clusters.servers import HiveMetastore
 
 pytestmark = pytest.mark.cluster

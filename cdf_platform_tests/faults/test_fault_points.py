@@ -1,16 +1,16 @@
 """A run killed at each fault point (a subprocess that `os._exit`s there, like a killed driver),
 then rerun: the result equals the snapshot oracle.
 
-The four killed runs start together in one module fixture (a Spark start costs 20-40 s here);
-each test then checks its own kill and rerun.
+The four killed runs happen in one module fixture (a Spark start costs 20-40 s here): each
+`cdf-platform` process starts its SparkSession as the fixture begins (`CliSession`), while the
+scenarios' tables are prepared in this process, then gets its `run` command and dies at its
+fault point. Each test then checks its own kill and rerun.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,12 +21,12 @@ from pyspark.sql import SparkSession
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.state.watermark import read_silver_state
+from cdf_platform_tests.cli_session import CliSession, SessionEnded
 from cdf_platform_tests.faults.bronze_model import BronzeTable
 from cdf_platform_tests.faults.harness import HistoryHarness
 from cdf_platform_tests.faults.history import Op
 from cdf_platform_tests.faults.options import hand_config
 
-SUBPROCESS_TIMEOUT = 900
 # The module fixture (four concurrent Spark starts) runs inside the first test's timeout.
 pytestmark = pytest.mark.timeout(1200)
 ROWS = [{"id": k, "name": f"n{k}", "amount": k * 10} for k in range(1, 9)]
@@ -58,7 +58,6 @@ class KilledRun:
     silver_version: int | None
     watermark: int | None
     control_watermark: object
-    process: subprocess.Popen[str] | None = None
     returncode: int | None = None
     stderr: str = ""
     killed_at: datetime | None = None
@@ -86,51 +85,50 @@ def _pipelines_file(harness: HistoryHarness, path: Path) -> None:
     )
 
 
-def _launch(run: KilledRun, pipelines: Path) -> None:
-    run.killed_at = datetime.now(UTC).replace(tzinfo=None)
-    command = [sys.executable, "-m", "cdf_platform.cli", "run", run.harness.spec.id]
-    command += ["--pipelines", str(pipelines), "--control-root", run.harness.control.root]
-    run.process = subprocess.Popen(
-        command,
-        env={**os.environ, FAULT_ENV: run.point.value, "CDF_SPARK_MASTER": "local[1]"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 @pytest.fixture(scope="module")
 def killed_runs(
     spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[FaultPoint, KilledRun]]:
-    """Each scenario loaded once in-process, changed, then run in a subprocess killed at its
-    fault point; the subprocesses run concurrently."""
+    """Each scenario loaded once in-process, changed, then run by `cdf-platform run` in its own
+    process (Spark started beforehand), killed at its fault point; the processes run
+    concurrently."""
+    roots = {point: tmp_path_factory.mktemp(f"fault-{point.value}") for point in SCENARIOS}
     runs: dict[FaultPoint, KilledRun] = {}
-    for point, (seed, change) in SCENARIOS.items():
-        root = tmp_path_factory.mktemp(f"fault-{point.value}")
-        harness = HistoryHarness(spark, root / "lake", seed, config=hand_config(seed))
-        bronze = harness.start(ROWS)
-        harness.consumer_run(Op.RUN)  # initial load: watermark 0
-        change(bronze)
-        control = harness.control.read_states()[harness.spec.id]["last_commit_version"]
-        state = read_silver_state(harness.spec.target, harness.spec.id)
-        run = KilledRun(
-            point, harness, bronze.version, state.silver_version, state.watermark, control
-        )
-        pipelines = root / "pipelines.yaml"
-        _pipelines_file(harness, pipelines)
-        _launch(run, pipelines)
-        runs[point] = run
-    try:
-        for run in runs.values():
-            assert run.process is not None
-            _, run.stderr = run.process.communicate(timeout=SUBPROCESS_TIMEOUT)
-            run.returncode = run.process.returncode
-        yield runs
-    finally:
-        for run in runs.values():
-            if run.process is not None and run.process.poll() is None:
-                run.process.kill()
+    with ExitStack() as stack:
+        sessions = {
+            point: stack.enter_context(
+                CliSession(
+                    {FAULT_ENV: point.value, "CDF_SPARK_MASTER": "local[1]"},
+                    root / "cli.log",
+                    start_spark=True,
+                )
+            )
+            for point, root in roots.items()
+        }
+        for point, (seed, change) in SCENARIOS.items():
+            root = roots[point]
+            harness = HistoryHarness(spark, root / "lake", seed, config=hand_config(seed))
+            bronze = harness.start(ROWS)
+            harness.consumer_run(Op.RUN)  # initial load: watermark 0
+            change(bronze)
+            control = harness.control.read_states()[harness.spec.id]["last_commit_version"]
+            state = read_silver_state(harness.spec.target, harness.spec.id)
+            run = KilledRun(
+                point, harness, bronze.version, state.silver_version, state.watermark, control
+            )
+            pipelines = root / "pipelines.yaml"
+            _pipelines_file(harness, pipelines)
+            run.killed_at = datetime.now(UTC).replace(tzinfo=None)
+            command = ["run", harness.spec.id, "--pipelines", str(pipelines)]
+            sessions[point].send(*command, "--control-root", harness.control.root)
+            runs[point] = run
+        for point, run in runs.items():
+            try:
+                run.returncode, _ = sessions[point].result()
+            except SessionEnded as ended:
+                run.returncode = ended.returncode
+            run.stderr = sessions[point].stderr_tail()
+    yield runs
 
 
 def _killed(runs: dict[FaultPoint, KilledRun], point: FaultPoint) -> KilledRun:
