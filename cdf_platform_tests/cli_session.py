@@ -29,6 +29,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+# The checkout's root: the session process imports this module from it whatever its `cwd`.
+ROOT = Path(__file__).resolve().parents[1]
 DONE = "<<exit "
 START_SPARK = "--start-spark"
 SQL = "sql"
@@ -58,7 +60,7 @@ class CliSession:
             stdout=subprocess.PIPE,
             stderr=self._log,
             text=True,
-            env={**os.environ, **env},
+            env={**os.environ, **env, "PYTHONPATH": _python_path()},
             cwd=cwd,
         )
 
@@ -122,6 +124,12 @@ class CliSession:
             self._process.kill()
             self._process.wait()
         self._log.close()
+
+
+def _python_path() -> str:
+    """PYTHONPATH with the checkout's root first (the tests are not an installed package)."""
+    inherited = os.environ.get("PYTHONPATH")
+    return os.pathsep.join([str(ROOT), *([inherited] if inherited else [])])
 
 
 @contextlib.contextmanager
