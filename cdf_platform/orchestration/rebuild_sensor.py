@@ -60,8 +60,11 @@ def _latest_evaluated(instance: dg.DagsterInstance, key: dg.AssetCheckKey) -> An
     failed before the check ran (a FAIL_FAST asset's own run fails on the lost window). Reading
     only the newest would then hide the loss the evaluation before it reported.
     """
-    history = instance.event_log_storage.get_asset_check_execution_history(key, limit=_HISTORY)
     # A planned execution's `evaluation` is its AssetCheckEvaluationPlanned event.
+    latest = instance.get_latest_asset_check_evaluation_record(key)
+    if latest is None or isinstance(latest.evaluation, dg.AssetCheckEvaluation):
+        return latest  # the usual case: one indexed read, no history scan
+    history = instance.event_log_storage.get_asset_check_execution_history(key, limit=_HISTORY)
     evaluated = (r for r in history if isinstance(r.evaluation, dg.AssetCheckEvaluation))
     return next(evaluated, None)
 
