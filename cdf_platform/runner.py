@@ -164,6 +164,7 @@ def finish_run(
             prepared.plan.spec.target,
             control,
             prepared.spec.id,
+            created=not prepared.plan.silver.exists,
         )
     return result
 

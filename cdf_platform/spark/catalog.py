@@ -152,13 +152,22 @@ def _name_table(spark: SparkSession, name: str, location: str) -> None:
 
 
 def register_silver(
-    spark: SparkSession, name: str, location: str, control: ControlTable, pipeline_id: str
+    spark: SparkSession,
+    name: str,
+    location: str,
+    control: ControlTable,
+    pipeline_id: str,
+    *,
+    created: bool,
 ) -> None:
-    """Register the silver table at `location` as `name`, once silver exists there, and record
-    its table id: the run that created silver located the name before the table existed."""
+    """Register the silver table at `location` as `name`, once silver exists there; when this
+    run `created` it, also record its table id (the run located the name before the table
+    existed, so it recorded none)."""
     if not is_delta_table(location):
         return
     _name_table(spark, name, location)
+    if not created:
+        return  # located with its id before the run (`locate_in_catalog`)
     table_id = DeltaLog(location).table_id()
     before = control.read_locations().get(name)
     if before is None or (before["location"], before["table_id"]) != (location, table_id):
