@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -30,6 +28,7 @@ from cdf_platform.window.replay_window import (
 )
 from cdf_platform.window.schema_compat import non_additive_changes
 from cdf_platform_tests.deltalog.synthetic_log import commit_file, write_synthetic_commits
+from cdf_platform_tests.lake_platform import spark_conf
 
 HOUR = 3600.0
 CDF_ON = "'delta.enableChangeDataFeed' = 'true'"
@@ -69,27 +68,16 @@ def cdf_rows(
     return sorted((r["id"], r["_change_type"], r["_commit_version"]) for r in rows)
 
 
-@contextmanager
-def spark_conf(spark: SparkSession, **conf: str) -> Iterator[None]:
-    """Set Spark confs (dots written as __) for the block, then unset them."""
-    keys = {key.replace("__", "."): value for key, value in conf.items()}
-    for key, value in keys.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key in keys:
-            spark.conf.unset(key)
-
-
 def vacuum(spark: SparkSession, table: str, retain_zero: bool = False) -> None:
     """VACUUM with its START/END commits logged (optionally RETAIN 0 HOURS, check off)."""
     with spark_conf(
         spark,
-        spark__databricks__delta__vacuum__logging__enabled="true",
-        spark__databricks__delta__retentionDurationCheck__enabled="false",
-        # VACUUM lists files with this many tasks (default 10000): 20-40 s on a tiny table.
-        spark__sql__sources__parallelPartitionDiscovery__parallelism="2",
+        {
+            "spark.databricks.delta.vacuum.logging.enabled": "true",
+            "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+            # VACUUM lists files with this many tasks (default 10000): 20-40 s on a tiny table.
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+        },
     ):
         spark.sql(f"VACUUM {table}" + (" RETAIN 0 HOURS" if retain_zero else ""))
 
@@ -468,10 +456,8 @@ def test_headroom_is_the_first_deadline(spark: SparkSession, lake: Path) -> None
 
     # Delta 4.4 refuses logRetentionDuration < deletedFileRetentionDuration unless told not to;
     # tables set up that way lose their log first.
-    with spark_conf(
-        spark,
-        spark__databricks__delta__vacuum__enforceDeletedFileAndLogRetentionDurationCompatibility="false",
-    ):
+    compatibility = "enforceDeletedFileAndLogRetentionDurationCompatibility"
+    with spark_conf(spark, {f"spark.databricks.delta.vacuum.{compatibility}": "false"}):
         spark.sql(
             f"ALTER TABLE {table} SET TBLPROPERTIES "
             "('delta.logRetentionDuration' = 'interval 5 hours')"
