@@ -27,7 +27,10 @@ import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cdf_platform.spark.session import SparkSettings
 
 # The checkout's root: the session process imports this module from it whatever its `cwd`.
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,7 +90,7 @@ class CliSession:
             SessionEnded: the process ended before the command finished.
         """
         assert self._process.stdout is not None
-        lines = []
+        lines: list[str] = []
         for line in self._process.stdout:
             if line.startswith(DONE):
                 return int(line[len(DONE) :].rstrip(">\n")), "".join(lines)
@@ -147,23 +150,36 @@ def _environment(env: Mapping[str, str]) -> Iterator[None]:
                 os.environ[name] = value
 
 
-def _start_spark() -> None:
-    """The SparkSession a local `cdf-platform run` builds (its master and JVM log; local
-    locations add no conf); the command's own `build_spark_session` then gets this one."""
-    from cdf_platform.core.config import default_master, default_spark_log
-    from cdf_platform.spark.session import SparkSettings, build_spark_session
+def _settings() -> SparkSettings:
+    """The settings a `cdf-platform run` of this environment builds its SparkSession with
+    (master or Connect server, JVM log, the lake root's store connectors); the command's own
+    `build_spark_session` then gets the session these started."""
+    from cdf_platform.core.config import (
+        default_lake_root,
+        default_master,
+        default_remote,
+        default_spark_log,
+    )
+    from cdf_platform.spark.session import SparkSettings
 
-    build_spark_session(SparkSettings(master=default_master(), jvm_log=default_spark_log()))
+    return SparkSettings(
+        master=default_master(),
+        remote=default_remote(),
+        jvm_log=default_spark_log(),
+        storage_locations=(default_lake_root(),),
+    )
+
+
+def _start_spark() -> None:
+    from cdf_platform.spark.session import build_spark_session
+
+    build_spark_session(_settings())
 
 
 def _sql(statement: str) -> int:
-    from cdf_platform.core.config import default_master, default_remote, default_spark_log
-    from cdf_platform.spark.session import SparkSettings, build_spark_session
+    from cdf_platform.spark.session import build_spark_session
 
-    settings = SparkSettings(
-        master=default_master(), remote=default_remote(), jvm_log=default_spark_log()
-    )
-    rows = build_spark_session(settings).sql(statement).collect()
+    rows = build_spark_session(_settings()).sql(statement).collect()
     sys.stdout.write(json.dumps([list(row) for row in rows], default=str) + "\n")
     return 0
 
