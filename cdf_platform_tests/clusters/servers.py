@@ -10,16 +10,19 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 from xml.sax.saxutils import escape
 
 from pyspark.find_spark_home import _find_spark_home
+from pyspark.sql import SparkSession
 
 from cdf_platform.demo.local_s3 import free_port, stop_process
+from cdf_platform.spark.object_stores import ObjectStoreConf
 from cdf_platform.spark.session import CONNECT_SERVER_CLASS, delta_conf
 
 START_TIMEOUT_SECONDS = 240.0
@@ -76,7 +79,7 @@ class _Servers:
         for process in reversed(self.processes):
             stop_process(process, 30, group=True)
 
-    def __enter__(self) -> _Servers:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -105,13 +108,16 @@ class StandaloneCluster(_Servers):
         self.cores, self.memory = cores, memory
         self.conf_dir = workdir / "conf"
 
+    def spark_defaults(self) -> str:
+        """The `spark-defaults.conf` lines of `conf_dir`."""
+        return (
+            f"spark.databricks.delta.snapshotPartitions {self.cores}\n"
+            f"spark.sql.sources.parallelPartitionDiscovery.parallelism {self.cores}\n"
+        )
+
     def start(self) -> StandaloneCluster:
         self.conf_dir.mkdir(parents=True, exist_ok=True)
-        (self.conf_dir / "spark-defaults.conf").write_text(
-            f"spark.databricks.delta.snapshotPartitions {self.cores}\n"
-            f"spark.sql.sources.parallelPartitionDiscovery.parallelism {self.cores}\n",
-            encoding="utf-8",
-        )
+        (self.conf_dir / "spark-defaults.conf").write_text(self.spark_defaults(), encoding="utf-8")
         spark_class = str(spark_home() / "bin" / "spark-class")
         master = ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
         self._start(
@@ -163,22 +169,33 @@ def _get_json(url: str) -> dict[str, Any]:
 
 class ConnectServer(_Servers):
     """A Spark Connect server running `master`, with Delta configured (`delta_conf()`) unless
-    `delta` is False.
+    `delta` is False, the connectors and settings of `stores`, and `conf` (a catalog, say).
 
     Attributes:
         url: `sc://127.0.0.1:<port>`, what `CDF_SPARK_REMOTE` takes.
     """
 
-    def __init__(self, workdir: Path, master: str = "local[2]", delta: bool = True) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        master: str = "local[2]",
+        delta: bool = True,
+        stores: ObjectStoreConf | None = None,
+        conf: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(workdir)
         self.port = free_port()
         self.url = f"sc://127.0.0.1:{self.port}"
         self.master = master
         self.delta = delta
+        self.stores = stores or ObjectStoreConf()
+        self.conf = conf or {}
 
     def start(self) -> ConnectServer:
+        stores = self.stores
         conf = {
-            **(delta_conf() if self.delta else {}),
+            **(delta_conf(stores.packages, stores.excludes) if self.delta else {}),
+            **stores.conf,
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.grpc.binding.port": str(self.port),
             "spark.ui.enabled": "false",
@@ -187,6 +204,7 @@ class ConnectServer(_Servers):
             "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
             "spark.sql.warehouse.dir": str(self.workdir / "warehouse"),
             "spark.driver.extraJavaOptions": f"-Dderby.system.home={self.workdir}",
+            **self.conf,
         }
         command = [str(spark_home() / "bin" / "spark-submit"), "--class", CONNECT_SERVER_CLASS]
         command += ["--master", self.master, "--driver-memory", "2g"]
@@ -205,16 +223,26 @@ class HiveMetastore(_Servers):
     is the same version). Hive 2.3 has no bind-host setting for it: it listens on every
     interface, at a port found free on loopback; clients use 127.0.0.1.
 
+    A service whose schemas live on an object store needs that store's Hadoop connector:
+    `jars` (the connector's jars, e.g. those a Spark session resolved, see `store_jars`) and
+    `hadoop_conf` (its `fs.*` settings) are added to its class path and `hive-site.xml`.
+
     Attributes:
         uri: `thrift://127.0.0.1:<port>`, what `spark.hadoop.hive.metastore.uris` takes.
         warehouse: Where schemas without a location of their own keep their tables.
     """
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        jars: tuple[str, ...] = (),
+        hadoop_conf: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(workdir)
         self.port = free_port()
         self.uri = f"thrift://127.0.0.1:{self.port}"
         self.warehouse = workdir / "warehouse"
+        self.jars, self.hadoop_conf = jars, hadoop_conf or {}
 
     def start(self) -> HiveMetastore:
         conf_dir = self.workdir / "conf"
@@ -228,6 +256,8 @@ class HiveMetastore(_Servers):
             "hive.metastore.warehouse.dir": str(self.warehouse),
             # Hive's asynchronous logging needs the LMAX disruptor, which pyspark does not ship.
             "hive.async.log.enabled": "false",
+            # The file systems of schema and table locations (the service creates their folders).
+            **self.hadoop_conf,
         }
         properties = "".join(
             f"<property><name>{key}</name><value>{escape(value)}</value></property>\n"
@@ -238,18 +268,35 @@ class HiveMetastore(_Servers):
         )
         java_home = os.environ.get("JAVA_HOME")
         java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
-        classpath = f"{conf_dir}{os.pathsep}{spark_home() / 'jars' / '*'}"
+        classpath = os.pathsep.join([str(conf_dir), str(spark_home() / "jars" / "*"), *self.jars])
         command = [str(java), "-Xmx512m", f"-Dderby.system.home={self.workdir}", "-cp", classpath]
         command += ["org.apache.hadoop.hive.metastore.HiveMetaStore", "-p", str(self.port)]
         self._start("metastore", command)
         self._wait("the Hive metastore", lambda: _port_open(self.port))
         return self
 
+    def spark_conf(self) -> dict[str, str]:
+        """The Spark conf that makes a Spark process use this metastore as its session catalog
+        (a Spark Connect server takes it as `--conf`)."""
+        return {
+            "spark.sql.catalogImplementation": "hive",
+            "spark.hadoop.hive.metastore.uris": self.uri,
+            "spark.sql.warehouse.dir": str(self.warehouse),
+        }
+
     def spark_defaults(self) -> str:
-        """The `spark-defaults.conf` lines that make a Spark process use this metastore as its
-        session catalog."""
-        return (
-            "spark.sql.catalogImplementation hive\n"
-            f"spark.hadoop.hive.metastore.uris {self.uri}\n"
-            f"spark.sql.warehouse.dir {self.warehouse}\n"
-        )
+        """`spark_conf` as `spark-defaults.conf` lines."""
+        return "".join(f"{key} {value}\n" for key, value in self.spark_conf().items())
+
+
+# The S3A connector's jars among those `spark.jars.packages` resolved (Ivy names them
+# `<group>_<artifact>-<version>.jar`): hadoop-aws and the AWS SDK with its dependencies.
+_S3A_JARS = ("org.apache.hadoop_hadoop-aws-", "software.amazon.", "org.reactivestreams_")
+
+
+def s3a_jars(spark: SparkSession) -> tuple[str, ...]:
+    """The local copies of the S3A connector's jars a (classic) session resolved from Maven
+    Central: what a Hive metastore service needs to create folders on S3."""
+    listed = spark.sparkContext.getConf().get("spark.jars", "") or ""
+    paths = [urllib.parse.urlparse(jar).path or jar for jar in listed.split(",") if jar]
+    return tuple(path for path in paths if Path(path).name.startswith(_S3A_JARS))

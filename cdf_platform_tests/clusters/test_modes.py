@@ -1,37 +1,57 @@
-"""The core story once per way of running Spark: in this process (`local[*]`), on a standalone
-cluster (`CDF_SPARK_MASTER=spark://...`), and over Spark Connect (`CDF_SPARK_REMOTE=sc://...`).
+"""The core story in every way of running Spark, on either kind of lake, with tables named by
+path or by name in a shared catalog: one matrix (`CELLS`).
 
-Cluster and Connect runs are the `cdf-platform` CLI in a subprocess, configured only by the
-environment, as a user runs it (on the cluster, the story's runs are commands of one CLI
-process, so its application starts once: `cli_session.py`); the test's own Spark session
-writes bronze and reads the result. The lake is a local folder every process (driver,
-executors, Connect server) shares. Select alone with `pytest -m cluster`.
+- Modes: in this process (`local[*]`), on a standalone cluster (`CDF_SPARK_MASTER=spark://...`),
+  over Spark Connect (`CDF_SPARK_REMOTE=sc://...`).
+- Lakes: a local folder every process shares, or a bucket of the tests' S3 server.
+- Tables: paths under the lake, or names in a Hive metastore service every process shares
+  (`servers.HiveMetastore`, its schemas on S3), reached as the README documents: the command
+  line's `$SPARK_CONF_DIR/spark-defaults.conf`, the Connect server's own conf.
+
+Cluster, Connect and named runs are the `cdf-platform` CLI in a subprocess, configured only by
+the environment, as a user runs it (a story's runs are commands of one CLI process, so on the
+cluster its application starts once: `cli_session.py`); bronze is written by the test's own
+session (paths) or by that process's session, through its catalog (names). Every cell ends with
+`status --json` in a process that cannot find Java. Select alone with `pytest -m cluster`.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from subprocess import CompletedProcess
 from typing import Any
 
 import pytest
 import yaml
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdf_platform.core.config import LAKE_ROOT_ENV, MASTER_ENV, REMOTE_ENV, SPARK_LOG_ENV
+from cdf_platform.core.config import (
+    AUTOMATION_ENV,
+    LAKE_ROOT_ENV,
+    MASTER_ENV,
+    PIPELINES_FILE_ENV,
+    REMOTE_ENV,
+    SPARK_LOG_ENV,
+)
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
 from cdf_platform.core.spec_file import find_spec, load_specs
+from cdf_platform.core.sql import sql_path
 from cdf_platform.deltalog.log import DeltaLog
-from cdf_platform.demo.local_s3 import free_port
-from cdf_platform.planning.status import pipeline_status
+from cdf_platform.demo.local_s3 import LocalS3Server, free_port
 from cdf_platform.runner import run_pipeline
+from cdf_platform.spark.object_stores import object_store_conf
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_tests.bronze import (
     assert_converged_after_kill,
-    insert,
     make_bronze,
     rows,
     sql,
@@ -39,41 +59,114 @@ from cdf_platform_tests.bronze import (
 )
 from cdf_platform_tests.cli_process import run_cli
 from cdf_platform_tests.cli_session import CliSession
-from cdf_platform_tests.clusters.servers import ConnectServer, StandaloneCluster
+from cdf_platform_tests.clusters.servers import (
+    ConnectServer,
+    HiveMetastore,
+    StandaloneCluster,
+    s3a_jars,
+)
 
 pytestmark = pytest.mark.cluster
 
-PEOPLE = {"id": "people", "source": "bronze/people", "target": "silver/people", "keys": ["id"]}
+PEOPLE = {"id": "people", "keys": ["id"]}
+CREATE_BRONZE = (
+    "CREATE TABLE {t} (id BIGINT, name STRING, amount INT) USING DELTA "
+    "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+)
+DAGSTER = str(Path(sys.executable).parent / "dagster")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of the matrix: where Spark runs, where the lake is, how tables are named."""
+
+    mode: str  # local | standalone | connect
+    lake: str  # folder | s3
+    tables: str  # paths | names
+
+    def __str__(self) -> str:
+        return f"{self.mode}-{self.lake}-{self.tables}"
+
+
+# Every mode on a folder by path, and every mode on S3 by name (so every mode on S3 and every
+# mode with names in the shared metastore). A local folder by name is in runner/
+# test_catalog_names.py (the in-memory catalog), S3 by path in s3/test_lake_on_s3.py.
+CELLS = [
+    *(Cell(mode, "folder", "paths") for mode in ("local", "standalone", "connect")),
+    *(Cell(mode, "s3", "names") for mode in ("local", "standalone", "connect")),
+]
+
+
+def _s3a(uri: str) -> str:
+    """`uri` with the `s3a://` scheme (the one Hadoop's S3A, in the metastore too, serves)."""
+    return "s3a://" + uri.split("://", 1)[1]
 
 
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
-    """A standalone master and one worker (2 cores, 2 GiB) for this module."""
+    """A standalone master and one worker (2 cores, 2 GiB) for this module. The worker, and so
+    its executors, have the S3 server's credentials in their environment, as a cluster's nodes
+    have their own."""
     with StandaloneCluster(tmp_path_factory.mktemp("standalone")) as cluster:
         yield cluster.start()
 
 
 @pytest.fixture(scope="module")
-def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
-    """A Spark Connect server with Delta for this module."""
-    with ConnectServer(tmp_path_factory.mktemp("connect")) as server:
+def metastore(
+    tmp_path_factory: pytest.TempPathFactory, spark: SparkSession, s3_server: LocalS3Server
+) -> Iterator[HiveMetastore]:
+    """A Hive metastore service for this module (Derby database in a temp folder) that can
+    create its schemas' folders on the S3 server: S3A's jars (those the test session resolved)
+    and settings (those Spark gets from the same environment)."""
+    s3a = object_store_conf({"s3a"}, os.environ).conf
+    hadoop = {key.removeprefix("spark.hadoop."): value for key, value in s3a.items()}
+    workdir = tmp_path_factory.mktemp("metastore")
+    with HiveMetastore(workdir, jars=s3a_jars(spark), hadoop_conf=hadoop) as server:
+        yield server.start()
+
+
+@pytest.fixture(scope="module")
+def connect_server(
+    tmp_path_factory: pytest.TempPathFactory, metastore: HiveMetastore
+) -> Iterator[ConnectServer]:
+    """A Spark Connect server with Delta, S3A for the S3 server and the metastore as its
+    catalog, for this module."""
+    stores = object_store_conf({"s3", "s3a"}, os.environ)
+    workdir = tmp_path_factory.mktemp("connect")
+    with ConnectServer(workdir, stores=stores, conf=metastore.spark_conf()) as server:
         yield server.start()
 
 
 class Platform:
-    """`cdf-platform` on one lake, with Spark in one of the three modes."""
+    """`cdf-platform` on one lake (a folder or an S3 URI), with Spark in one of the three
+    modes, on bronze and silver named by path under the lake or, with `names`, in schemas
+    `bronze_<names>` and `silver_<names>` of the session's catalog."""
 
-    def __init__(self, spark: SparkSession, lake: Path, env: dict[str, str], **fields: Any):
-        self.spark, self.lake, self.env = spark, lake, env
+    def __init__(
+        self,
+        spark: SparkSession,
+        workdir: Path,
+        lake: str,
+        env: dict[str, str],
+        names: str | None = None,
+        **fields: Any,
+    ):
+        self.spark, self.workdir, self.lake, self.env = spark, workdir, lake, env
+        self.names = names
         self.session: CliSession | None = None
         self.cluster: StandaloneCluster | None = None
         self.apps_before: set[str] = set()
-        self.pipelines = lake.parent / "pipelines.yaml"
-        self.pipelines.write_text(
-            yaml.safe_dump({"pipelines": [{**PEOPLE, **fields}]}), encoding="utf-8"
+        tables = (
+            {"source": f"bronze_{names}.people", "target": f"silver_{names}.people"}
+            if names
+            else {"source": "bronze/people", "target": "silver/people"}
         )
-        self.spec = find_spec(load_specs(self.pipelines, lake_root=str(lake)), "people")
-        self.control = ControlTable(str(lake / "_control"))
+        self.pipelines = workdir / "pipelines.yaml"
+        self.pipelines.write_text(
+            yaml.safe_dump({"pipelines": [{**PEOPLE, **tables, **fields}]}), encoding="utf-8"
+        )
+        self.spec = find_spec(load_specs(self.pipelines, lake_root=lake), "people")
+        self.control = ControlTable(f"{lake}/_control")
 
     def cli(self, *args: str, env: dict[str, str] | None = None) -> CompletedProcess[str]:
         """`cdf-platform <args> --json` in a subprocess configured by the environment."""
@@ -82,12 +175,12 @@ class Platform:
             "--json",
             "--pipelines",
             str(self.pipelines),
-            env={LAKE_ROOT_ENV: str(self.lake), **self.env, **(env or {})},
+            env={LAKE_ROOT_ENV: self.lake, **self.env, **(env or {})},
         )
 
     def run(self) -> dict[str, Any]:
         """One run of the pipeline: its result figures."""
-        if not self.env:  # local: the test's own session, as `cdf-platform run` would build
+        if self.session is None and not self.env:  # the test's own session, as `run` builds
             return run_pipeline(
                 self.spec, spark_factory=lambda: self.spark, control=self.control
             ).as_metadata()
@@ -101,6 +194,53 @@ class Platform:
             assert done.returncode == 0, done.stderr[-4000:]
             output = done.stdout
         figures: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
+        return figures
+
+    def sql(self, statement: str, table: str | None = None) -> list[list[Any]]:
+        """`statement` with `{t}` standing for `table` (default: bronze), on the test's session
+        for paths, on the CLI process's session (through its catalog) for names."""
+        table = table or self.spec.source
+        if self.names:
+            assert self.session is not None
+            return self.session.sql(statement.format(t=table))
+        return [list(row) for row in self.spark.sql(statement.format(t=sql_path(table))).collect()]
+
+    def rows(self, table: str) -> list[tuple[Any, ...]]:
+        """The sorted (id, name, amount) rows of `table`."""
+        return sorted(tuple(row) for row in self.sql("SELECT id, name, amount FROM {t}", table))
+
+    def vacuum_retain_zero(self) -> None:
+        """VACUUM bronze of every file its current version does not need, past Delta's check."""
+        if not self.names:
+            vacuum_retain_zero(self.spark, self.spec.source)
+            return
+        check = "spark.databricks.delta.retentionDurationCheck.enabled"
+        self.sql(f"SET {check} = false")
+        self.sql("VACUUM {t} RETAIN 0 HOURS")
+        self.sql(f"SET {check} = true")
+
+    def location(self, table: str) -> str:
+        """Where `table` is: its path, or the location runs recorded for its name."""
+        if not self.names:
+            return table
+        return str(self.control.read_locations()[table]["location"])
+
+    def create_schemas(self) -> None:
+        """The two schemas of the named tables, under the lake."""
+        for table in (self.spec.source, self.spec.target):
+            schema = table.split(".")[0]
+            self.sql(f"CREATE SCHEMA {schema} LOCATION '{_s3a(self.lake)}/{schema}'")
+
+    def status_without_java(self) -> dict[str, Any]:
+        """`status --json` of the pipeline in a process that cannot find Java."""
+        no_java = {
+            "JAVA_HOME": str(self.workdir / "no-java"),
+            "PATH": str(Path(sys.executable).parent),
+        }
+        done = self.cli("status", env=no_java)
+        assert "Traceback" not in done.stderr, done.stderr[-4000:]
+        (figures,) = json.loads(done.stdout)
+        assert isinstance(figures, dict)
         return figures
 
     def assert_ran_on_the_cluster(self) -> None:
@@ -125,49 +265,64 @@ class Platform:
 
     def with_session(self, log: Path) -> CliSession:
         """Run the following `run()`s as commands of one long-lived CLI process."""
-        env = {LAKE_ROOT_ENV: str(self.lake), SPARK_LOG_ENV: str(log), **self.env}
+        env = {LAKE_ROOT_ENV: self.lake, SPARK_LOG_ENV: str(log), **self.env}
         self.session = CliSession(env, log)
         return self.session
 
 
-@pytest.fixture(params=["local", "standalone", "connect"])
+@pytest.fixture(params=CELLS, ids=str)
 def platform(
-    request: pytest.FixtureRequest, spark: SparkSession, tmp_path: Path
+    request: pytest.FixtureRequest, spark: SparkSession, tmp_path: Path, s3_server: LocalS3Server
 ) -> Iterator[Platform]:
-    """The platform with Spark in each mode (servers started on first use)."""
+    """The platform in one cell of the matrix (servers started on first use)."""
+    cell: Cell = request.param
     env: dict[str, str] = {}
-    if request.param == "standalone":
+    defaults = ""  # the CLI process's spark-defaults.conf
+    if cell.mode == "standalone":
         cluster: StandaloneCluster = request.getfixturevalue("standalone")
-        env = {
-            MASTER_ENV: cluster.master_url,
-            "SPARK_CONF_DIR": str(cluster.conf_dir),
-            # The driver binds to loopback like the cluster (Spark picks a routable address).
-            "SPARK_LOCAL_IP": "127.0.0.1",
-        }
-    elif request.param == "connect":
+        # The driver binds to loopback like the cluster (Spark picks a routable address).
+        env = {MASTER_ENV: cluster.master_url, "SPARK_LOCAL_IP": "127.0.0.1"}
+        defaults += cluster.spark_defaults()
+    elif cell.mode == "connect":
         env = {REMOTE_ENV: request.getfixturevalue("connect_server").url}
-    platform = Platform(spark, tmp_path / "lake", env, delete_mode="hard")
-    if request.param == "local":
+    elif cell.tables == "names":  # local mode, in a CLI process of its own
+        env = {MASTER_ENV: "local[2]", "SPARK_LOCAL_IP": "127.0.0.1"}
+    if cell.tables == "names" and cell.mode != "connect":
+        defaults += request.getfixturevalue("metastore").spark_defaults()
+    if defaults:
+        (tmp_path / "conf").mkdir()
+        (tmp_path / "conf" / "spark-defaults.conf").write_text(defaults, encoding="utf-8")
+        env["SPARK_CONF_DIR"] = str(tmp_path / "conf")
+    if cell.lake == "s3":
+        lake = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
+    else:
+        lake = str(tmp_path / "lake")
+    names = cell.mode if cell.tables == "names" else None
+    platform = Platform(spark, tmp_path, lake, env, names=names, delete_mode="hard")
+    if not env:
         yield platform
         return
-    if request.param == "standalone":
+    if cell.mode == "standalone":
         platform.on_cluster(cluster)
     # One CLI process for the story's runs: on the cluster, one application (driver and
     # executor started once); over Connect, one client (the other Connect tests start a fresh
     # `cdf-platform` process per run).
     with platform.with_session(tmp_path / "cli.log"):
+        if names:
+            platform.create_schemas()
         yield platform
 
 
 def test_load_increment_lose_the_window_and_rebuild(platform: Platform) -> None:
-    spark, spec = platform.spark, platform.spec
-    make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20), (3, "cy", 30)])  # 0, 1
+    spec = platform.spec
+    platform.sql(CREATE_BRONZE)  # 0
+    platform.sql("INSERT INTO {t} VALUES (1, 'ada', 10), (2, 'bob', 20), (3, 'cy', 30)")  # 1
     first = platform.run()
     assert (first["mode"], first["end_version"]) == ("initial_load", 1)
 
-    sql(spark, spec.source, "UPDATE {t} SET amount = 11 WHERE id = 1")  # 2
-    sql(spark, spec.source, "DELETE FROM {t} WHERE id = 2")  # 3
-    insert(spark, spec.source, [(4, "dee", 40)])  # 4
+    platform.sql("UPDATE {t} SET amount = 11 WHERE id = 1")  # 2
+    platform.sql("DELETE FROM {t} WHERE id = 2")  # 3
+    platform.sql("INSERT INTO {t} VALUES (4, 'dee', 40)")  # 4
     second = platform.run()
     assert (second["mode"], second["start_version"], second["end_version"]) == (
         "incremental",
@@ -175,21 +330,25 @@ def test_load_increment_lose_the_window_and_rebuild(platform: Platform) -> None:
         4,
     )
     assert second["rows_deleted"] == 1
-    assert rows(spark, spec.target) == rows(spark, spec.source)
+    assert platform.rows(spec.target) == platform.rows(spec.source)
 
-    sql(spark, spec.source, "UPDATE {t} SET amount = 31 WHERE id = 3")  # 5
-    sql(spark, spec.source, "DELETE FROM {t} WHERE id = 4")  # 6
-    vacuum_retain_zero(spark, spec.source)
-    status = pipeline_status(spec, platform.control).as_dict()  # from the logs, no Spark
-    assert (status["state"], status["problem_code"]) == ("LOST", "WATERMARK_OUTSIDE_RETENTION")
+    platform.sql("UPDATE {t} SET amount = 31 WHERE id = 3")  # 5
+    platform.sql("DELETE FROM {t} WHERE id = 4")  # 6
+    platform.vacuum_retain_zero()
+    status = platform.status_without_java()  # from the logs, no Spark
+    assert (status["state"], status["watermark"]) == ("LOST", 4), status
+    assert status["problem_code"] == "WATERMARK_OUTSIDE_RETENTION"
 
-    latest = DeltaLog(spec.source).latest_version()  # 6, or 8 with VACUUM's own commits
+    latest = DeltaLog(platform.location(spec.source)).latest_version()  # 6, or 8 with VACUUM's
     rebuilt = platform.run()
     assert (rebuilt["mode"], rebuilt["end_version"]) == ("rebuild", latest)
     assert rebuilt["incident_code"] == "WATERMARK_OUTSIDE_RETENTION"
-    assert rows(spark, spec.target) == rows(spark, spec.source) == [(1, "ada", 11), (3, "cy", 31)]
-    assert read_silver_state(spec.target, spec.id).watermark == latest
+    expected = [(1, "ada", 11), (3, "cy", 31)]
+    assert platform.rows(spec.target) == platform.rows(spec.source) == expected
+    assert read_silver_state(platform.location(spec.target), spec.id).watermark == latest
     assert platform.control.read_states()["people"]["last_commit_version"] == latest
+    status = platform.status_without_java()
+    assert (status["state"], status["watermark"]) == ("OK", latest), status
     if platform.cluster is not None:
         platform.assert_ran_on_the_cluster()
 
@@ -199,7 +358,8 @@ def test_a_run_killed_after_the_merge_over_spark_connect_reruns_exactly(
 ) -> None:
     platform = Platform(
         spark,
-        tmp_path / "lake",
+        tmp_path,
+        str(tmp_path / "lake"),
         {REMOTE_ENV: connect_server.url},
         delete_mode="soft",
         fallback_mode="FAIL_FAST",
@@ -232,7 +392,8 @@ def test_conforming_transforms_over_spark_connect_are_applied_and_checked(
         (tmp_path / name).mkdir()
     conformed = Platform(
         spark,
-        tmp_path / "conformed" / "lake",
+        tmp_path / "conformed",
+        str(tmp_path / "conformed" / "lake"),
         remote,
         columns={"amount_x2": "amount * 2"},
         where="amount >= 15",
@@ -241,7 +402,13 @@ def test_conforming_transforms_over_spark_connect_are_applied_and_checked(
     assert conformed.run()["mode"] == "initial_load"
     assert rows(spark, conformed.spec.target) == [(2, "bob", 20, 40), (3, "cy", 30, 60)]
 
-    refused = Platform(spark, tmp_path / "refused" / "lake", remote, columns={"r": "rand()"})
+    refused = Platform(
+        spark,
+        tmp_path / "refused",
+        str(tmp_path / "refused" / "lake"),
+        remote,
+        columns={"r": "rand()"},
+    )
     make_bronze(spark, refused.spec.source, [(1, "ada", 10)])
     done = refused.cli("run", "people")
     assert done.returncode != 0
@@ -253,7 +420,7 @@ def test_an_unreachable_spark_connect_server_is_a_classified_error(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     url = f"sc://127.0.0.1:{free_port()}"  # nothing listens there
-    platform = Platform(spark, tmp_path / "lake", {REMOTE_ENV: url})
+    platform = Platform(spark, tmp_path, str(tmp_path / "lake"), {REMOTE_ENV: url})
     make_bronze(spark, platform.spec.source, [(1, "ada", 10)])
     done = platform.cli("run", "people")
     assert done.returncode == 2, done.stderr[-4000:]
@@ -266,10 +433,122 @@ def test_a_connect_server_without_delta_is_refused_with_the_command_that_starts_
     spark: SparkSession, tmp_path: Path
 ) -> None:
     with ConnectServer(tmp_path / "plain", delta=False) as server:
-        platform = Platform(spark, tmp_path / "lake", {REMOTE_ENV: server.start().url})
+        platform = Platform(
+            spark, tmp_path, str(tmp_path / "lake"), {REMOTE_ENV: server.start().url}
+        )
         make_bronze(spark, platform.spec.source, [(1, "ada", 10)])
         done = platform.cli("run", "people")
     assert done.returncode == 2, done.stderr[-4000:]
     assert f"the Spark Connect server at {server.url} has no Delta Lake configured" in done.stderr
     assert "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension" in done.stderr
     assert not Path(platform.spec.target).exists()  # nothing half-written
+
+
+def test_three_processes_share_the_metastore_names_and_a_recreated_source_is_detected(
+    metastore: HiveMetastore,
+    connect_server: ConnectServer,
+    s3_server: LocalS3Server,
+    tmp_path: Path,
+) -> None:
+    """A long-lived `cdf-platform` process (local Spark) creates bronze by name and runs the
+    first load, which creates and registers silver; a Dagster run in a process of its own runs
+    the first increment; a `cdf-platform` process on the Connect server (a third Spark
+    application, on the same metastore) runs the next; then an application drops bronze's
+    name and creates it again elsewhere, and the first process's next run sees the move."""
+    lake = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
+    bronze, silver = "bronze.orders", "silver.orders"
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text(metastore.spark_defaults(), encoding="utf-8")
+    pipelines = tmp_path / "pipelines.yaml"
+    document = {"pipelines": [{"id": "orders", "source": bronze, "target": silver, "keys": ["id"]}]}
+    pipelines.write_text(yaml.safe_dump(document), encoding="utf-8")
+    local = {
+        "SPARK_CONF_DIR": str(conf_dir),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        LAKE_ROOT_ENV: lake,
+        MASTER_ENV: "local[2]",
+    }
+    run = ("run", "orders", "--json", "--pipelines", str(pipelines))
+    control = ControlTable(f"{lake}/_control")
+
+    first_log, connect_log = tmp_path / "first.log", tmp_path / "connect.log"
+    remote = {LAKE_ROOT_ENV: lake, REMOTE_ENV: connect_server.url, SPARK_LOG_ENV: str(connect_log)}
+    with (
+        CliSession({**local, SPARK_LOG_ENV: str(first_log)}, first_log, cwd=tmp_path) as first,
+        CliSession(remote, connect_log, cwd=tmp_path) as over_connect,
+    ):
+        for schema in ("bronze", "silver"):
+            first.sql(f"CREATE SCHEMA {schema} LOCATION '{_s3a(lake)}/{schema}'")
+        first.sql(CREATE_BRONZE.format(t=bronze))
+        first.sql(f"INSERT INTO {bronze} VALUES (1, 'ada', 10), (2, 'bob', 20), (3, 'cy', 30)")
+        code, output = first.run(*run)
+        assert code == 0, output
+        assert json.loads(output.splitlines()[-1])["mode"] == "initial_load"
+        located = control.read_locations()
+        assert located[bronze]["location"] == f"{_s3a(lake)}/bronze/orders"
+        assert located[silver]["location"] == f"{_s3a(lake)}/silver/orders"
+        first.sql(f"UPDATE {bronze} SET amount = 11 WHERE id = 1")  # 2
+        first.sql(f"DELETE FROM {bronze} WHERE id = 2")  # 3
+        first.sql(f"INSERT INTO {bronze} VALUES (4, 'dee', 40)")  # 4
+
+        # A Dagster run with its own JVM and session catalog: with an in-memory catalog it
+        # would know neither name (bronze: SourceNotFound; silver's schema:
+        # InvalidPipelineSpec).
+        dagster_home = tmp_path / "dagster_home"
+        dagster_home.mkdir()
+        second = subprocess.run(
+            [DAGSTER, "job", "execute", "-m", "cdf_platform.definitions", "-j", "incremental_job"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+            cwd=tmp_path,
+            env={
+                **os.environ,
+                **local,
+                "DAGSTER_HOME": str(dagster_home),
+                PIPELINES_FILE_ENV: str(pipelines),
+                AUTOMATION_ENV: "off",
+            },
+        )
+        assert second.returncode == 0, second.stderr[-4000:]
+        *_, increment = control.read_log("orders")
+        assert (increment["mode"], increment["start_version"], increment["end_version"]) == (
+            "incremental",
+            2,
+            4,
+        )
+        # Found where the first process recorded them, silver with the table id its creating
+        # run recorded: nothing recorded again.
+        assert control.read_locations() == located
+        silver_id = DeltaTable(located[silver]["location"]).metadata().id
+        assert located[silver]["table_id"] == silver_id
+
+        # The Connect server's application, on the same metastore, runs the next increment.
+        first.sql(f"UPDATE {bronze} SET amount = 31 WHERE id = 3")  # 5
+        code, output = over_connect.run(*run)
+        assert code == 0, output
+        third = json.loads(output.splitlines()[-1])
+        assert (third["mode"], third["start_version"], third["end_version"]) == (
+            "incremental",
+            5,
+            5,
+        )
+        assert control.read_locations() == located
+        expected = [[1, "ada", 11], [3, "cy", 31], [4, "dee", 40]]
+        assert over_connect.sql(f"SELECT id, name, amount FROM {silver} ORDER BY id") == expected
+        assert first.sql(f"SELECT id, name, amount FROM {silver} ORDER BY id") == expected
+
+        # Another application drops the name (a managed table: its files go too) and creates
+        # it again elsewhere with other rows.
+        over_connect.sql(f"DROP TABLE {bronze}")
+        moved = f"{_s3a(lake)}/bronze_moved/orders"
+        over_connect.sql(CREATE_BRONZE.format(t=bronze) + f" LOCATION '{moved}'")
+        over_connect.sql(f"INSERT INTO {bronze} VALUES (7, 'gus', 70)")
+        code, output = first.run(*run)
+        assert code == 0, output
+        rebuilt = json.loads(output.splitlines()[-1])
+        assert (rebuilt["mode"], rebuilt["incident_code"]) == ("rebuild", "SOURCE_RESET"), rebuilt
+        assert control.read_locations()[bronze]["location"] == moved
+        assert first.sql(f"SELECT id, name, amount FROM {silver}") == [[7, "gus", 70]]
