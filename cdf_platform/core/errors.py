@@ -191,6 +191,31 @@ class ConcurrentWriteConflict(CdfPlatformError):
     )
 
 
+class InvalidStorageConfig(CdfPlatformError):
+    """The storage options (the pipelines file's `storage:` section, or the lake resource's
+    `storage`) name an unknown option or scheme, an option the location's store does not take,
+    or an environment variable that is not set; or two locations ask Spark's connector for
+    different settings of one bucket or account."""
+
+    incident_code = "INVALID_STORAGE_CONFIG"
+    default_action = (
+        "fix the named entry of `storage:` in the pipelines file (or of the lake resource's "
+        "`storage`); README: Object-store lakes lists the options each store takes"
+    )
+
+
+class StorageUnreachable(CdfPlatformError):
+    """An object store refused or did not answer a read or write of a location with the
+    options in use (endpoint, region, credentials): from the storage configuration, or from
+    the environment when no configured prefix matches the location."""
+
+    incident_code = "STORAGE_UNREACHABLE"
+    default_action = (
+        "check the endpoint, region and credentials the message names (the `storage:` entry "
+        "of the location, or AWS_*/AZURE_*/GOOGLE_* in the environment), then rerun"
+    )
+
+
 class RuntimeEnvironmentError(CdfPlatformError):
     """The machine lacks something Spark needs (a Java 17+ runtime)."""
 
