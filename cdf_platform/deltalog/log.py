@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import SourceNotFound
 from cdf_platform.deltalog.actions import Commit, TableMetadata, TableProtocol, parse_commit
+from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.deltalog.retention import (
     DEFAULT_DELETED_FILE_RETENTION,
     DEFAULT_LOG_RETENTION,
@@ -301,10 +302,8 @@ class DeltaLog:
         """The table at `version` through `deltalake`, for state only a Parquet checkpoint
         holds: it has a Parquet reader (pyarrow is absent). deltalake 1.6 loads the file list
         too (its `without_files` is ignored): slower, but only reached for checkpoints without
-        a checksum. Object-store credentials come from the same environment as ours."""
-        from deltalake import DeltaTable
-
-        return DeltaTable(self.table_path, version=version)
+        a checksum. Object-store options are the location's, as for our own reads."""
+        return open_delta_table(self.table_path, version=version)
 
     def latest_protocol(self) -> TableProtocol:
         """The protocol (reader/writer versions and features) at the latest version.
