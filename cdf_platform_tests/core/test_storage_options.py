@@ -135,7 +135,7 @@ def test_a_prefix_configured_in_two_places_is_refused() -> None:
     from_resource = StorageConfig.of(
         {"s3a://a": StoreOptions(region="y")}, origin="the lake resource's storage"
     )
-    with pytest.raises(InvalidStorageConfig, match="in pipelines.yaml and in the lake resource"):
+    with pytest.raises(InvalidStorageConfig, match=r"in pipelines\.yaml and in the lake resource"):
         from_file.merged(from_resource)
 
 
