@@ -36,11 +36,12 @@ def _describe(err: ValidationError) -> str:
 
 
 def parse_specs(document: Any, *, origin: str = "<config>") -> list[PipelineSpec]:
-    """Validate the pipelines of a parsed pipelines document (`{"pipelines": [...]}`; its
-    `storage:` section is `parse_storage`'s).
+    """Validate a parsed pipelines document (`{"pipelines": [...]}`, optionally `storage:`,
+    which `parse_storage` returns) and return its pipelines.
 
     Raises:
         InvalidPipelineSpec: the document or a spec is malformed, or ids repeat.
+        InvalidStorageConfig: the `storage:` section is malformed.
         TargetOwnershipConflict: two pipelines write the same target.
     """
     if not isinstance(document, dict) or not isinstance(document.get("pipelines"), list):
@@ -50,10 +51,8 @@ def parse_specs(document: Any, *, origin: str = "<config>") -> list[PipelineSpec
         )
     unknown = set(document) - set(SECTIONS)
     if unknown:
-        raise InvalidPipelineSpec(
-            f"{origin} has unknown top-level keys {sorted(unknown)}",
-            action=f"keep to the sections {', '.join(SECTIONS)}",
-        )
+        raise InvalidPipelineSpec(f"{origin} has unknown top-level keys {sorted(unknown)}")
+    parse_storage(document, origin=origin)  # a malformed section fails wherever the file is read
     specs: list[PipelineSpec] = []
     for index, raw in enumerate(document["pipelines"]):
         name = raw.get("id", f"#{index}") if isinstance(raw, dict) else f"#{index}"
@@ -111,6 +110,7 @@ def load_specs(
 
     Raises:
         InvalidPipelineSpec: the file is missing, is not YAML, or holds an invalid spec.
+        InvalidStorageConfig: its `storage:` section is malformed.
         TargetOwnershipConflict: two pipelines write the same target.
     """
     document, file = _read_document(path)

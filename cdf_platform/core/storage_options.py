@@ -339,7 +339,8 @@ def storage_entry(prefix: str, options: StoreOptions, origin: str) -> StorageEnt
             f"storage prefix {prefix!r} ({origin}) has "
             + (f"the unknown scheme `{parsed.scheme}`" if parsed.scheme else "no scheme")
             + f"; storage options apply to object-store URIs: {', '.join(sorted(SCHEMES))}",
-            action="write the prefix as a URI, e.g. s3://bucket or s3://bucket/lake",
+            action="write the prefix as an object-store URI: s3://bucket[/path], "
+            "abfss://container@account.dfs.core.windows.net[/path] or gs://bucket[/path]",
         )
     if not parsed.netloc:
         raise InvalidStorageConfig(

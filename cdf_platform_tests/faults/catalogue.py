@@ -20,19 +20,21 @@ from arro3.core import Array, DataType, Table
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
+from cdf_platform.core.active_storage import use_storage_config
 from cdf_platform.core.errors import (
     CatalogManagedSource,
     CdfNotEnabled,
     CdfPlatformError,
     DataQualityError,
     InvalidPipelineSpec,
+    InvalidStorageConfig,
     RuntimeEnvironmentError,
     SourceNotFound,
     TargetOwnershipConflict,
     UnsafeSparkConfig,
 )
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_file import find_spec, load_specs
+from cdf_platform.core.spec_file import find_spec, load_specs, load_storage
 from cdf_platform.demo.local_s3 import free_port
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.runner import run_pipeline
@@ -170,6 +172,18 @@ def _file_case(case: str, given: str, text: str, fix: str) -> BadInput:
     return BadInput(case, given, InvalidPipelineSpec, fix, act=act)
 
 
+def _storage_case(case: str, given: str, storage: dict[str, Any], fix: str) -> BadInput:
+    """A pipelines file whose `storage:` section is wrong: refused when the options are put in
+    use, as the command line does after reading the file."""
+
+    def act(lake: BadInputLake) -> object:
+        lake.write_pipelines({"pipelines": [VALID], "storage": storage})
+        load_specs(lake.pipelines, lake_root=str(lake.root))
+        return use_storage_config(load_storage(lake.pipelines))
+
+    return BadInput(case, given, InvalidStorageConfig, fix, act=act)
+
+
 def _missing_file(lake: BadInputLake) -> object:
     return load_specs(lake.root / "nowhere.yaml", lake_root=str(lake.root))
 
@@ -303,6 +317,24 @@ CATALOGUE: list[BadInput] = [
         "unknown top-level key (`defaults:`)",
         yaml.safe_dump({"pipelines": [VALID], "defaults": {"delete_mode": "soft"}}),
         "fix the named field in the pipelines file",
+    ),
+    _storage_case(
+        "storage_unknown_option",
+        "unknown storage option (`storage: {s3://lake: {endpont: ...}}`)",
+        {"s3://lake": {"endpont": "https://minio.internal:9000"}},
+        "fix the named entry of `storage:` in the pipelines file",
+    ),
+    _storage_case(
+        "storage_unknown_scheme",
+        "storage prefix of no object store (`hdfs://nn/lake`)",
+        {"hdfs://nn/lake": {"endpoint": "https://nn:9000"}},
+        "write the prefix as an object-store URI",
+    ),
+    _storage_case(
+        "storage_variable_unset",
+        "storage option read from a variable that is not set (`{env: CDF_TEST_UNSET}`)",
+        {"s3://lake": {"secret_access_key": {"env": "CDF_TEST_UNSET"}}},
+        "set CDF_TEST_UNSET in the environment",
     ),
     _file_case(
         "pipeline_not_a_mapping",
