@@ -103,10 +103,11 @@ class StoreOptions(BaseModel):
         default=None, description="S3: the access key id (AWS_ACCESS_KEY_ID)."
     )
     secret_access_key: Text | None = Field(
-        default=None, description="S3: the secret access key (AWS_SECRET_ACCESS_KEY)."
+        default=None, repr=False, description="S3: the secret access key (AWS_SECRET_ACCESS_KEY)."
     )
     session_token: Text | None = Field(
         default=None,
+        repr=False,
         description="S3: the session token of temporary credentials (AWS_SESSION_TOKEN).",
     )
     virtual_hosted_style_request: bool | None = Field(
@@ -124,17 +125,21 @@ class StoreOptions(BaseModel):
         default=None, description="Azure: the storage account (AZURE_STORAGE_ACCOUNT_NAME)."
     )
     account_key: Text | None = Field(
-        default=None, description="Azure: the account's shared key (AZURE_STORAGE_ACCOUNT_KEY)."
+        default=None,
+        repr=False,
+        description="Azure: the account's shared key (AZURE_STORAGE_ACCOUNT_KEY).",
     )
     sas_token: Text | None = Field(
-        default=None, description="Azure: a shared access signature (AZURE_STORAGE_SAS_KEY)."
+        default=None,
+        repr=False,
+        description="Azure: a shared access signature (AZURE_STORAGE_SAS_KEY).",
     )
     client_id: Text | None = Field(
         default=None,
         description="Azure: a service principal's client id (with client_secret, tenant_id).",
     )
     client_secret: Text | None = Field(
-        default=None, description="Azure: the service principal's client secret."
+        default=None, repr=False, description="Azure: the service principal's client secret."
     )
     tenant_id: Text | None = Field(
         default=None, description="Azure: the service principal's tenant (directory) id."
@@ -150,6 +155,7 @@ class StoreOptions(BaseModel):
     )
     service_account_key: Text | None = Field(
         default=None,
+        repr=False,
         description="GCS: a service account's JSON key itself (GOOGLE_SERVICE_ACCOUNT_KEY; "
         "JVM-free readers only).",
     )

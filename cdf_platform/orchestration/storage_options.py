@@ -34,23 +34,27 @@ class StorageOptionsConfig(dg.Config):
     region: str | None = Field(default=None, description=_about("region"))
     allow_http: bool | None = Field(default=None, description=_about("allow_http"))
     access_key_id: str | None = Field(default=None, description=_about("access_key_id"))
-    secret_access_key: str | None = Field(default=None, description=_about("secret_access_key"))
-    session_token: str | None = Field(default=None, description=_about("session_token"))
+    secret_access_key: str | None = Field(
+        default=None, repr=False, description=_about("secret_access_key")
+    )
+    session_token: str | None = Field(default=None, repr=False, description=_about("session_token"))
     virtual_hosted_style_request: bool | None = Field(
         default=None, description=_about("virtual_hosted_style_request")
     )
     skip_signature: bool | None = Field(default=None, description=_about("skip_signature"))
     account_name: str | None = Field(default=None, description=_about("account_name"))
-    account_key: str | None = Field(default=None, description=_about("account_key"))
-    sas_token: str | None = Field(default=None, description=_about("sas_token"))
+    account_key: str | None = Field(default=None, repr=False, description=_about("account_key"))
+    sas_token: str | None = Field(default=None, repr=False, description=_about("sas_token"))
     client_id: str | None = Field(default=None, description=_about("client_id"))
-    client_secret: str | None = Field(default=None, description=_about("client_secret"))
+    client_secret: str | None = Field(default=None, repr=False, description=_about("client_secret"))
     tenant_id: str | None = Field(default=None, description=_about("tenant_id"))
     use_emulator: bool | None = Field(default=None, description=_about("use_emulator"))
     service_account_path: str | None = Field(
         default=None, description=_about("service_account_path")
     )
-    service_account_key: str | None = Field(default=None, description=_about("service_account_key"))
+    service_account_key: str | None = Field(
+        default=None, repr=False, description=_about("service_account_key")
+    )
     application_credentials: str | None = Field(
         default=None, description=_about("application_credentials")
     )

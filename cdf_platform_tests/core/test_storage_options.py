@@ -75,6 +75,8 @@ def test_every_option_has_its_keys_and_a_description() -> None:
     for name, field in StoreOptions.model_fields.items():
         assert field.description, name
         assert OPTION_KEYS[name].deltalake, name
+        assert field.repr is not OPTION_KEYS[name].secret, name  # secrets stay out of reprs
+    assert "hush" not in repr(StoreOptions(secret_access_key="hush", session_token="hush"))
 
 
 def test_environment_references_are_read_when_put_in_use(

@@ -46,6 +46,7 @@ def test_the_config_class_offers_every_option() -> None:
     assert list(StorageOptionsConfig.model_fields) == list(StoreOptions.model_fields)
     for name, field in StorageOptionsConfig.model_fields.items():
         assert field.description == StoreOptions.model_fields[name].description
+        assert field.repr is StoreOptions.model_fields[name].repr  # secrets stay out of reprs
 
 
 def test_resource_and_file_options_are_one_configuration_with_env_vars_read_late(
