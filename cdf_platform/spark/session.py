@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +52,8 @@ DUPLICATE_HADOOP_CLIENT = (
     "org.apache.hadoop:hadoop-client-api",
     "org.apache.hadoop:hadoop-client-runtime",
 )
+# Spark conf under this prefix is Hadoop conf (read when the context starts).
+HADOOP_PREFIX = "spark.hadoop."
 # The conf that turns a vanished `_change_data` or data file into silently skipped rows.
 IGNORE_MISSING_FILES_CONFS = (
     "spark.sql.files.ignoreMissingFiles",
@@ -387,12 +389,12 @@ def _local_session(settings: SparkSettings) -> SparkSession:
         with jvm_output_to(settings.jvm_log):
             spark = builder.getOrCreate()
             spark.sparkContext.setLogLevel("WARN")
-    apply_storage_options(spark)
+    apply_storage_options(spark, settings.extra_conf)
     assert_safe_spark_config(spark)
     return spark
 
 
-def apply_storage_options(spark: SparkSession) -> None:
+def apply_storage_options(spark: SparkSession, extra_conf: Mapping[str, str] | None = None) -> None:
     """Give a running session's connectors the storage options in use, scoped to their
     buckets and accounts (`storage_hadoop_conf`).
 
@@ -402,11 +404,20 @@ def apply_storage_options(spark: SparkSession) -> None:
     Hadoop conf, which every session of the process and every new file system instance reads
     (a bucket's options count from the first time Spark opens that bucket in the process).
     Over Spark Connect the server's own conf applies and nothing is set here.
+
+    Args:
+        spark: The session.
+        extra_conf: Spark conf that wins over the storage options, as in `spark_conf`: a
+            `spark.hadoop.<key>` there keeps its value.
     """
     if is_connect_session(spark):
         return
+    conf = storage_hadoop_conf(storage_config_in_use())
+    for key, value in (extra_conf or {}).items():
+        if key.startswith(HADOOP_PREFIX) and key[len(HADOOP_PREFIX) :] in conf:
+            conf[key[len(HADOOP_PREFIX) :]] = value
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-    for key, value in storage_hadoop_conf(storage_config_in_use()).items():
+    for key, value in conf.items():
         hadoop.set(key, value)
 
 
