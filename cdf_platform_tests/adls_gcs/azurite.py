@@ -31,6 +31,8 @@ ACCOUNT = "devstoreaccount1"
 ACCOUNT_KEY = (
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 )
+# How hadoop-azure names the account (the endpoint override sends its requests to Azurite).
+ACCOUNT_HOST = f"{ACCOUNT}.dfs.core.windows.net"
 # The Blob REST API version of the container request below (Azurite 3.35 serves it).
 API_VERSION = "2021-08-06"
 # The standard headers a Shared Key signature covers after the verb (Content-Encoding ... Range):
@@ -80,9 +82,32 @@ class Azurite(EmulatorProcess):
             "AZURE_STORAGE_ACCOUNT_KEY": ACCOUNT_KEY,
         }
 
+    def hadoop_conf(self) -> dict[str, str]:
+        """The Hadoop settings that let Spark's ABFS connector (hadoop-azure 3.5.0) use this
+        emulator through `abfs://<container>@devstoreaccount1.dfs.core.windows.net/...`.
+
+        Azurite serves the Blob API only, not ADLS Gen2's DFS API, so the account is declared
+        flat-namespace with the Blob endpoint as its service (hadoop-azure >= 3.4.2). The
+        endpoint override sends requests to 127.0.0.1:<port>/devstoreaccount1/<container>
+        (path style) over plain http (`abfs://`, not `abfss://`), which needs the JDK's HTTP
+        client: the default Apache client demands an SSL socket factory even for http.
+        """
+        return {
+            f"fs.azure.account.key.{ACCOUNT_HOST}": ACCOUNT_KEY,
+            "fs.azure.abfs.endpoint": f"127.0.0.1:{self.port}",
+            "fs.azure.account.hns.enabled": "false",
+            "fs.azure.fns.account.service.type": "BLOB",
+            "fs.azure.always.use.https": "false",
+            "fs.azure.networking.library": "JDK_HTTP_URL_CONNECTION",
+        }
+
+    def abfs_root(self) -> str:
+        """The container as Spark reaches it here: `abfs://` (plain http), account host."""
+        return f"abfs://{self.container}@{ACCOUNT_HOST}"
+
     def abfss_root(self) -> str:
         """The container as Hadoop's ABFS connector names it (`abfss://c@account.dfs...`)."""
-        return f"abfss://{self.container}@{ACCOUNT}.dfs.core.windows.net"
+        return f"abfss://{self.container}@{ACCOUNT_HOST}"
 
     def _prepare(self) -> None:
         """Create the container (object stores write into one; deltalake does not create it)."""

@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import pytest
+from pyspark.sql import SparkSession
 
 from cdf_platform_tests.adls_gcs.azurite import AZURITE_BLOB, Azurite
 from cdf_platform_tests.adls_gcs.fake_gcs import PACKAGE, FakeGcsServer, fake_gcs_binary
@@ -49,6 +50,20 @@ def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcsServer
         pytest.skip(f"{PACKAGE} is not installed (the dev extra pins it: `make setup`)")
     with FakeGcsServer(tmp_path_factory.mktemp("fake-gcs")) as server, environment(server.env()):
         yield server
+
+
+@pytest.fixture(scope="session")
+def spark_on_azurite(spark: SparkSession, azurite: Azurite) -> Iterator[Azurite]:
+    """Azurite, reachable by the shared SparkSession's ABFS connector (`Azurite.hadoop_conf`
+    set on its SparkContext's Hadoop configuration, which every session's reads and writes
+    start from) while the test session lasts."""
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    settings = azurite.hadoop_conf()
+    for key, value in settings.items():
+        hadoop.set(key, value)
+    yield azurite
+    for key in settings:
+        hadoop.unset(key)
 
 
 def adls_store(azurite: Azurite) -> EmulatedStore:
