@@ -90,7 +90,9 @@ class Azurite(EmulatorProcess):
         flat-namespace with the Blob endpoint as its service (hadoop-azure >= 3.4.2). The
         endpoint override sends requests to 127.0.0.1:<port>/devstoreaccount1/<container>
         (path style) over plain http (`abfs://`, not `abfss://`), which needs the JDK's HTTP
-        client: the default Apache client demands an SSL socket factory even for http.
+        client: the default Apache client demands an SSL socket factory even for http. The
+        connector's own metrics stay off: it sends them to the account from a shutdown hook,
+        which retries against the emulator stopped by then and keeps the JVM alive for minutes.
         """
         return {
             f"fs.azure.account.key.{ACCOUNT_HOST}": ACCOUNT_KEY,
@@ -99,6 +101,7 @@ class Azurite(EmulatorProcess):
             "fs.azure.fns.account.service.type": "BLOB",
             "fs.azure.always.use.https": "false",
             "fs.azure.networking.library": "JDK_HTTP_URL_CONNECTION",
+            "fs.azure.metrics.collection.enabled": "false",
         }
 
     def abfs_root(self) -> str:
