@@ -74,6 +74,17 @@ class SourceNotFound(CdfPlatformError):
     default_action = "check the `source` path or table name, and that the table was created"
 
 
+class SourceLogDamaged(CdfPlatformError):
+    """The bronze table's current state cannot be built from its log: a commit file is gone
+    and no checkpoint or checksum after it records the protocol or metadata."""
+
+    incident_code = "SOURCE_LOG_DAMAGED"
+    default_action = (
+        "restore the missing commit files of the source's _delta_log from a backup, or recreate "
+        "the source table; silver is left as it is until then"
+    )
+
+
 class TableNameNotLocated(CdfPlatformError):
     """A catalog table name with no location recorded yet: the JVM-free parts (status, checks,
     sensors) cannot ask the catalog, and no run of the pipeline has asked it since it was named."""

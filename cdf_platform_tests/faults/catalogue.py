@@ -29,6 +29,7 @@ from cdf_platform.core.errors import (
     InvalidPipelineSpec,
     InvalidStorageConfig,
     RuntimeEnvironmentError,
+    SourceLogDamaged,
     SourceNotFound,
     TargetOwnershipConflict,
     UnsafeSparkConfig,
@@ -208,6 +209,17 @@ def _catalog_managed(lake: BadInputLake) -> None:
         '"readerFeatures":["catalogManaged"],'
         '"writerFeatures":["catalogManaged","inCommitTimestamp"]}}\n'
     )
+
+
+def _damaged_log(lake: BadInputLake) -> None:
+    """Bronze written by delta-rs (no checksums), a commit of it deleted, no checkpoint after."""
+    bronze = lake.make_bronze()  # 0
+    bronze.insert([{"id": 3, "name": "cy", "amount": 30}])  # 1, deleted below
+    bronze.insert([{"id": 4, "name": "dee", "amount": 40}])  # 2
+    log = Path(lake.bronze, "_delta_log")
+    commits = sorted(log.glob("*.json"))
+    assert len(commits) >= 3 and not list(log.glob("*.crc")) and not list(log.glob("*.parquet"))
+    commits[-2].unlink()
 
 
 def _files_at_target(lake: BadInputLake) -> None:
@@ -423,6 +435,14 @@ CATALOGUE: list[BadInput] = [
         "point `source` at a path-based Delta table",
         act=lambda lake: lake.run(),
         setup=_catalog_managed,
+    ),
+    BadInput(
+        "source_log_damaged",
+        "bronze whose `_delta_log` lost a commit no checkpoint or checksum covers",
+        SourceLogDamaged,
+        "restore the missing commit files of the source's _delta_log",
+        act=lambda lake: lake.run(),
+        setup=_damaged_log,
     ),
     BadInput(
         "cdf_never_enabled",
