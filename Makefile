@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo demo-s3 test bench-s3 lint typecheck unit browser bench dev clean
+.PHONY: setup demo demo-s3 test bench-s3 lint typecheck unit browser azurite bench dev clean
 
 # Create the virtualenv and install the project with its dev tools (re-run when pyproject changes).
 $(STAMP): pyproject.toml
@@ -38,7 +38,21 @@ browser:
 		&& (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) ; } \
 		|| echo "chromium not installed: the browser test will be skipped"
 
-unit: setup browser
+# Azurite, Microsoft's Azure Storage emulator (npm), for the ADLS tests: pinned, installed into
+# .tools/ (not the system). 3.35.0 is the newest release whose engines accept Node 20; later
+# ones require Node 21+.
+AZURITE_VERSION := 3.35.0
+TOOLS := .tools
+AZURITE_STAMP := $(TOOLS)/.azurite-$(AZURITE_VERSION)
+
+$(AZURITE_STAMP):
+	npm install --prefix $(TOOLS) --save-exact --no-audit --no-fund --loglevel=error \
+		azurite@$(AZURITE_VERSION)
+	touch $(AZURITE_STAMP)
+
+azurite: $(AZURITE_STAMP)
+
+unit: setup browser azurite
 	$(BIN)/pytest
 
 test: lint typecheck unit
@@ -56,4 +70,4 @@ dev: setup
 		$(BIN)/dagster dev -w workspace.demo.yaml -h 127.0.0.1 -p 3000
 
 clean:
-	rm -rf lake .demo .dagster_home spark-warehouse
+	rm -rf lake .demo .dagster_home spark-warehouse $(TOOLS)

@@ -11,7 +11,8 @@ through it).
 
 Example:
     >>> with LatencyProxy(target_port=server.port, delay_seconds=0.025) as proxy:  # doctest: +SKIP
-    ...     storage = ObjectStorage(uri, options={"aws_endpoint": proxy.endpoint})
+    ...     options = storage_entry(uri, StoreOptions(endpoint=proxy.endpoint), origin="bench")
+    ...     storage = ObjectStorage(uri, options=options)
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from bench.latency_proxy import LatencyProxy
 from bench.probes import cli_via_subprocess, descendants, write_pipelines_file
 from bench.replay_check import create_log_table
 from bench.workload import spec_for
+from cdf_platform.core.storage_options import StoreOptions, storage_entry
 from cdf_platform.deltalog.commit_cache import CACHE_ENV, CommitCache
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.storage import ObjectStorage, open_storage
@@ -91,8 +92,9 @@ def latency_check(
 ) -> dict[str, Any]:
     """The cold window check through the latency proxy at `endpoint`: seconds, GETs, sweeps."""
     started = time.perf_counter()
+    through_proxy = storage_entry(path, StoreOptions(endpoint=endpoint), origin="the bench")
     storage = ObjectStorage(
-        path, options={"aws_endpoint": endpoint}, cache=CommitCache(cache), concurrency=concurrency
+        path, options=through_proxy, cache=CommitCache(cache), concurrency=concurrency
     )
     window = compute_replay_window(path, log=reader(path, storage))
     assert assess_consumer(window, window.latest_version // 2).replayable

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cdf_platform.core.active_storage import use_storage_config
 from cdf_platform.core.config import (
     default_control_root,
     default_lake_root,
@@ -20,7 +21,7 @@ from cdf_platform.core.config import (
 )
 from cdf_platform.core.errors import CdfPlatformError
 from cdf_platform.core.spec import PipelineSpec, storage_locations
-from cdf_platform.core.spec_file import find_spec, load_specs
+from cdf_platform.core.spec_file import find_spec, load_specs, load_storage
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.planning.status import pipeline_status
 from cdf_platform.runner import run_pipeline
@@ -65,6 +66,8 @@ def _context(args: argparse.Namespace) -> tuple[list[PipelineSpec], ControlTable
     # Resolved once, here: a relative root means the same folder in every later step.
     lake_root = resolve_root(args.lake_root) if args.lake_root else default_lake_root()
     specs = load_specs(args.pipelines, lake_root=lake_root)
+    # Every reader of a location (obstore, deltalake, Spark's connectors) finds its options.
+    use_storage_config(load_storage(args.pipelines))
     control = ControlTable(
         resolve_root(args.control_root) if args.control_root else default_control_root(lake_root)
     )

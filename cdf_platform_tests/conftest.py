@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from cdf_platform.deltalog.commit_cache import CACHE_ENV
 from cdf_platform.demo.local_s3 import LocalS3Server
 from cdf_platform.orchestration.resources import SparkResource
+from cdf_platform_tests.adls_gcs.azurite import ACCOUNT_HOST
 
 # Small local config: 2 cores here, so few partitions; no UI.
 TEST_SPARK_CONF = {
@@ -67,14 +68,15 @@ def spark_resource(
     tmp_path_factory: pytest.TempPathFactory, s3_server: LocalS3Server
 ) -> SparkResource:
     """The Spark resource the tests share; its session is the one `spark` returns. It can
-    reach the test S3 server, so object-store tests share it too."""
+    reach the test S3 server, and has the ABFS connector for Azurite (configured when a test
+    asks for `spark_on_azurite`), so object-store tests share it too."""
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     return SparkResource(
         master="local[2]",
         app_name="cdf_platform_tests",
         shuffle_partitions=2,
         driver_memory="2g",
-        storage_locations=[f"s3://{s3_server.bucket}"],
+        storage_locations=[f"s3://{s3_server.bucket}", f"abfs://lake@{ACCOUNT_HOST}"],
         spark_config={**TEST_SPARK_CONF, "spark.sql.warehouse.dir": str(warehouse)},
     )
 

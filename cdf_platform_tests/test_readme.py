@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.cli import build_parser
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_file import parse_specs
+from cdf_platform.core.spec_file import parse_specs, parse_storage
 from cdf_platform.core.sql import sql_path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -46,6 +46,14 @@ def test_readme_example_spec_is_valid_and_uses_every_field() -> None:
     # The SCD2 fields only go with `history: scd2`: the second pipeline shows them.
     documented = {field for entry in yaml.safe_load(example)["pipelines"] for field in entry}
     assert documented == set(PipelineSpec.model_fields)
+
+
+def test_readme_storage_example_is_valid() -> None:
+    (example,) = [b for b in _blocks("yaml") if b.startswith("storage:")]
+    config = parse_storage(yaml.safe_load(example), origin="README.md")
+    entry = config.entry_for("s3a://silver-lake/lake/silver/orders")
+    assert entry is not None and entry.options.allow_http is True
+    assert [e.store.value for e in config.entries] == ["S3", "S3", "Azure"]
 
 
 def test_readme_commands_exist() -> None:

@@ -74,6 +74,17 @@ class SourceNotFound(CdfPlatformError):
     default_action = "check the `source` path or table name, and that the table was created"
 
 
+class SourceLogDamaged(CdfPlatformError):
+    """The bronze table's current state cannot be built from its log: a commit file is gone
+    and no checkpoint or checksum after it records the protocol or metadata."""
+
+    incident_code = "SOURCE_LOG_DAMAGED"
+    default_action = (
+        "restore the missing commit files of the source's _delta_log from a backup, or recreate "
+        "the source table; silver is left as it is until then"
+    )
+
+
 class TableNameNotLocated(CdfPlatformError):
     """A catalog table name with no location recorded yet: the JVM-free parts (status, checks,
     sensors) cannot ask the catalog, and no run of the pipeline has asked it since it was named."""
@@ -188,6 +199,31 @@ class ConcurrentWriteConflict(CdfPlatformError):
         "nothing was written by this run and the watermark did not move; rerun it (it resumes "
         "from silver's watermark), and keep one run per pipeline (pool `cdf_pipeline_<id>` "
         "limited to 1)"
+    )
+
+
+class InvalidStorageConfig(CdfPlatformError):
+    """The storage options (the pipelines file's `storage:` section, or the lake resource's
+    `storage`) name an unknown option or scheme, an option the location's store does not take,
+    or an environment variable that is not set; or two locations ask Spark's connector for
+    different settings of one bucket or account."""
+
+    incident_code = "INVALID_STORAGE_CONFIG"
+    default_action = (
+        "fix the named entry of `storage:` in the pipelines file (or of the lake resource's "
+        "`storage`); README: Object-store lakes lists the options each store takes"
+    )
+
+
+class StorageUnreachable(CdfPlatformError):
+    """An object store refused or did not answer a read or write of a location with the
+    options in use (endpoint, region, credentials): from the storage configuration, or from
+    the environment when no configured prefix matches the location."""
+
+    incident_code = "STORAGE_UNREACHABLE"
+    default_action = (
+        "check the endpoint, region and credentials the message names (the `storage:` entry "
+        "of the location, or AWS_*/AZURE_*/GOOGLE_* in the environment), then rerun"
     )
 
 

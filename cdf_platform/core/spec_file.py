@@ -1,5 +1,6 @@
 """The pipelines file: YAML -> validated `PipelineSpec`s (`cdf_platform.core.spec`), with ids
-unique and one pipeline per target.
+unique and one pipeline per target, and its optional `storage:` section (object-store options
+per location prefix, `cdf_platform.core.storage_options`).
 
 `pipelines.yaml` by default, `$CDF_PIPELINES_FILE` or an explicit path otherwise.
 
@@ -20,6 +21,10 @@ from pydantic import ValidationError
 from cdf_platform.core.config import PIPELINES_FILE_ENV, default_pipelines_file
 from cdf_platform.core.errors import InvalidPipelineSpec, TargetOwnershipConflict
 from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.storage_options import StorageConfig
+
+# The top-level sections of a pipelines file.
+SECTIONS = ("pipelines", "storage")
 
 
 def _describe(err: ValidationError) -> str:
@@ -31,10 +36,12 @@ def _describe(err: ValidationError) -> str:
 
 
 def parse_specs(document: Any, *, origin: str = "<config>") -> list[PipelineSpec]:
-    """Validate a parsed pipelines document (`{"pipelines": [...]}`).
+    """Validate a parsed pipelines document (`{"pipelines": [...]}`, optionally `storage:`,
+    which `parse_storage` returns) and return its pipelines.
 
     Raises:
         InvalidPipelineSpec: the document or a spec is malformed, or ids repeat.
+        InvalidStorageConfig: the `storage:` section is malformed.
         TargetOwnershipConflict: two pipelines write the same target.
     """
     if not isinstance(document, dict) or not isinstance(document.get("pipelines"), list):
@@ -42,9 +49,10 @@ def parse_specs(document: Any, *, origin: str = "<config>") -> list[PipelineSpec
             f"{origin} must be a mapping with a `pipelines:` list",
             action="start the file with `pipelines:` and one `- id: ...` entry per pipeline",
         )
-    unknown = set(document) - {"pipelines"}
+    unknown = set(document) - set(SECTIONS)
     if unknown:
         raise InvalidPipelineSpec(f"{origin} has unknown top-level keys {sorted(unknown)}")
+    parse_storage(document, origin=origin)  # a malformed section fails wherever the file is read
     specs: list[PipelineSpec] = []
     for index, raw in enumerate(document["pipelines"]):
         name = raw.get("id", f"#{index}") if isinstance(raw, dict) else f"#{index}"
@@ -73,14 +81,11 @@ def parse_specs(document: Any, *, origin: str = "<config>") -> list[PipelineSpec
     return specs
 
 
-def load_specs(
-    path: str | Path | None = None, *, lake_root: str | None = None
-) -> list[PipelineSpec]:
-    """Load and validate the pipelines file; resolve relative locations under `lake_root`.
+def _read_document(path: str | Path | None) -> tuple[Any, Path]:
+    """The parsed YAML of the pipelines file at `path` (default: `default_pipelines_file()`).
 
     Raises:
-        InvalidPipelineSpec: the file is missing, is not YAML, or holds an invalid spec.
-        TargetOwnershipConflict: two pipelines write the same target.
+        InvalidPipelineSpec: the file is missing or is not YAML.
     """
     file = Path(path) if path is not None else default_pipelines_file()
     try:
@@ -91,13 +96,47 @@ def load_specs(
             action=f"create {file} or point ${PIPELINES_FILE_ENV} at your pipelines file",
         ) from err
     try:
-        document = yaml.safe_load(text)
+        return yaml.safe_load(text), file
     except yaml.YAMLError as err:
         raise InvalidPipelineSpec(
             f"{file} is not valid YAML: {err}", action="fix the YAML syntax at the line shown"
         ) from err
+
+
+def load_specs(
+    path: str | Path | None = None, *, lake_root: str | None = None
+) -> list[PipelineSpec]:
+    """Load and validate the pipelines file; resolve relative locations under `lake_root`.
+
+    Raises:
+        InvalidPipelineSpec: the file is missing, is not YAML, or holds an invalid spec.
+        InvalidStorageConfig: its `storage:` section is malformed.
+        TargetOwnershipConflict: two pipelines write the same target.
+    """
+    document, file = _read_document(path)
     specs = parse_specs(document, origin=str(file))
     return [spec.resolved(lake_root) for spec in specs] if lake_root is not None else specs
+
+
+def parse_storage(document: Any, *, origin: str = "<config>") -> StorageConfig:
+    """The `storage:` section of a parsed pipelines document (empty when it has none).
+
+    Raises:
+        InvalidStorageConfig: the section is malformed (see `StorageConfig.parse`).
+    """
+    section = document.get("storage") if isinstance(document, dict) else None
+    return StorageConfig.parse(section, origin=origin)
+
+
+def load_storage(path: str | Path | None = None) -> StorageConfig:
+    """The `storage:` section of the pipelines file (its `{env: NAME}` values unread).
+
+    Raises:
+        InvalidPipelineSpec: the file is missing or is not YAML.
+        InvalidStorageConfig: the section is malformed.
+    """
+    document, file = _read_document(path)
+    return parse_storage(document, origin=str(file))
 
 
 def find_spec(specs: list[PipelineSpec], pipeline_id: str) -> PipelineSpec:

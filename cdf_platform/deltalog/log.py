@@ -28,8 +28,9 @@ from datetime import timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from cdf_platform.core.errors import SourceNotFound
+from cdf_platform.core.errors import SourceLogDamaged, SourceNotFound
 from cdf_platform.deltalog.actions import Commit, TableMetadata, TableProtocol, parse_commit
+from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.deltalog.retention import (
     DEFAULT_DELETED_FILE_RETENTION,
     DEFAULT_LOG_RETENTION,
@@ -301,10 +302,8 @@ class DeltaLog:
         """The table at `version` through `deltalake`, for state only a Parquet checkpoint
         holds: it has a Parquet reader (pyarrow is absent). deltalake 1.6 loads the file list
         too (its `without_files` is ignored): slower, but only reached for checkpoints without
-        a checksum. Object-store credentials come from the same environment as ours."""
-        from deltalake import DeltaTable
-
-        return DeltaTable(self.table_path, version=version)
+        a checksum. Object-store options are the location's, as for our own reads."""
+        return open_delta_table(self.table_path, version=version)
 
     def latest_protocol(self) -> TableProtocol:
         """The protocol (reader/writer versions and features) at the latest version.
@@ -313,7 +312,7 @@ class DeltaLog:
         newest commit with a `protocol` action, else the checkpoint the walk back reaches.
 
         Raises:
-            LookupError: the log is damaged so that no protocol reaches the latest version.
+            SourceLogDamaged: a commit is gone so that no protocol reaches the latest version.
         """
         latest = self.latest_version()
         from_checksum = self._checksum_protocol(latest)
@@ -328,7 +327,11 @@ class DeltaLog:
                 break
             current -= 1
         if current not in self._checkpoints:
-            raise LookupError(f"no protocol reaches version {latest} in {self.log_path}")
+            raise SourceLogDamaged(
+                f"no protocol reaches version {latest}: commit {current} is gone from "
+                "_delta_log and no checkpoint or checksum after it records the protocol",
+                table=self.table_path,
+            )
         return self._checksum_protocol(current) or self._deltalake_protocol(current)
 
     def _checksum_protocol(self, version: int) -> TableProtocol | None:
@@ -351,15 +354,17 @@ class DeltaLog:
         """The metadata at the latest version.
 
         Raises:
-            LookupError: the log is damaged so that no metadata reaches the latest version.
+            SourceLogDamaged: a commit is gone so that no metadata reaches the latest version.
         """
         latest = self.latest_version()
         # A commit missing below the latest (criterion 2) breaks the walk back to a metaData
         # action; the latest checksum still records the current metadata.
         metadata = self.metadata_at(latest) or self._checksum_metadata(latest)
         if metadata is None:
-            raise LookupError(
-                f"no metaData reaches version {self.latest_version()} in {self.log_path}"
+            raise SourceLogDamaged(
+                f"no metaData reaches version {self.latest_version()}: a commit is gone from "
+                "_delta_log and no checkpoint or checksum after it records the metadata",
+                table=self.table_path,
             )
         return metadata
 

@@ -7,10 +7,13 @@ and `gs://` locations:
 
 - local folders go through the OS calls (a scandir of `_delta_log` takes milliseconds);
 - object stores go through `obstore`, the Python face of the Rust `object_store` crate that
-  `deltalake` uses too. It reads credentials, region and endpoint from the same environment
-  variables as `deltalake` (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, ...;
-  `AZURE_STORAGE_*`; `GOOGLE_*`), so one environment configures both. Commit files are fetched
-  concurrently, a batch at a time, and the table is listed once: never one request per file.
+  `deltalake` uses too. Its options are the location's configured ones
+  (`cdf_platform.core.active_storage.options_for`, which `deltalake`'s openers use too), and
+  what they leave unset comes from the same environment variables as `deltalake`'s
+  (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, ...; `AZURE_STORAGE_*`;
+  `GOOGLE_*`). Commit files are fetched concurrently, a batch at a time, and the table is
+  listed once: never one request per file. A store that refuses or does not answer is a
+  `StorageUnreachable` naming the options in use.
 
 Modification times: a local file's mtime (what Hadoop's local FileSystem reports) and an
 object's `LastModified` (what S3A reports, whole seconds) are exactly what delta-spark uses as a
@@ -29,11 +32,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 from urllib.parse import urlparse
 
+from cdf_platform.core.active_storage import options_for
+from cdf_platform.core.errors import StorageUnreachable
+from cdf_platform.core.storage_options import StorageEntry
 from cdf_platform.deltalog.commit_cache import CommitCache
 
 if TYPE_CHECKING:
@@ -240,8 +247,9 @@ class ObjectStorage:
 
     Args:
         uri: The table's URI (`s3://bucket/lake/bronze/orders`, `s3a://...`, `abfss://...`).
-        options: Store options beside those the environment gives (obstore's config keys,
-            e.g. `aws_endpoint` or `aws_allow_http`).
+        options: The store options (a storage entry, see `cdf_platform.core.storage_options`);
+            by default the ones configured for `uri` (`options_for`), None for the
+            environment's alone. What they leave unset comes from the environment.
         cache: Where log files read before are kept (`CommitCache`), None for no cache;
             by default the one the environment configures.
         concurrency: GETs in flight at once when several files are read.
@@ -250,7 +258,7 @@ class ObjectStorage:
     def __init__(
         self,
         uri: str,
-        options: dict[str, str] | None = None,
+        options: StorageEntry | Literal["configured"] | None = "configured",
         cache: CommitCache | Literal["environment"] | None = "environment",
         concurrency: int = FETCH_CONCURRENCY,
     ) -> None:
@@ -260,11 +268,36 @@ class ObjectStorage:
         self.requests = RequestCount()
         self.concurrency = concurrency
         self.cache = CommitCache.from_environment() if cache == "environment" else cache
+        self.options = options_for(self.root) if options == "configured" else options
         # ETags of the log files listed, for the commit cache.
         self._etags: dict[str, str] = {}
         self._pruned = False
-        # The config's type is per-scheme (S3Config, AzureConfig, ...); the keys are obstore's.
-        self._store: ObjectStore = from_url(self.root, config=cast(Any, options or None))
+        config = self.options.obstore_config() if self.options else None
+        client = self.options.obstore_client_options() if self.options else None
+        with self._classified("open"):
+            # The config's type is per-scheme (S3Config, AzureConfig, ...); keys are obstore's.
+            self._store: ObjectStore = from_url(
+                self.root,
+                config=cast(Any, config or None),
+                client_options=cast(Any, client or None),
+            )
+
+    @contextmanager
+    def _classified(self, action: str) -> Iterator[None]:
+        """Raise a store's refusal or silence inside the block as `StorageUnreachable` (an
+        absent object stays a `FileNotFoundError`)."""
+        from obstore.exceptions import BaseError
+
+        try:
+            yield
+        except FileNotFoundError:
+            raise
+        except (BaseError, OSError) as err:
+            where = self.options.describe() if self.options else "the environment's settings"
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise StorageUnreachable(
+                f"cannot {action} {self.root} with {where}: {first}", table=self.root
+            ) from err
 
     def _list(self, prefix: str | None, offset: str | None = None) -> Iterator[dict[str, object]]:
         """The objects under `prefix` (after `offset`, S3's start-after), in key order.
@@ -275,11 +308,12 @@ class ObjectStorage:
 
         pages = obstore.list(self._store, prefix=prefix, offset=offset, chunk_size=LIST_PAGE_SIZE)
         self.requests.lists += 1  # an empty listing is one request too
-        for number, batch in enumerate(pages):
-            if number:
-                self.requests.lists += 1
-            for meta in batch:
-                yield dict(meta)
+        with self._classified("list"):
+            for number, batch in enumerate(pages):
+                if number:
+                    self.requests.lists += 1
+                for meta in batch:
+                    yield dict(meta)
 
     def list_log(self) -> list[StoredFile]:
         """The files directly in `_delta_log` (empty when it does not exist)."""
@@ -324,7 +358,8 @@ class ObjectStorage:
         import obstore
 
         self.requests.lists += 1
-        listed = obstore.list_with_delimiter(self._store)
+        with self._classified("list"):
+            listed = obstore.list_with_delimiter(self._store)
         names = [prefix.rstrip("/").rsplit("/", 1)[-1] for prefix in listed["common_prefixes"]]
         names += [str(meta["path"]).rsplit("/", 1)[-1] for meta in listed["objects"]]
         return names
@@ -342,7 +377,8 @@ class ObjectStorage:
         """GET one object, uncounted (the caller counts: threads never share a counter)."""
         import obstore
 
-        return bytes(obstore.get(self._store, relative).bytes())
+        with self._classified("read"):
+            return bytes(obstore.get(self._store, relative).bytes())
 
     def read_many(self, relatives: Iterable[str]) -> dict[str, bytes]:
         """Several objects, `concurrency` at a time; absent ones are left out.
@@ -400,14 +436,14 @@ class ObjectStorage:
         return same_object_store_root(location, self.root)
 
 
-def open_storage(location: str, options: dict[str, str] | None = None) -> TableStorage:
-    """The storage of a table location: local folder, `file:` URI or object-store URI.
+def open_storage(location: str) -> TableStorage:
+    """The storage of a table location: local folder, `file:` URI or object-store URI (with
+    the options configured for it, `options_for`).
 
     Args:
         location: The table's path or URI.
-        options: Extra object-store options (ignored for local folders).
     """
     path = local_path(location)
     if path is not None:
         return LocalStorage(path)
-    return ObjectStorage(location, options)
+    return ObjectStorage(location)

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cdf_platform.core.errors import InvalidPipelineSpec
+from cdf_platform.deltalog.delta_tables import create_delta_table, open_delta_table
 from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.state.control import arrow_table, delta_schema
 
@@ -105,12 +106,10 @@ def write_demo_batch(path: str, table: str, *, batch_size: int = 1_000, seed: in
         raise InvalidPipelineSpec(f"batch_size must be >= 1, got {batch_size}")
     schema = DEMO_SCHEMAS[table]
     key = DEMO_KEYS[table]
-    from deltalake import DeltaTable
-
     if not is_delta_table(path):
         configuration = {"delta.enableChangeDataFeed": "true"}
-        DeltaTable.create(path, delta_schema(schema), mode="ignore", configuration=configuration)
-    bronze = DeltaTable(path)
+        create_delta_table(path, delta_schema(schema), mode="ignore", configuration=configuration)
+    bronze = open_delta_table(path)
     batch_index = bronze.version()  # version 0 is the CREATE TABLE
     rng = random.Random(f"{seed}:{table}:{batch_index}")
     live = _live_keys(bronze, key)

@@ -19,6 +19,7 @@ from typing import Any
 
 import dagster as dg
 
+from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
 from cdf_platform.orchestration.checks import REPLAY_WINDOW
 from cdf_platform.planning.status import pipeline_status
@@ -56,9 +57,8 @@ def _say(text: str) -> None:
 
 def _data_columns(path: str) -> list[str]:
     """The table's columns that are not the platform's bookkeeping (`_...`)."""
-    from deltalake import DeltaTable
-
-    return [f.name for f in DeltaTable(path).schema().fields if not f.name.startswith("_")]
+    fields = open_delta_table(path).schema().fields
+    return [f.name for f in fields if not f.name.startswith("_")]
 
 
 def _rows(
@@ -66,9 +66,9 @@ def _rows(
 ) -> Counter[tuple[Any, ...]]:
     """The rows of the Delta table at `path` (at `version`) as a multiset of `columns`;
     `live_only` leaves out soft-deleted rows. Read by deltalake, no JVM."""
-    from deltalake import DeltaTable, QueryBuilder
+    from deltalake import QueryBuilder
 
-    table = DeltaTable(path, version=version)
+    table = open_delta_table(path, version=version)
     soft_deletes = "_is_deleted" in {f.name for f in table.schema().fields}
     selected = ", ".join(f'"{column}"' for column in columns)
     where = ' WHERE NOT "_is_deleted"' if live_only and soft_deletes else ""
@@ -214,10 +214,8 @@ class DemoStory:
     def set_retention(self, current: Step, value: str) -> None:
         """Set bronze's `delta.deletedFileRetentionDuration` on every demo table: the
         operator's ALTER TABLE, committed by deltalake (a property change needs no Spark)."""
-        from deltalake import DeltaTable
-
         for spec in self.specs:
-            DeltaTable(spec.source).alter.set_table_properties(
+            open_delta_table(spec.source).alter.set_table_properties(
                 {"delta.deletedFileRetentionDuration": value}
             )
         current.figures["deletedFileRetentionDuration"] = value

@@ -49,7 +49,7 @@ def platform_defs(
 
     Args:
         specs: the pipelines, relative locations resolved under the lake root.
-        lake: lake root and control tables (the `lake` resource).
+        lake: lake root, control tables and object-store options (the `lake` resource).
         spark: the Spark resource (default: from the environment, with the specs' stores).
         bronze_written_here: bronze asset keys that other definitions merged with these
             materialize (the demo's writers); every other bronze table is an external asset.
@@ -60,8 +60,12 @@ def platform_defs(
         automation: the incremental and rebuild sensors and the checks schedule start RUNNING
             (False: STOPPED, for a person to turn on).
     """
+    bound = lake.bound()
+    # The definitions' own reads (the code server's sensors and checks) use the lake's
+    # object-store options from here; runs and checks put them in use again when they
+    # initialise the `lake` resource (`LakeLayout.setup_for_execution`).
+    bound.use_storage()
     if spark is None:
-        bound = lake.bound()
         locations = storage_locations(specs, bound.lake_root, bound.control().root)
         spark = SparkResource.from_environment(storage_locations=locations)
     bronze = external_bronze_assets(specs, bronze_written_here)

@@ -1,5 +1,6 @@
-"""The Dagster resources: where the lake and its pipelines are (`LakeLayout`), and one lazily
-created, Delta-configured SparkSession per process (`SparkResource`).
+"""The Dagster resources: where the lake and its pipelines are and how its object stores are
+reached (`LakeLayout`), and one lazily created, Delta-configured SparkSession per process
+(`SparkResource`).
 
 `from_environment()` builds each from the environment when the definitions load (never at
 import): a field whose variable is set is a `dg.EnvVar` (the UI shows the variable's name, and a
@@ -18,6 +19,7 @@ import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, field_validator
 
+from cdf_platform.core.active_storage import use_storage_config
 from cdf_platform.core.config import (
     CONTROL_ROOT_ENV,
     DEFAULT_MASTER,
@@ -30,9 +32,11 @@ from cdf_platform.core.config import (
     embedded_lake_root,
     resolve_root,
 )
-from cdf_platform.core.errors import InvalidPipelineSpec
+from cdf_platform.core.errors import InvalidPipelineSpec, InvalidStorageConfig
 from cdf_platform.core.spec import PipelineSpec, storage_locations
-from cdf_platform.core.spec_file import find_spec, load_specs
+from cdf_platform.core.spec_file import find_spec, load_specs, load_storage
+from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.orchestration.storage_options import StorageOptionsConfig
 from cdf_platform.spark.session import SparkSettings, build_spark_session
 from cdf_platform.state.control import ControlTable
 
@@ -46,7 +50,9 @@ def _from_env(name: str, default: str) -> str:
 
 
 class LakeLayout(dg.ConfigurableResource):
-    """The pipelines file, the lake root it is resolved against, and the control tables.
+    """The pipelines file, the lake root it is resolved against, the control tables, and the
+    object-store options of the lake's locations (`storage`, beside the pipelines file's
+    `storage:` section).
 
     Example:
         >>> layout = LakeLayout(lake_root="/lake", pipelines_file="pipelines.yaml")
@@ -54,6 +60,12 @@ class LakeLayout(dg.ConfigurableResource):
         '/lake/silver/orders'
         >>> layout.control().read_states()  # doctest: +SKIP
         {'orders': {...}}
+        >>> LakeLayout(  # doctest: +SKIP
+        ...     lake_root="s3://lake-a/lake",
+        ...     storage={"s3://lake-a": StorageOptionsConfig(
+        ...         endpoint="https://minio.internal:9000",
+        ...         secret_access_key=dg.EnvVar("LAKE_A_SECRET"), ...)},
+        ... )
     """
 
     lake_root: str = Field(
@@ -70,6 +82,15 @@ class LakeLayout(dg.ConfigurableResource):
         default=None,
         description=f"The pipelines YAML file (${PIPELINES_FILE_ENV}; default ./pipelines.yaml); "
         "None when the pipelines are declared in a Component's defs.yaml.",
+    )
+    storage: dict[str, StorageOptionsConfig] = Field(
+        default_factory=dict,
+        description="Object-store options by location prefix (s3://bucket, "
+        "abfss://container@account.dfs.core.windows.net/lake, ...): endpoint, region, "
+        "credentials (dg.EnvVar). The longest prefix matching a location wins; what is unset, "
+        "and locations no prefix matches, come from the environment (AWS_*, AZURE_STORAGE_*, "
+        "GOOGLE_*). Added to the pipelines file's `storage:` section; a prefix may be in one "
+        "of the two only.",
     )
 
     @classmethod
@@ -98,8 +119,51 @@ class LakeLayout(dg.ConfigurableResource):
         )
 
     def bound(self) -> LakeLayout:
-        """This layout with its `dg.EnvVar` fields read now (what a run would see)."""
-        return self.process_config_and_initialize()
+        """This layout with its `dg.EnvVar` fields read now (what a run would see).
+
+        Raises:
+            InvalidStorageConfig: a `dg.EnvVar` of `storage` names a variable that is not set.
+        """
+        try:
+            return self.process_config_and_initialize()
+        except dg.DagsterInvalidConfigError as err:
+            # Dagster's message names the variable at a config path; ours names the prefix.
+            try:
+                self.storage_config().resolved(os.environ)
+            except InvalidStorageConfig as named:
+                raise named from err
+            raise
+
+    def storage_config(self) -> StorageConfig:
+        """The object-store options of the lake: the pipelines file's `storage:` section (when
+        the file exists: a layout whose pipelines live in a Component's defs.yaml has none)
+        and this resource's `storage`, their environment references not read yet.
+
+        Raises:
+            InvalidStorageConfig: a malformed entry, or a prefix configured in both.
+            InvalidPipelineSpec: the pipelines file is not YAML.
+        """
+        from_file = StorageConfig()
+        if self.pipelines_file is not None and Path(self.pipelines_file).is_file():
+            from_file = load_storage(self.pipelines_file)
+        from_resource = StorageConfig.of(
+            {prefix: options.store_options() for prefix, options in self.storage.items()},
+            origin="the lake resource's storage",
+        )
+        return from_file.merged(from_resource)
+
+    def use_storage(self) -> None:
+        """Put this lake's object-store options in use for the process (every reader of a
+        location finds them, `cdf_platform.core.active_storage`).
+
+        Raises:
+            InvalidStorageConfig: see `storage_config`, or a referenced variable is not set.
+        """
+        use_storage_config(self.storage_config())
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """A run, check or sensor that uses the lake reads its stores with its options."""
+        self.use_storage()
 
     def control(self) -> ControlTable:
         """The control tables (state and load log)."""
@@ -171,8 +235,8 @@ class SparkResource(LazyPySparkResource):
         default_factory=list,
         description="Locations the session reads and writes (lake and control roots, tables "
         "outside them): an object-store URI among them (s3://, s3a://) makes Spark load that "
-        "store's connector jars and configure it from the environment (AWS_*). A local lake "
-        "loads nothing extra.",
+        "store's connector jars and configure it from the environment (AWS_*) and the lake's "
+        "storage options (per bucket or account). A local lake loads nothing extra.",
     )
 
     jvm_log: str | None = Field(

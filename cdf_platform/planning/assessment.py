@@ -32,6 +32,7 @@ from cdf_platform.core.errors import (
     IncompatibleSchemaChange,
     InvalidPipelineSpec,
     ReplayWindowLost,
+    SourceLogDamaged,
     SourceNotFound,
     SourceReset,
     TargetOwnershipConflict,
@@ -237,7 +238,10 @@ def assess_pipeline(
                 table=spec.source,
             )
         )
-    protocol = log.latest_protocol()
+    try:
+        protocol = log.latest_protocol()
+    except SourceLogDamaged as err:
+        return blocked(SourceLogDamaged(err.problem, pipeline_id=spec.id, table=spec.source))
     if managed := [name for name in CATALOG_MANAGED_FEATURES if protocol.has_feature(name)]:
         return blocked(
             CatalogManagedSource(
@@ -249,7 +253,10 @@ def assess_pipeline(
     ownership = _ownership_problem(spec, silver)
     if ownership is not None:
         return blocked(ownership)
-    window = compute_replay_window(spec.source, now=now, log=log)
+    try:
+        window = compute_replay_window(spec.source, now=now, log=log)
+    except SourceLogDamaged as err:
+        return blocked(SourceLogDamaged(err.problem, pipeline_id=spec.id, table=spec.source))
     invalid = colliding_columns_problem(spec, window)
     if invalid is not None:
         return blocked(invalid, window)

@@ -36,6 +36,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.sql import quote_ident, sql_string
+from cdf_platform.deltalog.delta_tables import open_delta_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -158,9 +159,7 @@ def key_ranges(
 def files_skipped(target: str, ranges: Sequence[KeyRanges]) -> int:
     """How many of silver's files the ranges rule out by their min/max statistics, read from
     the log without Spark (what Delta's data skipping will find)."""
-    from deltalake import DeltaTable
-
-    actions = DeltaTable(target).get_add_actions(flatten=True)
+    actions = open_delta_table(target).get_add_actions(flatten=True)
     names = set(actions.column_names)
 
     def column(name: str) -> list[Any]:

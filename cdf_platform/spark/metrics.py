@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.spec import DeleteMode
+from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.spark.changes import read_changes
 from cdf_platform.state.watermark import HISTORY_SCAN, parse_user_metadata
 
@@ -22,9 +23,7 @@ Counts = tuple[int, int, int]
 
 def find_run_commit(target: str, pipeline_id: str, run_id: str) -> dict[str, object] | None:
     """The history entry of the silver commit written by `run_id`, JVM-free (None if absent)."""
-    from deltalake import DeltaTable
-
-    for entry in DeltaTable(target).history(HISTORY_SCAN):
+    for entry in open_delta_table(target).history(HISTORY_SCAN):
         ours = parse_user_metadata(entry.get("userMetadata"), pipeline_id)
         if ours is not None and ours.get("run_id") == run_id:
             return entry

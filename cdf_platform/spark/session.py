@@ -21,16 +21,21 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from cdf_platform.core.active_storage import storage_config_in_use
 from cdf_platform.core.config import REMOTE_ENV
 from cdf_platform.core.errors import RuntimeEnvironmentError, UnsafeSparkConfig
-from cdf_platform.spark.object_stores import object_store_conf, object_store_schemes
+from cdf_platform.spark.object_stores import (
+    object_store_conf,
+    object_store_schemes,
+    storage_hadoop_conf,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -47,6 +52,8 @@ DUPLICATE_HADOOP_CLIENT = (
     "org.apache.hadoop:hadoop-client-api",
     "org.apache.hadoop:hadoop-client-runtime",
 )
+# Spark conf under this prefix is Hadoop conf (read when the context starts).
+HADOOP_PREFIX = "spark.hadoop."
 # The conf that turns a vanished `_change_data` or data file into silently skipped rows.
 IGNORE_MISSING_FILES_CONFS = (
     "spark.sql.files.ignoreMissingFiles",
@@ -68,8 +75,10 @@ class SparkSettings:
         shuffle_partitions: `spark.sql.shuffle.partitions`; small for a laptop.
         driver_memory: `spark.driver.memory`, applied when this process starts the JVM.
         storage_locations: Lake and control roots and tables the session will touch: each
-            object store among them (s3://, s3a://, abfss://, gs://) gets its connector jars
-            and conf (`cdf_platform.spark.object_stores`); local locations add nothing.
+            object store among them (s3://, s3a://, abfss://, gs://), and each one the storage
+            configuration in use names (`cdf_platform.core.active_storage`), gets its
+            connector jars and conf (`cdf_platform.spark.object_stores`); local locations add
+            nothing.
         extra_conf: Any further Spark conf, applied last.
         jvm_log: A file that gets the console output of the JVM this process starts (Ivy's
             dependency resolution, log4j warnings, Java stack traces the JVM prints), so a
@@ -189,9 +198,16 @@ def _session_conf(settings: SparkSettings) -> dict[str, str]:
 
 def spark_conf(settings: SparkSettings) -> dict[str, str]:
     """The full Spark conf for `settings`, Delta included, and the connectors of the object
-    stores its locations name (configured from the environment now); local masters get
-    parallelism sized to their cores; `extra_conf` overrides anything."""
-    stores = object_store_conf(object_store_schemes(settings.storage_locations), os.environ)
+    stores its locations and the storage configuration in use name (configured from the
+    environment now, with the configured options of each bucket or account on top); local
+    masters get parallelism sized to their cores; `extra_conf` overrides anything.
+
+    Raises:
+        InvalidStorageConfig: the configured options cannot be scoped to their buckets.
+    """
+    storage = storage_config_in_use()
+    schemes = object_store_schemes([*settings.storage_locations, *storage.prefixes])
+    stores = object_store_conf(schemes, os.environ, storage)
     conf = {
         "spark.master": settings.master,
         "spark.app.name": settings.app_name,
@@ -373,8 +389,36 @@ def _local_session(settings: SparkSettings) -> SparkSession:
         with jvm_output_to(settings.jvm_log):
             spark = builder.getOrCreate()
             spark.sparkContext.setLogLevel("WARN")
+    apply_storage_options(spark, settings.extra_conf)
     assert_safe_spark_config(spark)
     return spark
+
+
+def apply_storage_options(spark: SparkSession, extra_conf: Mapping[str, str] | None = None) -> None:
+    """Give a running session's connectors the storage options in use, scoped to their
+    buckets and accounts (`storage_hadoop_conf`).
+
+    A session started by `build_spark_session` has them from its start (`spark.hadoop.*`);
+    this adds the ones put in use since, and serves a session built elsewhere (a notebook's).
+    Spark reads `spark.hadoop.*` only when its context starts, so they go into the context's
+    Hadoop conf, which every session of the process and every new file system instance reads
+    (a bucket's options count from the first time Spark opens that bucket in the process).
+    Over Spark Connect the server's own conf applies and nothing is set here.
+
+    Args:
+        spark: The session.
+        extra_conf: Spark conf that wins over the storage options, as in `spark_conf`: a
+            `spark.hadoop.<key>` there keeps its value.
+    """
+    if is_connect_session(spark):
+        return
+    conf = storage_hadoop_conf(storage_config_in_use())
+    for key, value in (extra_conf or {}).items():
+        if key.startswith(HADOOP_PREFIX) and key[len(HADOOP_PREFIX) :] in conf:
+            conf[key[len(HADOOP_PREFIX) :]] = value
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in conf.items():
+        hadoop.set(key, value)
 
 
 def assert_safe_spark_config(spark: SparkSession) -> None:

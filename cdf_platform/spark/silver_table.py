@@ -31,6 +31,7 @@ from cdf_platform.core.errors import (
 )
 from cdf_platform.core.spec import DeleteMode, HistoryMode
 from cdf_platform.core.sql import create_table_sql, quote_ident, sql_path, sql_string
+from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import holds_foreign_files, is_delta_table
 from cdf_platform.spark.failures import failure_facts, is_conflict
@@ -135,10 +136,9 @@ def _existing_silver(target: str) -> _Silver | None:
     """
     if not is_delta_table(target):
         return None
-    from deltalake import DeltaTable
     from pyspark.sql.types import StructType  # pure Python: parses the log's schema JSON
 
-    table = DeltaTable(target)
+    table = open_delta_table(target)
     configuration = dict(table.metadata().configuration)
     schema = StructType.fromJson(json.loads(table.schema().to_json()))
     return _Silver(
@@ -150,9 +150,7 @@ def _existing_silver(target: str) -> _Silver | None:
 
 def holds_files(target: str) -> bool:
     """Whether silver's current version has any data file (JVM-free, from the log)."""
-    from deltalake import DeltaTable
-
-    return bool(DeltaTable(target).file_uris())
+    return bool(open_delta_table(target).file_uris())
 
 
 def _create_silver(

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.sql import sql_path, sql_string
+from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.planning.vacuum import (
     DELETED_FILE_RETENTION,
     LOG_RETENTION,
@@ -78,9 +79,7 @@ def execute_vacuum(
 
 def _files_deleted(table: str) -> int | None:
     """numDeletedFiles of the latest VACUUM END commit (None when VACUUM logging is off)."""
-    from deltalake import DeltaTable
-
-    for entry in DeltaTable(table).history(10):
+    for entry in open_delta_table(table).history(10):
         if entry.get("operation") == "VACUUM END":
             metrics = entry.get("operationMetrics") or {}
             return int(metrics.get("numDeletedFiles", 0))

@@ -24,6 +24,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from cdf_platform.deltalog.delta_tables import (
+    create_delta_table,
+    open_delta_table,
+    write_delta_table,
+)
 from cdf_platform.deltalog.tables import is_delta_table
 
 logger = logging.getLogger(__name__)
@@ -218,20 +223,16 @@ class ControlTable:
                 self._create(path, schema)
 
     def _create(self, path: str, schema: Mapping[str, str]) -> None:
-        from deltalake import DeltaTable
-
         def create() -> None:
             # mode="ignore": a concurrent creator that won the race leaves the table as wanted.
-            DeltaTable.create(path, delta_schema(schema), mode="ignore")
+            create_delta_table(path, delta_schema(schema), mode="ignore")
 
         _retry_on_conflict(create, f"creating {path}")
 
     def _upsert(self, path: str, key: str, row: Any) -> None:
-        from deltalake import DeltaTable
-
         def merge() -> None:
             (
-                DeltaTable(path)
+                open_delta_table(path)
                 .merge(row, f"t.{key} = s.{key}", source_alias="s", target_alias="t")
                 .when_matched_update_all()
                 .when_not_matched_insert_all()
@@ -301,20 +302,18 @@ class ControlTable:
 
     def append_log(self, entry: LoadLogEntry) -> None:
         """Append one load-log row (a blind append: never conflicts)."""
-        from deltalake import write_deltalake
-
         self.ensure()
         row = arrow_table(LOG_SCHEMA, [entry.as_row()])
         _retry_on_conflict(
-            lambda: write_deltalake(self.log_path, row, mode="append"), "load log append"
+            lambda: write_delta_table(self.log_path, row, mode="append"), "load log append"
         )
 
     def _query(self, path: str, sql: str) -> list[dict[str, Any]]:
         if not is_delta_table(path):
             return []
-        from deltalake import DeltaTable, QueryBuilder
+        from deltalake import QueryBuilder
 
-        table = QueryBuilder().register("t", DeltaTable(path)).execute(sql).read_all()
+        table = QueryBuilder().register("t", open_delta_table(path)).execute(sql).read_all()
         columns = [column.to_pylist() for column in table.columns]
         names = table.column_names
         return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]

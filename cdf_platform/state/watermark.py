@@ -21,6 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.deltalog.tables import is_delta_table
 
 OWNER_PROPERTY = "cdf_platform.pipeline_id"
@@ -91,9 +92,7 @@ def read_silver_state(target: str, pipeline_id: str) -> SilverState:
     """Read the watermark of `pipeline_id` from silver's log (JVM-free)."""
     if not is_delta_table(target):
         return SilverState(False, None, 0, None, None, None)
-    from deltalake import DeltaTable
-
-    table = DeltaTable(target)
+    table = open_delta_table(target)
     owner = table.metadata().configuration.get(OWNER_PROPERTY)
     generation = 0
     watermark = table.transaction_version(app_id(pipeline_id, 0))

@@ -20,19 +20,22 @@ from arro3.core import Array, DataType, Table
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
+from cdf_platform.core.active_storage import use_storage_config
 from cdf_platform.core.errors import (
     CatalogManagedSource,
     CdfNotEnabled,
     CdfPlatformError,
     DataQualityError,
     InvalidPipelineSpec,
+    InvalidStorageConfig,
     RuntimeEnvironmentError,
+    SourceLogDamaged,
     SourceNotFound,
     TargetOwnershipConflict,
     UnsafeSparkConfig,
 )
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_file import find_spec, load_specs
+from cdf_platform.core.spec_file import find_spec, load_specs, load_storage
 from cdf_platform.demo.local_s3 import free_port
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.runner import run_pipeline
@@ -170,6 +173,18 @@ def _file_case(case: str, given: str, text: str, fix: str) -> BadInput:
     return BadInput(case, given, InvalidPipelineSpec, fix, act=act)
 
 
+def _storage_case(case: str, given: str, storage: dict[str, Any], fix: str) -> BadInput:
+    """A pipelines file whose `storage:` section is wrong: refused when the options are put in
+    use, as the command line does after reading the file."""
+
+    def act(lake: BadInputLake) -> object:
+        lake.write_pipelines({"pipelines": [VALID], "storage": storage})
+        load_specs(lake.pipelines, lake_root=str(lake.root))
+        return use_storage_config(load_storage(lake.pipelines))
+
+    return BadInput(case, given, InvalidStorageConfig, fix, act=act)
+
+
 def _missing_file(lake: BadInputLake) -> object:
     return load_specs(lake.root / "nowhere.yaml", lake_root=str(lake.root))
 
@@ -194,6 +209,17 @@ def _catalog_managed(lake: BadInputLake) -> None:
         '"readerFeatures":["catalogManaged"],'
         '"writerFeatures":["catalogManaged","inCommitTimestamp"]}}\n'
     )
+
+
+def _damaged_log(lake: BadInputLake) -> None:
+    """Bronze written by delta-rs (no checksums), a commit of it deleted, no checkpoint after."""
+    bronze = lake.make_bronze()  # 0
+    bronze.insert([{"id": 3, "name": "cy", "amount": 30}])  # 1, deleted below
+    bronze.insert([{"id": 4, "name": "dee", "amount": 40}])  # 2
+    log = Path(lake.bronze, "_delta_log")
+    commits = sorted(log.glob("*.json"))
+    assert len(commits) >= 3 and not list(log.glob("*.crc")) and not list(log.glob("*.parquet"))
+    commits[-2].unlink()
 
 
 def _files_at_target(lake: BadInputLake) -> None:
@@ -304,6 +330,24 @@ CATALOGUE: list[BadInput] = [
         yaml.safe_dump({"pipelines": [VALID], "defaults": {"delete_mode": "soft"}}),
         "fix the named field in the pipelines file",
     ),
+    _storage_case(
+        "storage_unknown_option",
+        "unknown storage option (`storage: {s3://lake: {endpont: ...}}`)",
+        {"s3://lake": {"endpont": "https://minio.internal:9000"}},
+        "fix the named entry of `storage:` in the pipelines file",
+    ),
+    _storage_case(
+        "storage_unknown_scheme",
+        "storage prefix of no object store (`hdfs://nn/lake`)",
+        {"hdfs://nn/lake": {"endpoint": "https://nn:9000"}},
+        "write the prefix as an object-store URI",
+    ),
+    _storage_case(
+        "storage_variable_unset",
+        "storage option read from a variable that is not set (`{env: CDF_TEST_UNSET}`)",
+        {"s3://lake": {"secret_access_key": {"env": "CDF_TEST_UNSET"}}},
+        "set CDF_TEST_UNSET in the environment",
+    ),
     _file_case(
         "pipeline_not_a_mapping",
         "a pipeline entry that is not a mapping (`- people`)",
@@ -391,6 +435,14 @@ CATALOGUE: list[BadInput] = [
         "point `source` at a path-based Delta table",
         act=lambda lake: lake.run(),
         setup=_catalog_managed,
+    ),
+    BadInput(
+        "source_log_damaged",
+        "bronze whose `_delta_log` lost a commit no checkpoint or checksum covers",
+        SourceLogDamaged,
+        "restore the missing commit files of the source's _delta_log",
+        act=lambda lake: lake.run(),
+        setup=_damaged_log,
     ),
     BadInput(
         "cdf_never_enabled",

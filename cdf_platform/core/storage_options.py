@@ -1,0 +1,467 @@
+"""Object-store options per location prefix: what the pipelines file's `storage:` section and
+the lake resource's `storage` hold, and which entry a location takes.
+
+    storage:
+      s3://lake-a:                        # every location under this prefix
+        endpoint: https://minio.internal:9000
+        region: eu-west-1
+        access_key_id: {env: LAKE_A_KEY_ID}         # read from the environment
+        secret_access_key: {env: LAKE_A_SECRET}
+      abfss://silver@account.dfs.core.windows.net:
+        account_key: {env: SILVER_ACCOUNT_KEY}
+
+- Option names are obstore's (the Python face of the Rust `object_store` crate that `deltalake`
+  uses too). Each maps to that crate's key for `obstore` and for `deltalake`
+  (`OPTION_KEYS`), and to the Hadoop connector's bucket- or account-scoped key for Spark
+  (`cdf_platform.spark.object_stores`).
+- The longest prefix that matches a location wins, at a path boundary (`s3://lake-a` is no
+  prefix of `s3://lake-ab`); `s3://`, `s3a://` and `s3n://` name the same objects, as do
+  `abfs://` and `abfss://`. What an entry leaves unset, and every location no prefix matches,
+  keeps coming from the environment (AWS_*, AZURE_STORAGE_*, GOOGLE_*).
+- A text value may be `{env: NAME}`: the variable is read when the configuration is put to use
+  (`cdf_platform.core.active_storage`), so no secret has to be written into a file.
+
+Example:
+    >>> config = StorageConfig.parse(
+    ...     {"s3://lake-a": {"endpoint": "http://127.0.0.1:9000", "allow_http": True}},
+    ...     origin="pipelines.yaml",
+    ... )
+    >>> config.entry_for("s3a://lake-a/bronze/orders").deltalake_options()
+    {'aws_endpoint': 'http://127.0.0.1:9000', 'allow_http': 'true'}
+    >>> config.entry_for("s3://lake-ab/bronze/orders") is None
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from cdf_platform.core.errors import InvalidStorageConfig
+
+
+class StoreKind(StrEnum):
+    """The object stores a location can be on."""
+
+    S3 = "S3"
+    AZURE = "Azure"
+    GCS = "GCS"
+
+
+# URI scheme -> its store and the scheme that names the same objects.
+SCHEMES: dict[str, tuple[StoreKind, str]] = {
+    "s3": (StoreKind.S3, "s3"),
+    "s3a": (StoreKind.S3, "s3"),
+    "s3n": (StoreKind.S3, "s3"),
+    "abfs": (StoreKind.AZURE, "abfss"),
+    "abfss": (StoreKind.AZURE, "abfss"),
+    "az": (StoreKind.AZURE, "az"),
+    "azure": (StoreKind.AZURE, "az"),
+    "gs": (StoreKind.GCS, "gs"),
+}
+
+
+class EnvRef(BaseModel):
+    """A value read from an environment variable when the configuration is put to use:
+    `{env: LAKE_A_SECRET}` in YAML."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    env: str = Field(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="The environment variable's name."
+    )
+
+
+# A text option: the value itself, or a reference to an environment variable.
+Text = str | EnvRef
+
+
+class StoreOptions(BaseModel):
+    """The options of one storage prefix. Every option is optional; what is unset comes from
+    the environment. Which store takes which option: `OPTION_KEYS`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    endpoint: Text | None = Field(
+        default=None,
+        description="S3: the endpoint URL of an S3-compatible server (MinIO, Ceph), e.g. "
+        "https://minio.internal:9000 (AWS_ENDPOINT_URL). Azure: the blob endpoint, e.g. "
+        "Azurite's http://127.0.0.1:10000/devstoreaccount1 (JVM-free readers only).",
+    )
+    region: Text | None = Field(default=None, description="S3: the bucket's region (AWS_REGION).")
+    allow_http: bool | None = Field(
+        default=None,
+        description="S3, Azure: allow a plain http:// endpoint (AWS_ALLOW_HTTP); Spark's S3A "
+        "follows the endpoint's scheme.",
+    )
+    access_key_id: Text | None = Field(
+        default=None, description="S3: the access key id (AWS_ACCESS_KEY_ID)."
+    )
+    secret_access_key: Text | None = Field(
+        default=None, repr=False, description="S3: the secret access key (AWS_SECRET_ACCESS_KEY)."
+    )
+    session_token: Text | None = Field(
+        default=None,
+        repr=False,
+        description="S3: the session token of temporary credentials (AWS_SESSION_TOKEN).",
+    )
+    virtual_hosted_style_request: bool | None = Field(
+        default=None,
+        description="S3: address the bucket as a host name (bucket.endpoint) rather than a "
+        "path (endpoint/bucket). Default: path style with a custom endpoint, as S3-compatible "
+        "servers want.",
+    )
+    skip_signature: bool | None = Field(
+        default=None,
+        description="S3: send unsigned requests (a public bucket); Spark uses S3A's anonymous "
+        "credentials provider.",
+    )
+    account_name: Text | None = Field(
+        default=None, description="Azure: the storage account (AZURE_STORAGE_ACCOUNT_NAME)."
+    )
+    account_key: Text | None = Field(
+        default=None,
+        repr=False,
+        description="Azure: the account's shared key (AZURE_STORAGE_ACCOUNT_KEY).",
+    )
+    sas_token: Text | None = Field(
+        default=None,
+        repr=False,
+        description="Azure: a shared access signature (AZURE_STORAGE_SAS_KEY).",
+    )
+    client_id: Text | None = Field(
+        default=None,
+        description="Azure: a service principal's client id (with client_secret, tenant_id).",
+    )
+    client_secret: Text | None = Field(
+        default=None, repr=False, description="Azure: the service principal's client secret."
+    )
+    tenant_id: Text | None = Field(
+        default=None, description="Azure: the service principal's tenant (directory) id."
+    )
+    use_emulator: bool | None = Field(
+        default=None,
+        description="Azure: talk to the Azurite emulator (JVM-free readers only).",
+    )
+    service_account_path: Text | None = Field(
+        default=None,
+        description="GCS: path of a service account JSON file (GOOGLE_SERVICE_ACCOUNT; "
+        "JVM-free readers only).",
+    )
+    service_account_key: Text | None = Field(
+        default=None,
+        repr=False,
+        description="GCS: a service account's JSON key itself (GOOGLE_SERVICE_ACCOUNT_KEY; "
+        "JVM-free readers only).",
+    )
+    application_credentials: Text | None = Field(
+        default=None,
+        description="GCS: path of application default credentials "
+        "(GOOGLE_APPLICATION_CREDENTIALS; JVM-free readers only).",
+    )
+
+    def values(self) -> dict[str, Text | bool]:
+        """The options that are set, by name."""
+        return {name: value for name, value in self if value is not None}
+
+
+@dataclass(frozen=True)
+class OptionKey:
+    """How one option reaches the JVM-free readers.
+
+    Attributes:
+        deltalake: The `object_store` config key `deltalake` takes, per store that has the
+            option (the stores listed here are the ones that take it).
+        obstore: obstore's config key; None for an HTTP client option (`client_options`).
+        secret: Never shown in messages.
+    """
+
+    deltalake: Mapping[StoreKind, str]
+    obstore: str | None
+    secret: bool = False
+
+
+_S3, _AZURE, _GCS = StoreKind.S3, StoreKind.AZURE, StoreKind.GCS
+OPTION_KEYS: dict[str, OptionKey] = {
+    "endpoint": OptionKey({_S3: "aws_endpoint", _AZURE: "azure_storage_endpoint"}, "endpoint"),
+    "region": OptionKey({_S3: "aws_region"}, "region"),
+    "allow_http": OptionKey({_S3: "allow_http", _AZURE: "allow_http"}, None),
+    "access_key_id": OptionKey({_S3: "aws_access_key_id"}, "access_key_id"),
+    "secret_access_key": OptionKey(
+        {_S3: "aws_secret_access_key"}, "secret_access_key", secret=True
+    ),
+    "session_token": OptionKey({_S3: "aws_session_token"}, "session_token", secret=True),
+    "virtual_hosted_style_request": OptionKey(
+        {_S3: "aws_virtual_hosted_style_request"}, "virtual_hosted_style_request"
+    ),
+    "skip_signature": OptionKey({_S3: "aws_skip_signature"}, "skip_signature"),
+    "account_name": OptionKey({_AZURE: "azure_storage_account_name"}, "account_name"),
+    "account_key": OptionKey({_AZURE: "azure_storage_account_key"}, "account_key", secret=True),
+    "sas_token": OptionKey({_AZURE: "azure_storage_sas_key"}, "sas_key", secret=True),
+    "client_id": OptionKey({_AZURE: "azure_storage_client_id"}, "client_id"),
+    "client_secret": OptionKey(
+        {_AZURE: "azure_storage_client_secret"}, "client_secret", secret=True
+    ),
+    "tenant_id": OptionKey({_AZURE: "azure_storage_tenant_id"}, "tenant_id"),
+    "use_emulator": OptionKey({_AZURE: "azure_storage_use_emulator"}, "use_emulator"),
+    "service_account_path": OptionKey({_GCS: "google_service_account"}, "service_account"),
+    "service_account_key": OptionKey(
+        {_GCS: "google_service_account_key"}, "service_account_key", secret=True
+    ),
+    "application_credentials": OptionKey(
+        {_GCS: "google_application_credentials"}, "application_credentials"
+    ),
+}
+
+
+def options_of(store: StoreKind) -> list[str]:
+    """The option names `store` takes, in declaration order."""
+    return [name for name, key in OPTION_KEYS.items() if store in key.deltalake]
+
+
+def store_of(location: str) -> tuple[StoreKind, str] | None:
+    """The store of an object-store URI and its canonical form (scheme family, no trailing
+    `/`), or None for a local path or a scheme no store has."""
+    parsed = urlparse(location)
+    known = SCHEMES.get(parsed.scheme.lower())
+    if known is None:
+        return None
+    store, scheme = known
+    return store, f"{scheme}://{parsed.netloc}{parsed.path.rstrip('/')}"
+
+
+@dataclass(frozen=True)
+class StorageEntry:
+    """The options of one location prefix.
+
+    Attributes:
+        prefix: The prefix as written, without a trailing `/`.
+        store: The store its scheme names.
+        options: Its options (`EnvRef` values until the configuration is put to use).
+        origin: Where it was written (the pipelines file's path, or the lake resource).
+    """
+
+    prefix: str
+    store: StoreKind
+    options: StoreOptions
+    origin: str
+
+    @property
+    def canonical(self) -> str:
+        """The prefix with the scheme that names the same objects (`s3a://b` -> `s3://b`)."""
+        found = store_of(self.prefix)
+        assert found is not None  # checked when the entry was made
+        return found[1]
+
+    def matches(self, location: str) -> bool:
+        """Whether `location` is at or under this prefix (at a path boundary)."""
+        found = store_of(location)
+        if found is None:
+            return False
+        return found[1] == self.canonical or found[1].startswith(f"{self.canonical}/")
+
+    def values(self) -> dict[str, str | bool]:
+        """The options that are set, resolved (see `resolved`)."""
+        values: dict[str, str | bool] = {}
+        for name, value in self.options.values().items():
+            if isinstance(value, EnvRef):
+                raise AssertionError(f"{self.prefix}: {name} is unresolved; resolve it first")
+            values[name] = value
+        return values
+
+    def resolved(self, environ: Mapping[str, str]) -> StorageEntry:
+        """This entry with every `{env: NAME}` value read from `environ`.
+
+        Raises:
+            InvalidStorageConfig: a referenced variable is not set.
+        """
+        updates: dict[str, str] = {}
+        for name, value in self.options.values().items():
+            if not isinstance(value, EnvRef):
+                continue
+            if value.env not in environ:
+                raise InvalidStorageConfig(
+                    f"storage prefix {self.prefix} ({self.origin}): option `{name}` reads the "
+                    f"environment variable {value.env}, which is not set",
+                    table=self.prefix,
+                    action=f"set {value.env} in the environment of every process that reads "
+                    "the lake (the command line, Dagster's code server and its runs), or "
+                    "correct the reference",
+                )
+            updates[name] = environ[value.env]
+        return replace(self, options=self.options.model_copy(update=updates)) if updates else self
+
+    def obstore_config(self) -> dict[str, str | bool]:
+        """The options as obstore's store config (`from_url(config=...)`)."""
+        return {
+            key.obstore: value
+            for name, value in self.values().items()
+            if (key := OPTION_KEYS[name]).obstore is not None
+        }
+
+    def obstore_client_options(self) -> dict[str, bool]:
+        """The options obstore takes as HTTP client options (`allow_http`)."""
+        return {
+            name: bool(value)
+            for name, value in self.values().items()
+            if OPTION_KEYS[name].obstore is None
+        }
+
+    def deltalake_options(self) -> dict[str, str]:
+        """The options as `deltalake`'s `storage_options` (object_store keys, text values)."""
+        return {
+            OPTION_KEYS[name].deltalake[self.store]: _text(value)
+            for name, value in self.values().items()
+        }
+
+    def describe(self) -> str:
+        """Where these options come from and the endpoint they use (no secret in it)."""
+        endpoint = self.options.endpoint
+        shown = f", endpoint {endpoint}" if isinstance(endpoint, str) else ""
+        return f"the options of storage prefix {self.prefix} ({self.origin}{shown})"
+
+
+def _text(value: str | bool) -> str:
+    return str(value).lower() if isinstance(value, bool) else value
+
+
+def storage_entry(prefix: str, options: StoreOptions, origin: str) -> StorageEntry:
+    """One prefix's entry, its scheme and options checked.
+
+    Raises:
+        InvalidStorageConfig: the prefix is not an object-store URI of a known scheme, names
+            no bucket or container, or an option is not one its store takes.
+    """
+    written = prefix.rstrip("/")
+    parsed = urlparse(written)
+    known = SCHEMES.get(parsed.scheme.lower())
+    if known is None:
+        raise InvalidStorageConfig(
+            f"storage prefix {prefix!r} ({origin}) has "
+            + (f"the unknown scheme `{parsed.scheme}`" if parsed.scheme else "no scheme")
+            + f"; storage options apply to object-store URIs: {', '.join(sorted(SCHEMES))}",
+            action="write the prefix as an object-store URI: s3://bucket[/path], "
+            "abfss://container@account.dfs.core.windows.net[/path] or gs://bucket[/path]",
+        )
+    if not parsed.netloc:
+        raise InvalidStorageConfig(
+            f"storage prefix {prefix!r} ({origin}) names no bucket or container",
+            action="write the prefix with its bucket, e.g. s3://bucket",
+        )
+    store = known[0]
+    foreign = [name for name in options.values() if store not in OPTION_KEYS[name].deltalake]
+    if foreign:
+        raise InvalidStorageConfig(
+            f"storage prefix {written} ({origin}): `{foreign[0]}` is not an option of {store} "
+            f"locations; {store} takes: {', '.join(options_of(store))}",
+            table=written,
+        )
+    return StorageEntry(written, store, options, origin)
+
+
+def _describe(err: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in item['loc']) or 'value'}: {item['msg']}"
+        for item in err.errors()
+    )
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """The storage options of every configured prefix (see the module docstring)."""
+
+    entries: tuple[StorageEntry, ...] = ()
+
+    @classmethod
+    def parse(cls, section: Any, *, origin: str) -> StorageConfig:
+        """Validate a `storage:` section: a mapping of prefix -> options.
+
+        Raises:
+            InvalidStorageConfig: not a mapping, an unknown option or scheme, a bad value.
+        """
+        if section is None:
+            return cls()
+        if not isinstance(section, dict):
+            raise InvalidStorageConfig(
+                f"`storage:` in {origin} must map location prefixes to their options",
+                action="write e.g. `storage: {s3://bucket: {endpoint: ..., region: ...}}`",
+            )
+        entries = []
+        for prefix, raw in section.items():
+            if not isinstance(prefix, str) or not isinstance(raw, dict):
+                raise InvalidStorageConfig(
+                    f"storage prefix {prefix!r} in {origin} must map to a mapping of options",
+                    action="write one `option: value` per line under the prefix",
+                )
+            store = storage_entry(prefix, StoreOptions(), origin).store  # the scheme, first
+            unknown = sorted(str(key) for key in raw if key not in OPTION_KEYS)
+            if unknown:
+                raise InvalidStorageConfig(
+                    f"storage prefix {prefix} ({origin}) has the unknown option `{unknown[0]}`; "
+                    f"{store} takes: {', '.join(options_of(store))}",
+                    table=prefix,
+                )
+            try:
+                options = StoreOptions.model_validate(raw)
+            except ValidationError as err:
+                raise InvalidStorageConfig(
+                    f"storage prefix {prefix} ({origin}): {_describe(err)}",
+                    table=prefix,
+                    action="give text options a string or `{env: NAME}`, and on/off options "
+                    "true or false",
+                ) from err
+            entries.append(storage_entry(prefix, options, origin))
+        return cls(()).merged(cls(tuple(entries)))
+
+    @classmethod
+    def of(cls, options: Mapping[str, StoreOptions], *, origin: str) -> StorageConfig:
+        """The configuration of typed options by prefix (the lake resource's `storage`).
+
+        Raises:
+            InvalidStorageConfig: an unknown scheme, an option its store does not take.
+        """
+        entries = tuple(storage_entry(p, o, origin) for p, o in options.items())
+        return cls(()).merged(cls(entries))
+
+    def merged(self, other: StorageConfig) -> StorageConfig:
+        """This configuration and `other`'s entries.
+
+        Raises:
+            InvalidStorageConfig: both configure one prefix (`s3://b` and `s3a://b/` are one).
+        """
+        seen = {entry.canonical: entry for entry in self.entries}
+        for entry in other.entries:
+            if (twin := seen.get(entry.canonical)) is not None:
+                raise InvalidStorageConfig(
+                    f"storage prefix {entry.prefix} is configured twice: in {twin.origin} and "
+                    f"in {entry.origin}",
+                    table=entry.prefix,
+                    action="keep one entry per prefix (write secrets as environment "
+                    "references, `{env: NAME}` in YAML or dg.EnvVar in the resource)",
+                )
+            seen[entry.canonical] = entry
+        return StorageConfig(tuple(seen.values()))
+
+    def resolved(self, environ: Mapping[str, str]) -> StorageConfig:
+        """Every `{env: NAME}` value read from `environ`.
+
+        Raises:
+            InvalidStorageConfig: a referenced variable is not set.
+        """
+        return StorageConfig(tuple(entry.resolved(environ) for entry in self.entries))
+
+    def entry_for(self, location: str) -> StorageEntry | None:
+        """The entry of the longest prefix `location` is under, or None (the environment's
+        settings apply)."""
+        matching = [entry for entry in self.entries if entry.matches(location)]
+        return max(matching, key=lambda entry: len(entry.canonical), default=None)
+
+    @property
+    def prefixes(self) -> list[str]:
+        """The configured prefixes, as written."""
+        return [entry.prefix for entry in self.entries]

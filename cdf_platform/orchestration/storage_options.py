@@ -1,0 +1,71 @@
+"""`StorageOptionsConfig`: one location prefix's object-store options in the lake resource's
+`storage` (`LakeLayout`), the Dagster face of the pipelines file's `storage:` entries
+(`cdf_platform.core.storage_options`, whose descriptions it shows).
+
+Secrets are `dg.EnvVar`s: the UI shows the variable's name, and the value is read where the
+configuration is put to use.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+from pydantic import Field
+
+from cdf_platform.core.storage_options import EnvRef, StoreOptions
+
+
+def _about(option: str) -> str:
+    """The core model's description of `option`."""
+    return StoreOptions.model_fields[option].description or option
+
+
+class StorageOptionsConfig(dg.Config):
+    """The object-store options of one location prefix (README: Object-store lakes).
+
+    Example:
+        >>> StorageOptionsConfig(  # doctest: +SKIP
+        ...     endpoint="https://minio.internal:9000",
+        ...     access_key_id=dg.EnvVar("LAKE_A_KEY_ID"),
+        ...     secret_access_key=dg.EnvVar("LAKE_A_SECRET"),
+        ... )
+    """
+
+    endpoint: str | None = Field(default=None, description=_about("endpoint"))
+    region: str | None = Field(default=None, description=_about("region"))
+    allow_http: bool | None = Field(default=None, description=_about("allow_http"))
+    access_key_id: str | None = Field(default=None, description=_about("access_key_id"))
+    secret_access_key: str | None = Field(
+        default=None, repr=False, description=_about("secret_access_key")
+    )
+    session_token: str | None = Field(default=None, repr=False, description=_about("session_token"))
+    virtual_hosted_style_request: bool | None = Field(
+        default=None, description=_about("virtual_hosted_style_request")
+    )
+    skip_signature: bool | None = Field(default=None, description=_about("skip_signature"))
+    account_name: str | None = Field(default=None, description=_about("account_name"))
+    account_key: str | None = Field(default=None, repr=False, description=_about("account_key"))
+    sas_token: str | None = Field(default=None, repr=False, description=_about("sas_token"))
+    client_id: str | None = Field(default=None, description=_about("client_id"))
+    client_secret: str | None = Field(default=None, repr=False, description=_about("client_secret"))
+    tenant_id: str | None = Field(default=None, description=_about("tenant_id"))
+    use_emulator: bool | None = Field(default=None, description=_about("use_emulator"))
+    service_account_path: str | None = Field(
+        default=None, description=_about("service_account_path")
+    )
+    service_account_key: str | None = Field(
+        default=None, repr=False, description=_about("service_account_key")
+    )
+    application_credentials: str | None = Field(
+        default=None, description=_about("application_credentials")
+    )
+
+    def store_options(self) -> StoreOptions:
+        """These options as the platform's model; a `dg.EnvVar` not read yet becomes a
+        reference to its variable (`{env: NAME}`), read when the options are put to use."""
+        values: dict[str, object] = {}
+        for name, value in self:
+            if isinstance(value, dg.EnvVar):
+                values[name] = EnvRef(env=value.env_var_name)
+            elif value is not None:
+                values[name] = value
+        return StoreOptions.model_validate(values)

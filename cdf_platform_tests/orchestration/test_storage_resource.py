@@ -1,0 +1,103 @@
+"""Storage options on the `lake` resource: typed per prefix beside the pipelines file's
+`storage:` section, secrets as `dg.EnvVar`, put in use when a run initialises the resource,
+and a missing variable or a prefix configured twice is an `InvalidStorageConfig`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from cdf_platform.core.active_storage import options_for, use_storage_config
+from cdf_platform.core.errors import InvalidStorageConfig
+from cdf_platform.core.storage_options import EnvRef, StorageConfig, StoreOptions
+from cdf_platform.orchestration.resources import LakeLayout
+from cdf_platform.orchestration.storage_options import StorageOptionsConfig
+
+PIPELINE = {"id": "p", "source": "s3://lake-a/bronze/p", "target": "s3://lake-b/p", "keys": ["id"]}
+
+
+@pytest.fixture(autouse=True)
+def _restore_storage_config() -> Iterator[None]:
+    previous = use_storage_config(StorageConfig())
+    yield
+    use_storage_config(previous)
+
+
+def _layout(tmp_path: Path, **storage: StorageOptionsConfig) -> LakeLayout:
+    file = tmp_path / "pipelines.yaml"
+    section = {"s3://lake-a": {"endpoint": "http://127.0.0.1:9001", "allow_http": True}}
+    file.write_text(yaml.safe_dump({"pipelines": [PIPELINE], "storage": section}))
+    return LakeLayout(lake_root="s3://lake-a/lake", pipelines_file=str(file), storage=storage)
+
+
+def _lake_b(secret: str | dg.EnvVar) -> dict[str, StorageOptionsConfig]:
+    return {
+        "s3://lake-b": StorageOptionsConfig(
+            endpoint="http://127.0.0.1:9002", access_key_id="kb", secret_access_key=secret
+        )
+    }
+
+
+def test_the_config_class_offers_every_option() -> None:
+    assert list(StorageOptionsConfig.model_fields) == list(StoreOptions.model_fields)
+    for name, field in StorageOptionsConfig.model_fields.items():
+        assert field.description == StoreOptions.model_fields[name].description
+        assert field.repr is StoreOptions.model_fields[name].repr  # secrets stay out of reprs
+
+
+def test_resource_and_file_options_are_one_configuration_with_env_vars_read_late(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layout = _layout(tmp_path, **_lake_b(dg.EnvVar("LAKE_B_SECRET")))
+    config = layout.storage_config()
+    assert sorted(config.prefixes) == ["s3://lake-a", "s3://lake-b"]
+    lake_b = config.entry_for("s3://lake-b/p")
+    assert lake_b is not None and lake_b.options.secret_access_key == EnvRef(env="LAKE_B_SECRET")
+
+    monkeypatch.setenv("LAKE_B_SECRET", "sb")
+    layout.bound().use_storage()
+    in_use = options_for("s3a://lake-b/p")
+    assert in_use is not None and in_use.deltalake_options()["aws_secret_access_key"] == "sb"
+    lake_a = options_for("s3://lake-a/bronze/p")
+    assert lake_a is not None and lake_a.origin == str(tmp_path / "pipelines.yaml")
+
+
+def test_a_missing_env_var_of_the_resource_is_classified(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LAKE_B_SECRET", raising=False)
+    layout = _layout(tmp_path, **_lake_b(dg.EnvVar("LAKE_B_SECRET")))
+    with pytest.raises(InvalidStorageConfig) as caught:
+        layout.bound()
+    assert "storage prefix s3://lake-b (the lake resource's storage)" in str(caught.value)
+    assert "LAKE_B_SECRET, which is not set" in str(caught.value)
+
+
+def test_a_prefix_in_the_file_and_the_resource_is_refused(tmp_path: Path) -> None:
+    twice = _layout(tmp_path, **{"s3a://lake-a/": StorageOptionsConfig(region="eu-west-1")})
+    with pytest.raises(InvalidStorageConfig, match="s3a://lake-a is configured twice"):
+        twice.storage_config()
+    wrong_store = _layout(tmp_path, **{"gs://b": StorageOptionsConfig(region="eu-west-1")})
+    with pytest.raises(InvalidStorageConfig, match="`region` is not an option of GCS"):
+        wrong_store.storage_config()
+
+
+def test_a_run_puts_the_lake_options_in_use(tmp_path: Path) -> None:
+    @dg.asset
+    def endpoints(lake: LakeLayout) -> dg.MaterializeResult:
+        seen = {bucket: options_for(f"s3://{bucket}/t") for bucket in ("lake-a", "lake-b")}
+        return dg.MaterializeResult(
+            metadata={b: str(e.options.endpoint) if e else "none" for b, e in seen.items()}
+        )
+
+    assert options_for("s3://lake-b/t") is None
+    result = dg.materialize([endpoints], resources={"lake": _layout(tmp_path, **_lake_b("sb"))})
+    (materialization,) = result.asset_materializations_for_node("endpoints")
+    assert {k: v.value for k, v in materialization.metadata.items()} == {
+        "lake-a": "http://127.0.0.1:9001",
+        "lake-b": "http://127.0.0.1:9002",
+    }
