@@ -52,8 +52,9 @@ $(AZURITE_STAMP):
 
 azurite: $(AZURITE_STAMP)
 
+# Two test processes, each taking whole test files (a file's module fixtures start once).
 unit: setup browser azurite
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 test: lint typecheck unit
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import uuid
 from collections.abc import Iterator
@@ -82,9 +83,18 @@ def spark_resource(
 
 
 @pytest.fixture(scope="session")
-def spark(spark_resource: SparkResource) -> Iterator[SparkSession]:
-    """A real SparkSession with Delta configured, started once for the whole test session."""
-    session = spark_resource.spark_session
+def spark(
+    spark_resource: SparkResource, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SparkSession]:
+    """A real SparkSession with Delta configured, started once for the whole test session.
+
+    Under `pytest -n` each worker starts its own, one after another (a lock file in the run's
+    shared temp folder): the first start resolves the packages from Maven Central into Ivy's
+    cache, which two concurrent resolutions could both write."""
+    with (tmp_path_factory.getbasetemp().parent / "spark-start.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        session = spark_resource.spark_session
+        fcntl.flock(lock, fcntl.LOCK_UN)
     yield session
     session.stop()
 
