@@ -1,15 +1,15 @@
 """The core story in every way of running Spark, on either kind of lake, with tables named by
 path or by name in a shared catalog: one matrix (`CELLS`).
 
-- Modes: in this process (`local[*]`), on a standalone cluster (`CDF_SPARK_MASTER=spark://...`),
-  over Spark Connect (`CDF_SPARK_REMOTE=sc://...`).
+- Modes: local (`CDF_SPARK_MASTER=local[2]`), on a standalone cluster
+  (`CDF_SPARK_MASTER=spark://...`), over Spark Connect (`CDF_SPARK_REMOTE=sc://...`).
 - Lakes: a local folder every process shares, or a bucket of the tests' S3 server.
 - Tables: paths under the lake, or names in a Hive metastore service every process shares
   (`servers.HiveMetastore`, its schemas on S3), reached as the README documents: the command
   line's `$SPARK_CONF_DIR/spark-defaults.conf`, the Connect server's own conf.
 
-Cluster, Connect and named runs are the `cdf-platform` CLI in a subprocess, configured only by
-the environment, as a user runs it (a story's runs are commands of one CLI process, so on the
+Runs are the `cdf-platform` CLI in a subprocess, configured only by the environment, as a user
+runs it (a story's runs are commands of one CLI process, so on the
 cluster its application starts once: `cli_session.py`); bronze is written by the test's own
 session (paths) or by that process's session, through its catalog (names). Every cell ends with
 `status --json` in a process that cannot find Java. Select alone with `pytest -m cluster`.
@@ -46,7 +46,6 @@ from cdf_platform.core.spec_file import find_spec, load_specs
 from cdf_platform.core.sql import sql_path
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.demo.local_s3 import LocalS3Server, free_port
-from cdf_platform.runner import run_pipeline
 from cdf_platform.spark.object_stores import object_store_conf
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import read_silver_state
@@ -88,11 +87,14 @@ class Cell:
         return f"{self.mode}-{self.lake}-{self.tables}"
 
 
-# Every mode on a folder by path, and every mode on S3 by name (so every mode on S3 and every
-# mode with names in the shared metastore). A local folder by name is in runner/
-# test_catalog_names.py (the in-memory catalog), S3 by path in s3/test_lake_on_s3.py.
+# Every mode on S3 by name (so every mode on S3 and every mode with names in the shared
+# metastore), and the cluster on a folder every node mounts, by path. The other folder cells run
+# elsewhere: local mode by path in runner/test_rebuild.py (the same story in this process's
+# session), Connect by path in the kill and transform tests below; a folder by name in runner/
+# test_catalog_names.py (the in-memory catalog); S3 by path in local mode in
+# s3/test_lake_on_s3.py.
 CELLS = [
-    *(Cell(mode, "folder", "paths") for mode in ("local", "standalone", "connect")),
+    Cell("standalone", "folder", "paths"),
     *(Cell(mode, "s3", "names") for mode in ("local", "standalone", "connect")),
 ]
 
@@ -180,10 +182,6 @@ class Platform:
 
     def run(self) -> dict[str, Any]:
         """One run of the pipeline: its result figures."""
-        if self.session is None and not self.env:  # the test's own session, as `run` builds
-            return run_pipeline(
-                self.spec, spark_factory=lambda: self.spark, control=self.control
-            ).as_metadata()
         if self.session is not None:
             code, output = self.session.run(
                 "run", "people", "--json", "--pipelines", str(self.pipelines)
@@ -285,7 +283,7 @@ def platform(
         defaults += cluster.spark_defaults()
     elif cell.mode == "connect":
         env = {REMOTE_ENV: request.getfixturevalue("connect_server").url}
-    elif cell.tables == "names":  # local mode, in a CLI process of its own
+    else:  # local mode, in a CLI process of its own
         env = {MASTER_ENV: "local[2]", "SPARK_LOCAL_IP": "127.0.0.1"}
     if cell.tables == "names" and cell.mode != "connect":
         defaults += request.getfixturevalue("metastore").spark_defaults()
@@ -299,9 +297,6 @@ def platform(
         lake = str(tmp_path / "lake")
     names = cell.mode if cell.tables == "names" else None
     platform = Platform(spark, tmp_path, lake, env, names=names, delete_mode="hard")
-    if not env:
-        yield platform
-        return
     if cell.mode == "standalone":
         platform.on_cluster(cluster)
     # One CLI process for the story's runs: on the cluster, one application (driver and
