@@ -136,8 +136,9 @@ def _python_path() -> str:
 
 
 @contextlib.contextmanager
-def _environment(env: Mapping[str, str]) -> Iterator[None]:
-    """`env` set in os.environ for the block, then what was there put back."""
+def environment(env: Mapping[str, str]) -> Iterator[None]:
+    """`env` set in os.environ for the block, then what was there put back (the emulator
+    fixtures use it too)."""
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
     try:
@@ -192,7 +193,7 @@ def _serve(start_spark: bool) -> None:
     for line in sys.stdin:
         command = json.loads(line)
         captured = io.StringIO()
-        with _environment(command["env"]), contextlib.redirect_stdout(captured):
+        with environment(command["env"]), contextlib.redirect_stdout(captured):
             args = command["args"]
             code = _sql(args[1]) if args[0] == SQL else main(args)
         sys.stdout.write(f"{captured.getvalue()}{DONE}{code}>>\n")

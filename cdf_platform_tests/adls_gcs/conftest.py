@@ -4,9 +4,7 @@ while it runs (as a user's AZURE_*/GOOGLE_* would), and restores the environment
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterator
 
 import pytest
 from pyspark.sql import SparkSession
@@ -14,22 +12,8 @@ from pyspark.sql import SparkSession
 from cdf_platform_tests.adls_gcs.azurite import AZURITE_BLOB, Azurite
 from cdf_platform_tests.adls_gcs.fake_gcs import PACKAGE, FakeGcsServer, fake_gcs_binary
 from cdf_platform_tests.adls_gcs.lake import EmulatedStore
+from cdf_platform_tests.cli_session import environment
 from cdf_platform_tests.s3.objects import upload_folder
-
-
-@contextmanager
-def environment(variables: Mapping[str, str]) -> Iterator[None]:
-    """`variables` set in os.environ for the block, the previous values restored after."""
-    saved = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @pytest.fixture(scope="session")
