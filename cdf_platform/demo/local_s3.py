@@ -89,6 +89,17 @@ def _group_alive(group: int) -> bool:
     return True
 
 
+def answers_http(endpoint: str) -> bool:
+    """Whether an HTTP server answers at `endpoint` (any status: an error page is an answer)."""
+    try:
+        with urllib.request.urlopen(f"{endpoint}/", timeout=1):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -232,7 +243,7 @@ class LocalS3Server:
             start_new_session=True,  # granian's worker is stopped with it, by process group
         )
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
-        while not self._answers():
+        while not answers_http(self.endpoint):
             if self._process.poll() is not None or time.monotonic() > deadline:
                 tail = self.log_path.read_text(errors="replace")[-2000:]
                 self.stop()
@@ -244,15 +255,6 @@ class LocalS3Server:
         with urllib.request.urlopen(request, timeout=10):
             pass
         return self
-
-    def _answers(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.endpoint}/", timeout=1):
-                return True
-        except urllib.error.HTTPError:
-            return True  # it answered, even if not with 200
-        except OSError:
-            return False
 
     def request_count(self) -> int:
         """Requests the server has answered so far (one line each in its log)."""

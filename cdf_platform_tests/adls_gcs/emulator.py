@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from cdf_platform.demo.local_s3 import free_port, stop_process
+from cdf_platform.demo.local_s3 import answers_http, free_port, stop_process
 
 START_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 10.0
@@ -63,7 +61,7 @@ class EmulatorProcess:
                 start_new_session=True,  # stopped with whatever it starts, by process group
             )
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
-        while not self._answers():
+        while not answers_http(self.endpoint):
             if self._process.poll() is not None or time.monotonic() > deadline:
                 tail = self.log_path.read_text(errors="replace")[-2000:]
                 self.stop()
@@ -71,15 +69,6 @@ class EmulatorProcess:
             time.sleep(0.1)
         self._prepare()
         return self
-
-    def _answers(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.endpoint}/", timeout=1):
-                return True
-        except urllib.error.HTTPError:
-            return True  # it answered, even if not with 200
-        except OSError:
-            return False
 
     def stop(self) -> None:
         """Stop the emulator by its PID (terminate, then kill); its log stays in `workdir`."""
