@@ -140,19 +140,20 @@ def connect_server(
 
 
 class Platform:
-    """`cdf-platform` on one lake (a folder or an S3 URI), with Spark in one of the three
-    modes, on bronze and silver named by path under the lake or, with `names`, in schemas
-    `bronze_<names>` and `silver_<names>` of the session's catalog."""
+    """`cdf-platform` on one lake (an S3 URI, or by default `workdir/lake`), with Spark in one
+    of the three modes, on bronze and silver named by path under the lake or, with `names`, in
+    schemas `bronze_<names>` and `silver_<names>` of the session's catalog."""
 
     def __init__(
         self,
         spark: SparkSession,
         workdir: Path,
-        lake: str,
         env: dict[str, str],
+        lake: str | None = None,
         names: str | None = None,
         **fields: Any,
     ):
+        lake = lake or str(workdir / "lake")
         self.spark, self.workdir, self.lake, self.env = spark, workdir, lake, env
         self.names = names
         self.session: CliSession | None = None
@@ -291,12 +292,9 @@ def platform(
         (tmp_path / "conf").mkdir()
         (tmp_path / "conf" / "spark-defaults.conf").write_text(defaults, encoding="utf-8")
         env["SPARK_CONF_DIR"] = str(tmp_path / "conf")
-    if cell.lake == "s3":
-        lake = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
-    else:
-        lake = str(tmp_path / "lake")
+    lake = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}" if cell.lake == "s3" else None
     names = cell.mode if cell.tables == "names" else None
-    platform = Platform(spark, tmp_path, lake, env, names=names, delete_mode="hard")
+    platform = Platform(spark, tmp_path, env, lake, names=names, delete_mode="hard")
     if cell.mode == "standalone":
         platform.on_cluster(cluster)
     # One CLI process for the story's runs: on the cluster, one application (driver and
@@ -354,7 +352,6 @@ def test_a_run_killed_after_the_merge_over_spark_connect_reruns_exactly(
     platform = Platform(
         spark,
         tmp_path,
-        str(tmp_path / "lake"),
         {REMOTE_ENV: connect_server.url},
         delete_mode="soft",
         fallback_mode="FAIL_FAST",
@@ -388,7 +385,6 @@ def test_conforming_transforms_over_spark_connect_are_applied_and_checked(
     conformed = Platform(
         spark,
         tmp_path / "conformed",
-        str(tmp_path / "conformed" / "lake"),
         remote,
         columns={"amount_x2": "amount * 2"},
         where="amount >= 15",
@@ -400,7 +396,6 @@ def test_conforming_transforms_over_spark_connect_are_applied_and_checked(
     refused = Platform(
         spark,
         tmp_path / "refused",
-        str(tmp_path / "refused" / "lake"),
         remote,
         columns={"r": "rand()"},
     )
@@ -415,7 +410,7 @@ def test_an_unreachable_spark_connect_server_is_a_classified_error(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     url = f"sc://127.0.0.1:{free_port()}"  # nothing listens there
-    platform = Platform(spark, tmp_path, str(tmp_path / "lake"), {REMOTE_ENV: url})
+    platform = Platform(spark, tmp_path, {REMOTE_ENV: url})
     make_bronze(spark, platform.spec.source, [(1, "ada", 10)])
     done = platform.cli("run", "people")
     assert done.returncode == 2, done.stderr[-4000:]
@@ -428,9 +423,7 @@ def test_a_connect_server_without_delta_is_refused_with_the_command_that_starts_
     spark: SparkSession, tmp_path: Path
 ) -> None:
     with ConnectServer(tmp_path / "plain", delta=False) as server:
-        platform = Platform(
-            spark, tmp_path, str(tmp_path / "lake"), {REMOTE_ENV: server.start().url}
-        )
+        platform = Platform(spark, tmp_path, {REMOTE_ENV: server.start().url})
         make_bronze(spark, platform.spec.source, [(1, "ada", 10)])
         done = platform.cli("run", "people")
     assert done.returncode == 2, done.stderr[-4000:]
