@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -308,12 +309,17 @@ class ObjectStorage:
 
         pages = obstore.list(self._store, prefix=prefix, offset=offset, chunk_size=LIST_PAGE_SIZE)
         self.requests.lists += 1  # an empty listing is one request too
-        with self._classified("list"):
-            for number, batch in enumerate(pages):
-                if number:
-                    self.requests.lists += 1
-                for meta in batch:
-                    yield dict(meta)
+        for number in itertools.count():
+            # Only the page fetch is the store's: an error the caller raises while the
+            # iteration is suspended at `yield` is not a storage failure.
+            with self._classified("list"):
+                batch = next(pages, None)
+            if batch is None:
+                return
+            if number:
+                self.requests.lists += 1
+            for meta in batch:
+                yield dict(meta)
 
     def list_log(self) -> list[StoredFile]:
         """The files directly in `_delta_log` (empty when it does not exist)."""
