@@ -15,6 +15,8 @@ from cdf_platform.deltalog.commit_cache import CACHE_ENV
 from cdf_platform.demo.local_s3 import LocalS3Server
 from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform_tests.adls_gcs.azurite import ACCOUNT_HOST
+from cdf_platform_tests.cli_session import environment
+from cdf_platform_tests.jvm_options import ENVIRONMENT, LONG_LIVED
 
 # Small local config: 2 cores here, so few partitions; no UI.
 TEST_SPARK_CONF = {
@@ -27,6 +29,14 @@ TEST_SPARK_CONF = {
     # subprocesses (CLI, clusters, killed runs, the bench's no-op) keep Spark's default, on.
     "spark.sql.adaptive.enabled": "false",
 }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def jvm_options() -> Iterator[None]:
+    """The JVM options of every Java process the tests start (`jvm_options`), in the
+    environment the test session's own Spark and every subprocess inherit."""
+    with environment(ENVIRONMENT):
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -78,7 +88,11 @@ def spark_resource(
         shuffle_partitions=2,
         driver_memory="2g",
         storage_locations=[f"s3://{s3_server.bucket}", f"abfs://lake@{ACCOUNT_HOST}"],
-        spark_config={**TEST_SPARK_CONF, "spark.sql.warehouse.dir": str(warehouse)},
+        spark_config={
+            **TEST_SPARK_CONF,
+            "spark.sql.warehouse.dir": str(warehouse),
+            "spark.driver.extraJavaOptions": LONG_LIVED,
+        },
     )
 
 

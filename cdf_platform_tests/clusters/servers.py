@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 from cdf_platform.demo.local_s3 import free_port, stop_process
 from cdf_platform.spark.object_stores import ObjectStoreConf
 from cdf_platform.spark.session import CONNECT_SERVER_CLASS, delta_conf
+from cdf_platform_tests.jvm_options import SHORT_LIVED
 
 START_TIMEOUT_SECONDS = 240.0
 
@@ -113,6 +114,7 @@ class StandaloneCluster(_Servers):
         return (
             f"spark.databricks.delta.snapshotPartitions {self.cores}\n"
             f"spark.sql.sources.parallelPartitionDiscovery.parallelism {self.cores}\n"
+            f"spark.executor.extraJavaOptions {SHORT_LIVED}\n"
         )
 
     def start(self) -> StandaloneCluster:
@@ -269,7 +271,13 @@ class HiveMetastore(_Servers):
         java_home = os.environ.get("JAVA_HOME")
         java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
         classpath = os.pathsep.join([str(conf_dir), str(spark_home() / "jars" / "*"), *self.jars])
-        command = [str(java), "-Xmx512m", f"-Dderby.system.home={self.workdir}", "-cp", classpath]
+        command = [
+            str(java),
+            "-Xmx512m",
+            *SHORT_LIVED.split(),
+            f"-Dderby.system.home={self.workdir}",
+        ]
+        command += ["-cp", classpath]
         command += ["org.apache.hadoop.hive.metastore.HiveMetaStore", "-p", str(self.port)]
         self._start("metastore", command)
         self._wait("the Hive metastore", lambda: _port_open(self.port))

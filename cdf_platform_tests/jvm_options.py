@@ -1,0 +1,24 @@
+"""JVM options of the Java processes the tests start, for a small machine they share.
+
+On 2 cores the suite is CPU-bound, and a JVM that lives a minute spends most of its CPU on
+itself: G1's parallel and concurrent GC threads, and C2 compiling code it will barely run.
+Measured on the 2-core test machine (machine-wide CPU seconds from /proc/stat, idle otherwise):
+- a local Spark start plus three small Delta operations, in a process of its own (what a CLI
+  run, a Dagster run process or a killed run is): 39-42 CPU s with the defaults, 22-24 with
+  `SHORT_LIVED`;
+- `runner/test_rebuild.py` on the long-lived test session: 257 CPU s (158 s wall) with the
+  defaults, 231 (150 s) with the serial collector, 243 and 191 s wall with C1 only too: a
+  session that runs the whole suite's work needs C2, so it gets `LONG_LIVED`.
+"""
+
+from __future__ import annotations
+
+# Serial GC and the C1 compiler only: every Spark process the tests start (CLI runs, Dagster
+# run processes, servers, executors).
+SHORT_LIVED = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+# The test session's own driver: serial GC, full tiered compilation (last flag wins, so this
+# overrides SHORT_LIVED, which reaches it through SPARK_SUBMIT_OPTS).
+LONG_LIVED = "-XX:+UseSerialGC -XX:TieredStopAtLevel=4"
+# spark-submit adds SPARK_SUBMIT_OPTS to the driver's command; spark-class adds
+# SPARK_DAEMON_JAVA_OPTS to a standalone master's and worker's (and to a Connect server's).
+ENVIRONMENT = {"SPARK_SUBMIT_OPTS": SHORT_LIVED, "SPARK_DAEMON_JAVA_OPTS": SHORT_LIVED}
