@@ -1,8 +1,9 @@
 """The core story in every way of running Spark, on either kind of lake, with tables named by
 path or by name in a shared catalog: one matrix (`CELLS`).
 
-- Modes: local (`CDF_SPARK_MASTER=local[2]`), on a standalone cluster
-  (`CDF_SPARK_MASTER=spark://...`), over Spark Connect (`CDF_SPARK_REMOTE=sc://...`).
+- Modes: local (`CDF_SPARK_MASTER=local[2]`: the three-process test's first process), on a
+  standalone cluster (`CDF_SPARK_MASTER=spark://...`), over Spark Connect
+  (`CDF_SPARK_REMOTE=sc://...`).
 - Lakes: a local folder every process shares, or a bucket of the tests' S3 server.
 - Tables: paths under the lake, or names in a Hive metastore service every process shares
   (`servers.HiveMetastore`, its schemas on S3), reached as the README documents: the command
@@ -79,7 +80,7 @@ DAGSTER = str(Path(sys.executable).parent / "dagster")
 class Cell:
     """One cell of the matrix: where Spark runs, where the lake is, how tables are named."""
 
-    mode: str  # local | standalone | connect
+    mode: str  # standalone | connect (local: the three-process test)
     lake: str  # folder | s3
     tables: str  # paths | names
 
@@ -87,16 +88,32 @@ class Cell:
         return f"{self.mode}-{self.lake}-{self.tables}"
 
 
-# Every mode on S3 by name (so every mode on S3 and every mode with names in the shared
-# metastore), and the cluster on a folder every node mounts, by path. The other folder cells run
-# elsewhere: local mode by path in runner/test_rebuild.py (the same story in this process's
-# session), Connect by path in the kill and transform tests below; a folder by name in runner/
-# test_catalog_names.py (the in-memory catalog); S3 by path in local mode in
-# s3/test_lake_on_s3.py.
+# The cluster and Connect on S3 by name, and the cluster on a folder every node mounts, by
+# path. Local mode on S3 by name is the first process of the three-process test below: it runs
+# this story's every step but the increment, which a Dagster run process, in local mode too,
+# runs there. So every mode is on S3 and every mode uses names in the shared metastore. The
+# other folder cells run elsewhere: local mode by path in runner/test_rebuild.py (the same
+# story in this process's session), Connect by path in the kill and transform tests below; a
+# folder by name in runner/test_catalog_names.py (the in-memory catalog); S3 by path in local
+# mode in s3/test_lake_on_s3.py.
 CELLS = [
     Cell("standalone", "folder", "paths"),
-    *(Cell(mode, "s3", "names") for mode in ("local", "standalone", "connect")),
+    *(Cell(mode, "s3", "names") for mode in ("standalone", "connect")),
 ]
+
+
+def status_without_java(pipelines: Path, env: dict[str, str]) -> dict[str, Any]:
+    """`status --json` of the one pipeline of `pipelines` in a process configured by `env`
+    that cannot find Java."""
+    no_java = {
+        "JAVA_HOME": str(pipelines.parent / "no-java"),
+        "PATH": str(Path(sys.executable).parent),
+    }
+    done = run_cli("status", "--json", "--pipelines", str(pipelines), env={**env, **no_java})
+    assert "Traceback" not in done.stderr, done.stderr[-4000:]
+    (figures,) = json.loads(done.stdout)
+    assert isinstance(figures, dict)
+    return figures
 
 
 def _s3a(uri: str) -> str:
@@ -232,15 +249,7 @@ class Platform:
 
     def status_without_java(self) -> dict[str, Any]:
         """`status --json` of the pipeline in a process that cannot find Java."""
-        no_java = {
-            "JAVA_HOME": str(self.workdir / "no-java"),
-            "PATH": str(Path(sys.executable).parent),
-        }
-        done = self.cli("status", env=no_java)
-        assert "Traceback" not in done.stderr, done.stderr[-4000:]
-        (figures,) = json.loads(done.stdout)
-        assert isinstance(figures, dict)
-        return figures
+        return status_without_java(self.pipelines, {LAKE_ROOT_ENV: self.lake, **self.env})
 
     def assert_ran_on_the_cluster(self) -> None:
         """The runs since `on_cluster` were one application of the master's, granted the
@@ -282,10 +291,8 @@ def platform(
         # The driver binds to loopback like the cluster (Spark picks a routable address).
         env = {MASTER_ENV: cluster.master_url, "SPARK_LOCAL_IP": "127.0.0.1"}
         defaults += cluster.spark_defaults()
-    elif cell.mode == "connect":
+    else:
         env = {REMOTE_ENV: request.getfixturevalue("connect_server").url}
-    else:  # local mode, in a CLI process of its own
-        env = {MASTER_ENV: "local[2]", "SPARK_LOCAL_IP": "127.0.0.1"}
     if cell.tables == "names" and cell.mode != "connect":
         defaults += request.getfixturevalue("metastore").spark_defaults()
     if defaults:
@@ -441,8 +448,10 @@ def test_three_processes_share_the_metastore_names_and_a_recreated_source_is_det
     """A long-lived `cdf-platform` process (local Spark) creates bronze by name and runs the
     first load, which creates and registers silver; a Dagster run in a process of its own runs
     the first increment; a `cdf-platform` process on the Connect server (a third Spark
-    application, on the same metastore) runs the next; then an application drops bronze's
-    name and creates it again elsewhere, and the first process's next run sees the move."""
+    application, on the same metastore) runs the next; the first process then loses the
+    window to a VACUUM, which `status` reports without Java, and rebuilds (the matrix's story in
+    local mode on S3 by name); then an application drops bronze's name and creates it again
+    elsewhere, and the first process's next run sees the move."""
     lake = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
     bronze, silver = "bronze.orders", "silver.orders"
     conf_dir = tmp_path / "conf"
@@ -507,6 +516,7 @@ def test_three_processes_share_the_metastore_names_and_a_recreated_source_is_det
             2,
             4,
         )
+        assert increment["rows_deleted"] == 1
         # Found where the first process recorded them, silver with the table id its creating
         # run recorded: nothing recorded again.
         assert control.read_locations() == located
@@ -527,6 +537,30 @@ def test_three_processes_share_the_metastore_names_and_a_recreated_source_is_det
         expected = [[1, "ada", 11], [3, "cy", 31], [4, "dee", 40]]
         assert over_connect.sql(f"SELECT id, name, amount FROM {silver} ORDER BY id") == expected
         assert first.sql(f"SELECT id, name, amount FROM {silver} ORDER BY id") == expected
+
+        # The window is lost (the change files of 6 vacuumed): `status` says so from the logs
+        # alone, and the first process's next run rebuilds from bronze's snapshot.
+        first.sql(f"DELETE FROM {bronze} WHERE id = 4")  # 6
+        check = "spark.databricks.delta.retentionDurationCheck.enabled"
+        first.sql(f"SET {check} = false")
+        first.sql(f"VACUUM {bronze} RETAIN 0 HOURS")
+        first.sql(f"SET {check} = true")
+        status = status_without_java(pipelines, {LAKE_ROOT_ENV: lake})
+        assert (status["state"], status["watermark"]) == ("LOST", 5), status
+        assert status["problem_code"] == "WATERMARK_OUTSIDE_RETENTION"
+        latest = DeltaLog(located[bronze]["location"]).latest_version()  # 6, or 8 with VACUUM's
+        code, output = first.run(*run)
+        assert code == 0, output
+        rebuilt = json.loads(output.splitlines()[-1])
+        assert (rebuilt["mode"], rebuilt["end_version"]) == ("rebuild", latest), rebuilt
+        assert rebuilt["incident_code"] == "WATERMARK_OUTSIDE_RETENTION"
+        expected = [[1, "ada", 11], [3, "cy", 31]]
+        assert first.sql(f"SELECT id, name, amount FROM {bronze} ORDER BY id") == expected
+        assert first.sql(f"SELECT id, name, amount FROM {silver} ORDER BY id") == expected
+        assert read_silver_state(located[silver]["location"], "orders").watermark == latest
+        assert control.read_states()["orders"]["last_commit_version"] == latest
+        status = status_without_java(pipelines, {LAKE_ROOT_ENV: lake})
+        assert (status["state"], status["watermark"]) == ("OK", latest), status
 
         # Another application drops the name (a managed table: its files go too) and creates
         # it again elsewhere with other rows.
