@@ -33,6 +33,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("bench")
 
+# Delta's MERGE metrics that split the platform's `merge` step (milliseconds in the log).
+MERGE_SPLIT = {
+    "executionTimeMs": "merge: Delta's execution (executionTimeMs)",
+    "scanTimeMs": "merge: of which finding the touched files (scanTimeMs)",
+    "rewriteTimeMs": "merge: of which writing (rewriteTimeMs)",
+}
+
 MASTER = "local[2]"
 # Sized for 2 cores: Delta's state reconstruction defaults to 50 partitions
 # (spark.databricks.delta.snapshotPartitions) and file listing to 10,000 tasks.
@@ -53,7 +60,9 @@ class BenchConfig:
         scale_rows: Bronze rows of scenario (a), with a uniform and a clustered backlog.
         large_rows: Bronze rows of the scaling scenario (e), same changed keys as `rows`
             (None: `scale_rows`).
-        reps: Repetitions per figure (the median is reported).
+        reps: Repetitions of each method in (a)-(c) and (e), interleaved in rounds (the median
+            is reported, each ratio with a paired bootstrap interval over the rounds).
+        tuning_reps: Repetitions of each tuning variant (in the first rounds).
         backlog_commits: Commits the backlog is spread over.
         changed_share: Share of `rows` keys the backlog changes.
         log_sizes: Commit counts of the replay-window scenario (d).
@@ -67,7 +76,8 @@ class BenchConfig:
     rows: int = 1_000_000
     scale_rows: int = 4_000_000
     large_rows: int | None = 16_000_000
-    reps: int = 3
+    reps: int = 7
+    tuning_reps: int = 3
     backlog_commits: int = 10
     changed_share: float = 0.01
     log_sizes: tuple[int, ...] = (100, 1_000, 5_000)
@@ -92,7 +102,9 @@ class BenchConfig:
         return Backlog.for_changed_keys(self.changed_keys, self.backlog_commits, clustered)
 
 
-QUICK = BenchConfig(rows=100_000, scale_rows=400_000, large_rows=None, reps=1, quick=True)
+QUICK = BenchConfig(
+    rows=100_000, scale_rows=400_000, large_rows=None, reps=1, tuning_reps=1, quick=True
+)
 
 
 class SessionsWithConf:
@@ -125,13 +137,17 @@ class Bench:
         self.loads: list[float] = [os.getloadavg()[0]]
         self._runs = 0
         self.workload_rows: list[dict[str, Any]] = []
+        self._built: dict[tuple[int, bool], Workload] = {}
         # A folder whose silver and control tables are caught up with bronze (for the no-op).
         self.caught_up: Path | None = None
         # Baselines run in a session of their own, as the platform does (newSession()).
         self.baseline_session = spark.newSession()
 
     def build(self, rows: int, *, clustered: bool = False) -> Workload:
-        """Bronze with `rows` keys and the configured backlog, and its pristine silver."""
+        """Bronze with `rows` keys and the configured backlog, and its pristine silver (built
+        once: a scenario asking for a size another one built gets the same tables)."""
+        if (rows, clustered) in self._built:
+            return self._built[rows, clustered]
         backlog = self.config.backlog(clustered=clustered)
         workload = build_workload(
             self.spark,
@@ -150,6 +166,7 @@ class Bench:
             }
         )
         logger.info("built %s in %.1f s", self.workload_rows[-1], workload.build_seconds)
+        self._built[rows, clustered] = workload
         return workload
 
     def new_folder(self, name: str) -> Path:
@@ -195,18 +212,30 @@ class Bench:
         result = run_pipeline(spec, spark_factory=factory, control=control, force_rebuild=rebuild)
         seconds = time.perf_counter() - started
         assert result.watermark_after == workload.end_version, result
-        self._finish(label, workload, folder, spec.target, keep)
         if not rebuild and name is None and workload.name == str(self.config.rows):
-            # `duration_seconds` starts after planning; the rest is control writes, the
-            # commit counts and the lag after the run.
-            timed = sum(v for k, v in result.timings.items() if k != "plan")
-            other = result.duration_seconds - timed
-            for phase, value in {
-                **result.timings,
-                "control writes + counts + lag_after": other,
-            }.items():
-                self.phases.setdefault(phase, []).append(value)
+            self._record_phases(seconds, result, spec.target)
+        self._finish(label, workload, folder, spec.target, keep)
         return seconds, result, folder
+
+    def _record_phases(self, seconds: float, result: RunResult, target: str) -> None:
+        """Every second of one incremental run's wall time, attributed to its steps (the
+        platform's timings; `write` is the sum of its steps, so it is left out), with the
+        MERGE's own split from Delta's operation metrics."""
+        steps = {k: v for k, v in result.timings.items() if k != "write"}
+        # `duration_seconds` starts after planning: the rest of it is time between steps.
+        steps["between steps"] = result.duration_seconds - sum(
+            v for k, v in steps.items() if k != "plan"
+        )
+        steps["outside run_pipeline (call, result)"] = (
+            seconds - result.duration_seconds - steps["plan"]
+        )
+        steps["wall (timed by the bench)"] = seconds
+        metrics = last_commit_metrics(target)
+        for key, label in MERGE_SPLIT.items():
+            if key in metrics:
+                steps[label] = int(metrics[key]) / 1000
+        for phase, value in steps.items():
+            self.phases.setdefault(phase, []).append(value)
 
     def baseline_run(self, workload: Workload, method: str) -> float:
         """Time the hand-written batch MERGE or the streaming MERGE on a fresh silver copy."""

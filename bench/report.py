@@ -7,6 +7,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import random
 import re
 import statistics
 import subprocess
@@ -33,6 +34,7 @@ class Figure:
         met: Whether the target is met (None: no target).
         value: The figure as a number, for tools.
         detail: The medians behind the figure.
+        interval: A ratio's 95% bootstrap interval (None: not a ratio).
     """
 
     scenario: str
@@ -41,21 +43,68 @@ class Figure:
     met: bool | None
     value: float | None
     detail: str
+    interval: tuple[float, float] | None = None
+
+
+# Bootstrap resamples behind a ratio's interval; a fixed seed makes a report reproducible.
+BOOTSTRAP_ROUNDS = 10_000
+BOOTSTRAP_SEED = 20261126
+
+
+def paired_ratio_interval(
+    numerator: Sequence[float],
+    denominator: Sequence[float],
+    *,
+    level: float = 0.95,
+    rounds: int = BOOTSTRAP_ROUNDS,
+    seed: int = BOOTSTRAP_SEED,
+) -> tuple[float, float]:
+    """A percentile-bootstrap interval of `median(numerator) / median(denominator)`.
+
+    Sample i of each side was measured in the same round (the repetitions are interleaved), so
+    rounds are resampled whole: a round slowed by the machine counts on both sides, as it did.
+    With one round the interval is the ratio itself.
+    """
+    pairs = list(zip(numerator, denominator, strict=False))
+    if not pairs:
+        return (float("nan"), float("nan"))
+    draw = random.Random(seed)
+    size = len(pairs)
+    ratios = []
+    for _ in range(rounds):
+        sample = [pairs[draw.randrange(size)] for _ in range(size)]
+        bottom = statistics.median(b for _, b in sample)
+        ratios.append(statistics.median(a for a, _ in sample) / bottom if bottom > 0 else 0.0)
+    ratios.sort()
+    tail = (1 - level) / 2
+    return ratios[int(tail * rounds)], ratios[min(rounds - 1, int((1 - tail) * rounds))]
 
 
 def ratio_figure(
     scenario: str, numerator: Sequence[float], denominator: Sequence[float], limit: float
 ) -> Figure:
-    """`median(numerator) / median(denominator)` against `<= limit`."""
+    """`median(numerator) / median(denominator)` against `<= limit`, with its paired bootstrap
+    95% interval (`paired_ratio_interval`). The target counts as met on the ratio of medians;
+    the detail says whether the whole interval is within it."""
     top, bottom = median(numerator), median(denominator)
     value = top / bottom if bottom > 0 else float("nan")
+    low, high = paired_ratio_interval(numerator, denominator)
+    if high <= limit:
+        verdict = "whole interval within the target"
+    elif low > limit:
+        verdict = "whole interval misses the target"
+    else:
+        verdict = "interval straddles the target"
     return Figure(
         scenario=scenario,
-        measured=f"{value:.2f}",
+        measured=f"{value:.2f} [{low:.2f}, {high:.2f}]",
         target=f"<= {limit:g}",
         met=bool(value <= limit),
         value=round(value, 4),
-        detail=f"{top:.2f} s / {bottom:.2f} s (medians of {len(numerator)} and {len(denominator)})",
+        detail=f"{top:.2f} s / {bottom:.2f} s (medians of {len(numerator)} and "
+        f"{len(denominator)} paired runs); 95% bootstrap interval {low:.2f}-{high:.2f}: "
+        f"{verdict}",
+        interval=(round(low, 4), round(high, 4)),
     )
 
 
@@ -132,7 +181,8 @@ def render_markdown(document: Mapping[str, Any]) -> str:
         f"Bronze: {run['rows']:,} rows ((a): {run['scale_rows']:,}; (e): "
         f"{run.get('large_rows') or run['scale_rows']:,}); backlog: "
         f"{run['changed_keys']:,} changed keys over {run['backlog_commits']} commits; "
-        f"{run['reps']} repetition(s), medians shown.  ",
+        f"{run['reps']} round(s) of (a)-(c) and (e), {run.get('tuning_reps', run['reps'])} of each "
+        "tuning variant; medians shown.  ",
         f"Spark: {run['master']}, driver memory {run['driver_memory']}, "
         f"conf {run['spark_conf']}.  ",
         f"Load average (1 min) at start / end: {load['start']:.2f} / {load['end']:.2f} "
@@ -144,7 +194,7 @@ def render_markdown(document: Mapping[str, Any]) -> str:
     ]
     figures = document["figures"]
     lines += _table(
-        ["scenario", "measured", "target", "met?", "detail"],
+        ["scenario", "measured [95% interval]", "target", "met?", "detail"],
         [(f["scenario"], f["measured"], f["target"], _met(f["met"]), f["detail"]) for f in figures],
     )
     lines += ["", "## Machine", ""]

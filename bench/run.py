@@ -6,7 +6,7 @@ started from an identical copy of silver (only the measured operation is timed).
 never overwrites real figures).
 
 Usage:
-    python -m bench.run                 # 1M rows (4M for (a), 16M for (e)), 3 repetitions
+    python -m bench.run                 # 1M rows (4M for (a), 16M for (e)), 7 repetitions
     python -m bench.run --quick         # smoke run: 100k rows (400k for (a) and (e)), 1 rep
     python -m bench.run --rows 200000 --reps 5
 """
@@ -79,7 +79,7 @@ def figures(
             0.35,
         ),
         ratio_figure(
-            "(b) incremental / hand-written PySpark", s["incremental"], s["handwritten"], 1.10
+            "(b) incremental / hand-written PySpark", s["incremental"], s["handwritten"], 1.05
         ),
         ratio_figure(
             "(c) incremental / Structured Streaming", s["incremental"], s["streaming"], 0.9
@@ -139,7 +139,7 @@ def _tables(bench: Bench) -> dict[str, list[dict[str, Any]]]:
     s = bench.samples
     tables = {
         "Timed operations (seconds)": _summary_rows({k: v for k, v in s.items() if "/" not in k}),
-        "Incremental run phases (platform timings, median seconds)": [
+        "Incremental run at N: where the wall time goes (median seconds)": [
             {"phase": phase, "median s": f"{median(values):.3f}", "runs": len(values)}
             for phase, values in bench.phases.items()
         ],
@@ -209,9 +209,11 @@ def run_benchmarks(
         "tables; the copy, the result check and the clean-up are not timed.",
         "Every method's silver was checked identical (row count and a sum of xxhash64 over the "
         "data columns) on its first repetition, at both table sizes.",
-        "Ratios are ratios of medians; repetitions of (a)-(c) are interleaved (order rotated "
-        "each round, or alternated) so load drift affects every method alike; (e) pairs each run "
-        "on the large table with a run on the base table taken right before it.",
+        "Ratios are ratios of medians; repetitions of (a)-(c) are interleaved in rounds (order "
+        "rotated each round, or alternated) so load drift affects every method alike; (e) pairs "
+        "each run on the large table with a run on the base table taken right before it. Each "
+        "ratio's 95% interval is a percentile bootstrap (10,000 resamples, fixed seed) that "
+        "resamples whole rounds, keeping each round's samples of both methods together.",
         "Silver's first load (the pristine copy) writes rows sorted by key in files of at most "
         f"{SESSION_CONF['spark.sql.files.maxRecordsPerFile']} rows "
         "(spark.sql.files.maxRecordsPerFile), the size of bronze's files.",
@@ -236,6 +238,7 @@ def run_benchmarks(
             "backlog": vars(config.backlog()),
             "backlog_commits": config.backlog_commits,
             "reps": config.reps,
+            "tuning_reps": config.tuning_reps if config.tuning else 0,
             "master": spark.sparkContext.master,
             "driver_memory": config.driver_memory,
             "spark_conf": conf,
@@ -276,7 +279,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rows", type=int, help="bronze rows (default 1M; quick 100k)")
     parser.add_argument("--scale-rows", type=int, help="rows of (a) (default 4 x rows)")
     parser.add_argument("--large-rows", type=int, help="rows of (e) (default 16 x rows)")
-    parser.add_argument("--reps", type=int, help="repetitions per figure (default 3; quick 1)")
+    parser.add_argument("--reps", type=int, help="rounds of (a)-(c) and (e) (default 7; quick 1)")
+    parser.add_argument(
+        "--tuning-reps", type=int, help="repetitions of each tuning variant (default 3)"
+    )
     parser.add_argument("--no-tuning", action="store_true", help="skip the tuning variants")
     parser.add_argument("--driver-memory", default="8g", help="spark.driver.memory (8g)")
     parser.add_argument("--shuffle-partitions", type=int, default=2, help="(2: one per core)")
@@ -296,6 +302,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         "large_rows": args.large_rows
         or (16 * rows if args.rows and not config.quick else config.large_rows),
         "reps": args.reps or config.reps,
+        "tuning_reps": min(args.tuning_reps or config.tuning_reps, args.reps or config.reps),
         "tuning": config.tuning and not args.no_tuning,
         "driver_memory": args.driver_memory,
         "shuffle_partitions": args.shuffle_partitions,

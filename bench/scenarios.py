@@ -87,7 +87,7 @@ def disable_deletion_vectors(bench: Bench, target: str) -> None:
 def tune(bench: Bench, workload: Workload) -> None:
     """Incremental runs under each session variant and with deletion vectors off on silver."""
 
-    for _ in range(bench.config.reps):
+    for _ in range(bench.config.tuning_reps):
         for label, conf in TUNING_VARIANTS.items():
             seconds, _, _ = bench.platform_run(workload, conf=conf, name=f"tuning/{label}")
             bench.record(f"tuning/{label}", seconds)
@@ -154,11 +154,11 @@ def at_scale(bench: Bench) -> Workload:
     if config.warmup:
         for kind, workload in workloads.items():
             bench.run_method(workload, "incremental", f"warmup/incremental_{kind}")
-    for _ in range(config.reps):
+    for rep in range(config.reps):
         for kind, workload in workloads.items():
             bench.run_method(workload, "incremental", f"incremental_{kind}")
             bench.run_method(workload, "rebuild", f"rebuild_{kind}")
-            if config.tuning:
+            if config.tuning and rep < config.tuning_reps:
                 name = f"tuning/{WITHOUT_KEY_FILTER}, {kind} backlog (a)"
                 seconds, _, _ = bench.platform_run(workload, conf=KEY_FILTER_OFF, name=name)
                 bench.record(name, seconds)
@@ -177,10 +177,10 @@ def scale(bench: Bench, base: Workload, scaled: Workload) -> Workload:
         scaled = bench.build(config.large_rows)
     if config.warmup:
         bench.run_method(scaled, "incremental", "warmup/incremental_scaled")
-    for _ in range(config.reps):
+    for rep in range(config.reps):
         bench.run_method(base, "incremental", "incremental_base_paired")
         bench.run_method(scaled, "incremental", "incremental_scaled")
-        if config.tuning:
+        if config.tuning and rep < config.tuning_reps:
             name = f"tuning/{WITHOUT_KEY_FILTER}, {scaled.rows:,} rows (e)"
             seconds, _, _ = bench.platform_run(scaled, conf=KEY_FILTER_OFF, name=name)
             bench.record(name, seconds)

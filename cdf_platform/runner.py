@@ -38,7 +38,7 @@ from cdf_platform.spark.changes import (
 )
 from cdf_platform.spark.conform import conform_changes
 from cdf_platform.spark.history import merge_history, rebuild_note, staged_history
-from cdf_platform.spark.merge import TxnStamp, merge_changes
+from cdf_platform.spark.merge import TxnStamp, changes_key_filter, merge_changes
 from cdf_platform.spark.metrics import commit_counts, find_run_commit, silver_commit_counts
 from cdf_platform.spark.rebuild import rebuild_silver
 from cdf_platform.spark.sequenced_history import (
@@ -58,6 +58,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SparkFactory = Callable[[], "SparkSession"]
+# The timed steps of an incremental run's silver write (the load log's `write_seconds` is their
+# sum); the run's other steps: plan, spark_start, read, commit_counts, control, lag_after.
+WRITE_STEPS = ("silver_check", "key_filter", "merge")
 
 
 class _Run:
@@ -262,6 +265,7 @@ def _incremental(run: _Run, plan: RunPlan) -> RunResult:
         schema = changes.select(*(f"`{c}`" for c in data_columns)).schema
         layout = SilverLayout.of(spec, schema)
         layout = ensure_silver(spark, spec.target, spec.id, schema, layout)
+        since = run.lap("silver_check", since)
         stamp = TxnStamp(
             app_id=app_id(spec.id, plan.silver.generation),
             version=end,
@@ -284,11 +288,19 @@ def _incremental(run: _Run, plan: RunPlan) -> RunResult:
             staged = staged_history(spark, spec.target, collapsed.frame, layout)
             write = partial(merge_history, spark, spec.target, staged, layout, stamp)
         else:
-            write = partial(merge_changes, spark, spec.target, collapsed, layout, stamp)
+            silver_filter = classified(
+                ctx, partial(changes_key_filter, spark, spec.target, collapsed, layout)
+            )
+            since = run.lap("key_filter", since)
+            write = partial(
+                merge_changes, spark, spec.target, collapsed, layout, stamp, silver_filter
+            )
         classified(ctx, write)
     finally:
         collapsed.release()
-    since = run.lap("write", since)
+    since = run.lap("merge", since)
+    # `write` is silver's part of the run: its checks, the key filter and the MERGE.
+    run.timings["write"] = sum(run.timings.get(step, 0.0) for step in WRITE_STEPS)
     fault_point(FaultPoint.AFTER_MERGE)
     committed = find_run_commit(spec.target, spec.id, run.run_id)
     if committed is None:
@@ -301,8 +313,10 @@ def _incremental(run: _Run, plan: RunPlan) -> RunResult:
         _write_control(run, plan, RunMode.INCREMENTAL, applied, None, (0, 0, 0), start=start)
         return _result(run, plan, RunMode.INCREMENTAL, start, end, applied, (0, 0, 0))
     counts = commit_counts(spark, spec.target, committed, spec.delete_mode)
+    since = run.lap("commit_counts", since)
     fault_point(FaultPoint.BEFORE_CONTROL)
     _write_control(run, plan, RunMode.INCREMENTAL, end, None, counts, start=start)
+    run.lap("control", since)
     return _result(run, plan, RunMode.INCREMENTAL, start, end, end, counts)
 
 
@@ -448,10 +462,12 @@ def _result(
     if mode is RunMode.NOOP:
         lag_after = plan.assessment
     else:
+        since = time.monotonic()
         now = datetime.now(UTC)
         lag_after = assess_consumer(
             compute_replay_window(plan.spec.source, now=now), watermark_after, now=now
         )
+        run.lap("lag_after", since)
     return RunResult(
         pipeline_id=plan.spec.id,
         run_id=run.run_id,

@@ -4,7 +4,7 @@ the watermark as a Delta idempotent-write transaction in the same commit.
 
 Example:
     >>> stamp = TxnStamp(app_id="orders", version=57, metadata="{...}")
-    >>> merge_changes(spark, target, collapsed, layout, stamp)  # doctest: +SKIP
+    >>> merge_changes(spark, target, collapsed, layout, stamp, silver_filter)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -234,11 +234,21 @@ def merge_changes(
     collapsed: CollapsedChanges,
     layout: SilverLayout,
     stamp: TxnStamp,
+    silver_filter: str | None,
 ) -> None:
-    """Apply a collapsed change set to silver; the commit carries `stamp` (the watermark)."""
-    # The cached change rows hold the same keys as the collapsed set, without another shuffle.
-    silver_filter = key_filter(spark, target, collapsed.cached, layout.keys)
+    """Apply a collapsed change set to silver; the commit carries `stamp` (the watermark).
+    `silver_filter` is the condition on silver's rows the changes can reach
+    (`changes_key_filter`), or None."""
     run_merge(spark, collapsed.frame, merge_changes_sql(target, layout, silver_filter), stamp)
+
+
+def changes_key_filter(
+    spark: SparkSession, target: str, collapsed: CollapsedChanges, layout: SilverLayout
+) -> str | None:
+    """The key filter of `collapsed` on silver (`cdf_platform.spark.key_filter`), computed from
+    the cached per-commit change rows: the same keys as the collapsed set, without another
+    shuffle."""
+    return key_filter(spark, target, collapsed.cached, layout.keys)
 
 
 def check_snapshot_keys(

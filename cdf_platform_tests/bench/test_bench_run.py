@@ -42,6 +42,14 @@ def test_benchmark_runs_every_scenario_and_writes_both_result_files(
     # Every method produced the same silver: one fingerprint per workload (2,000 rows; 4,000
     # with a uniform and with a clustered backlog).
     assert len(set(map(tuple, document["fingerprints"].values()))) == 3
+    # Where an incremental run's wall time goes: each of the platform's steps, Delta's own
+    # split of the MERGE, and the remainders, so the rows add up to the measured wall time.
+    steps = {"plan", "spark_start", "read", "silver_check", "key_filter", "merge"}
+    steps |= {"commit_counts", "control", "lag_after", "between steps"}
+    phases = document["phases"]
+    assert steps <= set(phases), sorted(phases)
+    assert any(name.startswith("merge: Delta's execution") for name in phases), sorted(phases)
+    assert all(value >= -1e-6 for name in steps for value in phases[name])  # float rounding
     written = json.loads(json_path.read_text())
     assert written["run"]["rows"] == 2_000 and written["machine"]["cores"]
-    assert "| scenario | measured | target | met? | detail |" in md_path.read_text()
+    assert "| scenario | measured [95% interval] | target | met? | detail |" in md_path.read_text()
