@@ -154,11 +154,11 @@ class RunTimeline:
         marks: Event -> time: `created` (the run in the instance), `process started` (the
             run process, from /proc), `process ready` (its "Started process" engine event),
             RUN_STARTING, RUN_START, `STEP_START <step>`, `ASSET_MATERIALIZATION <step>`,
-            `STEP_SUCCESS <step>` of each step, RUN_SUCCESS, `process exited` (last seen alive).
+            `STEP_SUCCESS <step>` of each step, RUN_SUCCESS, `process exited` (found gone).
         materialization: The metadata values of each step's materialization, by step key.
         run_pid: The run process.
         java_below_run: `java` processes seen below the run process.
-        java_below_server: `java` processes seen below the code server during the run.
+        java_below_server: `java` processes started below the code server during the run.
     """
 
     run_id: str
@@ -234,17 +234,17 @@ class Launcher:
             instance.launch_run(created.run_id, request)
             run = self._wait(created.run_id)
             pid, materialization = _read_events(instance, created.run_id, marks)
+            # The next run starts only once this one's process (and a local JVM's parent) is
+            # gone, so no process of this run is below the code server during the next.
             deadline = time.monotonic() + EXIT_TIMEOUT_SECONDS
-            while pid is not None and pid in watch.last_seen and time.monotonic() < deadline:
-                if time.time() - watch.last_seen[pid] > 2 * watch.interval:
-                    break
-                time.sleep(watch.interval)
+            while pid is not None and watch.alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if pid is not None and not watch.alive(pid):
+                marks["process exited"] = time.time()
         if pid is not None:
             started = watch.started.get(pid)
             if started is not None:
                 marks["process started"] = started
-            if pid in watch.last_seen:
-                marks["process exited"] = watch.last_seen[pid]
         return RunTimeline(
             run_id=created.run_id,
             status=run.status.value,
@@ -253,7 +253,8 @@ class Launcher:
             materialization=materialization,
             run_pid=pid,
             java_below_run=watch.java_below(pid) if pid is not None else [],
-            java_below_server=watch.java_below(),
+            # Launched from here on: a JVM of an earlier run that outlives it is not this run's.
+            java_below_server=watch.java_below(since=launched_at),
         )
 
     def _wait(self, run_id: str) -> dg.DagsterRun:

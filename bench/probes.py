@@ -126,6 +126,11 @@ class ProcessWatch:
             self.scan()
             self._stop.wait(self.interval)
 
+    @staticmethod
+    def alive(pid: int) -> bool:
+        """Whether `pid` is a live process now (a zombie is not)."""
+        return _parent_and_name(pid) is not None
+
     def below(self, pid: int) -> list[int]:
         """Every process seen below `pid` while watched (exited ones included)."""
         found: list[int] = []
@@ -137,9 +142,16 @@ class ProcessWatch:
             frontier += children
         return sorted(found)
 
-    def java_below(self, pid: int | None = None) -> list[int]:
-        """The `java` processes seen below `pid` (default: below `root`)."""
-        return [c for c in self.below(self.root if pid is None else pid) if self.names[c] == "java"]
+    def java_below(self, pid: int | None = None, *, since: float | None = None) -> list[int]:
+        """The `java` processes seen below `pid` (default: below `root`); with `since`, only
+        those started at or after it (seconds since the epoch)."""
+        found = self.below(self.root if pid is None else pid)
+        return [
+            c
+            for c in found
+            if self.names[c] == "java"
+            and (since is None or (self.started.get(c) or since) >= since)
+        ]
 
     def start(self) -> ProcessWatch:
         """Start watching (in a daemon thread)."""
