@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo demo-s3 test bench-s3 lint typecheck unit browser azurite bench dev clean
+.PHONY: setup demo demo-s3 test bench-s3 bench-latency lint typecheck unit browser azurite bench dev clean
 
 # Create the virtualenv and install the project with its dev tools (re-run when pyproject changes).
 $(STAMP): pyproject.toml
@@ -64,6 +64,10 @@ bench: setup
 # Scenario (d) on a local S3 server (moto) beside local disk.
 bench-s3: setup
 	$(BIN)/python -m bench.object_store
+
+# Launch -> RUN_SUCCESS of Dagster runs: local Spark, Spark Connect, the JVM-free no-op.
+bench-latency: setup
+	$(BIN)/python -m bench.latency
 
 # The Dagster UI on the demo's instance and lake (run `make demo` first).
 dev: setup

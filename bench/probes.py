@@ -1,8 +1,9 @@
 """Scenarios (d), (f) and (g): `status` and the no-op run through the CLI (is a JVM started?),
-and peak memory.
+and peak memory; the process watch of the latency benchmark (`ProcessWatch`).
 
 Processes are found by scanning `/proc` (no psutil): a JVM started by PySpark is a `java`
-descendant of the Python process that launched it.
+descendant of the Python process that launched it. Exited processes not yet reaped by their
+parent (zombies) count as gone.
 """
 
 from __future__ import annotations
@@ -42,18 +43,26 @@ def _parent_and_name(pid: int) -> tuple[int, str] | None:
         return None
     # The name is in parentheses and may itself hold spaces or parentheses.
     name = text[text.index("(") + 1 : text.rindex(")")]
-    parent = int(text[text.rindex(")") + 2 :].split()[1])
-    return parent, name
+    state, parent = text[text.rindex(")") + 2 :].split()[:2]
+    # A zombie has exited: only its parent has yet to collect its exit status.
+    return None if state == "Z" else (int(parent), name)
 
 
-def descendants(root: int) -> dict[int, str]:
-    """Every live descendant process of `root`: pid -> command name."""
+def process_table() -> dict[int, tuple[int, str]]:
+    """Every live process: pid -> (parent pid, command name)."""
     table: dict[int, tuple[int, str]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             found = _parent_and_name(int(entry))
             if found is not None:
                 table[int(entry)] = found
+    return table
+
+
+def descendants(root: int, table: dict[int, tuple[int, str]] | None = None) -> dict[int, str]:
+    """Every live descendant process of `root`: pid -> command name (from `table`, default a
+    fresh `process_table()`)."""
+    table = process_table() if table is None else table
     result: dict[int, str] = {}
     frontier = [root]
     while frontier:
@@ -63,6 +72,103 @@ def descendants(root: int) -> dict[int, str]:
                 result[pid] = name
                 frontier.append(pid)
     return result
+
+
+def process_start_epoch(pid: int) -> float | None:
+    """When process `pid` started, in seconds since the epoch (10 ms resolution: the kernel
+    counts clock ticks since boot); None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    ticks = int(text[text.rindex(")") + 2 :].split()[19])
+    booted = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    return booted + ticks / os.sysconf("SC_CLK_TCK")
+
+
+class ProcessWatch:
+    """Watches the descendants of `root` from a thread, every `interval` seconds, until stopped:
+    every process seen (parent, name, start time, when it was last seen alive).
+
+    Example:
+        >>> with ProcessWatch(server.pid) as watch:  # doctest: +SKIP
+        ...     launch_and_wait()
+        >>> watch.java_below(run_pid)  # doctest: +SKIP
+        []
+    """
+
+    def __init__(self, root: int, interval: float = 0.05) -> None:
+        self.root = root
+        self.interval = interval
+        self.parents: dict[int, int] = {}
+        self.names: dict[int, str] = {}
+        self.started: dict[int, float | None] = {}
+        self.last_seen: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def scan(self) -> None:
+        """Record the descendants of `root` alive now."""
+        now = time.time()
+        table = process_table()
+        for pid, name in descendants(self.root, table).items():
+            if pid not in self.started:
+                self.started[pid] = process_start_epoch(pid)
+            # A process that execs (PySpark's spark-submit script becoming `java`) keeps its
+            # pid and changes its name: a `java` name, once seen, is kept.
+            if self.names.get(pid) != "java":
+                self.names[pid] = name
+            self.parents[pid] = table[pid][0]
+            self.last_seen[pid] = now
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            self.scan()
+            self._stop.wait(self.interval)
+
+    @staticmethod
+    def alive(pid: int) -> bool:
+        """Whether `pid` is a live process now (a zombie is not)."""
+        return _parent_and_name(pid) is not None
+
+    def below(self, pid: int) -> list[int]:
+        """Every process seen below `pid` while watched (exited ones included)."""
+        found: list[int] = []
+        frontier = [pid]
+        while frontier:
+            parent = frontier.pop()
+            children = [c for c, p in self.parents.items() if p == parent and c not in found]
+            found += children
+            frontier += children
+        return sorted(found)
+
+    def java_below(self, pid: int | None = None, *, since: float | None = None) -> list[int]:
+        """The `java` processes seen below `pid` (default: below `root`); with `since`, only
+        those started at or after it (seconds since the epoch)."""
+        found = self.below(self.root if pid is None else pid)
+        return [
+            c
+            for c in found
+            if self.names[c] == "java"
+            and (since is None or (self.started.get(c) or since) >= since)
+        ]
+
+    def start(self) -> ProcessWatch:
+        """Start watching (in a daemon thread)."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop watching, after one last scan."""
+        self._stop.set()
+        self._thread.join()
+        self.scan()
+
+    def __enter__(self) -> ProcessWatch:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def java_descendants(root: int | None = None) -> list[int]:

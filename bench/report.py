@@ -155,6 +155,22 @@ def machine_info(spark_version: str) -> dict[str, Any]:
     }
 
 
+def summary_rows(samples: Mapping[str, list[float]], prefix: str = "") -> list[dict[str, Any]]:
+    """One table row per sample series whose name starts with `prefix` (the prefix left out of
+    the name): median, min, max and every sample, in seconds."""
+    return [
+        {
+            "figure": name.removeprefix(prefix),
+            "median s": f"{median(values):.3f}",
+            "min s": f"{min(values):.3f}",
+            "max s": f"{max(values):.3f}",
+            "samples s": ", ".join(f"{v:.2f}" for v in values),
+        }
+        for name, values in samples.items()
+        if name.startswith(prefix) and values
+    ]
+
+
 def _met(value: bool | None) -> str:
     return "n/a" if value is None else ("yes" if value else "**no**")
 
@@ -168,23 +184,26 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]
 def render_markdown(document: Mapping[str, Any]) -> str:
     """The Markdown report of a results document (as written to results.json)."""
     run, machine = document["run"], document["machine"]
-    lines = [f"# cdf_platform benchmark ({run['label']})", ""]
+    lines = [f"# {run.get('title', 'cdf_platform benchmark')} ({run['label']})", ""]
     if run["quick"]:
         lines += [
-            "> **Smoke run (`--quick`)**: small sizes and one repetition, to prove every scenario",
-            "> runs; not the figures the targets are judged on.",
+            "> **Smoke run (`--quick`)**: small sizes and few repetitions, to prove every",
+            "> scenario runs; not the figures the targets are judged on.",
             "",
         ]
     load = run["load_average"]
-    lines += [
-        f"Command: `{run['command']}`  ",
+    # A benchmark other than bench.run describes its own sizes and settings (`summary`).
+    summary = run.get("summary") or [
         f"Bronze: {run['rows']:,} rows ((a): {run['scale_rows']:,}; (e): "
         f"{run.get('large_rows') or run['scale_rows']:,}); backlog: "
         f"{run['changed_keys']:,} changed keys over {run['backlog_commits']} commits; "
-        f"{run['reps']} round(s) of (a)-(c) and (e), {run.get('tuning_reps', run['reps'])} of each "
-        "tuning variant; medians shown.  ",
-        f"Spark: {run['master']}, driver memory {run['driver_memory']}, "
-        f"conf {run['spark_conf']}.  ",
+        f"{run['reps']} round(s) of (a)-(c) and (e), {run.get('tuning_reps', run['reps'])} of "
+        "each tuning variant; medians shown.",
+        f"Spark: {run['master']}, driver memory {run['driver_memory']}, conf {run['spark_conf']}.",
+    ]
+    lines += [
+        f"Command: `{run['command']}`  ",
+        *(f"{line}  " for line in summary),
         f"Load average (1 min) at start / end: {load['start']:.2f} / {load['end']:.2f} "
         f"(max seen {load['max']:.2f}) on {machine['cores']} cores.  ",
         f"Total wall time: {run['wall_seconds']:.0f} s.",
@@ -193,8 +212,15 @@ def render_markdown(document: Mapping[str, Any]) -> str:
         "",
     ]
     figures = document["figures"]
+    ratios = any(f.get("interval") for f in figures)
     lines += _table(
-        ["scenario", "measured [95% interval]", "target", "met?", "detail"],
+        [
+            "scenario",
+            "measured [95% interval]" if ratios else "measured",
+            "target",
+            "met?",
+            "detail",
+        ],
         [(f["scenario"], f["measured"], f["target"], _met(f["met"]), f["detail"]) for f in figures],
     )
     lines += ["", "## Machine", ""]

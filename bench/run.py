@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 from bench.harness import MASTER, QUICK, SESSION_CONF, Bench, BenchConfig
 from bench.probes import peak_memory_mib
-from bench.report import Figure, machine_info, median, ratio_figure, write_results
+from bench.report import (
+    Figure,
+    machine_info,
+    median,
+    ratio_figure,
+    summary_rows,
+    write_results,
+)
 from bench.scenarios import (
     BACKLOG_KINDS,
     at_scale,
@@ -43,20 +50,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 RESULTS_DIR = Path(__file__).parent / "results"
-
-
-def _summary_rows(samples: Mapping[str, list[float]], prefix: str = "") -> list[dict[str, Any]]:
-    return [
-        {
-            "figure": name.removeprefix(prefix),
-            "median s": f"{median(values):.3f}",
-            "min s": f"{min(values):.3f}",
-            "max s": f"{max(values):.3f}",
-            "samples s": ", ".join(f"{v:.2f}" for v in values),
-        }
-        for name, values in samples.items()
-        if name.startswith(prefix) and values
-    ]
 
 
 def figures(
@@ -138,7 +131,7 @@ def figures(
 def _tables(bench: Bench) -> dict[str, list[dict[str, Any]]]:
     s = bench.samples
     tables = {
-        "Timed operations (seconds)": _summary_rows({k: v for k, v in s.items() if "/" not in k}),
+        "Timed operations (seconds)": summary_rows({k: v for k, v in s.items() if "/" not in k}),
         "Incremental run at N: where the wall time goes (median seconds)": [
             {"phase": phase, "median s": f"{median(values):.3f}", "runs": len(values)}
             for phase, values in bench.phases.items()
@@ -161,8 +154,8 @@ def _tables(bench: Bench) -> dict[str, list[dict[str, Any]]]:
             for size in bench.config.log_sizes
         ],
     }
-    tables["Platform fixed costs, each timed alone (seconds)"] = _summary_rows(s, "overhead/")
-    tuning = _summary_rows(s, "tuning/")
+    tables["Platform fixed costs, each timed alone (seconds)"] = summary_rows(s, "overhead/")
+    tuning = summary_rows(s, "tuning/")
     if tuning:
         config = bench.config
         for row in tuning:

@@ -167,23 +167,35 @@ def write_bronze(spark: SparkSession, path: str, rows: int) -> None:
     _rows_frame(ids, F.lit("")).write.format("delta").mode("append").save(path)
 
 
-def write_backlog(spark: SparkSession, path: str, rows: int, backlog: Backlog) -> None:
-    """`backlog.commits` MERGE commits on bronze; each key is changed by one commit only."""
+def write_backlog(
+    spark: SparkSession, path: str, rows: int, backlog: Backlog, *, round_index: int = 0
+) -> None:
+    """`backlog.commits` MERGE commits on bronze; each key is changed by one commit only.
+
+    Round `round_index` changes keys no earlier round changed (its updates and deletes take the
+    next slice of the permuted key space, its inserts the keys above the earlier rounds'
+    inserts), so backlogs written one after another on the same table are alike and never
+    overlap, as long as `(round_index + 1) * (updates + deletes) <= rows`.
+    """
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
+    existing = backlog.updates + backlog.deletes
+    if (round_index + 1) * existing > rows:
+        raise ValueError(f"round {round_index} of {existing} changed keys exceeds {rows} rows")
     permuted = _changed_existing_key(rows, backlog.clustered)
     table = DeltaTable.forPath(spark, path)
     values: dict[str, str | Column] = {c: f"s.{c}" for c in DATA_COLUMNS}
+    changed, inserted = round_index * existing, rows + round_index * backlog.inserts
     for commit in range(backlog.commits):
-        tag = F.lit(f"-v{commit + 1}")
+        tag = F.lit(f"-r{round_index}v{commit + 1}" if round_index else f"-v{commit + 1}")
         u_lo, u_hi = _split(backlog.updates, backlog.commits, commit)
         d_lo, d_hi = _split(backlog.deletes, backlog.commits, commit)
         i_lo, i_hi = _split(backlog.inserts, backlog.commits, commit)
-        updates = spark.range(u_lo, u_hi).select(permuted.alias(KEY))
-        offset = backlog.updates
+        updates = spark.range(changed + u_lo, changed + u_hi).select(permuted.alias(KEY))
+        offset = changed + backlog.updates
         deletes = spark.range(offset + d_lo, offset + d_hi).select(permuted.alias(KEY))
-        inserts = spark.range(rows + i_lo, rows + i_hi)
+        inserts = spark.range(inserted + i_lo, inserted + i_hi)
         source = (
             _rows_frame(updates, tag)
             .withColumn("_op", F.lit("U"))

@@ -31,6 +31,17 @@ TEST_SPARK_CONF = {
 }
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip `slow` tests (the long randomized history, the latency benchmark's smoke run) when
+    no marker expression was given (the default CI run)."""
+    if config.getoption("markexpr"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with `pytest -m slow`")
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def jvm_options() -> Iterator[None]:
     """The JVM options of every Java process the tests start (`jvm_options`), in the

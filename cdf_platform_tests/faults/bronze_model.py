@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]  # (no stubs; deltalake brings it)
 from deltalake import DeltaTable, Field, write_deltalake
 from deltalake.schema import PrimitiveType
 

@@ -1,0 +1,51 @@
+"""The latency benchmark launches real Dagster runs at a tiny size: a local-Spark silver run and
+a no-op that starts no JVM (no timing is asserted; Spark Connect is left to the benchmark)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from bench.latency import run_latency
+from bench.latency_scenarios import LOCAL, NOOP, PHASES, LatencyConfig
+from bench.report import write_results
+
+TINY = LatencyConfig(
+    rows=2_000,
+    changed_keys=20,
+    backlog_commits=1,
+    reps=1,
+    warmup=False,
+    scenarios=(LOCAL, NOOP),
+    quick=True,
+)
+
+
+# A fresh Spark in a run process costs about a minute of the suite's CPU: run with `-m slow`.
+@pytest.mark.slow
+def test_latency_benchmark_times_a_local_run_and_a_noop_that_starts_no_jvm(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    document = run_latency(spark, TINY, tmp_path / "work")
+    json_path, md_path = write_results(tmp_path / "out", "latency", document)
+
+    assert [figure.scenario[:3] for figure in document["figures"]] == ["(1)", "(3)"]
+    runs = {row["scenario"]: row for row in document["runs"]}
+    assert runs[NOOP]["mode"] == "noop" and runs[NOOP]["spark_started"] is False
+    assert runs[NOOP]["java below the run process"] == 0
+    assert "JVM started: no" in document["figures"][1].measured
+    # The local run's own JVM was seen below its run process: the scan that saw none below the
+    # no-op's does see JVMs.
+    assert runs[LOCAL]["mode"] == "incremental" and runs[LOCAL]["rows +/~/-"] == "4/14/2"
+    assert runs[LOCAL]["java below the run process"] >= 1
+    written = json.loads(json_path.read_text())
+    assert set(written["phases"]) == {LOCAL, NOOP}
+    for scenario, samples in written["samples"].items():
+        # The phases account for the whole wait, launch to RUN_SUCCESS.
+        phases = written["phases"][scenario]
+        assert math.isclose(sum(phases[p][0] for p in PHASES), samples[0], abs_tol=0.05)
+    assert "| scenario | measured | target | met? | detail |" in md_path.read_text()
