@@ -21,9 +21,6 @@ import argparse
 import logging
 import math
 import os
-import shutil
-import sys
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -46,7 +43,16 @@ from bench.latency_scenarios import (
     LatencyConfig,
 )
 from bench.launched_run import CodeServer, Launcher
-from bench.report import Figure, machine_info, median, summary_rows, write_results
+from bench.report import (
+    Figure,
+    add_output_options,
+    command_line,
+    machine_info,
+    median,
+    publish,
+    scratch_folder,
+    summary_rows,
+)
 from bench.run import build_session
 from cdf_platform.core.config import REMOTE_ENV
 from cdf_platform_tests.clusters.servers import ConnectServer
@@ -241,9 +247,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--scenarios", nargs="+", choices=SCENARIOS, help="which scenarios (default: all)"
     )
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
-    parser.add_argument("--workdir", type=Path, help="scratch folder (default: a temp folder)")
-    parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    add_output_options(parser, RESULTS_DIR)
     return parser.parse_args(argv)
 
 
@@ -266,20 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("py4j").setLevel(logging.WARNING)
     args = parse_args(argv)
     config = config_from(args)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="cdf_latency_"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    try:
+    with scratch_folder(args, "cdf_latency_") as workdir:
         # The benchmark's own session only builds the lake and writes backlogs.
         spark = build_session(BenchConfig(driver_memory="2g"), workdir)
-        command = " ".join(["python -m bench.latency", *(sys.argv[1:] if argv is None else argv)])
+        command = command_line("bench.latency", argv)
         document = run_latency(spark, config, workdir.resolve(), command=command)
-    finally:
-        if not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
-    stem = "latency_quick" if config.quick else "latency"
-    json_path, md_path = write_results(args.out, stem, document)
-    print(md_path.read_text())
-    print(f"wrote {json_path} and {md_path}")
+    publish(args.out, "latency_quick" if config.quick else "latency", document)
     # Unmet targets are results, not failures: they are in the report.
     return 0
 

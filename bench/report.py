@@ -3,15 +3,20 @@ files (`results.json` for tools, `results.md` for people)."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import json
 import os
 import platform
 import random
 import re
+import shutil
 import statistics
 import subprocess
-from collections.abc import Mapping, Sequence
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -245,3 +250,35 @@ def write_results(out: Path, stem: str, document: dict[str, Any]) -> tuple[Path,
     json_path.write_text(json.dumps(document, indent=2, default=str) + "\n")
     md_path.write_text(render_markdown(document))
     return json_path, md_path
+
+
+def add_output_options(parser: argparse.ArgumentParser, results_dir: Path) -> None:
+    """`--out`, `--workdir` and `--keep`, the options every benchmark's command line has."""
+    parser.add_argument("--out", type=Path, default=results_dir, help="results folder")
+    parser.add_argument("--workdir", type=Path, help="scratch folder (default: a temp folder)")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+
+
+@contextmanager
+def scratch_folder(args: argparse.Namespace, prefix: str) -> Iterator[Path]:
+    """The run's scratch folder (`--workdir`, else a new temp folder), removed at the end
+    unless `--keep`."""
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix=prefix))
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        yield workdir
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def command_line(module: str, argv: list[str] | None) -> str:
+    """How the benchmark was started, for the report (`python -m <module> <arguments>`)."""
+    return " ".join([f"python -m {module}", *(sys.argv[1:] if argv is None else argv)])
+
+
+def publish(out: Path, stem: str, document: dict[str, Any]) -> None:
+    """Write the results (`write_results`) and print the Markdown report and where they are."""
+    json_path, md_path = write_results(out, stem, document)
+    print(md_path.read_text())
+    print(f"wrote {json_path} and {md_path}")

@@ -16,9 +16,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
-import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -29,11 +26,14 @@ from bench.harness import MASTER, QUICK, SESSION_CONF, Bench, BenchConfig
 from bench.probes import peak_memory_mib
 from bench.report import (
     Figure,
+    add_output_options,
+    command_line,
     machine_info,
     median,
+    publish,
     ratio_figure,
+    scratch_folder,
     summary_rows,
-    write_results,
 )
 from bench.scenarios import (
     BACKLOG_KINDS,
@@ -279,9 +279,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-tuning", action="store_true", help="skip the tuning variants")
     parser.add_argument("--driver-memory", default="8g", help="spark.driver.memory (8g)")
     parser.add_argument("--shuffle-partitions", type=int, default=2, help="(2: one per core)")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
-    parser.add_argument("--workdir", type=Path, help="scratch folder (default: a temp folder)")
-    parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    add_output_options(parser, RESULTS_DIR)
     return parser.parse_args(argv)
 
 
@@ -309,18 +307,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("py4j").setLevel(logging.WARNING)
     args = parse_args(argv)
     config = config_from(args)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="cdf_bench_"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    try:
+    with scratch_folder(args, "cdf_bench_") as workdir:
         spark = build_session(config, workdir)
-        command = " ".join(["python -m bench.run", *(sys.argv[1:] if argv is None else argv)])
+        command = command_line("bench.run", argv)
         document = run_benchmarks(spark, config, workdir, command=command)
-    finally:
-        if not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
-    json_path, md_path = write_results(args.out, "quick" if config.quick else "results", document)
-    print(md_path.read_text())
-    print(f"wrote {json_path} and {md_path}")
+    publish(args.out, "quick" if config.quick else "results", document)
     # Unmet targets are results, not failures: they are in the report.
     return 0
 
