@@ -38,6 +38,7 @@ MERGE_SPLIT = {
     "executionTimeMs": "merge: Delta's execution (executionTimeMs)",
     "scanTimeMs": "merge: of which finding the touched files (scanTimeMs)",
     "rewriteTimeMs": "merge: of which writing (rewriteTimeMs)",
+    "materializeSourceTimeMs": "merge: of which copying the source (materializeSourceTimeMs)",
 }
 
 MASTER = "local[2]"

@@ -33,6 +33,7 @@ from bench.latency_scenarios import (
     CONNECT,
     EXIT,
     LOCAL,
+    LOCAL_LEAN,
     NOOP,
     PHASES,
     PLATFORM_RUN,
@@ -62,9 +63,10 @@ if TYPE_CHECKING:
 
 RESULTS_DIR = Path(__file__).parent / "results"
 # Launch -> RUN_SUCCESS targets, seconds.
-TARGETS = {LOCAL: 25.0, CONNECT: 8.0, NOOP: 5.0}
+TARGETS = {LOCAL: 25.0, LOCAL_LEAN: 25.0, CONNECT: 8.0, NOOP: 5.0}
 TITLES = {
     LOCAL: "(1) silver run of {keys} changed keys, local Spark started by the run process",
+    LOCAL_LEAN: "(1b) the same, the driver JVM with SHORT_RUN_JAVA_OPTIONS (serial GC, C1 only)",
     CONNECT: "(2) silver run of {keys} changed keys over Spark Connect (server already up)",
     NOOP: "(3) no-op silver run of a caught-up pipeline, no JVM",
 }
@@ -160,6 +162,12 @@ def run_latency(
                     for scenario in (LOCAL, NOOP):
                         if scenario in config.scenarios:
                             bench.measure(launcher, scenario)
+        if LOCAL_LEAN in config.scenarios:
+            env = bench.environment({"SPARK_CONF_DIR": str(bench.lean_conf_dir())})
+            with CodeServer(workdir, env, instance, LOCAL_LEAN) as server:
+                bench.note_setup("code server start (local Spark, lean JVM)", server.start_seconds)
+                with Launcher(instance, server) as launcher:
+                    bench.measure(launcher, LOCAL_LEAN)
         if CONNECT in config.scenarios:
             with ConnectServer(workdir / "connect", master=config.master) as connect:
                 begun = time.perf_counter()

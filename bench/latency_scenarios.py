@@ -8,6 +8,8 @@ the run is timed: from its launch (through `bench.launched_run`) to RUN_SUCCESS.
 
 Scenarios:
 - `local`: the run process starts its own Spark (`CDF_SPARK_MASTER`);
+- `local-lean`: the same, its driver JVM started with `SHORT_RUN_JAVA_OPTIONS` (serial GC, C1
+  only) through a `spark-defaults.conf`, as the README's latency section tells users to;
 - `noop`: silver is caught up, the run must find nothing to do and start no JVM;
 - `connect`: the run process is a client of a Spark Connect server started beforehand
   (`CDF_SPARK_REMOTE`).
@@ -39,6 +41,7 @@ from cdf_platform.core.config import (
 from cdf_platform.orchestration.jobs import INCREMENTAL_JOB
 from cdf_platform.orchestration.keys import PIPELINE_TAG, silver_key, silver_op_name
 from cdf_platform.runner import run_pipeline
+from cdf_platform.spark.session import SHORT_RUN_JAVA_OPTIONS
 from cdf_platform.state.control import ControlTable
 
 if TYPE_CHECKING:
@@ -46,8 +49,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("bench.latency")
 
-LOCAL, NOOP, CONNECT = "local", "noop", "connect"
-SCENARIOS = (LOCAL, NOOP, CONNECT)
+LOCAL, LOCAL_LEAN, NOOP, CONNECT = "local", "local-lean", "noop", "connect"
+SCENARIOS = (LOCAL, LOCAL_LEAN, NOOP, CONNECT)
+# The scenarios whose run process starts its own Spark.
+LOCAL_SPARK = (LOCAL, LOCAL_LEAN)
 SILVER_STEP = silver_op_name(PIPELINE_ID)
 # The instance the runs are launched on: a throwaway one, without first-use telemetry.
 INSTANCE_YAML = "telemetry:\n  enabled: false\n"
@@ -221,6 +226,16 @@ class LatencyBench:
             **spark,
         }
 
+    def lean_conf_dir(self) -> Path:
+        """A Spark conf folder whose `spark-defaults.conf` gives the driver JVM
+        `SHORT_RUN_JAVA_OPTIONS` (the `local-lean` scenario's `SPARK_CONF_DIR`)."""
+        folder = self.workdir / "lean-spark-conf"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "spark-defaults.conf").write_text(
+            f"spark.driver.extraJavaOptions {SHORT_RUN_JAVA_OPTIONS}\n", encoding="utf-8"
+        )
+        return folder
+
     def new_backlog(self) -> None:
         """A fresh backlog on bronze (keys no earlier round changed)."""
         started = time.perf_counter()
@@ -275,8 +290,13 @@ class LatencyBench:
             figures.get("rows_deleted"),
         ) != (backlog.inserts, backlog.updates, backlog.deletes):
             problem = f"not the backlog's incremental run ({backlog}): {figures}"
-        elif scenario == LOCAL and not timeline.java_below_run:
+        elif scenario in LOCAL_SPARK and not timeline.java_below_run:
             problem = "no JVM seen below a run process that started local Spark"
+        elif scenario == LOCAL_LEAN and not any(
+            set(SHORT_RUN_JAVA_OPTIONS.split()) <= set(options)
+            for options in timeline.java_options.values()
+        ):
+            problem = f"no JVM below the run has {SHORT_RUN_JAVA_OPTIONS}: {timeline.java_options}"
         if problem is not None:
             raise AssertionError(f"{scenario} run {timeline.run_id}: {problem}")
 

@@ -159,6 +159,7 @@ class RunTimeline:
         run_pid: The run process.
         java_below_run: `java` processes seen below the run process.
         java_below_server: `java` processes started below the code server during the run.
+        java_options: The JVM options (`-X...`) of each `java` process below the run process.
     """
 
     run_id: str
@@ -169,6 +170,7 @@ class RunTimeline:
     run_pid: int | None = None
     java_below_run: list[int] = field(default_factory=list)
     java_below_server: list[int] = field(default_factory=list)
+    java_options: dict[int, list[str]] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -255,6 +257,10 @@ class Launcher:
             java_below_run=watch.java_below(pid) if pid is not None else [],
             # Launched from here on: a JVM of an earlier run that outlives it is not this run's.
             java_below_server=watch.java_below(since=launched_at),
+            java_options={
+                java: [a for a in watch.java_arguments.get(java, []) if a.startswith("-X")]
+                for java in (watch.java_below(pid) if pid is not None else [])
+            },
         )
 
     def _wait(self, run_id: str) -> dg.DagsterRun:

@@ -74,6 +74,15 @@ def descendants(root: int, table: dict[int, tuple[int, str]] | None = None) -> d
     return result
 
 
+def command_arguments(pid: int) -> list[str]:
+    """The command line of `pid` (empty once it has exited)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
 def process_start_epoch(pid: int) -> float | None:
     """When process `pid` started, in seconds since the epoch (10 ms resolution: the kernel
     counts clock ticks since boot); None when it is gone."""
@@ -104,6 +113,7 @@ class ProcessWatch:
         self.names: dict[int, str] = {}
         self.started: dict[int, float | None] = {}
         self.last_seen: dict[int, float] = {}
+        self.java_arguments: dict[int, list[str]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -118,6 +128,8 @@ class ProcessWatch:
             # pid and changes its name: a `java` name, once seen, is kept.
             if self.names.get(pid) != "java":
                 self.names[pid] = name
+            if name == "java" and pid not in self.java_arguments:
+                self.java_arguments[pid] = command_arguments(pid)
             self.parents[pid] = table[pid][0]
             self.last_seen[pid] = now
 

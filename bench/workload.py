@@ -269,6 +269,7 @@ MERGE_METRICS = (
     "executionTimeMs",
     "scanTimeMs",
     "rewriteTimeMs",
+    "materializeSourceTimeMs",
 )
 
 

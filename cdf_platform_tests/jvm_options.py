@@ -13,9 +13,11 @@ Measured on the 2-core test machine (machine-wide CPU seconds from /proc/stat, i
 
 from __future__ import annotations
 
-# Serial GC and the C1 compiler only: every Spark process the tests start (CLI runs, Dagster
-# run processes, servers, executors).
-SHORT_LIVED = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+from cdf_platform.spark.session import SHORT_RUN_JAVA_OPTIONS
+
+# Serial GC and the C1 compiler only (what the platform documents for a short local run):
+# every Spark process the tests start (CLI runs, Dagster run processes, servers, executors).
+SHORT_LIVED = SHORT_RUN_JAVA_OPTIONS
 # The test session's own driver: serial GC, full tiered compilation (last flag wins, so this
 # overrides SHORT_LIVED, which reaches it through SPARK_SUBMIT_OPTS).
 LONG_LIVED = "-XX:+UseSerialGC -XX:TieredStopAtLevel=4"

@@ -52,6 +52,12 @@ DUPLICATE_HADOOP_CLIENT = (
     "org.apache.hadoop:hadoop-client-api",
     "org.apache.hadoop:hadoop-client-runtime",
 )
+# JVM options for a local Spark driver that lives for one short run (a Dagster run process or
+# a CLI run over a small backlog): the serial collector and the C1 compiler only. Such a JVM
+# spends most of its CPU on itself (parallel GC threads, C2 compiling code it will barely run);
+# a long or large run wants the defaults. Set them as `spark.driver.extraJavaOptions` (README:
+# Performance, latency); bench.latency's `local-lean` scenario measures them.
+SHORT_RUN_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 # Spark conf under this prefix is Hadoop conf (read when the context starts).
 HADOOP_PREFIX = "spark.hadoop."
 # The conf that turns a vanished `_change_data` or data file into silently skipped rows.

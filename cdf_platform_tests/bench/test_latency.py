@@ -1,5 +1,6 @@
-"""The latency benchmark launches real Dagster runs at a tiny size: a local-Spark silver run and
-a no-op that starts no JVM (no timing is asserted; Spark Connect is left to the benchmark)."""
+"""The latency benchmark launches real Dagster runs at a tiny size: a local-Spark silver run, the
+same with the short-run JVM options, and a no-op that starts no JVM (no timing is asserted;
+Spark Connect is left to the benchmark)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from bench.latency import run_latency
-from bench.latency_scenarios import LOCAL, NOOP, PHASES, LatencyConfig
+from bench.latency_scenarios import LOCAL, LOCAL_LEAN, NOOP, PHASES, LatencyConfig
 from bench.report import write_results
 
 TINY = LatencyConfig(
@@ -20,7 +21,7 @@ TINY = LatencyConfig(
     backlog_commits=1,
     reps=1,
     warmup=False,
-    scenarios=(LOCAL, NOOP),
+    scenarios=(LOCAL, LOCAL_LEAN, NOOP),
     quick=True,
 )
 
@@ -33,17 +34,19 @@ def test_latency_benchmark_times_a_local_run_and_a_noop_that_starts_no_jvm(
     document = run_latency(spark, TINY, tmp_path / "work")
     json_path, md_path = write_results(tmp_path / "out", "latency", document)
 
-    assert [figure.scenario[:3] for figure in document["figures"]] == ["(1)", "(3)"]
+    assert [figure.scenario.split()[0] for figure in document["figures"]] == ["(1)", "(1b)", "(3)"]
     runs = {row["scenario"]: row for row in document["runs"]}
     assert runs[NOOP]["mode"] == "noop" and runs[NOOP]["spark_started"] is False
     assert runs[NOOP]["java below the run process"] == 0
-    assert "JVM started: no" in document["figures"][1].measured
+    assert "JVM started: no" in document["figures"][2].measured
     # The local run's own JVM was seen below its run process: the scan that saw none below the
     # no-op's does see JVMs.
     assert runs[LOCAL]["mode"] == "incremental" and runs[LOCAL]["rows +/~/-"] == "4/14/2"
     assert runs[LOCAL]["java below the run process"] >= 1
+    # The lean run's driver JVM had the options (the benchmark checks each run's command line).
+    assert runs[LOCAL_LEAN]["mode"] == "incremental" and runs[LOCAL_LEAN]["rows +/~/-"] == "4/14/2"
     written = json.loads(json_path.read_text())
-    assert set(written["phases"]) == {LOCAL, NOOP}
+    assert set(written["phases"]) == {LOCAL, LOCAL_LEAN, NOOP}
     for scenario, samples in written["samples"].items():
         # The phases account for the whole wait, launch to RUN_SUCCESS.
         phases = written["phases"][scenario]
