@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.harness import BenchConfig
+from bench.harness import MERGE_SPLIT, BenchConfig
 from bench.latency_scenarios import (
     AFTER,
     BEFORE_SPARK,
@@ -73,7 +73,12 @@ TITLES = {
 
 
 def _finite_median(values: list[float]) -> float:
-    return median([v for v in values if not math.isnan(v)])
+    finite = [v for v in values if not math.isnan(v)]
+    return median(finite) if finite else math.nan
+
+
+def _seconds(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.2f}"
 
 
 def figures(bench: LatencyBench) -> list[Figure]:
@@ -117,7 +122,7 @@ def _runs(bench: LatencyBench, scenario: str) -> list[dict[str, Any]]:
 
 def _tables(bench: LatencyBench) -> dict[str, list[dict[str, Any]]]:
     ran = [s for s in SCENARIOS if s in bench.config.scenarios]
-    phases = [*PHASES, BEFORE_SPARK, PLATFORM_RUN, EXIT]
+    phases = [*PHASES, BEFORE_SPARK, PLATFORM_RUN, *MERGE_SPLIT.values(), EXIT]
     return {
         "Launch to RUN_SUCCESS (seconds; warmup/: the first run of each scenario)": summary_rows(
             bench.samples
@@ -126,7 +131,7 @@ def _tables(bench: LatencyBench) -> dict[str, list[dict[str, Any]]]:
             {
                 "phase": phase,
                 **{
-                    f"{scenario} s": f"{_finite_median(bench.phases[scenario][phase]):.2f}"
+                    f"{scenario} s": _seconds(_finite_median(bench.phases[scenario][phase]))
                     for scenario in ran
                 },
             }

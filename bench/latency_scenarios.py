@@ -28,9 +28,17 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
+from bench.harness import MERGE_SPLIT
 from bench.launched_run import Launcher, RunTimeline
 from bench.probes import write_pipelines_file
-from bench.workload import PIPELINE_ID, Backlog, spec_for, write_backlog, write_bronze
+from bench.workload import (
+    PIPELINE_ID,
+    Backlog,
+    last_commit_metrics,
+    spec_for,
+    write_backlog,
+    write_bronze,
+)
 from cdf_platform.core.config import (
     CONTROL_ROOT_ENV,
     LAKE_ROOT_ENV,
@@ -260,6 +268,7 @@ class LatencyBench:
             self.samples.setdefault(sample, []).append(seconds)
             self.loads.append(os.getloadavg()[0])
             phases = breakdown(timeline)
+            phases.update(self.merge_split(scenario))
             if sample == scenario:
                 for phase, value in phases.items():
                     self.phases.setdefault(scenario, {}).setdefault(phase, []).append(value)
@@ -271,6 +280,20 @@ class LatencyBench:
                 phases[SPARK_START],
                 self.loads[-1],
             )
+
+    def merge_split(self, scenario: str) -> dict[str, float]:
+        """Delta's own timing of the run's MERGE (`MERGE_SPLIT`, seconds, from silver's latest
+        commit, read JVM-free), wherever the MERGE ran (in the run process or in the Connect
+        server); NaN for the no-op, which commits nothing."""
+        if scenario == NOOP:
+            return dict.fromkeys(MERGE_SPLIT.values(), math.nan)
+        metrics = last_commit_metrics(self.spec.target)
+        if metrics.get("operation") != "MERGE":
+            raise AssertionError(f"{scenario}: silver's latest commit is not the MERGE: {metrics}")
+        return {
+            label: int(metrics[key]) / 1000 if key in metrics else math.nan
+            for key, label in MERGE_SPLIT.items()
+        }
 
     def _check(self, scenario: str, timeline: RunTimeline) -> None:
         """The run did what the scenario says, or the benchmark stops."""
