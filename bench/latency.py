@@ -59,6 +59,7 @@ from cdf_platform.core.config import REMOTE_ENV
 from cdf_platform_tests.clusters.servers import ConnectServer
 
 if TYPE_CHECKING:
+    import dagster as dg
     from pyspark.sql import SparkSession
 
 RESULTS_DIR = Path(__file__).parent / "results"
@@ -145,6 +146,23 @@ def _tables(bench: LatencyBench) -> dict[str, list[dict[str, Any]]]:
     }
 
 
+def _served(
+    bench: LatencyBench,
+    instance: dg.DagsterInstance,
+    env: dict[str, str],
+    name: str,
+    label: str,
+    scenarios: list[str],
+) -> None:
+    """Measure `scenarios` on runs launched through a code server of their own with `env`
+    (its start noted as setup step `label`)."""
+    with CodeServer(bench.workdir, env, instance, name) as server:
+        bench.note_setup(label, server.start_seconds)
+        with Launcher(instance, server) as launcher:
+            for scenario in scenarios:
+                bench.measure(launcher, scenario)
+
+
 def run_latency(
     spark: SparkSession,
     config: LatencyConfig,
@@ -160,29 +178,22 @@ def run_latency(
     bench = LatencyBench(spark, config, workdir)
     with bench.build() as instance:
         launcher_class = type(instance.run_launcher).__name__
-        if LOCAL in config.scenarios or NOOP in config.scenarios:
-            with CodeServer(workdir, bench.environment({}), instance, LOCAL) as server:
-                bench.note_setup("code server start (local Spark)", server.start_seconds)
-                with Launcher(instance, server) as launcher:
-                    for scenario in (LOCAL, NOOP):
-                        if scenario in config.scenarios:
-                            bench.measure(launcher, scenario)
+        local = [s for s in (LOCAL, NOOP) if s in config.scenarios]
+        if local:
+            env = bench.environment({})
+            _served(bench, instance, env, LOCAL, "code server start (local Spark)", local)
         if LOCAL_LEAN in config.scenarios:
             env = bench.environment({"SPARK_CONF_DIR": str(bench.lean_conf_dir())})
-            with CodeServer(workdir, env, instance, LOCAL_LEAN) as server:
-                bench.note_setup("code server start (local Spark, lean JVM)", server.start_seconds)
-                with Launcher(instance, server) as launcher:
-                    bench.measure(launcher, LOCAL_LEAN)
+            label = "code server start (local Spark, lean JVM)"
+            _served(bench, instance, env, LOCAL_LEAN, label, [LOCAL_LEAN])
         if CONNECT in config.scenarios:
             with ConnectServer(workdir / "connect", master=config.master) as connect:
                 begun = time.perf_counter()
                 connect.start()
                 bench.note_setup("Spark Connect server start", time.perf_counter() - begun)
                 env = bench.environment({REMOTE_ENV: connect.url})
-                with CodeServer(workdir, env, instance, CONNECT) as server:
-                    bench.note_setup("code server start (Spark Connect)", server.start_seconds)
-                    with Launcher(instance, server) as launcher:
-                        bench.measure(launcher, CONNECT)
+                label = "code server start (Spark Connect)"
+                _served(bench, instance, env, CONNECT, label, [CONNECT])
     loads = [*bench.loads, os.getloadavg()[0]]
     backlog = config.backlog()
     return {

@@ -247,6 +247,7 @@ class Launcher:
             started = watch.started.get(pid)
             if started is not None:
                 marks["process started"] = started
+        below = watch.java_below(pid) if pid is not None else []
         return RunTimeline(
             run_id=created.run_id,
             status=run.status.value,
@@ -254,12 +255,12 @@ class Launcher:
             marks=marks,
             materialization=materialization,
             run_pid=pid,
-            java_below_run=watch.java_below(pid) if pid is not None else [],
+            java_below_run=below,
             # Launched from here on: a JVM of an earlier run that outlives it is not this run's.
             java_below_server=watch.java_below(since=launched_at),
             java_options={
                 java: [a for a in watch.java_arguments.get(java, []) if a.startswith("-X")]
-                for java in (watch.java_below(pid) if pid is not None else [])
+                for java in below
             },
         )
 
