@@ -48,6 +48,7 @@ from cdf_platform.spark.sequenced_history import (
 from cdf_platform.spark.session import assert_safe_spark_config, new_session
 from cdf_platform.spark.silver_layout import SilverLayout
 from cdf_platform.spark.silver_table import ensure_silver, silver_widenings
+from cdf_platform.spark.small_steps import interpreted, load_table_state
 from cdf_platform.state.control import ControlTable, LoadLogEntry
 from cdf_platform.state.watermark import app_id, read_silver_state, user_metadata
 from cdf_platform.window.replay_window import assess_consumer, compute_replay_window
@@ -60,7 +61,7 @@ logger = logging.getLogger(__name__)
 SparkFactory = Callable[[], "SparkSession"]
 # The timed steps of an incremental run's silver write (the load log's `write_seconds` is their
 # sum); the run's other steps: plan, spark_start, read, commit_counts, control, lag_after.
-WRITE_STEPS = ("silver_check", "key_filter", "merge")
+WRITE_STEPS = ("silver_check", "silver_state", "key_filter", "merge")
 
 
 class _Run:
@@ -258,7 +259,9 @@ def _incremental(run: _Run, plan: RunPlan) -> RunResult:
     extra = ["_change_type", COMMIT_VERSION, COMMIT_TIMESTAMP]
     changes = project_columns(conform_changes(spark, raw, spec), spec, extra)
     data_columns = [c for c in changes.columns if c not in extra]
-    collapsed = collapse_changes(changes, spec.keys, data_columns, ctx, ChangeOrder.of(spec))
+    # The change set and silver's log state are small: built without generated code.
+    with interpreted(spark):
+        collapsed = collapse_changes(changes, spec.keys, data_columns, ctx, ChangeOrder.of(spec))
     try:
         since = run.lap("read", since)
         fault_point(FaultPoint.AFTER_READ)
@@ -266,6 +269,9 @@ def _incremental(run: _Run, plan: RunPlan) -> RunResult:
         layout = SilverLayout.of(spec, schema)
         layout = ensure_silver(spark, spec.target, spec.id, schema, layout)
         since = run.lap("silver_check", since)
+        with interpreted(spark):
+            classified(ctx, partial(load_table_state, spark, spec.target))
+        since = run.lap("silver_state", since)
         stamp = TxnStamp(
             app_id=app_id(spec.id, plan.silver.generation),
             version=end,
@@ -288,9 +294,10 @@ def _incremental(run: _Run, plan: RunPlan) -> RunResult:
             staged = staged_history(spark, spec.target, collapsed.frame, layout)
             write = partial(merge_history, spark, spec.target, staged, layout, stamp)
         else:
-            silver_filter = classified(
-                ctx, partial(changes_key_filter, spark, spec.target, collapsed, layout)
-            )
+            with interpreted(spark):
+                silver_filter = classified(
+                    ctx, partial(changes_key_filter, spark, spec.target, collapsed, layout)
+                )
             since = run.lap("key_filter", since)
             write = partial(
                 merge_changes, spark, spec.target, collapsed, layout, stamp, silver_filter

@@ -39,6 +39,7 @@ from cdf_platform.spark.changes import (
     read_changes,
 )
 from cdf_platform.spark.merge import SOURCE_VIEW, TxnStamp, stamped
+from cdf_platform.spark.small_steps import interpreted
 from cdf_platform.state.consumer_marks import InputMark, encode_app_id
 from cdf_platform.state.watermark import OWNER_PROPERTY
 
@@ -141,7 +142,9 @@ class ChangeBatch:
                     "`AssetIn(metadata={'keys': [...]})`), or read `batch.raw_changes()`",
                 )
             data = [c for c in raw.columns if c not in FEED_COLUMNS]
-            self._collapsed = collapse_changes(raw, self.keys, data, self._context())
+            # A small step: built without generated code (`cdf_platform.spark.small_steps`).
+            with interpreted(self.session()):
+                self._collapsed = collapse_changes(raw, self.keys, data, self._context())
         return self._collapsed.frame
 
     def snapshot(self) -> DataFrame:
