@@ -26,6 +26,7 @@ from cdf_platform.runner import run_pipeline
 from cdf_platform.spark.metrics import silver_commit_counts
 from cdf_platform.spark.silver_layout import SilverLayout
 from cdf_platform.spark.silver_table import ensure_silver
+from cdf_platform.spark.small_steps import ENABLED_CONF as SMALL_STEPS_ENABLED
 from cdf_platform.state.control import ControlTable, LoadLogEntry
 from cdf_platform_tests.deltalog.synthetic_log import write_synthetic_commits
 
@@ -50,6 +51,8 @@ TUNING_VARIANTS: dict[str, dict[str, str]] = {
         "spark.sql.shuffle.partitions": "200",
         "spark.databricks.delta.snapshotPartitions": "2",
     },
+    # The run as it was before its small steps ran interpreted (`cdf_platform.spark.small_steps`).
+    "small steps with generated code": {SMALL_STEPS_ENABLED: "false"},
 }
 WITHOUT_DELETION_VECTORS = "silver without deletion vectors"
 WITHOUT_KEY_FILTER = "MERGE without the key filter"
@@ -57,6 +60,8 @@ SCATTERED = "silver not laid out by key"
 # The backlogs of scenario (a): spread over every file, or in a few key ranges.
 BACKLOG_KINDS = ("uniform", "clustered")
 KEY_FILTER_OFF = {"spark.cdf_platform.merge.keyFilter": "false"}
+# Sample-name suffix of scenario (e)'s runs per backlog kind.
+SCALED_SUFFIX = {"uniform": "", "clustered": "_clustered"}
 METHODS = ("incremental", "rebuild", "handwritten", "streaming")
 
 
@@ -170,29 +175,42 @@ def at_scale(bench: Bench) -> Workload:
 
 
 def scale(bench: Bench, base: Workload, scaled: Workload) -> Workload:
-    """Scenario (e): a bronze `large_rows` table (or `scaled`, when the run has none) with the same
-    backlog; paired runs at both sizes."""
+    """Scenario (e): a bronze `large_rows` table (or `scaled`'s size, when the run has none) with
+    the same backlogs as the base size, uniform and clustered; paired runs at both sizes (the
+    base size's run right before the large one's). The large table with the clustered backlog
+    is the figure; the uniform one is reported beside the bytes each run must read and write."""
     config = bench.config
-    if config.large_rows is not None:
-        scaled = bench.build(config.large_rows)
+    pairs = {
+        kind: (
+            base if kind == "uniform" else bench.build(config.rows, clustered=True),
+            bench.build(config.large_rows or scaled.rows, clustered=kind == "clustered"),
+        )
+        for kind in BACKLOG_KINDS
+    }
     if config.warmup:
-        bench.run_method(scaled, "incremental", "warmup/incremental_scaled")
+        for kind, (_, large) in pairs.items():
+            bench.run_method(large, "incremental", f"warmup/incremental_scaled_{kind}")
     for rep in range(config.reps):
-        bench.run_method(base, "incremental", "incremental_base_paired")
-        bench.run_method(scaled, "incremental", "incremental_scaled")
+        for kind, (small, large) in pairs.items():
+            suffix = SCALED_SUFFIX[kind]
+            bench.run_method(small, "incremental", f"incremental_base_paired{suffix}")
+            bench.run_method(large, "incremental", f"incremental_scaled{suffix}")
         if config.tuning and rep < config.tuning_reps:
-            name = f"tuning/{WITHOUT_KEY_FILTER}, {scaled.rows:,} rows (e)"
-            seconds, _, _ = bench.platform_run(scaled, conf=KEY_FILTER_OFF, name=name)
+            # The key filter only matters where it skips files: the clustered backlog.
+            large = pairs["clustered"][1]
+            name = f"tuning/{WITHOUT_KEY_FILTER}, {large.rows:,} rows, clustered backlog (e)"
+            seconds, _, _ = bench.platform_run(large, conf=KEY_FILTER_OFF, name=name)
             bench.record(name, seconds)
             # Without deletion vectors a MERGE copies every other row of the files it touches:
             # measured up to `scale_rows` only (a run rewrites every file of silver).
-            for workload in (w for w in (base, scaled) if w.rows <= config.scale_rows):
+            uniform = pairs["uniform"]
+            for workload in (w for w in uniform if w.rows <= config.scale_rows):
                 name = f"tuning/{WITHOUT_DELETION_VECTORS}, {workload.rows:,} rows (e)"
                 seconds, _, _ = bench.platform_run(
                     workload, prepare=partial(disable_deletion_vectors, bench), name=name
                 )
                 bench.record(name, seconds)
-    return scaled
+    return pairs["uniform"][1]
 
 
 def replay_windows(bench: Bench) -> None:

@@ -31,7 +31,14 @@ def test_benchmark_runs_every_scenario_and_writes_both_result_files(
     json_path, md_path = write_results(tmp_path / "out", "results", document)
 
     scenarios = [figure.scenario[:3] for figure in document["figures"]]
-    assert scenarios == ["(a)", "(a)", "(b)", "(c)", "(d)", "(e)", "(f)", "(g)"]
+    assert scenarios == ["(a)", "(a)", "(b)", "(c)", "(d)", "(e)", "(e)", "(f)", "(g)"]
+    # (e): the clustered backlog is the figure, the uniform one is reported beside what each run
+    # reads and writes of silver (from its commit).
+    clustered, uniform = (f for f in document["figures"] if f.scenario.startswith("(e)"))
+    assert "clustered" in clustered.scenario and clustered.target == "<= 1.5"
+    assert "uniform" in uniform.scenario and uniform.met is None
+    assert "MiB of silver's files in full" in uniform.detail
+    assert "reads 0.00 MiB" not in uniform.detail
     assert document["noop"] | {"stderr_tail": ""} == {
         "returncode": 0,
         "mode": "noop",
@@ -39,12 +46,12 @@ def test_benchmark_runs_every_scenario_and_writes_both_result_files(
         "java_seen": False,
         "stderr_tail": "",
     }
-    # Every method produced the same silver: one fingerprint per workload (2,000 rows; 4,000
-    # with a uniform and with a clustered backlog).
-    assert len(set(map(tuple, document["fingerprints"].values()))) == 3
+    # Every method produced the same silver: one fingerprint per workload (2,000 and 4,000 rows,
+    # each with a uniform and with a clustered backlog).
+    assert len(set(map(tuple, document["fingerprints"].values()))) == 4
     # Where an incremental run's wall time goes: each of the platform's steps, Delta's own
     # split of the MERGE, and the remainders, so the rows add up to the measured wall time.
-    steps = {"plan", "spark_start", "read", "silver_check", "key_filter", "merge"}
+    steps = {"plan", "spark_start", "read", "silver_check", "silver_state", "key_filter", "merge"}
     steps |= {"commit_counts", "control", "lag_after", "between steps"}
     phases = document["phases"]
     assert steps <= set(phases), sorted(phases)
