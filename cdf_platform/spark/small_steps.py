@@ -7,9 +7,10 @@ projections and predicates of every expression) than running it (bench/README.md
 wall time goes"). `interpreted` turns code generation off for a block and restores the
 session's settings after it; the MERGE itself, which scans silver's files, keeps it.
 
-The steps run interpreted are the change set's read and checks (`cdf_platform.runner`) and
-`load_table_state`, which makes Delta build silver's state before the MERGE, so the MERGE reuses
-it. `spark.cdf_platform.interpretSmallSteps` set to `false` keeps code generation on for them.
+The steps run interpreted are a pipeline's change-set read and checks, the key filter's fetch of
+the changed keys and `load_table_state`, which makes Delta build silver's state before the MERGE,
+so the MERGE reuses it (`cdf_platform.runner`), and a consumer asset's `ChangeBatch.changes()`.
+`spark.cdf_platform.interpretSmallSteps` set to `false` keeps code generation on for them.
 
 The settings are session settings: a query another thread runs through the same session inside
 the block runs interpreted too (slower, never different).
