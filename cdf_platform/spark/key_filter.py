@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.sql import quote_ident, sql_string
 from cdf_platform.deltalog.delta_tables import open_delta_table
+from cdf_platform.spark.session import switched_on
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -119,11 +120,6 @@ class KeyRanges:
         return any(lo <= high and hi >= low for lo, hi in self.ranges)
 
 
-def enabled(spark: SparkSession) -> bool:
-    """Whether the session allows the key filter (`spark.cdf_platform.merge.keyFilter`)."""
-    return str(spark.conf.get(ENABLED_CONF, "true")).strip().lower() != "false"
-
-
 def key_ranges(
     changes: DataFrame, keys: Sequence[str], most_collected: int = MAX_COLLECTED_KEYS
 ) -> list[KeyRanges]:
@@ -181,7 +177,7 @@ def key_filter(
     """The condition on silver `t` for the MERGE of `changes` into `target`, or None when the
     session turns it off, no key column can have one, or it would not skip a single file (a
     backlog spread over every file)."""
-    if not enabled(spark):
+    if not switched_on(spark, ENABLED_CONF):
         return None
     ranges = key_ranges(changes, keys)
     if not ranges or not files_skipped(target, ranges):

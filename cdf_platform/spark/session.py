@@ -284,6 +284,11 @@ def _require_listener(remote: str) -> None:
         ) from err
 
 
+def switched_on(spark: SparkSession, key: str) -> bool:
+    """Whether the platform's session switch `key` is on: on unless set to `false` (any case)."""
+    return str(spark.conf.get(key, "true")).strip().lower() != "false"
+
+
 @contextmanager
 def scoped_conf(spark: SparkSession, confs: dict[str, str]) -> Iterator[None]:
     """Set `confs` on `spark` for the block, then put back what was there (unset or value)."""

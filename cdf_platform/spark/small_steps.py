@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.sql import sql_path
-from cdf_platform.spark.session import scoped_conf
+from cdf_platform.spark.session import scoped_conf, switched_on
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,17 +39,11 @@ CODEGEN_OFF = {
 }
 
 
-def enabled(spark: SparkSession) -> bool:
-    """Whether the session runs the small steps interpreted (`spark.cdf_platform.
-    interpretSmallSteps`, default true)."""
-    return str(spark.conf.get(ENABLED_CONF, "true")).strip().lower() != "false"
-
-
 @contextmanager
 def interpreted(spark: SparkSession) -> Iterator[None]:
     """Code generation off in `spark` for the block (unless the session turns this off); each
     setting gets back the value it had."""
-    if not enabled(spark):
+    if not switched_on(spark, ENABLED_CONF):
         yield
         return
     with scoped_conf(spark, CODEGEN_OFF):
