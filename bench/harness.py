@@ -23,7 +23,6 @@ from bench.workload import (
     Workload,
     build_workload,
     fingerprint,
-    last_commit_bytes,
     last_commit_metrics,
 )
 from cdf_platform.planning.run_result import RunResult
@@ -33,11 +32,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 logger = logging.getLogger("bench")
-
-# Beside each method's MERGE metrics: the bytes of the silver files its commit rewrote or marked
-# (read in full by the MERGE's write pass) and of the files it wrote (`last_commit_bytes`).
-TOUCHED_BYTES = "touchedFileBytes"
-WRITTEN_BYTES = "writtenFileBytes"
 
 # Delta's MERGE metrics that split the platform's `merge` step (milliseconds in the log).
 MERGE_SPLIT = {
@@ -270,12 +264,7 @@ class Bench:
     def _finish(self, name: str, workload: Workload, folder: Path, target: str, keep: bool) -> None:
         if f"{workload.name}/{name}" not in self.fingerprints:
             self._check(name, workload, target)
-            read, written = last_commit_bytes(target)
-            self.merge_metrics[f"{workload.name}/{name}"] = {
-                **last_commit_metrics(target),
-                TOUCHED_BYTES: str(read),
-                WRITTEN_BYTES: str(written),
-            }
+            self.merge_metrics[f"{workload.name}/{name}"] = last_commit_metrics(target)
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)
 

@@ -86,29 +86,39 @@ def paired_ratio_interval(
 
 
 def ratio_figure(
-    scenario: str, numerator: Sequence[float], denominator: Sequence[float], limit: float
+    scenario: str,
+    numerator: Sequence[float],
+    denominator: Sequence[float],
+    limit: float | None,
 ) -> Figure:
     """`median(numerator) / median(denominator)` against `<= limit`, with its paired bootstrap
     95% interval (`paired_ratio_interval`). The target counts as met on the ratio of medians;
-    the detail says whether the whole interval is within it."""
+    the detail says whether the whole interval is within it. With no `limit` the figure is
+    reported only."""
     top, bottom = median(numerator), median(denominator)
     value = top / bottom if bottom > 0 else float("nan")
     low, high = paired_ratio_interval(numerator, denominator)
-    if high <= limit:
-        verdict = "whole interval within the target"
-    elif low > limit:
-        verdict = "whole interval misses the target"
+    detail = (
+        f"{top:.2f} s / {bottom:.2f} s (medians of {len(numerator)} and "
+        f"{len(denominator)} paired runs); 95% bootstrap interval {low:.2f}-{high:.2f}"
+    )
+    if limit is None:
+        target, met = "(reported)", None
     else:
-        verdict = "interval straddles the target"
+        target, met = f"<= {limit:g}", bool(value <= limit)
+        if high <= limit:
+            detail += ": whole interval within the target"
+        elif low > limit:
+            detail += ": whole interval misses the target"
+        else:
+            detail += ": interval straddles the target"
     return Figure(
         scenario=scenario,
         measured=f"{value:.2f} [{low:.2f}, {high:.2f}]",
-        target=f"<= {limit:g}",
-        met=bool(value <= limit),
+        target=target,
+        met=met,
         value=round(value, 4),
-        detail=f"{top:.2f} s / {bottom:.2f} s (medians of {len(numerator)} and "
-        f"{len(denominator)} paired runs); 95% bootstrap interval {low:.2f}-{high:.2f}: "
-        f"{verdict}",
+        detail=detail,
         interval=(round(low, 4), round(high, 4)),
     )
 

@@ -22,15 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.harness import (
-    MASTER,
-    QUICK,
-    SESSION_CONF,
-    TOUCHED_BYTES,
-    WRITTEN_BYTES,
-    Bench,
-    BenchConfig,
-)
+from bench.harness import MASTER, QUICK, SESSION_CONF, Bench, BenchConfig
 from bench.probes import peak_memory_mib
 from bench.report import (
     Figure,
@@ -45,6 +37,7 @@ from bench.report import (
 )
 from bench.scenarios import (
     BACKLOG_KINDS,
+    SCALED_SUFFIX,
     at_scale,
     compare_methods,
     noop,
@@ -53,6 +46,7 @@ from bench.scenarios import (
     scale,
     tune,
 )
+from bench.workload import TOUCHED_BYTES, WRITTEN_BYTES, workload_name
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -100,36 +94,8 @@ def figures(
             detail=f"Spark check {spark:.2f} s (faster of cold/warm Delta cache)",
         )
     )
-    clustered = ratio_figure(
-        f"(e) incremental at {config.scaling_rows:,} / at {config.rows:,} rows, clustered backlog",
-        s["incremental_scaled_clustered"],
-        s["incremental_base_paired_clustered"],
-        1.5,
-    )
-    found.append(
-        replace(
-            clustered,
-            detail=f"{clustered.detail}; each run at {config.scaling_rows:,} rows "
-            f"{_bytes(bench, config.scaling_rows, '-clustered')}, at {config.rows:,} rows "
-            f"{_bytes(bench, config.rows, '-clustered')}",
-        )
-    )
-    uniform = ratio_figure(
-        f"(e) incremental at {config.scaling_rows:,} / at {config.rows:,} rows, uniform backlog",
-        s["incremental_scaled"],
-        s["incremental_base_paired"],
-        2.0,
-    )
-    found.append(
-        replace(
-            uniform,
-            target="(reported)",
-            met=None,
-            detail=f"{uniform.detail.split(';')[0]}; each run at {config.scaling_rows:,} rows "
-            f"{_bytes(bench, config.scaling_rows)}, at {config.rows:,} rows "
-            f"{_bytes(bench, config.rows)}",
-        )
-    )
+    found.append(_scaling_figure(bench, clustered=True, limit=1.5))
+    found.append(_scaling_figure(bench, clustered=False, limit=None))
     noop_seconds = median(s["noop_cli"])
     no_jvm = not noop_report["java_seen"] and noop_report["spark_started"] is False
     found.append(
@@ -158,12 +124,29 @@ def figures(
     return found
 
 
-def _bytes(bench: Bench, rows: int, kind: str = "") -> str:
-    """What the first incremental run on the `rows` workload read and wrote of silver."""
-    metrics = bench.merge_metrics.get(f"{rows}{kind}/incremental", {})
-    read = int(metrics.get(TOUCHED_BYTES, 0)) / 2**20
-    written = int(metrics.get(WRITTEN_BYTES, 0)) / 2**20
-    return f"reads {read:.2f} MiB of silver's files in full and writes {written:.2f} MiB"
+def _scaling_figure(bench: Bench, *, clustered: bool, limit: float | None) -> Figure:
+    """Scenario (e) with one backlog: the paired runs' ratio, and what the first incremental run
+    at each size read and wrote of silver (its commit)."""
+    config, s = bench.config, bench.samples
+    kind = "clustered" if clustered else "uniform"
+    suffix = SCALED_SUFFIX[kind]
+    figure = ratio_figure(
+        f"(e) incremental at {config.scaling_rows:,} / at {config.rows:,} rows, {kind} backlog",
+        s[f"incremental_scaled{suffix}"],
+        s[f"incremental_base_paired{suffix}"],
+        limit,
+    )
+    sizes = []
+    for rows in (config.scaling_rows, config.rows):
+        name = f"{workload_name(rows, clustered=clustered)}/incremental"
+        metrics = bench.merge_metrics.get(name, {})
+        read = int(metrics.get(TOUCHED_BYTES, 0)) / 2**20
+        written = int(metrics.get(WRITTEN_BYTES, 0)) / 2**20
+        sizes.append(
+            f"at {rows:,} rows reads {read:.2f} MiB of silver's files in full and writes "
+            f"{written:.2f} MiB"
+        )
+    return replace(figure, detail=f"{figure.detail}; each run {', '.join(sizes)}")
 
 
 def _tables(bench: Bench) -> dict[str, list[dict[str, Any]]]:

@@ -18,7 +18,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.sql import sql_path
@@ -66,6 +66,11 @@ class Backlog:
         return self.updates + self.inserts + self.deletes
 
 
+def workload_name(rows: int, *, clustered: bool) -> str:
+    """A workload's name in samples and fingerprints: its rows, and how its backlog lies."""
+    return f"{rows}{'-clustered' if clustered else ''}"
+
+
 @dataclass(frozen=True)
 class Workload:
     """A built bronze table with its backlog, and the pristine silver to copy per repetition.
@@ -89,8 +94,8 @@ class Workload:
 
     @property
     def name(self) -> str:
-        """The workload's name in samples and fingerprints: its rows, and how its backlog lies."""
-        return f"{self.rows}{'-clustered' if self.backlog.clustered else ''}"
+        """The workload's name in samples and fingerprints (`workload_name`)."""
+        return workload_name(self.rows, clustered=self.backlog.clustered)
 
     def copy_state(self, into: Path) -> tuple[PipelineSpec, ControlTable]:
         """A fresh copy of the pristine silver and control tables under `into` (a new folder:
@@ -268,6 +273,10 @@ def fingerprint(spark: SparkSession, table: str) -> tuple[int, int]:
     return int(row["rows"]), int(row["hash"] or 0)
 
 
+# Beside a commit's MERGE metrics: the bytes of the files it rewrote or marked, and of the files
+# it wrote (`last_commit_metrics`).
+TOUCHED_BYTES = "touchedFileBytes"
+WRITTEN_BYTES = "writtenFileBytes"
 # The MERGE metrics that show how much of silver a run rewrote.
 MERGE_METRICS = (
     "numSourceRows",
@@ -285,30 +294,26 @@ MERGE_METRICS = (
 )
 
 
-def last_commit_bytes(table: str) -> tuple[int, int]:
-    """(bytes of the files the latest commit rewrote or marked, bytes of the files it wrote):
-    what a MERGE's write pass read in full, and what it wrote (read from the commit file,
-    JVM-free). A file given a deletion vector is removed and added again under its own path:
-    it counts as read, not as written."""
+def last_commit_metrics(table: str) -> dict[str, str]:
+    """Operation and MERGE metrics of the table's latest commit, and the bytes of the files it
+    rewrote or marked (`TOUCHED_BYTES`: what a MERGE's write pass read in full) and of the files
+    it wrote (`WRITTEN_BYTES`), read from its commit file (JVM-free). A file given a deletion
+    vector is removed and added again under its own path: it counts as read, not as written."""
     import json
 
     log = Path(table) / "_delta_log"
     latest = max(log.glob("*.json"), key=lambda p: int(p.stem))
     actions = [json.loads(line) for line in latest.read_text().splitlines() if line.strip()]
+    info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+    metrics = info.get("operationMetrics") or {}
     removed = {
         a["remove"]["path"]: int(a["remove"].get("size") or 0) for a in actions if "remove" in a
     }
     added = {a["add"]["path"]: int(a["add"]["size"]) for a in actions if "add" in a}
-    return sum(removed.values()), sum(size for path, size in added.items() if path not in removed)
-
-
-def last_commit_metrics(table: str) -> dict[str, str]:
-    """Operation and MERGE metrics of the table's latest commit (read JVM-free)."""
-    from deltalake import DeltaTable
-
-    entry = DeltaTable(table).history(1)[0]
-    raw = entry.get("operationMetrics")
-    metrics = raw if isinstance(raw, dict) else {}
-    found = {"operation": str(entry.get("operation"))}
-    found.update({k: str(metrics[k]) for k in MERGE_METRICS if k in metrics})
-    return found
+    written = sum(size for path, size in added.items() if path not in removed)
+    return {
+        "operation": str(info.get("operation")),
+        **{k: str(metrics[k]) for k in MERGE_METRICS if k in metrics},
+        TOUCHED_BYTES: str(sum(removed.values())),
+        WRITTEN_BYTES: str(written),
+    }
