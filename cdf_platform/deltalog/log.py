@@ -415,6 +415,8 @@ class DeltaLog:
         """Whether a file exists; `path` is relative to the table root, or absolute (a local
         path or a URI). Files outside the table root of an object store (a shallow clone's
         source) are not listed and count as present."""
+        if path in self.table_files:  # the usual case: a relative path as the listing holds it
+            return True
         relative = self.storage.relative(path)
         if relative is None:
             return self.storage.exists_outside(path)
