@@ -159,7 +159,8 @@ class DataQualityError(CdfPlatformError):
 
 
 class UnsafeSparkConfig(CdfPlatformError):
-    """The Spark session is configured in a way that could drop changes silently."""
+    """The Spark session is configured in a way that could drop changes silently, or sets a
+    platform setting (`spark.cdf_platform.*`) to a value it cannot read."""
 
     incident_code = "UNSAFE_SPARK_CONFIG"
     default_action = "unset spark.sql.files.ignoreMissingFiles (it turns a lost window into loss)"

@@ -126,18 +126,21 @@ class FileAction:
         deletion_vector: The attached deletion vector, if any.
         deletion_timestamp_ms: For `remove`: when the file was logically deleted (VACUUM keeps
             the file until this plus `delta.deletedFileRetentionDuration`).
+        size: The file's size in bytes, when the action gives it (`remove` may not).
     """
 
     path: str
     data_change: bool
     deletion_vector: DeletionVector | None = None
     deletion_timestamp_ms: int | None = None
+    size: int | None = None
 
     @classmethod
     def from_action(cls, action: Mapping[str, Any], table_root: str) -> FileAction:
         """Build from the body of an `add`, `remove` or `cdc` action."""
         descriptor = action.get("deletionVector")
         deletion_timestamp = action.get("deletionTimestamp")
+        size = action.get("size")
         return cls(
             path=decode_action_path(str(action["path"])),
             data_change=bool(action.get("dataChange", True)),
@@ -145,6 +148,7 @@ class FileAction:
                 DeletionVector.from_action(descriptor, table_root) if descriptor else None
             ),
             deletion_timestamp_ms=int(deletion_timestamp) if deletion_timestamp else None,
+            size=int(size) if size is not None else None,
         )
 
 

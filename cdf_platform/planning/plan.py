@@ -62,6 +62,23 @@ class RunPlan:
         """The watermark before the run."""
         return self.silver.watermark
 
+    def change_bytes(self) -> int | None:
+        """Bytes of the files a change-data-feed read of the pinned range scans (each commit's
+        change files, or its data files when it has none), summed from the log; None without
+        a range, or when the log leaves a size out."""
+        if self.start_version is None:
+            return None
+        log = self.window.log
+        total = 0
+        for version in range(self.start_version, self.end_version + 1):
+            if not log.has_commit(version):
+                return None
+            for action in log.commit(version).files_read_by_cdf():
+                if action.size is None:
+                    return None
+                total += action.size
+        return total
+
 
 def plan_from(found: PipelineAssessment) -> RunPlan:
     """The run plan an assessment leads to (see `plan_run`).

@@ -15,6 +15,16 @@ so the MERGE reuses it (`cdf_platform.runner`), and a consumer asset's `ChangeBa
 The settings are session settings: a query another thread runs through the same session inside
 the block runs interpreted too (slower, never different).
 
+A change set of that size also runs on a fixed plan: adaptive query execution re-plans after
+every shuffle, which for small inputs costs more than it saves (bench/README.md). `fixed_plan`
+turns it off for an incremental run whose change files take at most
+`spark.cdf_platform.fixedPlanMaxChangeBytes` (256 MiB by default; `0` keeps it on); a larger
+backlog keeps it, for its partition sizing and skew handling.
+
+Silver's state does not depend on the change set, so `loading_table_state` builds it on a second
+thread while the change set is read; `spark.cdf_platform.loadSilverStateAhead` set to `false`
+leaves it to the caller, after the read.
+
 Example:
     >>> with interpreted(spark):  # doctest: +SKIP
     ...     load_table_state(spark, "/lake/silver/orders")
@@ -22,17 +32,26 @@ Example:
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from cdf_platform.core.errors import UnsafeSparkConfig
 from cdf_platform.core.sql import sql_path
 from cdf_platform.spark.session import scoped_conf, switched_on
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+logger = logging.getLogger(__name__)
+
 ENABLED_CONF = "spark.cdf_platform.interpretSmallSteps"
+AHEAD_CONF = "spark.cdf_platform.loadSilverStateAhead"
+FIXED_PLAN_CONF = "spark.cdf_platform.fixedPlanMaxChangeBytes"
+FIXED_PLAN_MAX_BYTES = 256 * 1024 * 1024
+ADAPTIVE_OFF = {"spark.sql.adaptive.enabled": "false"}
 CODEGEN_OFF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
@@ -50,9 +69,73 @@ def interpreted(spark: SparkSession) -> Iterator[None]:
         yield
 
 
+def fixed_plan_limit(spark: SparkSession) -> int:
+    """The largest change set (bytes of change files) `fixed_plan` runs without adaptive
+    query execution.
+
+    Raises:
+        UnsafeSparkConfig: the setting is not a whole number of bytes.
+    """
+    raw = str(spark.conf.get(FIXED_PLAN_CONF, str(FIXED_PLAN_MAX_BYTES))).strip()
+    try:
+        return int(raw)
+    except ValueError:
+        raise UnsafeSparkConfig(
+            f"{FIXED_PLAN_CONF} must be a whole number of bytes, got {raw!r}",
+            action=f"set {FIXED_PLAN_CONF} to a byte count (0 keeps adaptive execution on)",
+        ) from None
+
+
+@contextmanager
+def fixed_plan(spark: SparkSession, change_bytes: int | None) -> Iterator[None]:
+    """Adaptive query execution off in `spark` for the block when the change set's files take
+    at most `fixed_plan_limit` bytes (unknown: left on); the setting gets back its value."""
+    limit = fixed_plan_limit(spark)
+    if change_bytes is None or limit <= 0 or change_bytes > limit:
+        yield
+        return
+    with scoped_conf(spark, ADAPTIVE_OFF):
+        yield
+
+
 def load_table_state(spark: SparkSession, table: str) -> int:
     """Make Delta build the state of the table at `table` (its files and their statistics) now,
     as a MERGE into it would; Delta keeps it for the table's current version, so the next
     statement on that version reuses it. Returns the table's file count."""
     detail = spark.sql(f"DESCRIBE DETAIL {sql_path(table)}").select("numFiles").collect()
     return int(detail[0]["numFiles"])
+
+
+class StateLoad:
+    """The outcome of `loading_table_state`: `loaded` once the table's state is built."""
+
+    def __init__(self) -> None:
+        self.loaded = False
+
+
+@contextmanager
+def loading_table_state(spark: SparkSession, table: str) -> Iterator[StateLoad]:
+    """`load_table_state(spark, table)` on a second thread while the block runs; the block
+    ends when it has finished.
+
+    A failure is not raised here: `loaded` stays False and the caller loads the state itself,
+    where its error is classified like any other (so is the switch turned off).
+    """
+    load = StateLoad()
+    if not switched_on(spark, AHEAD_CONF):
+        yield load
+        return
+
+    def build() -> None:
+        try:
+            load_table_state(spark, table)
+            load.loaded = True
+        except Exception as err:  # the caller's own load reports it, classified
+            logger.debug("building the state of %s ahead failed: %s", table, err)
+
+    thread = threading.Thread(target=build, name="silver-state", daemon=True)
+    thread.start()
+    try:
+        yield load
+    finally:
+        thread.join()

@@ -1,19 +1,29 @@
-"""The small steps of an incremental run without generated code, and silver's state built before
-its MERGE."""
+"""The small steps of an incremental run without generated code, silver's state built on a second
+thread before its MERGE, and a small change set's run on a fixed plan."""
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
+import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from cdf_platform.core.errors import UnsafeSparkConfig
+from cdf_platform.planning.plan import RunMode, plan_run
 from cdf_platform.runner import run_pipeline
 from cdf_platform.spark.small_steps import (
+    AHEAD_CONF,
     CODEGEN_OFF,
     ENABLED_CONF,
+    FIXED_PLAN_CONF,
+    FIXED_PLAN_MAX_BYTES,
+    fixed_plan,
     interpreted,
     load_table_state,
+    loading_table_state,
 )
 from cdf_platform_tests.bronze import control_for, make_bronze, rows, spec_for, sql
 
@@ -30,6 +40,9 @@ def _codegen_on(spark: SparkSession) -> SparkSession:
 
 def _settings(spark: SparkSession) -> dict[str, str | None]:
     return {key: spark.conf.get(key, None) for key in CODEGEN_ON}
+
+
+ADAPTIVE = "spark.sql.adaptive.enabled"
 
 
 def test_interpreted_turns_code_generation_off_for_the_block_only(spark: SparkSession) -> None:
@@ -66,6 +79,7 @@ def test_an_incremental_run_leaves_the_sessions_code_generation_as_it_was(
     spark: SparkSession, lake: Path
 ) -> None:
     session = _codegen_on(spark)
+    session.conf.set(ADAPTIVE, "true")
     spec = spec_for(lake)
     control = control_for(lake)
     make_bronze(session, spec.source, [(1, "a", 10), (2, "b", 20), (3, "c", 30)])
@@ -79,3 +93,69 @@ def test_an_incremental_run_leaves_the_sessions_code_generation_as_it_was(
     assert {"read", "silver_state", "key_filter", "merge"} <= set(result.timings)
     assert rows(session, spec.target) == [(1, "a", 10), (2, "b", 21)]
     assert _settings(session) == CODEGEN_ON
+    assert session.conf.get(ADAPTIVE) == "true"
+
+
+def test_silver_state_is_built_on_a_second_thread_and_a_failure_left_to_the_caller(
+    spark: SparkSession, lake: Path
+) -> None:
+    table = str(lake / "t")
+    make_bronze(spark, table, [(1, "a", 10)])
+    with loading_table_state(spark, table) as state:
+        assert "silver-state" in {thread.name for thread in threading.enumerate()}
+    assert state.loaded
+
+    with loading_table_state(spark, str(lake / "missing")) as state:
+        pass
+    assert not state.loaded  # not raised here: the runner loads it again, classified
+
+    session = spark.newSession()
+    session.conf.set(AHEAD_CONF, "false")
+    with loading_table_state(session, table) as state:
+        assert "silver-state" not in {thread.name for thread in threading.enumerate()}
+    assert not state.loaded
+
+
+def test_fixed_plan_turns_adaptive_execution_off_for_a_small_change_set_only(
+    spark: SparkSession,
+) -> None:
+    session = spark.newSession()
+    session.conf.set(ADAPTIVE, "true")
+    with fixed_plan(session, 4096):
+        assert session.conf.get(ADAPTIVE) == "false"
+    assert session.conf.get(ADAPTIVE) == "true"
+    for unknown_or_large in (None, FIXED_PLAN_MAX_BYTES + 1):
+        with fixed_plan(session, unknown_or_large):
+            assert session.conf.get(ADAPTIVE) == "true"
+
+    session.conf.set(FIXED_PLAN_CONF, "0")
+    with fixed_plan(session, 0):
+        assert session.conf.get(ADAPTIVE) == "true"
+    session.conf.set(FIXED_PLAN_CONF, "256MB")
+    with pytest.raises(UnsafeSparkConfig, match=FIXED_PLAN_CONF), fixed_plan(session, 1):
+        pass
+
+
+def test_a_plans_change_bytes_are_the_files_its_change_feed_read_scans(
+    spark: SparkSession, lake: Path
+) -> None:
+    spec = spec_for(lake)
+    make_bronze(spark, spec.source, [(1, "a", 10), (2, "b", 20), (3, "c", 30)])
+    run_pipeline(spec, spark_factory=lambda: spark, control=control_for(lake))
+    assert plan_run(spec).change_bytes() is None  # caught up: no range
+    data_files = set(DeltaTable(spec.source).file_uris())
+    sql(spark, spec.source, "INSERT INTO {t} VALUES (4, 'd', 40)")
+    inserted = set(DeltaTable(spec.source).file_uris()) - data_files
+    sql(spark, spec.source, "UPDATE {t} SET amount = 21 WHERE id = 2")
+    sql(spark, spec.source, "DELETE FROM {t} WHERE id = 3")
+
+    plan = plan_run(spec)
+
+    # An insert is read from its data file; an UPDATE and a DELETE from their change files
+    # (the only ones bronze has).
+    change_data = lake / "bronze" / "_change_data"
+    change_files = [change_data / n for n in os.listdir(change_data) if not n.startswith(".")]
+    assert plan.mode is RunMode.INCREMENTAL and len(inserted) == 1 and len(change_files) == 2
+    expected = sum(os.path.getsize(uri.removeprefix("file://")) for uri in inserted)
+    expected += sum(os.path.getsize(path) for path in change_files)
+    assert plan.change_bytes() == expected
