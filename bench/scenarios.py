@@ -26,7 +26,9 @@ from cdf_platform.runner import run_pipeline
 from cdf_platform.spark.metrics import silver_commit_counts
 from cdf_platform.spark.silver_layout import SilverLayout
 from cdf_platform.spark.silver_table import ensure_silver
+from cdf_platform.spark.small_steps import AHEAD_CONF as SILVER_STATE_AHEAD
 from cdf_platform.spark.small_steps import ENABLED_CONF as SMALL_STEPS_ENABLED
+from cdf_platform.spark.small_steps import FIXED_PLAN_CONF
 from cdf_platform.state.control import ControlTable, LoadLogEntry
 from cdf_platform_tests.deltalog.synthetic_log import write_synthetic_commits
 
@@ -47,12 +49,15 @@ TUNING_VARIANTS: dict[str, dict[str, str]] = {
         "spark.sql.shuffle.partitions": "2",
         "spark.databricks.delta.snapshotPartitions": "2",
     },
-    "shuffle 200 (Spark default), snapshotPartitions 2": {
-        "spark.sql.shuffle.partitions": "200",
-        "spark.databricks.delta.snapshotPartitions": "2",
-    },
     # The run as it was before its small steps ran interpreted (`cdf_platform.spark.small_steps`).
     "small steps with generated code": {SMALL_STEPS_ENABLED: "false"},
+    # Before a small change set ran on a fixed plan, and before silver's state was built while
+    # the changes are read: each alone, then both (the run as it was before either).
+    "adaptive execution kept": {FIXED_PLAN_CONF: "0"},
+    "adaptive execution kept, silver's state after the read": {
+        FIXED_PLAN_CONF: "0",
+        SILVER_STATE_AHEAD: "false",
+    },
 }
 WITHOUT_DELETION_VECTORS = "silver without deletion vectors"
 WITHOUT_KEY_FILTER = "MERGE without the key filter"
