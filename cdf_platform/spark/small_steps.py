@@ -18,8 +18,10 @@ the block runs interpreted too (slower, never different).
 A change set of that size also runs on a fixed plan: adaptive query execution re-plans after
 every shuffle, which for small inputs costs more than it saves (bench/README.md). `fixed_plan`
 turns it off for an incremental run whose change files take at most
-`spark.cdf_platform.fixedPlanMaxChangeBytes` (256 MiB by default; `0` keeps it on); a larger
-backlog keeps it, for its partition sizing and skew handling.
+`spark.cdf_platform.fixedPlanMaxChangeBytes` (256 MiB by default; `0` keeps it on), and sets
+the shuffle partitions to the session's cores where more are configured (what adaptive
+execution would coalesce them to); a larger backlog keeps both, for adaptive execution's
+partition sizing and skew handling.
 
 Silver's state does not depend on the change set, so `loading_table_state` builds it on a second
 thread while the change set is read; `spark.cdf_platform.loadSilverStateAhead` set to `false`
@@ -40,7 +42,12 @@ from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import UnsafeSparkConfig
 from cdf_platform.core.sql import sql_path
-from cdf_platform.spark.session import scoped_conf, switched_on
+from cdf_platform.spark.session import (
+    is_connect_session,
+    local_cores,
+    scoped_conf,
+    switched_on,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -52,6 +59,7 @@ AHEAD_CONF = "spark.cdf_platform.loadSilverStateAhead"
 FIXED_PLAN_CONF = "spark.cdf_platform.fixedPlanMaxChangeBytes"
 FIXED_PLAN_MAX_BYTES = 256 * 1024 * 1024
 ADAPTIVE_OFF = {"spark.sql.adaptive.enabled": "false"}
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 CODEGEN_OFF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
@@ -86,15 +94,35 @@ def fixed_plan_limit(spark: SparkSession) -> int:
         ) from None
 
 
+def session_cores(spark: SparkSession) -> int | None:
+    """The cores `spark`'s jobs run on: the context's default parallelism in process; over
+    Spark Connect a local server master's cores, else None (a cluster's are not known)."""
+    if is_connect_session(spark):
+        return local_cores(str(spark.conf.get("spark.master", "")))
+    return int(spark.sparkContext.defaultParallelism)
+
+
+def fixed_plan_conf(spark: SparkSession) -> dict[str, str]:
+    """Adaptive execution off, and the shuffle partitions cut to the cores where they are
+    more: what adaptive execution would have coalesced a small shuffle's partitions to."""
+    conf = dict(ADAPTIVE_OFF)
+    cores = session_cores(spark)
+    partitions = int(str(spark.conf.get(SHUFFLE_PARTITIONS, "200")))
+    if cores is not None and cores < partitions:
+        conf[SHUFFLE_PARTITIONS] = str(cores)
+    return conf
+
+
 @contextmanager
 def fixed_plan(spark: SparkSession, change_bytes: int | None) -> Iterator[None]:
-    """Adaptive query execution off in `spark` for the block when the change set's files take
-    at most `fixed_plan_limit` bytes (unknown: left on); the setting gets back its value."""
+    """A fixed plan (`fixed_plan_conf`) in `spark` for the block when the change set's files
+    take at most `fixed_plan_limit` bytes (unknown: the session's plan); each setting gets
+    back its value."""
     limit = fixed_plan_limit(spark)
     if change_bytes is None or limit <= 0 or change_bytes > limit:
         yield
         return
-    with scoped_conf(spark, ADAPTIVE_OFF):
+    with scoped_conf(spark, fixed_plan_conf(spark)):
         yield
 
 

@@ -43,6 +43,7 @@ def _settings(spark: SparkSession) -> dict[str, str | None]:
 
 
 ADAPTIVE = "spark.sql.adaptive.enabled"
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
 
 def test_interpreted_turns_code_generation_off_for_the_block_only(spark: SparkSession) -> None:
@@ -121,9 +122,21 @@ def test_fixed_plan_turns_adaptive_execution_off_for_a_small_change_set_only(
 ) -> None:
     session = spark.newSession()
     session.conf.set(ADAPTIVE, "true")
+    cores = session.sparkContext.defaultParallelism
+    session.conf.set(SHUFFLE_PARTITIONS, str(cores + 6))
     with fixed_plan(session, 4096):
-        assert session.conf.get(ADAPTIVE) == "false"
-    assert session.conf.get(ADAPTIVE) == "true"
+        # What adaptive execution would coalesce a small shuffle to: the session's cores.
+        assert (session.conf.get(ADAPTIVE), session.conf.get(SHUFFLE_PARTITIONS)) == (
+            "false",
+            str(cores),
+        )
+    assert (session.conf.get(ADAPTIVE), session.conf.get(SHUFFLE_PARTITIONS)) == (
+        "true",
+        str(cores + 6),
+    )
+    session.conf.set(SHUFFLE_PARTITIONS, "1")
+    with fixed_plan(session, 4096):
+        assert session.conf.get(SHUFFLE_PARTITIONS) == "1"  # fewer than the cores: kept
     for unknown_or_large in (None, FIXED_PLAN_MAX_BYTES + 1):
         with fixed_plan(session, unknown_or_large):
             assert session.conf.get(ADAPTIVE) == "true"
