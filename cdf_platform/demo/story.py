@@ -124,6 +124,7 @@ class DemoStory:
         from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 
         self.layout = LakeLayout.from_environment().bound()
+        self.layout.use_storage()
         self.control = self.layout.control()
         self.spark_resource = SparkResource.from_environment(
             shuffle_partitions=1,

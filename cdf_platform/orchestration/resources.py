@@ -32,7 +32,7 @@ from cdf_platform.core.config import (
     embedded_lake_root,
     resolve_root,
 )
-from cdf_platform.core.errors import InvalidPipelineSpec, InvalidStorageConfig
+from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.spec import PipelineSpec, storage_locations
 from cdf_platform.core.spec_file import find_spec, load_specs, load_storage
 from cdf_platform.core.storage_options import StorageConfig
@@ -47,6 +47,23 @@ if TYPE_CHECKING:
 def _from_env(name: str, default: str) -> str:
     """`dg.EnvVar(name)` when the variable is set, else `default`."""
     return dg.EnvVar(name) if os.environ.get(name) else default
+
+
+def _read_env(field: str, value: Any) -> Any:
+    """The value of `value`'s variable when it is a `dg.EnvVar`, else `value` itself.
+
+    Raises:
+        InvalidPipelineSpec: the variable is not set.
+    """
+    if not isinstance(value, dg.EnvVar):
+        return value
+    read = os.environ.get(value.env_var_name)
+    if read is None:
+        raise InvalidPipelineSpec(
+            f"the lake layout's {field} reads ${value.env_var_name}, which is not set",
+            action=f"set {value.env_var_name}, or give {field} a value",
+        )
+    return read
 
 
 class LakeLayout(dg.ConfigurableResource):
@@ -121,18 +138,32 @@ class LakeLayout(dg.ConfigurableResource):
     def bound(self) -> LakeLayout:
         """This layout with its `dg.EnvVar` fields read now (what a run would see).
 
+        The variables are read here rather than through Dagster's
+        `process_config_and_initialize`, which builds an ephemeral instance (in-memory
+        storages and their migrations) on every call: a tenth of a second of each definitions
+        load, in the code server and in every run process.
+
         Raises:
             InvalidStorageConfig: a `dg.EnvVar` of `storage` names a variable that is not set.
+            InvalidPipelineSpec: a `dg.EnvVar` of the lake root, control root or pipelines
+                file names a variable that is not set.
         """
-        try:
-            return self.process_config_and_initialize()
-        except dg.DagsterInvalidConfigError as err:
-            # Dagster's message names the variable at a config path; ours names the prefix.
-            try:
-                self.storage_config().resolved(os.environ)
-            except InvalidStorageConfig as named:
-                raise named from err
-            raise
+        roots = {
+            name: _read_env(name, getattr(self, name))
+            for name in ("lake_root", "control_root", "pipelines_file")
+        }
+        # The pipelines file's storage section as well as this resource's: the error names the
+        # prefix and the variable.
+        LakeLayout(**roots, storage=self.storage).storage_config().resolved(os.environ)
+        return LakeLayout(
+            **roots,
+            storage={
+                prefix: StorageOptionsConfig(
+                    **{name: _read_env(name, value) for name, value in options}
+                )
+                for prefix, options in self.storage.items()
+            },
+        )
 
     def storage_config(self) -> StorageConfig:
         """The object-store options of the lake: the pipelines file's `storage:` section (when

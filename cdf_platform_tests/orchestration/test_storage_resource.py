@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from cdf_platform.core.active_storage import options_for, use_storage_config
-from cdf_platform.core.errors import InvalidStorageConfig
+from cdf_platform.core.errors import InvalidPipelineSpec, InvalidStorageConfig
 from cdf_platform.core.storage_options import EnvRef, StorageConfig, StoreOptions
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.orchestration.storage_options import StorageOptionsConfig
@@ -59,7 +59,11 @@ def test_resource_and_file_options_are_one_configuration_with_env_vars_read_late
     assert lake_b is not None and lake_b.options.secret_access_key == EnvRef(env="LAKE_B_SECRET")
 
     monkeypatch.setenv("LAKE_B_SECRET", "sb")
-    layout.bound().use_storage()
+    bound = layout.bound()
+    assert bound.storage["s3://lake-b"].secret_access_key == "sb"
+    assert isinstance(layout.storage["s3://lake-b"].secret_access_key, dg.EnvVar)
+    assert options_for("s3a://lake-b/p") is None  # binding reads; it puts nothing in use
+    bound.use_storage()
     in_use = options_for("s3a://lake-b/p")
     assert in_use is not None and in_use.deltalake_options()["aws_secret_access_key"] == "sb"
     lake_a = options_for("s3://lake-a/bronze/p")
@@ -75,6 +79,18 @@ def test_a_missing_env_var_of_the_resource_is_classified(
         layout.bound()
     assert "storage prefix s3://lake-b (the lake resource's storage)" in str(caught.value)
     assert "LAKE_B_SECRET, which is not set" in str(caught.value)
+
+
+def test_a_missing_env_var_of_a_root_is_classified(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LAKE_ROOT_UNSET", raising=False)
+    layout = LakeLayout(lake_root=dg.EnvVar("LAKE_ROOT_UNSET"))
+    with pytest.raises(InvalidPipelineSpec) as caught:
+        layout.bound()
+    assert "lake_root reads $LAKE_ROOT_UNSET, which is not set" in str(caught.value)
+    monkeypatch.setenv("LAKE_ROOT_UNSET", str(tmp_path / "lake"))
+    assert layout.bound().lake_root == str(tmp_path / "lake")
 
 
 def test_a_prefix_in_the_file_and_the_resource_is_refused(tmp_path: Path) -> None:
