@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from cdf_platform.core.spec import PipelineSpec, storage_locations
 from cdf_platform.core.spec_file import find_spec, load_specs, load_storage
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.planning.status import pipeline_status
-from cdf_platform.runner import run_pipeline
+from cdf_platform.runner import finish_run, prepare_run
 from cdf_platform.spark.failures import classified_run
 from cdf_platform.spark.session import SparkSettings, build_spark_session
 from cdf_platform.state.control import ControlTable
@@ -95,12 +96,18 @@ def _print_result(result: RunResult, as_json: bool) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     specs, control, settings = _context(args)
     spec = find_spec(specs, args.pipeline_id)
+    rebuild = args.command == "rebuild"
     with classified_run(spec.id, rerun=f"`cdf-platform {args.command} {spec.id}`"):
-        result = run_pipeline(
-            spec,
-            spark_factory=lambda: build_spark_session(settings),
+        prepared = prepare_run(
+            spec, spark_factory=lambda: build_spark_session(settings), control=control
+        )
+        # This process's JVM serves this one run: lean when it is a small incremental one.
+        short = replace(settings, short_run=not rebuild and prepared.plan.is_small_incremental())
+        result = finish_run(
+            prepared,
+            spark_factory=lambda: build_spark_session(short),
             control=control,
-            force_rebuild=args.command == "rebuild",
+            force_rebuild=rebuild,
         )
     _print_result(result, args.json)
     return 0

@@ -43,6 +43,8 @@ from cdf_platform.state.control import ControlTable
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from cdf_platform.planning.plan import RunPlan
+
 
 def _from_env(name: str, default: str) -> str:
     """`dg.EnvVar(name)` when the variable is set, else `default`."""
@@ -270,6 +272,15 @@ class SparkResource(LazyPySparkResource):
         "storage options (per bucket or account). A local lake loads nothing extra.",
     )
 
+    lean_short_runs: bool = Field(
+        default=True,
+        description="When a small incremental silver run (change files of at most 256 MiB) is "
+        "what starts this process's local driver JVM, start it with the serial collector and "
+        "the C1 compiler only (SHORT_RUN_JAVA_OPTIONS): a run process's JVM lives for one "
+        "short run. Never when driver JVM options are set elsewhere (spark_config, "
+        "spark-defaults.conf, SPARK_SUBMIT_OPTS); later steps of the same run process share "
+        "that JVM.",
+    )
     jvm_log: str | None = Field(
         default=None,
         description="A file for the console output of the JVM this process starts (Ivy, log4j "
@@ -287,8 +298,9 @@ class SparkResource(LazyPySparkResource):
         remote = dg.EnvVar(REMOTE_ENV) if os.environ.get(REMOTE_ENV) else None
         return cls(master=_from_env(MASTER_ENV, DEFAULT_MASTER), remote=remote, **fields)
 
-    def settings(self) -> SparkSettings:
-        """The engine-level settings this resource stands for."""
+    def settings(self, *, short_run: bool = False) -> SparkSettings:
+        """The engine-level settings this resource stands for; `short_run`: see
+        `session_for_run`."""
         return SparkSettings(
             master=self.master,
             remote=self.remote or None,
@@ -299,15 +311,23 @@ class SparkResource(LazyPySparkResource):
             storage_locations=tuple(self.storage_locations),
             extra_conf={key: str(value) for key, value in self.spark_config.items()},
             jvm_log=self.jvm_log,
+            short_run=short_run and self.lean_short_runs,
         )
 
-    def _init_session(self) -> None:
+    def _init_session(self, short_run: bool = False) -> None:
         if self._spark_session is None:
-            self._spark_session = build_spark_session(self.settings())
+            self._spark_session = build_spark_session(self.settings(short_run=short_run))
 
     @property
     def spark_session(self) -> SparkSession:
         self._init_session()
+        assert self._spark_session is not None
+        return self._spark_session
+
+    def session_for_run(self, plan: RunPlan, *, force_rebuild: bool = False) -> SparkSession:
+        """The session, for a silver run of `plan`: if this call starts the driver JVM and the
+        run is a small incremental one, the JVM starts lean (`lean_short_runs`)."""
+        self._init_session(short_run=not force_rebuild and plan.is_small_incremental())
         assert self._spark_session is not None
         return self._spark_session
 

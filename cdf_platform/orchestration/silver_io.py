@@ -140,7 +140,9 @@ def write_pipeline(
         with classified_run(spec.id, rerun=_rerun(spec)):
             result = finish_run(
                 write.prepared,
-                spark_factory=lambda: spark.spark_session,
+                spark_factory=lambda: spark.session_for_run(
+                    write.prepared.plan, force_rebuild=write.force_rebuild
+                ),
                 control=lake.control(),
                 force_rebuild=write.force_rebuild,
             )

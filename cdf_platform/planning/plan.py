@@ -28,6 +28,11 @@ from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import SilverState
 from cdf_platform.window.replay_window import ConsumerAssessment, ReplayWindow
 
+# A change set whose files take at most this much is small: its run is short enough for a
+# fixed query plan (`cdf_platform.spark.small_steps`) and a lean driver JVM
+# (`SparkSettings.short_run`).
+SMALL_CHANGE_BYTES = 256 * 1024 * 1024
+
 
 class RunMode(StrEnum):
     """What a pipeline run does."""
@@ -78,6 +83,14 @@ class RunPlan:
                     return None
                 total += action.size
         return total
+
+    def is_small_incremental(self) -> bool:
+        """Whether this is an incremental run (no problem to fall back on) over a change set
+        of at most SMALL_CHANGE_BYTES of files."""
+        if self.mode is not RunMode.INCREMENTAL or self.problem is not None:
+            return False
+        size = self.change_bytes()
+        return size is not None and size <= SMALL_CHANGE_BYTES
 
 
 def plan_from(found: PipelineAssessment) -> RunPlan:

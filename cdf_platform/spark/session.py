@@ -58,6 +58,13 @@ DUPLICATE_HADOOP_CLIENT = (
 # a long or large run wants the defaults. Set them as `spark.driver.extraJavaOptions` (README:
 # Performance, latency); bench.latency's `local-lean` scenario measures them.
 SHORT_RUN_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+# spark-submit puts this variable's options on the driver's command line before
+# `spark.driver.extraJavaOptions`.
+SUBMIT_OPTS_ENV = "SPARK_SUBMIT_OPTS"
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+_JAVA_OPTIONS_ENV = (SUBMIT_OPTS_ENV, "JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS")
+# The key in a Java properties file (`key value`, `key=value` or `key: value`).
+_DEFAULTS_DRIVER_OPTIONS = re.compile(r"^[ \t]*spark\.driver\.extraJavaOptions[ \t=:]", re.M)
 # Spark conf under this prefix is Hadoop conf (read when the context starts).
 HADOOP_PREFIX = "spark.hadoop."
 # The conf that turns a vanished `_change_data` or data file into silently skipped rows.
@@ -90,6 +97,9 @@ class SparkSettings:
             dependency resolution, log4j warnings, Java stack traces the JVM prints), so a
             terminal shows the platform's own progress; None: the JVM writes to this process's
             stdout and stderr (a Dagster run captures them in its compute logs).
+        short_run: The driver JVM this process starts serves one short run (a small
+            incremental change set in a run process): it starts with SHORT_RUN_JAVA_OPTIONS,
+            unless driver JVM options are set anywhere already (`short_run_java_options`).
     """
 
     master: str = "local[*]"
@@ -101,6 +111,7 @@ class SparkSettings:
     storage_locations: tuple[str, ...] = ()
     extra_conf: dict[str, str] = field(default_factory=dict)
     jvm_log: str | None = None
+    short_run: bool = False
 
 
 def delta_maven_coordinate() -> str:
@@ -361,6 +372,48 @@ def jvm_output_to(path: str | None) -> Iterator[None]:
             os.close(copy)
 
 
+def short_run_java_options(settings: SparkSettings) -> str | None:
+    """SHORT_RUN_JAVA_OPTIONS for the driver of `settings`, or None when the driver's JVM
+    options are someone else's choice: `spark.driver.extraJavaOptions` in the settings or in
+    `spark-defaults.conf`, or SPARK_SUBMIT_OPTS, JDK_JAVA_OPTIONS or JAVA_TOOL_OPTIONS in the
+    environment (a second garbage collector next to one chosen there would stop the JVM from
+    starting)."""
+    if DRIVER_JAVA_OPTIONS in settings.extra_conf or any(
+        os.environ.get(name, "").strip() for name in _JAVA_OPTIONS_ENV
+    ):
+        return None
+    conf_dir = os.environ.get("SPARK_CONF_DIR")
+    if conf_dir is None:
+        from pyspark.find_spark_home import _find_spark_home
+
+        conf_dir = os.path.join(_find_spark_home(), "conf")
+    try:
+        defaults = Path(conf_dir, "spark-defaults.conf").read_text(encoding="utf-8")
+    except OSError:
+        defaults = ""
+    if _DEFAULTS_DRIVER_OPTIONS.search(defaults):
+        return None
+    return SHORT_RUN_JAVA_OPTIONS
+
+
+@contextmanager
+def submit_opts(options: str | None) -> Iterator[None]:
+    """SPARK_SUBMIT_OPTS set to `options` for the block (a driver JVM started inside it gets
+    them), then put back; nothing changes when `options` is None."""
+    if options is None:
+        yield
+        return
+    previous = os.environ.get(SUBMIT_OPTS_ENV)
+    os.environ[SUBMIT_OPTS_ENV] = options
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(SUBMIT_OPTS_ENV, None)
+        else:
+            os.environ[SUBMIT_OPTS_ENV] = previous
+
+
 # Held while the process's SparkSession is built: runs side by side share the one JVM.
 _BUILD_LOCK = threading.Lock()
 
@@ -397,7 +450,8 @@ def _local_session(settings: SparkSettings) -> SparkSession:
     else:
         where = f"; its console output goes to {settings.jvm_log}" if settings.jvm_log else ""
         logger.info("starting SparkSession (master=%s)%s", settings.master, where)
-        with jvm_output_to(settings.jvm_log):
+        options = short_run_java_options(settings) if settings.short_run else None
+        with jvm_output_to(settings.jvm_log), submit_opts(options):
             spark = builder.getOrCreate()
             spark.sparkContext.setLogLevel("WARN")
     apply_storage_options(spark, settings.extra_conf)

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import UnsafeSparkConfig
 from cdf_platform.core.sql import sql_path
+from cdf_platform.planning.plan import SMALL_CHANGE_BYTES
 from cdf_platform.spark.session import (
     is_connect_session,
     local_cores,
@@ -57,7 +58,7 @@ logger = logging.getLogger(__name__)
 ENABLED_CONF = "spark.cdf_platform.interpretSmallSteps"
 AHEAD_CONF = "spark.cdf_platform.loadSilverStateAhead"
 FIXED_PLAN_CONF = "spark.cdf_platform.fixedPlanMaxChangeBytes"
-FIXED_PLAN_MAX_BYTES = 256 * 1024 * 1024
+FIXED_PLAN_MAX_BYTES = SMALL_CHANGE_BYTES
 ADAPTIVE_OFF = {"spark.sql.adaptive.enabled": "false"}
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 CODEGEN_OFF = {
