@@ -7,9 +7,11 @@ so every run applies alike changes to the same tables, as a pipeline does day af
 the run is timed: from its launch (through `bench.launched_run`) to RUN_SUCCESS.
 
 Scenarios:
-- `local`: the run process starts its own Spark (`CDF_SPARK_MASTER`);
-- `local-lean`: the same, its driver JVM started with `SHORT_RUN_JAVA_OPTIONS` (serial GC, C1
-  only) through a `spark-defaults.conf`, as the README's latency section tells users to;
+- `local`: the run process starts its own Spark (`CDF_SPARK_MASTER`); a small backlog's run
+  starts its driver JVM lean (`SHORT_RUN_JAVA_OPTIONS`: serial GC, C1 only), the platform's
+  default (`SparkResource.lean_short_runs`);
+- `local-default-jvm`: the same with the JVM's own defaults (G1, C2): driver options set in a
+  `spark-defaults.conf` (`-XX:TieredStopAtLevel=4`), so the platform adds none;
 - `noop`: silver is caught up, the run must find nothing to do and start no JVM;
 - `connect`: the run process is a client of a Spark Connect server started beforehand
   (`CDF_SPARK_REMOTE`).
@@ -57,10 +59,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("bench.latency")
 
-LOCAL, LOCAL_LEAN, NOOP, CONNECT = "local", "local-lean", "noop", "connect"
-SCENARIOS = (LOCAL, LOCAL_LEAN, NOOP, CONNECT)
+LOCAL, LOCAL_DEFAULT_JVM, NOOP, CONNECT = "local", "local-default-jvm", "noop", "connect"
+SCENARIOS = (LOCAL, LOCAL_DEFAULT_JVM, NOOP, CONNECT)
 # The scenarios whose run process starts its own Spark.
-LOCAL_SPARK = (LOCAL, LOCAL_LEAN)
+LOCAL_SPARK = (LOCAL, LOCAL_DEFAULT_JVM)
+# The JVM's default compilation (C1 then C2), as an explicit driver option.
+FULL_JIT = "-XX:TieredStopAtLevel=4"
 SILVER_STEP = silver_op_name(PIPELINE_ID)
 # The instance the runs are launched on: a throwaway one, without first-use telemetry.
 INSTANCE_YAML = "telemetry:\n  enabled: false\n"
@@ -234,13 +238,14 @@ class LatencyBench:
             **spark,
         }
 
-    def lean_conf_dir(self) -> Path:
-        """A Spark conf folder whose `spark-defaults.conf` gives the driver JVM
-        `SHORT_RUN_JAVA_OPTIONS` (the `local-lean` scenario's `SPARK_CONF_DIR`)."""
-        folder = self.workdir / "lean-spark-conf"
+    def default_jvm_conf_dir(self) -> Path:
+        """A Spark conf folder whose `spark-defaults.conf` sets driver JVM options (full tiered
+        compilation, the JVM's default), so the platform leaves the JVM at its defaults (the
+        `local-default-jvm` scenario's `SPARK_CONF_DIR`)."""
+        folder = self.workdir / "default-jvm-spark-conf"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "spark-defaults.conf").write_text(
-            f"spark.driver.extraJavaOptions {SHORT_RUN_JAVA_OPTIONS}\n", encoding="utf-8"
+            f"spark.driver.extraJavaOptions {FULL_JIT}\n", encoding="utf-8"
         )
         return folder
 
@@ -315,13 +320,26 @@ class LatencyBench:
             problem = f"not the backlog's incremental run ({backlog}): {figures}"
         elif scenario in LOCAL_SPARK and not timeline.java_below_run:
             problem = "no JVM seen below a run process that started local Spark"
-        elif scenario == LOCAL_LEAN and not any(
+        elif scenario == LOCAL and not any(
             set(SHORT_RUN_JAVA_OPTIONS.split()) <= set(options)
             for options in timeline.java_options.values()
         ):
             problem = f"no JVM below the run has {SHORT_RUN_JAVA_OPTIONS}: {timeline.java_options}"
+        elif scenario == LOCAL_DEFAULT_JVM and not any(
+            options and options[-1] == FULL_JIT for options in _tiered(timeline)
+        ):
+            problem = f"no JVM below the run ends with {FULL_JIT}: {timeline.java_options}"
         if problem is not None:
             raise AssertionError(f"{scenario} run {timeline.run_id}: {problem}")
+
+
+def _tiered(timeline: RunTimeline) -> list[list[str]]:
+    """The `-XX:TieredStopAtLevel` options of each JVM below the run, in command-line order
+    (the last one is the one in force)."""
+    return [
+        [o for o in options if o.startswith("-XX:TieredStopAtLevel=")]
+        for options in timeline.java_options.values()
+    ]
 
 
 def _run_row(

@@ -55,8 +55,9 @@ DUPLICATE_HADOOP_CLIENT = (
 # JVM options for a local Spark driver that lives for one short run (a Dagster run process or
 # a CLI run over a small backlog): the serial collector and the C1 compiler only. Such a JVM
 # spends most of its CPU on itself (parallel GC threads, C2 compiling code it will barely run);
-# a long or large run wants the defaults. Set them as `spark.driver.extraJavaOptions` (README:
-# Performance, latency); bench.latency's `local-lean` scenario measures them.
+# a long or large run wants the defaults. A small incremental run that starts the JVM gets
+# them (`SparkSettings.short_run`); bench.latency's `local` and `local-default-jvm` scenarios
+# measure the difference.
 SHORT_RUN_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 # spark-submit puts this variable's options on the driver's command line before
 # `spark.driver.extraJavaOptions`.
