@@ -256,6 +256,10 @@ NOTES = [
     "tables; the backlog is written by the benchmark's own Spark session before the run is "
     "launched, and that session is idle while the run is timed. Every run is checked to have "
     "applied exactly the backlog's inserts, updates and deletes.",
+    "Each launch waits until the machine is quiet: its CPUs busy at most 10% over half a second "
+    "(at most 20 s; the setup table gives the waits). After writing a backlog the benchmark's "
+    "own JVM keeps compiling and collecting for a while, on the 2 cores a run needs; a user's "
+    "run shares its machine with no such writer.",
 ]
 
 

@@ -32,7 +32,7 @@ import dagster as dg
 
 from bench.harness import MERGE_SPLIT
 from bench.launched_run import Launcher, RunTimeline
-from bench.probes import write_pipelines_file
+from bench.probes import wait_for_quiet, write_pipelines_file
 from bench.workload import (
     PIPELINE_ID,
     Backlog,
@@ -63,6 +63,8 @@ LOCAL, LOCAL_DEFAULT_JVM, NOOP, CONNECT = "local", "local-default-jvm", "noop", 
 SCENARIOS = (LOCAL, LOCAL_DEFAULT_JVM, NOOP, CONNECT)
 # The scenarios whose run process starts its own Spark.
 LOCAL_SPARK = (LOCAL, LOCAL_DEFAULT_JVM)
+# A launch waits until the machine's CPUs were busy at most this share of half a second.
+QUIET_BUSY_SHARE = 0.10
 # The JVM's default compilation (C1 then C2), as an explicit driver option.
 FULL_JIT = "-XX:TieredStopAtLevel=4"
 SILVER_STEP = silver_op_name(PIPELINE_ID)
@@ -257,6 +259,14 @@ class LatencyBench:
         self._rounds += 1
         self.note_setup("backlog written on bronze", time.perf_counter() - started)
 
+    def wait_for_quiet(self) -> None:
+        """Before a launch: until the machine is quiet (the benchmark's own session keeps its
+        cores busy for a while after writing a backlog, which no user's run shares)."""
+        waited, share = wait_for_quiet(QUIET_BUSY_SHARE)
+        self.note_setup("waiting for a quiet machine before a launch", waited)
+        if share > QUIET_BUSY_SHARE:
+            logger.warning("the machine stayed %.0f%% busy; launching anyway", 100 * share)
+
     def measure(self, launcher: Launcher, scenario: str) -> None:
         """The scenario's runs: a warm-up (when configured), then `reps` timed runs, each after
         a fresh backlog unless the scenario is the no-op."""
@@ -265,6 +275,7 @@ class LatencyBench:
         for sample, label in reps:
             if scenario != NOOP:
                 self.new_backlog()
+            self.wait_for_quiet()
             timeline = launcher.run(
                 INCREMENTAL_JOB, silver_key(PIPELINE_ID), tags={PIPELINE_TAG: PIPELINE_ID}
             )

@@ -298,3 +298,32 @@ def peak_memory_mib() -> dict[str, float | None]:
         "python_peak_rss_mib": round(python_kib / 1024, 1),
         "jvm_peak_rss_mib": round(jvm_kib / 1024, 1) if jvm_kib is not None else None,
     }
+
+
+def _cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies of every CPU of the machine since boot (/proc/stat)."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        fields = [int(value) for value in stat.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def wait_for_quiet(
+    busy_share: float = 0.10, window: float = 0.5, limit: float = 20.0
+) -> tuple[float, float]:
+    """Wait until the machine's CPUs were busy at most `busy_share` of a `window` (seconds),
+    or `limit` seconds have passed: what the benchmark did just before (a JVM's compiler and
+    collector threads after a write) must not run beside the figure timed next.
+
+    Returns:
+        (seconds waited, the busy share of the last window).
+    """
+    started = time.perf_counter()
+    while True:
+        busy, total = _cpu_jiffies()
+        time.sleep(window)
+        busy_after, total_after = _cpu_jiffies()
+        share = (busy_after - busy) / max(1, total_after - total)
+        waited = time.perf_counter() - started
+        if share <= busy_share or waited >= limit:
+            return waited, share
