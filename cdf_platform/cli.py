@@ -102,7 +102,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             spec, spark_factory=lambda: build_spark_session(settings), control=control
         )
         # This process's JVM serves this one run: lean when it is a small incremental one.
-        short = replace(settings, short_run=not rebuild and prepared.plan.is_small_incremental())
+        short = replace(settings, short_run=prepared.is_short(force_rebuild=rebuild))
         result = finish_run(
             prepared,
             spark_factory=lambda: build_spark_session(short),

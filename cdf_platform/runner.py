@@ -122,6 +122,12 @@ class PreparedRun:
     plan: RunPlan
     plan_seconds: float
 
+    def is_short(self, *, force_rebuild: bool = False) -> bool:
+        """Whether carrying this out is a short run: a small incremental one
+        (`RunPlan.is_small_incremental`), not a forced rebuild. A driver JVM that such a run
+        starts can start lean (`SparkSettings.short_run`)."""
+        return not force_rebuild and self.plan.is_small_incremental()
+
 
 def prepare_run(
     spec: PipelineSpec,

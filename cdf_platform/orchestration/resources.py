@@ -43,8 +43,6 @@ from cdf_platform.state.control import ControlTable
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from cdf_platform.planning.plan import RunPlan
-
 
 def _from_env(name: str, default: str) -> str:
     """`dg.EnvVar(name)` when the variable is set, else `default`."""
@@ -324,10 +322,10 @@ class SparkResource(LazyPySparkResource):
         assert self._spark_session is not None
         return self._spark_session
 
-    def session_for_run(self, plan: RunPlan, *, force_rebuild: bool = False) -> SparkSession:
-        """The session, for a silver run of `plan`: if this call starts the driver JVM and the
-        run is a small incremental one, the JVM starts lean (`lean_short_runs`)."""
-        self._init_session(short_run=not force_rebuild and plan.is_small_incremental())
+    def session_for_run(self, *, short: bool) -> SparkSession:
+        """The session, for a silver run: if this call starts the driver JVM and the run is
+        `short` (`PreparedRun.is_short`), the JVM starts lean (`lean_short_runs`)."""
+        self._init_session(short_run=short)
         assert self._spark_session is not None
         return self._spark_session
 

@@ -141,7 +141,7 @@ def write_pipeline(
             result = finish_run(
                 write.prepared,
                 spark_factory=lambda: spark.session_for_run(
-                    write.prepared.plan, force_rebuild=write.force_rebuild
+                    short=write.prepared.is_short(force_rebuild=write.force_rebuild)
                 ),
                 control=lake.control(),
                 force_rebuild=write.force_rebuild,
