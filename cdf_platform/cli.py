@@ -42,6 +42,7 @@ STATUS_COLUMNS = (
     ("lag_hours", "lag (h)"),
     ("earliest_replayable_version", "earliest replayable"),
     ("headroom_hours", "headroom (h)"),
+    ("spec_state", "spec"),
 )
 
 
@@ -60,6 +61,13 @@ def render_status_table(statuses: list[dict[str, Any]]) -> str:
     for row in statuses:
         if row["problem"]:
             lines.append(f"\n{row['pipeline_id']}: {row['problem']}")
+        elif row.get("spec_state") == "FORWARD_ONLY":
+            fields = ", ".join(row["spec_changed_fields"])
+            lines.append(
+                f"\n{row['pipeline_id']}: spec edits of {fields} taken forward only: rows "
+                f"written before keep the previous spec's values until `cdf-platform rebuild "
+                f"{row['pipeline_id']}`"
+            )
     return "\n".join(lines)
 
 

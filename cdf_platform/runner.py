@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -19,9 +20,10 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING
 
-from cdf_platform.core.errors import CdfPlatformError, SourceReset
+from cdf_platform.core.errors import CdfPlatformError, SourceReset, SpecChanged
 from cdf_platform.core.faults import FaultPoint, fault_point
 from cdf_platform.core.spec import FallbackMode, HistoryMode, PipelineSpec
+from cdf_platform.core.spec_fingerprint import EXACT_FIELDS, fingerprint_of, shaping_fields
 from cdf_platform.planning.assessment import REBUILDABLE
 from cdf_platform.planning.plan import RunMode, RunPlan, plan_pipeline
 from cdf_platform.planning.run_result import RunResult
@@ -40,7 +42,7 @@ from cdf_platform.spark.conform import conform_changes
 from cdf_platform.spark.history import merge_history, rebuild_note, staged_history
 from cdf_platform.spark.merge import TxnStamp, changes_key_filter, merge_changes
 from cdf_platform.spark.metrics import commit_counts, find_run_commit, silver_commit_counts
-from cdf_platform.spark.rebuild import rebuild_silver
+from cdf_platform.spark.rebuild import SpecRewrite, rebuild_silver, spec_metadata
 from cdf_platform.spark.sequenced_history import (
     merge_sequenced_history,
     staged_sequenced_history,
@@ -67,6 +69,8 @@ SparkFactory = Callable[[], "SparkSession"]
 # The timed steps of an incremental run's silver write (the load log's `write_seconds` is their
 # sum); the run's other steps: plan, spark_start, read, commit_counts, control, lag_after.
 WRITE_STEPS = ("silver_check", "silver_state", "key_filter", "merge")
+# The load log's incident code of a run that took a spec edit forward only.
+SPEC_FORWARD_ONLY = "SPEC_FORWARD_ONLY"
 
 
 class _Run:
@@ -240,7 +244,7 @@ def execute_plan(
             _write_control(run, plan, RunMode.NOOP, plan.silver.watermark, None, (0, 0, 0))
         return _result(run, plan, RunMode.NOOP, None, None, plan.silver.watermark, (0, 0, 0))
     if plan.problem is not None:
-        rebuildable = isinstance(plan.problem, REBUILDABLE) and plan.window.cdf_enabled_at_latest
+        rebuildable = _rebuildable(plan, plan.problem)
         if spec.fallback_mode is FallbackMode.FAIL_FAST or not rebuildable:
             _log_incident(run, plan, plan.problem)
             raise plan.problem
@@ -252,11 +256,57 @@ def execute_plan(
     except CdfPlatformError as err:
         # The read itself re-checks the window: a failure classified as a lost window is handled
         # exactly like one found by the plan.
-        rebuildable = isinstance(err, REBUILDABLE) and plan.window.cdf_enabled_at_latest
+        rebuildable = _rebuildable(plan, err)
         if spec.fallback_mode is FallbackMode.SNAPSHOT_REBUILD and rebuildable:
             return _rebuild(run, plan, err, requested=False)
         _log_incident(run, plan, err)
         raise
+
+
+def _rebuildable(plan: RunPlan, problem: CdfPlatformError) -> bool:
+    """Whether a snapshot rebuild repairs `problem`: a spec edit always (it reads no change
+    feed), a lost window when bronze's change feed is on again."""
+    if isinstance(problem, SpecChanged):
+        return True
+    return isinstance(problem, REBUILDABLE) and plan.window.cdf_enabled_at_latest
+
+
+def _spec_rewrite(plan: RunPlan) -> SpecRewrite:
+    """How a rebuild of `plan` follows the spec edits silver has not taken (or took forward
+    only): reshape for keys, history or delete mode, exact values where a value-keeping rule
+    changed, deletion vectors set when that field changed."""
+    change = plan.spec_change
+    held = plan.forward_only.fields if plan.forward_only is not None else ()
+    fields = {*(change.fields if change is not None else ()), *held}
+    return SpecRewrite(
+        record=plan.spec_record,
+        reshape=change is not None and change.reshapes,
+        exact=bool(fields & EXACT_FIELDS),
+        deletion_vectors=plan.spec.deletion_vectors if "deletion_vectors" in fields else None,
+    )
+
+
+def _spec_note(plan: RunPlan, *, rebuilt: bool) -> str | None:
+    """The load log's words on a spec edit this run took, if any: reconciled or reshaped by a
+    rebuild, or taken forward only by an incremental run."""
+    change, held = plan.spec_change, plan.forward_only
+    if rebuilt and (change is not None or held is not None):
+        fields = dict.fromkeys((*(change.fields if change else ()), *(held.fields if held else ())))
+        how = (
+            "rewrote silver in the new shape" if change and change.reshapes else "reconciled silver"
+        )
+        since = change.recorded if change is not None else held.from_fingerprint if held else None
+        return (
+            f"spec edit of {', '.join(fields)}: {how} from the bronze snapshot at version "
+            f"{plan.end_version} (spec fingerprint {since} -> {plan.spec_fingerprint})"
+        )
+    if not rebuilt and change is not None:
+        return (
+            f"{change.describe()}; taken forward only (`on_spec_change: forward_only`): rows "
+            f"applied up to bronze version {plan.watermark} keep the previous spec's values "
+            "until the next rebuild"
+        )
+    return None
 
 
 def _incremental(run: _Run, plan: RunPlan) -> RunResult:
@@ -306,6 +356,7 @@ def _incremental_steps(run: _Run, plan: RunPlan) -> RunResult:
                 end_version=end,
                 source_table_id=plan.window.table_id,
                 generation=plan.silver.generation,
+                **spec_metadata(plan.spec_record, _forward_only_metadata(plan)),
             ),
         )
         if layout.sequenced_history:
@@ -345,7 +396,9 @@ def _incremental_steps(run: _Run, plan: RunPlan) -> RunResult:
     counts = commit_counts(spark, spec.target, committed, spec.delete_mode)
     since = run.lap("commit_counts", since)
     fault_point(FaultPoint.BEFORE_CONTROL)
-    _write_control(run, plan, RunMode.INCREMENTAL, end, None, counts, start=start)
+    note = _spec_note(plan, rebuilt=False)
+    incident = SPEC_FORWARD_ONLY if note is not None else None
+    _write_control(run, plan, RunMode.INCREMENTAL, end, incident, counts, start=start, message=note)
     run.lap("control", since)
     return _result(run, plan, RunMode.INCREMENTAL, start, end, end, counts)
 
@@ -376,6 +429,7 @@ def _rebuild(
             source_table_id=plan.window.table_id,
             source_reset=isinstance(problem, SourceReset),
             version_timestamp=plan.window.timestamp_of(version),
+            rewrite=_spec_rewrite(plan),
         )
     except CdfPlatformError as err:
         _log_incident(run, plan, err, mode=mode)
@@ -388,6 +442,9 @@ def _rebuild(
     message = str(problem) if problem is not None else None
     if spec.history is HistoryMode.SCD2 and plan.silver.watermark is not None:
         message = "; ".join(filter(None, (message, rebuild_note(plan.silver.watermark, version))))
+    if isinstance(problem, SpecChanged):
+        message = None  # the note says what the run did; the problem's remedy is done
+    message = "; ".join(filter(None, (message, _spec_note(plan, rebuilt=True)))) or None
     _write_control(
         run, plan, mode, version, incident, counts, message=message, generation=outcome.generation
     )
@@ -432,6 +489,8 @@ def _write_control(
             plan_seconds=run.timings.get("plan", 0.0),
             read_seconds=run.timings.get("read", 0.0),
             write_seconds=run.timings.get("write", 0.0),
+            spec_fingerprint=plan.spec_fingerprint,
+            spec=shaping_fields(spec),
         ),
     )
     run.control.upsert_state(
@@ -449,8 +508,24 @@ def _write_control(
             "fallback_mode": spec.fallback_mode.value,
             "max_allowed_lag_hours": spec.max_allowed_lag_hours,
             "min_headroom_hours": spec.min_headroom_hours,
+            # The mirror of silver's spec record; a no-op keeps the one silver's log holds.
+            **_mirrored_spec(plan, mode),
         },
     )
+
+
+def _mirrored_spec(plan: RunPlan, mode: RunMode) -> dict[str, str]:
+    """The state row's spec record: what this run stamped on silver, or for a no-op what
+    silver's log holds (a no-op writes no commit, so an edit it did not take stays pending)."""
+    record = plan.spec_record if mode is not RunMode.NOOP else plan.silver.spec_record
+    if record is None:
+        return {}
+    return {"spec_fingerprint": fingerprint_of(record), "spec_record": json.dumps(record)}
+
+
+def _forward_only_metadata(plan: RunPlan) -> dict[str, object] | None:
+    held = plan.forward_only_after()
+    return held.as_metadata() if held is not None else None
 
 
 def _log_incident(
@@ -474,6 +549,8 @@ def _log_incident(
             end_version=plan.end_version,
             watermark_before=plan.silver.watermark,
             watermark_after=plan.silver.watermark,
+            spec_fingerprint=plan.spec_fingerprint,
+            spec=shaping_fields(spec),
         ),
     )
 

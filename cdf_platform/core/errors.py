@@ -158,6 +158,31 @@ class DataQualityError(CdfPlatformError):
     )
 
 
+class SpecChanged(CdfPlatformError):
+    """The pipeline's row-shaping fields (`where`, `columns`, `keys`, ...) changed since silver
+    was written: silver no longer is its spec applied to bronze until it is reconciled."""
+
+    incident_code = "SPEC_CHANGED"
+    default_action = (
+        "run `cdf-platform rebuild <id>` (or the rebuild job with `override_fail_fast: true`) to "
+        "reconcile silver with a pinned bronze snapshot under the new spec; or set "
+        "`on_spec_change: forward_only` to apply the edit to new changes only; or restore the "
+        "previous spec"
+    )
+
+
+class SpecChangeRefused(CdfPlatformError):
+    """A spec change silver cannot follow in place: a change of keys or history mode into a
+    shape that cannot be rewritten from a snapshot in one commit, or one asked to apply forward
+    only although it changes what a row is."""
+
+    incident_code = "SPEC_CHANGE_REFUSED"
+    default_action = (
+        "move the silver table away (rename its folder, or drop the table) and run "
+        "`cdf-platform rebuild <id>`, or restore the previous spec"
+    )
+
+
 class UnsafeSparkConfig(CdfPlatformError):
     """The Spark session is configured in a way that could drop changes silently, or sets a
     platform setting (`spark.cdf_platform.*`) to a value it cannot read."""

@@ -68,6 +68,18 @@ class FallbackMode(StrEnum):
     """Fail, log the incident and wait for a person."""
 
 
+class OnSpecChange(StrEnum):
+    """What a run does when the spec's row-shaping fields changed since silver was written."""
+
+    RECONCILE = "reconcile"
+    """Reconcile silver with a pinned bronze snapshot under the new spec (only real
+    differences reach silver's change feed); `FAIL_FAST` pipelines refuse instead."""
+    FORWARD_ONLY = "forward_only"
+    """Apply the new spec to new changes only; rows written before keep the old spec's values
+    until the next rebuild. Recorded, and shown by `status` and the checks until then. A change
+    of `keys`, `history` or `delete_mode` is never applied forward only."""
+
+
 class PipelineSpec(BaseModel):
     """One bronze -> silver pipeline.
 
@@ -93,6 +105,12 @@ class PipelineSpec(BaseModel):
     fallback_mode: FallbackMode = Field(
         default=FallbackMode.SNAPSHOT_REBUILD,
         description="`SNAPSHOT_REBUILD` or `FAIL_FAST` when the window is lost or bronze reset.",
+    )
+    on_spec_change: OnSpecChange = Field(
+        default=OnSpecChange.RECONCILE,
+        description="`reconcile`: an edit of a row-shaping field (`where`, `columns`, ...) "
+        "reconciles silver from a pinned snapshot on the next run; `forward_only`: the edit "
+        "applies to new changes only, recorded and shown until the next rebuild.",
     )
     max_allowed_lag_hours: float = Field(
         default=24.0, gt=0, description="consumer_lag fails above this many hours of lag."

@@ -29,11 +29,11 @@ from typing import Any
 
 import dagster as dg
 
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec import FallbackMode, PipelineSpec
 from cdf_platform.orchestration.figures import count, headroom_hours, hours, limit, text
 from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import LakeLayout
-from cdf_platform.planning.status import PipelineStatus, WindowState, pipeline_status
+from cdf_platform.planning.status import PipelineStatus, SpecState, WindowState, pipeline_status
 
 CONSUMER_LAG = "consumer_lag"
 REPLAY_WINDOW = "replay_window"
@@ -49,6 +49,7 @@ class CheckTarget:
         source: How descriptions name what it reads ("bronze", "silver/orders").
         max_allowed_lag_hours: consumer_lag fails above this lag.
         min_headroom_hours: replay_window warns below this headroom.
+        fail_fast: whether a problem waits for a person (a pending spec edit is an error).
     """
 
     key: dg.AssetKey
@@ -56,6 +57,7 @@ class CheckTarget:
     source: str
     max_allowed_lag_hours: float
     min_headroom_hours: float
+    fail_fast: bool = False
 
     @classmethod
     def of_pipeline(cls, spec: PipelineSpec) -> "CheckTarget":
@@ -66,6 +68,7 @@ class CheckTarget:
             "bronze",
             spec.max_allowed_lag_hours,
             spec.min_headroom_hours,
+            spec.fallback_mode is FallbackMode.FAIL_FAST,
         )
 
 
@@ -92,6 +95,7 @@ def consumer_lag_result(
         "latest_version": text(status.latest_version),
         "limit": limit("fails above", target.max_allowed_lag_hours, "max_allowed_lag_hours"),
         "state": text(status.state.value),
+        **spec_metadata(status),
     }
     if status.state is WindowState.SOURCE_MISSING:
         return _result(
@@ -141,8 +145,14 @@ def replay_window_result(
         "replayable": dg.MetadataValue.bool(status.replayable),
         "state": text(status.state.value),
         "problem_code": text(status.problem_code),
+        **spec_metadata(status),
     }
     failed: dict[WindowState, tuple[dg.AssetCheckSeverity, str]] = {
+        # The next run reconciles silver (a FAIL_FAST pipeline's run refuses: an error then).
+        WindowState.SPEC_CHANGED: (
+            dg.AssetCheckSeverity.ERROR if target.fail_fast else dg.AssetCheckSeverity.WARN,
+            f"silver no longer is its spec applied to {target.source}: {status.problem}",
+        ),
         WindowState.LOST: (dg.AssetCheckSeverity.ERROR, f"replay window lost: {status.problem}"),
         WindowState.BLOCKED: (
             dg.AssetCheckSeverity.ERROR,
@@ -169,13 +179,25 @@ def replay_window_result(
             description=description,
             metadata=metadata,
         )
-    return _result(
-        REPLAY_WINDOW,
-        target,
-        passed=True,
-        description=f"replayable from version {status.earliest_replayable_version}",
-        metadata=metadata,
-    )
+    description = f"replayable from version {status.earliest_replayable_version}"
+    if status.spec_state is SpecState.FORWARD_ONLY:
+        description += (
+            f"; spec edits of {', '.join(status.spec_changed_fields)} taken forward only: rows "
+            "written before keep the previous spec's values until the next rebuild"
+        )
+    return _result(REPLAY_WINDOW, target, passed=True, description=description, metadata=metadata)
+
+
+def spec_metadata(status: PipelineStatus) -> dict[str, dg.MetadataValue]:
+    """Whether silver follows its spec (`SpecState`), the fields that differ, and the current
+    spec's fingerprint (silver's code version); nothing for a consumer asset."""
+    if status.spec_state is None:
+        return {}
+    return {
+        "spec_state": text(status.spec_state.value),
+        "spec_changed_fields": text(", ".join(status.spec_changed_fields) or None),
+        "spec_fingerprint": text(status.spec_fingerprint),
+    }
 
 
 def pipeline_checks(spec: PipelineSpec) -> dg.AssetChecksDefinition:

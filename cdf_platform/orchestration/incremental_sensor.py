@@ -10,6 +10,10 @@ bronze table is waited for, and a pipeline whose input is wrong (BLOCKED) is lef
 check. A pipeline naming a catalog table no run has located yet gets one run (run key
 `locate:<pipeline>:first`): the run asks Spark's catalog and records the location.
 
+A pipeline whose spec was edited since silver was written (`SPEC_CHANGED`) gets one run per
+spec fingerprint (run key `spec:<pipeline>:<fingerprint>`): the run reconciles silver under the
+new spec, or refuses under FAIL_FAST.
+
 A caught-up silver asset whose last materialization is half its freshness window old (the
 window is `max_allowed_lag_hours`) gets a refresh run (run key
 `refresh:<pipeline>:<watermark>:<period>`): a no-op that reads the logs, finds nothing to apply
@@ -92,6 +96,12 @@ def build_incremental_sensor(
                 continue
             latest, watermark = status.latest_version, status.watermark
             if latest is None:
+                continue
+            if status.state is WindowState.SPEC_CHANGED:
+                # The edited spec's run reconciles silver (or, FAIL_FAST, refuses and says so):
+                # one request per spec fingerprint, whether bronze moved or not.
+                context.log.info("%s: spec edited (%s)", spec.id, status.problem)
+                requests.append(_request(spec, "spec", str(status.spec_fingerprint)))
                 continue
             if watermark is None or latest > watermark:
                 context.log.info(

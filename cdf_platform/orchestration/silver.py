@@ -17,6 +17,7 @@ import dagster as dg
 from pydantic import Field
 
 from cdf_platform.core.spec import DeleteMode, FallbackMode, HistoryMode, PipelineSpec
+from cdf_platform.core.spec_fingerprint import spec_fingerprint
 from cdf_platform.orchestration.keys import (
     SILVER_PREFIX,
     WATERMARK_IO_MANAGER_KEY,
@@ -103,6 +104,9 @@ def silver_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
         # changes through it.
         io_manager_key=WATERMARK_IO_MANAGER_KEY,
         description=_description(spec),
+        # The spec's fingerprint (docs/design.md section 3a): an edit of a row-shaping field
+        # in the pipelines file marks silver and what reads it stale in the UI.
+        code_version=spec_fingerprint(spec),
         # Dagster's freshness (time since silver last materialized) with consumer_lag's limit;
         # the incremental sensor refreshes a caught-up silver asset (a JVM-free no-op run)
         # well inside the window, so the two agree while bronze is quiet too.

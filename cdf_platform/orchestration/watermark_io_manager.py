@@ -71,6 +71,7 @@ class _Step:
 
     marks: ConsumerMarks | None
     marks_lost: str | None
+    code_version: str | None = None
     batches: dict[str, ChangeBatch] = field(default_factory=dict)
 
 
@@ -156,15 +157,19 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
             )
             raise dg.Failure(str(problem), allow_retries=False) from problem
         fallback = FallbackMode(declared)
-        consumer_metadata = context.step_context.job_def.asset_layer.get(consumer_key).metadata
+        consumer_node = context.step_context.job_def.asset_layer.get(consumer_key)
         step = self._step(
             context.step_context.run_id,
             consumer,
-            self.table_location(consumer_key, consumer_metadata),
+            self.table_location(consumer_key, consumer_node.metadata),
+            consumer_node.code_version,
         )
         full_requested = (
             f"a full recompute was requested (run tag {FULL_RECOMPUTE_TAG})"
             if context.step_context.dagster_run.tags.get(FULL_RECOMPUTE_TAG) == "true"
+            # Rows computed by the consumer's older code are recomputed, not merged into.
+            else step.marks.code_changed(step.code_version)
+            if step.marks is not None
             else None
         )
         try:
@@ -196,15 +201,15 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
         )
         return batch
 
-    def _step(self, run_id: str, consumer: str, table: str) -> _Step:
+    def _step(self, run_id: str, consumer: str, table: str, code_version: str | None) -> _Step:
         with _PENDING_LOCK:
             found = _PENDING.get((run_id, consumer))
         if found is not None:
             return found
         try:
-            step = _Step(read_consumer_marks(table, consumer), None)
+            step = _Step(read_consumer_marks(table, consumer), None, code_version)
         except MarksLost as err:
-            step = _Step(None, str(err))
+            step = _Step(None, str(err), code_version)
         with _PENDING_LOCK:
             return _PENDING.setdefault((run_id, consumer), step)
 
@@ -252,7 +257,8 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
             )
         table = self.table_location(context.asset_key, context.definition_metadata)
         counter = (step.marks.counter if step and step.marks else 0) + 1
-        stamp = consumer_stamp(consumer, counter, batches) if batches else None
+        code_version = step.code_version if step is not None else None
+        stamp = consumer_stamp(consumer, counter, batches, code_version) if batches else None
         if batches and (step is None or step.marks is None or any(b.full for b in batches)):
             # Before the data: a registered consumer without watermarks needs nothing kept,
             # while one unregistered but written would be invisible to the VACUUM guard.
@@ -266,10 +272,14 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
             "write": describe(obj),
             "path": dg.MetadataValue.path(table),
         }
+        if code_version is not None:
+            metadata["code_version"] = code_version
         for batch in batches:
             name = batch.plan.input_id
             metadata[f"{name} mode"] = batch.mode.value
             metadata[f"{name} watermark"] = batch.end_version
+            if batch.plan.reason is not None:
+                metadata[f"{name} reason"] = batch.plan.reason
         context.add_output_metadata(metadata)
         context.log.info("%s: %s into %s (run %d)", consumer, describe(obj), table, counter)
 

@@ -11,7 +11,10 @@ problem in the order a run meets them:
   (`InvalidPipelineSpec`), the change feed off before the first load (`CdfNotEnabled`);
 - the replay window lost for this consumer (a rebuild repairs it): bronze recreated or behind
   the watermark (`SourceReset`), then the first break of the window after the watermark
-  (`ReplayWindowLost`, `IncompatibleSchemaChange`, `CdfNotEnabled`).
+  (`ReplayWindowLost`, `IncompatibleSchemaChange`, `CdfNotEnabled`);
+- the spec edited since silver was written (docs/design.md section 3a): a row-shaping field
+  changed (`SpecChanged`, a rebuild reconciles or reshapes silver), or changed in a way silver
+  cannot follow in place (`SpecChangeRefused`, blocking, checked before the window).
 
 Example:
     >>> assessment = assess_pipeline(spec, known_source_id=None)  # doctest: +SKIP
@@ -21,7 +24,8 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from cdf_platform.core import errors
@@ -35,15 +39,25 @@ from cdf_platform.core.errors import (
     SourceLogDamaged,
     SourceNotFound,
     SourceReset,
+    SpecChanged,
+    SpecChangeRefused,
     TargetOwnershipConflict,
     foreign_files_at_target,
 )
-from cdf_platform.core.spec import CDF_COLUMNS, RESERVED_COLUMNS, PipelineSpec
+from cdf_platform.core.spec import (
+    CDF_COLUMNS,
+    RESERVED_COLUMNS,
+    FallbackMode,
+    HistoryMode,
+    OnSpecChange,
+    PipelineSpec,
+)
+from cdf_platform.core.spec_fingerprint import SpecChange, compare_spec, spec_record
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import holds_foreign_files
 from cdf_platform.state import locations
 from cdf_platform.state.control import ControlTable
-from cdf_platform.state.watermark import SilverState, read_silver_state
+from cdf_platform.state.watermark import ForwardOnly, SilverState, read_silver_state
 from cdf_platform.window.replay_window import (
     ConsumerAssessment,
     ReplayWindow,
@@ -72,6 +86,13 @@ class PipelineAssessment:
         consumer: lag and headroom of the watermark against the window (None likewise).
         problem: the first problem a run meets (see the module docstring), or None.
         blocking: whether `problem` needs a person (True) or a rebuild repairs it (False).
+        spec_record: the current spec's row-shaping fields (`spec_record`), None when they
+            were not computed (nothing read, or a transform that cannot be imported).
+        spec_change: how the current spec differs from the one silver records, if it does:
+            the next write reconciles or reshapes silver, or (`forward_only`) takes it for new
+            changes only.
+        forward_only: the edits silver took forward only since its last rebuild.
+        spec_recorded: whether silver (or the control table's mirror) records a spec at all.
     """
 
     spec: PipelineSpec
@@ -80,6 +101,10 @@ class PipelineAssessment:
     consumer: ConsumerAssessment | None
     problem: CdfPlatformError | None
     blocking: bool
+    spec_record: dict[str, str] | None = None
+    spec_change: SpecChange | None = None
+    forward_only: ForwardOnly | None = None
+    spec_recorded: bool = False
 
     @property
     def watermark(self) -> int | None:
@@ -202,12 +227,80 @@ def _ownership_problem(spec: PipelineSpec, silver: SilverState) -> CdfPlatformEr
     return None
 
 
+def spec_problem(
+    spec: PipelineSpec, change: SpecChange | None, forward_only: ForwardOnly | None
+) -> CdfPlatformError | None:
+    """What the spec edit `change` (and edits taken forward only before) ask of the next run:
+    `SpecChangeRefused` (blocking) where silver cannot follow, `SpecChanged` where a rebuild
+    reconciles or reshapes it, None where the edit applies forward only or nothing changed."""
+    if change is not None and change.reshapes:
+        if spec.on_spec_change is OnSpecChange.FORWARD_ONLY:
+            return SpecChangeRefused(
+                f"{change.describe()}; `on_spec_change: forward_only` cannot apply a change of "
+                "keys, history or delete mode (old and new rows would be of two shapes)",
+                pipeline_id=spec.id,
+                table=spec.target,
+            )
+        if spec.history is HistoryMode.SCD2:
+            return SpecChangeRefused(
+                f"{change.describe()}; an SCD2 history cannot be rewritten into another shape "
+                "from one snapshot (its closed versions would be lost)",
+                pipeline_id=spec.id,
+                table=spec.target,
+                action=(
+                    f"move the silver table at {spec.target} away (rename its folder, or drop "
+                    f"the table) and run `cdf-platform rebuild {spec.id}`, or restore the "
+                    "previous spec"
+                ),
+            )
+        return SpecChanged(
+            f"{change.describe()}: the next run rewrites silver in the new shape from a pinned "
+            "bronze snapshot",
+            pipeline_id=spec.id,
+            table=spec.target,
+            action=_spec_change_action(spec),
+        )
+    if change is not None and spec.on_spec_change is OnSpecChange.RECONCILE:
+        return SpecChanged(
+            f"{change.describe()}: the next run reconciles silver with a pinned bronze snapshot "
+            "under the new spec",
+            pipeline_id=spec.id,
+            table=spec.target,
+            action=_spec_change_action(spec),
+        )
+    if forward_only is not None and spec.on_spec_change is OnSpecChange.RECONCILE:
+        return SpecChanged(
+            f"silver took edits of {', '.join(forward_only.fields)} forward only since bronze "
+            f"version {forward_only.since}, and the pipeline now asks to reconcile: the next run "
+            "reconciles silver with a pinned bronze snapshot under the current spec",
+            pipeline_id=spec.id,
+            table=spec.target,
+            action=_spec_change_action(spec),
+        )
+    return None
+
+
+def _spec_change_action(spec: PipelineSpec) -> str:
+    """What resolves a pending spec edit of `spec`: the run itself, or a person's rebuild."""
+    rebuild = (
+        f"run `cdf-platform rebuild {spec.id}` (or the rebuild job with `override_fail_fast: true`)"
+        if spec.fallback_mode is FallbackMode.FAIL_FAST
+        else f"run the pipeline (`cdf-platform run {spec.id}`, or its silver asset)"
+    )
+    return (
+        f"{rebuild} to bring silver to the new spec from a pinned bronze snapshot; or set "
+        "`on_spec_change: forward_only` to apply a `where`/`columns`-like edit to new changes "
+        "only; or restore the previous spec"
+    )
+
+
 def assess_pipeline(
     spec: PipelineSpec,
     *,
     known_source_id: str | None,
     followed_location: str | None = None,
     now: datetime | None = None,
+    recorded_spec: dict[str, str] | None = None,
 ) -> PipelineAssessment:
     """Assess `spec` from bronze's and silver's logs (JVM-free; bronze's log is read once).
 
@@ -218,6 +311,8 @@ def assess_pipeline(
         followed_location: for a source given by catalog name, the location the watermark was
             taken at (see `cdf_platform.state.locations.followed_location`).
         now: the clock for lag, headroom and the time-travel limit (default: current UTC time).
+        recorded_spec: the spec record the control table mirrors, used when silver's recent
+            log no longer holds one.
     """
     now = now or datetime.now(UTC)
     silver = read_silver_state(spec.target, spec.id)
@@ -269,7 +364,37 @@ def assess_pipeline(
             ),
             window,
         )
+    try:
+        current = spec_record(spec)
+    except InvalidPipelineSpec as err:
+        return blocked(err, window)
+    change = forward_only = None
+    recorded = silver.spec_record or recorded_spec
+    if silver.watermark is not None:
+        change = compare_spec(recorded, current)
+        forward_only = silver.forward_only
     consumer = assess_consumer(window, silver.watermark, now=now)
+
+    def assessed(problem: CdfPlatformError | None, *, blocking: bool) -> PipelineAssessment:
+        return PipelineAssessment(
+            spec,
+            silver,
+            window,
+            consumer,
+            problem,
+            blocking,
+            current,
+            change,
+            forward_only,
+            spec_recorded=recorded is not None,
+        )
+
+    if change is not None and spec.history is HistoryMode.SCD2 and "sequence_by" in change.fields:
+        # An SCD2 history is dated by its sequence column: another one is another shape.
+        change = replace(change, fields=tuple(dict.fromkeys((*change.fields, "history"))))
+    edited = spec_problem(spec, change, forward_only)
+    if isinstance(edited, SpecChangeRefused):
+        return assessed(edited, blocking=True)
     problem: CdfPlatformError | None = reset_problem(
         spec, silver, window, known_source_id, followed_location
     )
@@ -279,7 +404,8 @@ def assess_pipeline(
         and silver.watermark < window.latest_version
     ):
         problem = window_problem(spec, window, silver.watermark + 1)
-    return PipelineAssessment(spec, silver, window, consumer, problem, blocking=False)
+    # A rebuild for a lost window reconciles under the new spec too: the loss is the problem.
+    return assessed(problem or edited, blocking=False)
 
 
 def assess_with_control(
@@ -299,4 +425,17 @@ def assess_with_control(
         known_source_id=str(source_id) if source_id else None,
         followed_location=locations.followed_location(spec, state),
         now=now,
+        recorded_spec=mirrored_spec_record(state),
     )
+
+
+def mirrored_spec_record(state: dict[str, object] | None) -> dict[str, str] | None:
+    """The spec record a control state row mirrors (column `spec_record`), if any."""
+    raw = state.get("spec_record") if state else None
+    if not isinstance(raw, str):
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else None

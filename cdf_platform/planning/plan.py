@@ -17,15 +17,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from cdf_platform.core.errors import CdfPlatformError, SourceReset
+from cdf_platform.core.errors import CdfPlatformError, SourceReset, SpecChanged
 from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec_fingerprint import SpecChange, fingerprint_of
 from cdf_platform.planning.assessment import (
     PipelineAssessment,
     assess_pipeline,
     assess_with_control,
 )
 from cdf_platform.state.control import ControlTable
-from cdf_platform.state.watermark import SilverState
+from cdf_platform.state.watermark import ForwardOnly, SilverState
 from cdf_platform.window.replay_window import ConsumerAssessment, ReplayWindow
 
 # A change set whose files take at most this much is small: its run is short enough for a
@@ -51,6 +52,10 @@ class RunPlan:
         mode: what the run does (REBUILD only when `problem` is set or one is asked for).
         start_version / end_version: the pinned bronze range (incremental) or snapshot version.
         problem: the classified reason the incremental path cannot run, if any.
+        spec_record: the current spec's row-shaping fields, which the run's commit records.
+        spec_change: how the spec differs from the one silver records (a rebuild reconciles
+            or reshapes it; an incremental run takes it forward only), if it does.
+        forward_only: the edits silver took forward only since its last rebuild.
     """
 
     spec: PipelineSpec
@@ -61,11 +66,30 @@ class RunPlan:
     start_version: int | None
     end_version: int
     problem: CdfPlatformError | None = None
+    spec_record: dict[str, str] | None = None
+    spec_change: SpecChange | None = None
+    forward_only: ForwardOnly | None = None
 
     @property
     def watermark(self) -> int | None:
         """The watermark before the run."""
         return self.silver.watermark
+
+    @property
+    def spec_fingerprint(self) -> str | None:
+        """The fingerprint of the spec this run writes under."""
+        return fingerprint_of(self.spec_record) if self.spec_record is not None else None
+
+    def forward_only_after(self) -> ForwardOnly | None:
+        """The forward-only record an incremental commit of this plan carries: the one silver
+        holds, widened by a spec edit this run takes forward only."""
+        change, held = self.spec_change, self.forward_only
+        if change is None:
+            return held
+        if held is None:
+            return ForwardOnly(self.watermark, change.fields, change.recorded)
+        fields = tuple(dict.fromkeys((*held.fields, *change.fields)))
+        return ForwardOnly(held.since, fields, held.from_fingerprint)
 
     def change_bytes(self) -> int | None:
         """Bytes of the files a change-data-feed read of the pinned range scans (each commit's
@@ -109,15 +133,25 @@ def plan_from(found: PipelineAssessment) -> RunPlan:
 
     def make(mode: RunMode, start: int | None) -> RunPlan:
         return RunPlan(
-            found.spec, mode, found.silver, window, consumer, start, latest, found.problem
+            found.spec,
+            mode,
+            found.silver,
+            window,
+            consumer,
+            start,
+            latest,
+            found.problem,
+            found.spec_record,
+            found.spec_change,
+            found.forward_only,
         )
 
     watermark = found.silver.watermark
     if watermark is None:
         return make(RunMode.INITIAL_LOAD, None)
     if found.problem is not None:
-        start = None if isinstance(found.problem, SourceReset) else watermark + 1
-        return make(RunMode.REBUILD, start)
+        snapshot_only = isinstance(found.problem, SourceReset | SpecChanged)
+        return make(RunMode.REBUILD, None if snapshot_only else watermark + 1)
     if watermark >= latest:
         return make(RunMode.NOOP, None)
     return make(RunMode.INCREMENTAL, watermark + 1)

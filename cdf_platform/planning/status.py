@@ -16,8 +16,14 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from cdf_platform.core.errors import SourceNotFound, TableNameNotLocated
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.errors import (
+    SourceNotFound,
+    SpecChanged,
+    SpecChangeRefused,
+    TableNameNotLocated,
+)
+from cdf_platform.core.spec import OnSpecChange, PipelineSpec
+from cdf_platform.core.spec_fingerprint import fingerprint_of
 from cdf_platform.planning.assessment import PipelineAssessment, assess_with_control
 from cdf_platform.state.control import ControlTable
 
@@ -33,8 +39,29 @@ class WindowState(StrEnum):
     NOT_STARTED = "NOT_STARTED"
     SOURCE_MISSING = "SOURCE_MISSING"
     # A problem a person must fix (target owned by another pipeline, a bronze column named like
-    # a platform column, the change feed off before the first load): runs fail until then.
+    # a platform column, the change feed off before the first load, a spec edit silver cannot
+    # follow in place): runs fail until then.
     BLOCKED = "BLOCKED"
+    # The spec's row-shaping fields changed since silver was written: the next run reconciles
+    # (or reshapes) silver, or refuses under FAIL_FAST.
+    SPEC_CHANGED = "SPEC_CHANGED"
+
+
+class SpecState(StrEnum):
+    """Whether silver is its current spec applied to bronze (docs/design.md section 3a)."""
+
+    OK = "OK"
+    """Silver records the current spec."""
+    CHANGED = "CHANGED"
+    """A row-shaping field changed: the next run reconciles or reshapes silver."""
+    REFUSED = "REFUSED"
+    """A change silver cannot follow in place: a person moves silver away or restores it."""
+    FORWARD_ONLY = "FORWARD_ONLY"
+    """Edits applied to new changes only (`on_spec_change: forward_only`): older rows keep the
+    previous spec's values until the next rebuild."""
+    UNRECORDED = "UNRECORDED"
+    """Silver's log holds no spec record (written before records were kept): the next write
+    records the current spec."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +82,9 @@ class PipelineStatus:
     lag_exceeded: bool
     problem_code: str | None
     problem: str | None
+    spec_state: SpecState | None = None
+    spec_changed_fields: tuple[str, ...] = ()
+    spec_fingerprint: str | None = None
 
     @classmethod
     def without_figures(
@@ -82,6 +112,8 @@ class PipelineStatus:
         """JSON-ready fields."""
         data = asdict(self)
         data["state"] = self.state.value
+        data["spec_state"] = self.spec_state.value if self.spec_state is not None else None
+        data["spec_changed_fields"] = list(self.spec_changed_fields)
         for name in ("lag_hours", "headroom_hours", "retention_horizon_hours"):
             if data[name] is not None:
                 data[name] = round(float(data[name]), 3)
@@ -97,6 +129,8 @@ def status_from(found: PipelineAssessment) -> PipelineStatus:
         state = WindowState.BLOCKED
     elif found.watermark is None:
         state = WindowState.NOT_STARTED
+    elif isinstance(problem, SpecChanged):
+        state = WindowState.SPEC_CHANGED
     elif problem is not None:
         state = WindowState.LOST
     elif (
@@ -124,7 +158,35 @@ def status_from(found: PipelineAssessment) -> PipelineStatus:
         lag_exceeded=lag_hours is not None and lag_hours > spec.max_allowed_lag_hours,
         problem_code=problem.incident_code if problem else None,
         problem=str(problem) if problem else None,
+        **_spec_figures(found),
     )
+
+
+def _spec_figures(found: PipelineAssessment) -> dict[str, Any]:
+    """`spec_state`, the fields that differ and the current fingerprint of an assessment."""
+    if found.watermark is None or found.spec_record is None:
+        return {}
+    change, forward = found.spec_change, found.forward_only
+    fields: tuple[str, ...] = change.fields if change is not None else ()
+    if isinstance(found.problem, SpecChangeRefused):
+        state = SpecState.REFUSED
+    elif change is not None and found.spec.on_spec_change is OnSpecChange.FORWARD_ONLY:
+        state = SpecState.FORWARD_ONLY
+        fields = tuple(dict.fromkeys((*(forward.fields if forward else ()), *fields)))
+    elif change is not None or (forward is not None and isinstance(found.problem, SpecChanged)):
+        state = SpecState.CHANGED
+        fields = fields or (forward.fields if forward else ())
+    elif forward is not None:
+        state, fields = SpecState.FORWARD_ONLY, forward.fields
+    elif not found.spec_recorded:
+        state = SpecState.UNRECORDED
+    else:
+        state = SpecState.OK
+    return {
+        "spec_state": state,
+        "spec_changed_fields": fields,
+        "spec_fingerprint": fingerprint_of(found.spec_record),
+    }
 
 
 def pipeline_status(

@@ -211,8 +211,14 @@ class ReplaceRows(TableWrite):
     """Replace the consumer's table with `rows` (a full recompute)."""
 
 
-def consumer_stamp(consumer: str, counter: int, batches: Sequence[ChangeBatch]) -> TxnStamp:
-    """The transaction that records every input's pinned version with the write."""
+def consumer_stamp(
+    consumer: str,
+    counter: int,
+    batches: Sequence[ChangeBatch],
+    code_version: str | None = None,
+) -> TxnStamp:
+    """The transaction that records every input's pinned version (and the consumer's code
+    version) with the write."""
     inputs = {b.plan.input_id: InputMark(b.plan.end_version, b.plan.table_id) for b in batches}
     metadata = json.dumps(
         {
@@ -220,11 +226,13 @@ def consumer_stamp(consumer: str, counter: int, batches: Sequence[ChangeBatch]) 
                 "consumer": consumer,
                 "run": counter,
                 "inputs": {k: m.version for k, m in inputs.items()},
+                "code_version": code_version,
             }
         },
         sort_keys=True,
     )
-    return TxnStamp(app_id=encode_app_id(consumer, inputs), version=counter, metadata=metadata)
+    app_id = encode_app_id(consumer, inputs, code_version)
+    return TxnStamp(app_id=app_id, version=counter, metadata=metadata)
 
 
 def _ensure_table(spark: SparkSession, table: str, rows: DataFrame, consumer: str) -> None:

@@ -27,7 +27,6 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec_fingerprint import import_transform
 from cdf_platform.core.sql import quote_ident
 from cdf_platform.spark.changes import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, FILTERED
 
@@ -93,20 +93,7 @@ def load_transform(spec: PipelineSpec) -> Transform | None:
     Raises:
         InvalidPipelineSpec: the module cannot be imported, or has no such callable.
     """
-    if spec.transform is None:
-        return None
-    module_name, _, function_name = spec.transform.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        problem = f"transform {spec.transform!r}: cannot import {module_name}: {err}"
-        raise _invalid(spec, problem) from err
-    function = getattr(module, function_name, None)
-    if not callable(function):
-        raise _invalid(
-            spec, f"transform {spec.transform!r}: {module_name} has no function {function_name}"
-        )
-    return function
+    return import_transform(spec)
 
 
 def conform_changes(spark: SparkSession, feed: DataFrame, spec: PipelineSpec) -> DataFrame:

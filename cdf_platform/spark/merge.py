@@ -285,10 +285,19 @@ def check_snapshot_keys(
 
 
 def load_snapshot(
-    spark: SparkSession, target: str, snapshot: DataFrame, layout: SilverLayout, stamp: TxnStamp
+    spark: SparkSession,
+    target: str,
+    snapshot: DataFrame,
+    layout: SilverLayout,
+    stamp: TxnStamp,
+    *,
+    replace: bool = False,
 ) -> None:
     """Write the bronze snapshot at `stamp.version` into a silver that holds no file yet: what
-    the reconcile MERGE would insert, as one append stamped with the watermark.
+    the reconcile MERGE would insert, as one append stamped with the watermark. With `replace`
+    the rows replace silver's, its schema included, in one commit: silver rewritten in a new
+    shape (other keys, delete mode or history), which its readers see as every old row deleted
+    and every new one inserted.
 
     The rows are written sorted by key, so each file holds one key range and its min/max
     statistics let the incremental MERGE skip the files a backlog does not reach
@@ -300,8 +309,13 @@ def load_snapshot(
     row = _new_row(layout, f"CAST({int(stamp.version)} AS BIGINT)")
     columns = snapshot.alias("s").selectExpr(*(f"{v} AS {quote_ident(c)}" for c, v in row))
     rows = columns.orderBy(*(F.col(quote_ident(k)) for k in layout.keys))
+    writer = rows.write.format("delta")
+    if replace:
+        writer = writer.mode("overwrite").option("overwriteSchema", "true")
+    else:
+        writer = writer.mode("append")
     with stamped(spark, stamp):
-        rows.write.format("delta").mode("append").save(target)
+        writer.save(target)
 
 
 def reconcile_snapshot(

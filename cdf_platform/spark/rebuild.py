@@ -12,9 +12,9 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.faults import FaultPoint, fault_point
 from cdf_platform.core.spec import HistoryMode, PipelineSpec
@@ -32,8 +32,34 @@ from cdf_platform.spark.sequenced_history import (
     staged_sequenced_reconcile,
 )
 from cdf_platform.spark.silver_layout import SilverLayout
-from cdf_platform.spark.silver_table import ensure_silver, holds_files
+from cdf_platform.spark.silver_table import (
+    check_silver_owner,
+    ensure_silver,
+    holds_files,
+    set_deletion_vectors,
+)
 from cdf_platform.state.watermark import SilverState, app_id, user_metadata
+
+
+@dataclass(frozen=True)
+class SpecRewrite:
+    """How a rebuild follows an edited spec (docs/design.md section 3a).
+
+    Attributes:
+        record: The current spec's row-shaping fields, recorded with the watermark.
+        reshape: Rewrite silver in the new shape (keys, delete mode, or history to SCD1) instead
+            of reconciling it: its rows are replaced in one commit, never merged on other keys.
+        exact: Reconcile to the snapshot's values as they are (`ignore_null_updates` or
+            `sequence_by` changed: silver may hold values those rules kept).
+        deletion_vectors: Set silver's deletion-vector property to this (`deletion_vectors`
+            changed), or None.
+    """
+
+    record: dict[str, str] | None = None
+    reshape: bool = False
+    exact: bool = False
+    deletion_vectors: bool | None = None
+
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -74,8 +100,12 @@ def rebuild_silver(
     source_table_id: str | None,
     source_reset: bool = False,
     version_timestamp: datetime | None = None,
+    rewrite: SpecRewrite | None = None,
 ) -> RebuildOutcome:
     """Reconcile silver with bronze `versionAsOf version`; stamp watermark `version` atomically.
+
+    `rewrite` says how silver follows an edited spec (reshape it, or reconcile exactly); its
+    record is stamped with the watermark, so silver then records the spec it was built under.
 
     Raises:
         InvalidPipelineSpec: the spec's transforms are refused (`cdf_platform.spark.conform`).
@@ -102,7 +132,14 @@ def rebuild_silver(
             sequence_by=spec.sequence_by,
         ),
     )
-    layout = ensure_silver(spark, spec.target, spec.id, snapshot.schema, layout)
+    rewrite = rewrite or SpecRewrite()
+    if rewrite.reshape:
+        # The whole table is replaced, schema included: only its owner is checked.
+        check_silver_owner(spec.target, spec.id)
+    else:
+        layout = ensure_silver(spark, spec.target, spec.id, snapshot.schema, layout)
+    if rewrite.deletion_vectors is not None:
+        set_deletion_vectors(spark, spec.target, enabled=rewrite.deletion_vectors)
     fault_point(FaultPoint.DURING_REBUILD)
     generation = rebuild_generation(silver, version, source_reset=source_reset)
     txn_app_id = app_id(spec.id, generation)
@@ -117,10 +154,15 @@ def rebuild_silver(
             end_version=version,
             source_table_id=source_table_id,
             generation=generation,
+            **spec_metadata(rewrite.record),
         ),
     )
     deleted_at = version_timestamp or datetime.now(UTC)
-    if layout.sequenced_history:
+    if rewrite.reshape:
+        classified(
+            ctx, lambda: load_snapshot(spark, spec.target, snapshot, layout, stamp, replace=True)
+        )
+    elif layout.sequenced_history:
         staged = staged_sequenced_reconcile(
             spark, spec.target, snapshot, layout, version, generation
         )
@@ -132,8 +174,26 @@ def rebuild_silver(
         # Nothing to reconcile with: an append, sorted by key (file statistics by key range).
         classified(ctx, lambda: load_snapshot(spark, spec.target, snapshot, layout, stamp))
     else:
+        if rewrite.exact:
+            layout = replace(layout, ignore_null_updates=False, sequence_by=None)
+        reconciled = layout
         classified(
             ctx,
-            lambda: reconcile_snapshot(spark, spec.target, snapshot, layout, stamp, deleted_at),
+            lambda: reconcile_snapshot(spark, spec.target, snapshot, reconciled, stamp, deleted_at),
         )
     return RebuildOutcome(version, generation, txn_app_id, layout.data_columns)
+
+
+def spec_metadata(
+    record: dict[str, str] | None, forward_only: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The `userMetadata` fields recording the spec a silver commit was written under (and the
+    edits taken forward only since the last rebuild), for `user_metadata`."""
+    if record is None:
+        return {}
+    from cdf_platform.core.spec_fingerprint import fingerprint_of
+
+    fields: dict[str, Any] = {"spec": record, "spec_fingerprint": fingerprint_of(record)}
+    if forward_only is not None:
+        fields["forward_only"] = forward_only
+    return fields

@@ -70,6 +70,7 @@ TYPE_WIDENING_PROPERTY = "delta.enableTypeWidening"
 # date -> timestamp_ntz: a TIMESTAMP_NTZ column needs the timestampNtz table feature, which
 # ALTER COLUMN does not add by itself (delta-spark 4.4 refuses the change without it).
 TIMESTAMP_NTZ_FEATURE = "delta.feature.timestampNtz"
+DELETION_VECTORS = "delta.enableDeletionVectors"
 # A column name a `columns` expression can use as it is.
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -206,19 +207,12 @@ def ensure_silver(
     if found is None:
         properties = {"delta.enableChangeDataFeed": "true", OWNER_PROPERTY: pipeline_id}
         if layout.deletion_vectors:
-            properties["delta.enableDeletionVectors"] = "true"
+            properties[DELETION_VECTORS] = "true"
         found = _create_silver(spark, target, wanted, properties)
         if found is None:
             raise foreign_files_at_target(pipeline_id, target)
         # This run's table, or the one another run created first: checked like any other.
-    if found.owner != pipeline_id:
-        raise TargetOwnershipConflict(
-            f"silver table is owned by pipeline {found.owner!r}"
-            if found.owner
-            else "silver table exists but was not created by cdf_platform",
-            pipeline_id=pipeline_id,
-            table=target,
-        )
+    _check_owner(found, pipeline_id, target)
     existing = found.types
     if layout.history is HistoryMode.SCD2 and (CHANGES in existing) != layout.sequenced_history:
         raise _history_kind_refused(pipeline_id, target, layout)
@@ -266,6 +260,44 @@ def ensure_silver(
         spark.sql(f"ALTER TABLE {sql_path(target)} ADD COLUMNS ({columns})")
     retired = tuple(c for c in existing if c not in wanted and c not in PLATFORM_COLUMNS)
     return replace(layout, retired_columns=retired)
+
+
+def _check_owner(found: _Silver, pipeline_id: str, target: str) -> None:
+    if found.owner != pipeline_id:
+        raise TargetOwnershipConflict(
+            f"silver table is owned by pipeline {found.owner!r}"
+            if found.owner
+            else "silver table exists but was not created by cdf_platform",
+            pipeline_id=pipeline_id,
+            table=target,
+        )
+
+
+def check_silver_owner(target: str, pipeline_id: str) -> None:
+    """Refuse a silver table that does not exist or is not `pipeline_id`'s (JVM-free).
+
+    Raises:
+        TargetOwnershipConflict: silver is another pipeline's, not the platform's, or absent.
+    """
+    found = _existing_silver(target)
+    if found is None:
+        raise TargetOwnershipConflict(
+            "no silver table to rewrite", pipeline_id=pipeline_id, table=target
+        )
+    _check_owner(found, pipeline_id, target)
+
+
+def set_deletion_vectors(spark: SparkSession, target: str, *, enabled: bool) -> None:
+    """Turn silver's deletion vectors on or off for its next writes (`deletion_vectors` edited
+    in the spec). Off keeps the vectors already written until silver's files are rewritten
+    (`REORG TABLE ... APPLY (PURGE)`); readers need deletion-vector support until then."""
+    found = _existing_silver(target)
+    wanted = "true" if enabled else "false"
+    if found is not None and found.properties.get(DELETION_VECTORS, "false").lower() != wanted:
+        spark.sql(
+            f"ALTER TABLE {sql_path(target)} SET TBLPROPERTIES "
+            f"({sql_string(DELETION_VECTORS)} = {sql_string(wanted)})"
+        )
 
 
 def _widened_sequence(column: str, layout: SilverLayout, widenings: list[TypeWidening]) -> bool:

@@ -6,7 +6,11 @@ version), and nothing else written with the data survives log cleanup (`commitIn
 reach checkpoints). So the app id itself holds the consumer and every input's pinned version
 (and table id, to tell a recreated input), and the version is a run counter that only goes up:
 
-    cdfp.wm.v1:{"c":"gold/revenue","in":{"silver/orders":[42,"<table id>"]}}   version 7
+    cdfp.wm.v1:{"c":"gold/revenue","cv":"2","in":{"silver/orders":[42,"<table id>"]}}   version 7
+
+`cv` is the consumer asset's Dagster `code_version` when it wrote (null: it declares none): a
+consumer whose code version changed since gets a full batch, as its old rows were computed by
+other code. Marks written before `cv` was recorded lack it, and compare as unknown.
 
 The same JSON rides in the commit's `userMetadata` for people reading the history. Reading
 walks the consumer table's log back from its latest commit to the newest `txn` of the consumer:
@@ -33,6 +37,8 @@ from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import is_delta_table
 
 APP_ID_PREFIX = "cdfp.wm.v1:"
+# The code version of marks written before it was recorded.
+UNRECORDED = "<unrecorded>"
 
 
 @dataclass(frozen=True)
@@ -59,12 +65,25 @@ class ConsumerMarks:
         inputs: Input id (asset key) -> its mark.
         commit_version: The consumer table's commit that recorded them (None when read from a
             checksum: the commit itself is gone from the log).
+        code_version: The consumer's code version when it wrote (`UNRECORDED` for marks
+            written before code versions were recorded; None: the asset declared none).
     """
 
     consumer: str
     counter: int
     inputs: Mapping[str, InputMark] = field(default_factory=dict)
     commit_version: int | None = None
+    code_version: str | None = None
+
+    def code_changed(self, code_version: str | None) -> str | None:
+        """Why the consumer's rows were computed by other code than `code_version` (its code
+        version now), or None: the same, or unknown (marks written before it was recorded)."""
+        if self.code_version == UNRECORDED or self.code_version == code_version:
+            return None
+        return (
+            f"the consumer's code version changed ({self.code_version} -> {code_version}) since "
+            f"its last write: its rows are recomputed from its inputs' snapshots"
+        )
 
     def version_of(self, input_id: str) -> int | None:
         """The watermark of `input_id` (None: this consumer never read it)."""
@@ -76,17 +95,22 @@ class MarksLost(Exception):
     """The consumer table exists but its log no longer shows the consumer's last watermarks."""
 
 
-def encode_app_id(consumer: str, inputs: Mapping[str, InputMark]) -> str:
-    """The txn app id recording `inputs` for `consumer` (canonical JSON: sorted, compact)."""
+def encode_app_id(
+    consumer: str, inputs: Mapping[str, InputMark], code_version: str | None = None
+) -> str:
+    """The txn app id recording `inputs` and `code_version` for `consumer` (canonical JSON:
+    sorted, compact)."""
     document = {
         "c": consumer,
+        "cv": code_version,
         "in": {key: [mark.version, mark.table_id] for key, mark in sorted(inputs.items())},
     }
     return APP_ID_PREFIX + json.dumps(document, separators=(",", ":"), sort_keys=True)
 
 
-def decode_app_id(app_id: str) -> tuple[str, dict[str, InputMark]] | None:
-    """(consumer, inputs) of a txn app id written by `encode_app_id`, else None."""
+def decode_app_id(app_id: str) -> tuple[str, dict[str, InputMark], str | None] | None:
+    """(consumer, inputs, code version) of a txn app id written by `encode_app_id`, else None
+    (the code version is `UNRECORDED` in an app id written before it was recorded)."""
     if not app_id.startswith(APP_ID_PREFIX):
         return None
     try:
@@ -95,7 +119,8 @@ def decode_app_id(app_id: str) -> tuple[str, dict[str, InputMark]] | None:
             str(key): InputMark(int(value[0]), None if value[1] is None else str(value[1]))
             for key, value in document["in"].items()
         }
-        return str(document["c"]), inputs
+        code = document.get("cv", UNRECORDED)
+        return str(document["c"]), inputs, None if code is None else str(code)
     except (ValueError, KeyError, TypeError, IndexError):
         return None
 
@@ -109,7 +134,7 @@ def _from_transactions(
         if decoded is None or decoded[0] != consumer:
             continue
         if found is None or counter > found.counter:
-            found = ConsumerMarks(consumer, counter, decoded[1], commit_version)
+            found = ConsumerMarks(consumer, counter, decoded[1], commit_version, decoded[2])
     return found
 
 

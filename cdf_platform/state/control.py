@@ -50,6 +50,9 @@ STATE_SCHEMA: dict[str, str] = {
     "max_allowed_lag_hours": "double",
     "min_headroom_hours": "double",
     "updated_at": "timestamp",
+    # The spec silver was last written under (a mirror of silver's commit metadata).
+    "spec_fingerprint": "string",
+    "spec_record": "string",
 }
 LOG_SCHEMA: dict[str, str] = {
     "run_id": "string",
@@ -71,6 +74,9 @@ LOG_SCHEMA: dict[str, str] = {
     "read_seconds": "double",
     "write_seconds": "double",
     "duration_seconds": "double",
+    # The spec the run wrote under: its fingerprint and its row-shaping fields (JSON).
+    "spec_fingerprint": "string",
+    "spec": "string",
 }
 # Where a catalog table name was found, recorded by the run that asked Spark's catalog.
 LOCATION_SCHEMA: dict[str, str] = {
@@ -118,6 +124,8 @@ class LoadLogEntry:
     plan_seconds: float = 0.0
     read_seconds: float = 0.0
     write_seconds: float = 0.0
+    spec_fingerprint: str | None = None
+    spec: str | None = None
 
     @property
     def duration_seconds(self) -> float:
@@ -233,7 +241,14 @@ class ControlTable:
         def merge() -> None:
             (
                 open_delta_table(path)
-                .merge(row, f"t.{key} = s.{key}", source_alias="s", target_alias="t")
+                # merge_schema: a table written before a column was added takes it.
+                .merge(
+                    row,
+                    f"t.{key} = s.{key}",
+                    source_alias="s",
+                    target_alias="t",
+                    merge_schema=True,
+                )
                 .when_matched_update_all()
                 .when_not_matched_insert_all()
                 .execute()
@@ -305,7 +320,9 @@ class ControlTable:
         self.ensure()
         row = arrow_table(LOG_SCHEMA, [entry.as_row()])
         _retry_on_conflict(
-            lambda: write_delta_table(self.log_path, row, mode="append"), "load log append"
+            # schema_mode: a load log written before a column was added takes it.
+            lambda: write_delta_table(self.log_path, row, mode="append", schema_mode="merge"),
+            "load log append",
         )
 
     def _query(self, path: str, sql: str) -> list[dict[str, Any]]:

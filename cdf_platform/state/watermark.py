@@ -36,6 +36,39 @@ def app_id(pipeline_id: str, generation: int) -> str:
 
 
 @dataclass(frozen=True)
+class ForwardOnly:
+    """Spec edits silver took forward only (`on_spec_change: forward_only`): rows applied up to
+    bronze version `since` were written under the spec `from_fingerprint`, later changes under
+    the current one. Cleared by the next rebuild.
+
+    Attributes:
+        since: The watermark when the first such edit was taken.
+        fields: Every row-shaping field edited since then.
+        from_fingerprint: The fingerprint of the spec the older rows were written under.
+    """
+
+    since: int | None
+    fields: tuple[str, ...]
+    from_fingerprint: str
+
+    def as_metadata(self) -> dict[str, Any]:
+        """The JSON silver's commits carry."""
+        return {"since": self.since, "fields": list(self.fields), "from": self.from_fingerprint}
+
+    @classmethod
+    def parse(cls, value: object) -> ForwardOnly | None:
+        """The record a commit's metadata holds, or None."""
+        if not isinstance(value, dict):
+            return None
+        since = value.get("since")
+        return cls(
+            int(since) if since is not None else None,
+            tuple(str(f) for f in value.get("fields") or ()),
+            str(value.get("from")),
+        )
+
+
+@dataclass(frozen=True)
 class SilverState:
     """What silver's log says about one pipeline.
 
@@ -62,6 +95,19 @@ class SilverState:
         if self.owner is None:
             return None
         return app_id(self.owner, self.generation)
+
+    @property
+    def spec_record(self) -> dict[str, str] | None:
+        """The row-shaping fields' hashes of the spec silver was last written under
+        (`cdf_platform.core.spec_fingerprint.spec_record`), when its log holds them."""
+        value = self.last_run.get("spec") if self.last_run is not None else None
+        return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else None
+
+    @property
+    def forward_only(self) -> ForwardOnly | None:
+        """The spec edits applied to new changes only since the last rebuild, if any."""
+        value = self.last_run.get("forward_only") if self.last_run is not None else None
+        return ForwardOnly.parse(value)
 
     @property
     def source_table_id(self) -> str | None:
