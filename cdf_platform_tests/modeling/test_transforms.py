@@ -119,7 +119,10 @@ def test_a_refused_transform_leaves_a_loaded_silver_and_its_watermark_alone(
     make_bronze(spark, str(lake / "bronze"), [(1, "ada", 10)])
     _run(spark, _pipeline(lake, "people"), control)
     insert(spark, str(lake / "bronze"), [(2, "bob", 20)])
+    # The edited spec's run reconciles silver under it (FAIL_FAST would refuse the edit first,
+    # `SpecChanged`): the transform check refuses before anything is written.
+    edited = _pipeline(lake, "people", columns={"r": "rand()"}, fallback_mode="SNAPSHOT_REBUILD")
     with pytest.raises(InvalidPipelineSpec, match="non-deterministic"):
-        _run(spark, _pipeline(lake, "people", columns={"r": "rand()"}), control)
+        _run(spark, edited, control)
     assert rows(spark, str(lake / "people")) == [(1, "ada", 10)]
     assert control.read_states()["people"]["last_commit_version"] == 1
