@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from cdf_platform.core.errors import IncompatibleSchemaChange
+from cdf_platform.core.errors import SpecChangeRefused
 from cdf_platform.core.sql import sql_path
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.runner import run_pipeline
@@ -114,7 +114,8 @@ def test_a_history_written_without_sequence_by_is_not_continued_with_it(
     assert _run(spark, plain, lake) is RunMode.INITIAL_LOAD
     sql(spark, bronze, "UPDATE {t} SET name = 'ada2', seq = 20 WHERE id = 1")
     sequenced = spec_for(lake, history="scd2", sequence_by="seq")
-    with pytest.raises(IncompatibleSchemaChange, match="without sequence_by") as raised:
+    # The spec edit is refused before any read (it changes what a version is).
+    with pytest.raises(SpecChangeRefused, match="sequence_by") as raised:
         _run(spark, sequenced, lake)
     assert "cdf-platform rebuild people" in raised.value.action
     assert len(_versions(spark, plain.target)) == 2

@@ -172,9 +172,11 @@ def test_a_delete_applies_under_sequence_by_with_ignore_null_updates(
 def test_a_column_silver_no_longer_takes_is_nulled_on_every_row_a_run_writes(
     spark: SparkSession, lake: Path
 ) -> None:
-    """A column the pipeline stops taking (`exclude_columns` grows) is retired: every row a
-    run writes, updated or soft-deleted, holds NULL there; rows no run touched (a tombstone
-    among them) keep their value until a rebuild clears them all."""
+    """A column the pipeline stops taking (`exclude_columns` grows) forward only
+    (`on_spec_change: forward_only`) is retired: every row a run writes, updated or
+    soft-deleted, holds NULL there; rows no run touched (a tombstone among them) keep their
+    value until a rebuild clears them all. (Reconciled, the default, clears them at once:
+    test_spec_changes.)"""
     hard, soft = _pipelines(lake)
     control = control_for(lake)
     make_bronze(spark, hard.source, [(1, "ada", 10), (2, "bob", 20), (3, "cy", 30), (4, "dee", 40)])
@@ -183,7 +185,10 @@ def test_a_column_silver_no_longer_takes_is_nulled_on_every_row_a_run_writes(
     sql(spark, hard.source, "DELETE FROM {t} WHERE id = 4")
     for spec in (hard, soft):
         _run(spark, spec, control)
-    narrowed = [spec.model_copy(update={"exclude_columns": ["amount"]}) for spec in (hard, soft)]
+    narrowed = [
+        spec.model_copy(update={"exclude_columns": ["amount"], "on_spec_change": "forward_only"})
+        for spec in (hard, soft)
+    ]
     sql(spark, hard.source, "UPDATE {t} SET name = 'ada2' WHERE id = 1")
     sql(spark, hard.source, "DELETE FROM {t} WHERE id = 2")
     for spec in narrowed:
