@@ -87,6 +87,16 @@ def bronze_batch(
     return materialization(result, key)
 
 
+def incremental_tick(defs: dg.Definitions, instance: dg.DagsterInstance) -> Any:
+    """One evaluation of the real incremental sensor against `instance`."""
+    sensor = defs.resolve_sensor_def("incremental_sensor")
+    resources = {key: (defs.resources or {})[key] for key in sensor.required_resource_keys}
+    with dg.build_sensor_context(
+        definitions=defs, resources=resources, instance=instance
+    ) as context:
+        return sensor(context)
+
+
 def materialization(result: dg.ExecuteInProcessResult, key: dg.AssetKey) -> dict[str, Any]:
     """The metadata values of the one materialization of `key` in `result`."""
     (materialized,) = result.asset_materializations_for_node(key.to_python_identifier())

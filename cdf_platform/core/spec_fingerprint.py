@@ -33,6 +33,7 @@ import inspect
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from types import CodeType
 from typing import Any
 
@@ -188,7 +189,7 @@ def compare_spec(
     """
     if not recorded:
         return None
-    defaults = spec_record(_DEFAULT_SPEC)
+    defaults = _default_record()
     fields = tuple(
         name for name in SHAPING_FIELDS if recorded.get(name, defaults[name]) != current[name]
     )
@@ -197,4 +198,7 @@ def compare_spec(
     return SpecChange(fields, fingerprint_of(recorded), fingerprint_of(current))
 
 
-_DEFAULT_SPEC = PipelineSpec(id="defaults", source="source", target="target", keys=["key"])
+@cache
+def _default_record() -> dict[str, str]:
+    """The record of a spec that sets no optional field (what a record lacking a field means)."""
+    return spec_record(PipelineSpec(id="defaults", source="source", target="target", keys=["k"]))

@@ -23,7 +23,7 @@ from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.orchestration.figures import headroom_hours, hours, text
 from cdf_platform.orchestration.keys import bronze_key
 from cdf_platform.orchestration.resources import LakeLayout
-from cdf_platform.planning.status import PipelineStatus, WindowState, pipeline_status
+from cdf_platform.planning.status import PipelineStatus, SpecState, WindowState, pipeline_status
 
 OVERVIEW_KEY = dg.AssetKey(["platform", "pipelines"])
 _HEALTHY = (WindowState.OK, WindowState.NOT_STARTED)
@@ -55,6 +55,9 @@ def overview_table(specs: Sequence[PipelineSpec], statuses: Sequence[PipelineSta
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
         if status.problem_code:
             problems.append(f"- {_cell(spec.id)}: {_cell(status.problem_code)}")
+        elif status.spec_state is SpecState.FORWARD_ONLY:
+            fields = ", ".join(status.spec_changed_fields)
+            problems.append(f"- {_cell(spec.id)}: spec edits of {_cell(fields)} forward only")
     lines.append("")
     lines.extend(["Problems:", "", *problems] if problems else ["Problems: none."])
     return "\n".join(lines)

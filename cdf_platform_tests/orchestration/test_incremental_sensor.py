@@ -5,7 +5,6 @@ refreshes a caught-up silver asset's freshness with a no-op run."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
 from pyspark.sql import SparkSession
@@ -20,16 +19,9 @@ from cdf_platform_tests.lake_platform import (
     materialization,
     table_rows,
 )
-
-
-def tick(defs: dg.Definitions, instance: dg.DagsterInstance) -> Any:
-    """One evaluation of the real incremental sensor against `instance`."""
-    sensor = defs.resolve_sensor_def("incremental_sensor")
-    resources = {key: (defs.resources or {})[key] for key in sensor.required_resource_keys}
-    with dg.build_sensor_context(
-        definitions=defs, resources=resources, instance=instance
-    ) as context:
-        return sensor(context)
+from cdf_platform_tests.lake_platform import (
+    incremental_tick as tick,
+)
 
 
 def test_new_bronze_versions_request_one_silver_run_per_pipeline_and_version(

@@ -30,6 +30,7 @@ from cdf_platform.state.consumer_marks import read_consumer_marks
 from cdf_platform_tests.lake_platform import (
     ORDERS,
     bronze_batch,
+    incremental_tick,
     lake_defs,
     materialization,
     materialize,
@@ -72,8 +73,13 @@ def test_editing_the_pipelines_file_changes_silvers_code_version_and_its_run_rec
     assert [c.category for c in causes] == [StaleCauseCategory.CODE]
     assert "code version" in causes[0].reason
 
-    # Bronze did not move: the run still reconciles silver under the new spec.
-    result = materialize(defs, SILVER_ORDERS, instance=instance)
+    # Bronze did not move: the incremental sensor still requests one run for the edit, and
+    # that run reconciles silver under the new spec.
+    (request,) = incremental_tick(defs, instance).run_requests
+    assert request.run_key == f"spec:orders:{spec_fingerprint(PipelineSpec(**edited))}"
+    result = defs.resolve_job_def("incremental_job").execute_in_process(
+        instance=instance, asset_selection=request.asset_selection, tags=request.tags
+    )
     done = materialization(result, SILVER_ORDERS)
     assert (done["mode"], done["incident_code"]) == ("rebuild", "SPEC_CHANGED")
     expected = [r for r in table_rows(spark, bronze) if r[0] % 2 == 0]
