@@ -253,44 +253,40 @@ def spec_problem(
                     "previous spec"
                 ),
             )
-        return SpecChanged(
-            f"{change.describe()}: the next run rewrites silver in the new shape from a pinned "
-            "bronze snapshot",
-            pipeline_id=spec.id,
-            table=spec.target,
-            action=_spec_change_action(spec),
+        return _spec_changed(
+            spec, f"{change.describe()}: the next run rewrites silver in the new shape"
         )
-    if change is not None and spec.on_spec_change is OnSpecChange.RECONCILE:
-        return SpecChanged(
-            f"{change.describe()}: the next run reconciles silver with a pinned bronze snapshot "
-            "under the new spec",
-            pipeline_id=spec.id,
-            table=spec.target,
-            action=_spec_change_action(spec),
-        )
-    if forward_only is not None and spec.on_spec_change is OnSpecChange.RECONCILE:
-        return SpecChanged(
+    if spec.on_spec_change is not OnSpecChange.RECONCILE:
+        return None
+    if change is not None:
+        return _spec_changed(spec, f"{change.describe()}: the next run reconciles silver")
+    if forward_only is not None:
+        return _spec_changed(
+            spec,
             f"silver took edits of {', '.join(forward_only.fields)} forward only since bronze "
             f"version {forward_only.since}, and the pipeline now asks to reconcile: the next run "
-            "reconciles silver with a pinned bronze snapshot under the current spec",
-            pipeline_id=spec.id,
-            table=spec.target,
-            action=_spec_change_action(spec),
+            "reconciles silver",
         )
     return None
 
 
-def _spec_change_action(spec: PipelineSpec) -> str:
-    """What resolves a pending spec edit of `spec`: the run itself, or a person's rebuild."""
+def _spec_changed(spec: PipelineSpec, what: str) -> SpecChanged:
+    """A pending spec edit of `spec`, with what resolves it: the run itself, or a person's
+    rebuild (FAIL_FAST)."""
     rebuild = (
         f"run `cdf-platform rebuild {spec.id}` (or the rebuild job with `override_fail_fast: true`)"
         if spec.fallback_mode is FallbackMode.FAIL_FAST
         else f"run the pipeline (`cdf-platform run {spec.id}`, or its silver asset)"
     )
-    return (
-        f"{rebuild} to bring silver to the new spec from a pinned bronze snapshot; or set "
-        "`on_spec_change: forward_only` to apply a `where`/`columns`-like edit to new changes "
-        "only; or restore the previous spec"
+    return SpecChanged(
+        f"{what} from a pinned bronze snapshot under the new spec",
+        pipeline_id=spec.id,
+        table=spec.target,
+        action=(
+            f"{rebuild} to bring silver to the new spec from a pinned bronze snapshot; or set "
+            "`on_spec_change: forward_only` to apply a `where`/`columns`-like edit to new "
+            "changes only; or restore the previous spec"
+        ),
     )
 
 
