@@ -232,14 +232,14 @@ def _versions(events: DataFrame, layout: SilverLayout, shape: _Shape) -> DataFra
         .agg(
             F.min(_ORDER).alias("_first"),
             F.max_by(F.col(_VALUES), F.when(kind != "delete", F.col(_ORDER))).alias("_last_v"),
-            F.max_by(F.struct(kind.alias("k"), F.col(_ORDER)["s"].alias("s")), _ORDER).alias(
-                "_last"
-            ),
+            # The delete that closed the version: the segment's first (a later one, such as a
+            # row `where` keeps out updated again, finds the key absent already).
+            F.min(F.when(kind == "delete", F.col(_ORDER)["s"])).alias("_closed_at"),
             F.collect_list(_EVENT).alias("_events"),
         )
     )
     by_segment = Window.partitionBy(*keys).orderBy("_segment")
-    end = F.when(F.col("_last.k") == "delete", F.col("_last.s")).otherwise(
+    end = F.when(F.col("_closed_at").isNotNull(), F.col("_closed_at")).otherwise(
         F.lead(F.col("_first")["s"]).over(by_segment)
     )
     ended = grouped.withColumn(END_AT, end)
