@@ -35,6 +35,9 @@ BASE_COLUMNS = ("id", "name", "amount")
 EXTRA_COLUMN = "note"
 RENAMED_COLUMN = "remark"
 SEQUENCE_COLUMN = "seq"
+# Written in histories that edit `keys` to [id, tenant] (`cdf_platform_tests.faults.spec_edits`):
+# a function of the key, so never NULL and never changed while the key is not.
+TENANT = "tenant"
 NESTED_COLUMNS = ("tags", "attrs")
 CDF = "delta.enableChangeDataFeed"
 DELETED_FILE_RETENTION = "delta.deletedFileRetentionDuration"
@@ -47,6 +50,7 @@ _TYPES: dict[str, pa.DataType] = {
     EXTRA_COLUMN: pa.string(),
     RENAMED_COLUMN: pa.string(),
     SEQUENCE_COLUMN: pa.int64(),
+    TENANT: pa.int64(),
     "tags": pa.list_(pa.string()),
     "attrs": pa.map_(pa.string(), pa.string()),
 }
@@ -57,6 +61,11 @@ def arrow_table(columns: Sequence[str], rows: Iterable[Row]) -> pa.Table:
     value is a list of (key, value) pairs, in the order written)."""
     materialized = list(rows)
     return pa.table({c: pa.array([r.get(c) for r in materialized], _TYPES[c]) for c in columns})
+
+
+def tenant_of(key: int) -> int:
+    """The `tenant` of the row whose key is `key`."""
+    return key % 3
 
 
 def sql_in(keys: Iterable[int]) -> str:
@@ -216,12 +225,17 @@ class BronzeTable:
         self._record("UPDATE", before, keys)
 
     def update_key(self, old: int, new: int) -> None:
-        """`UPDATE SET id = new WHERE id = old`: the change feed holds a preimage of `old` and a
-        postimage of `new`, and no delete."""
+        """`UPDATE SET id = new WHERE id = old` (and `tenant` with it, when bronze has it): the
+        change feed holds a preimage of `old` and a postimage of `new`, and no delete."""
         before = copy.deepcopy(self.rows)
-        DeltaTable(self.path).update(updates={KEY: str(int(new))}, predicate=sql_in([old]))
+        updates = {KEY: str(int(new))}
+        if TENANT in self.columns:
+            updates[TENANT] = str(tenant_of(new))
+        DeltaTable(self.path).update(updates=updates, predicate=sql_in([old]))
         row = self.rows.pop(old)
         row[KEY] = new
+        if TENANT in self.columns:
+            row[TENANT] = tenant_of(new)
         self.rows[new] = row
         self._record("UPDATE", before, [new])
 

@@ -5,7 +5,8 @@ Python from what every bronze commit did to each key (the harness's record,
 Rules (docs/design.md section 5, README "PipelineSpec reference"):
 - A change is the row a commit left for a key (insert, update) or the row it removed (delete);
   the pipeline's transform and derived columns apply to it, and a row `where` does not keep is
-  a delete of its key.
+  a delete of its key. The spec is the one the run uses: after a spec edit
+  (`cdf_platform_tests.faults.spec_edits`) the edited `where` and `columns`.
 - An incremental run over (W, L] takes, per key, its changes in order (the `sequence_by` value,
   then the commit version) and keeps the last; with `ignore_null_updates`, each value column
   takes the last non-NULL value since the key's last insert or delete in the range (`reset`:
@@ -16,8 +17,12 @@ Rules (docs/design.md section 5, README "PipelineSpec reference"):
 - A rebuild at V compares silver with the snapshot at V: a live row keeps its value where the
   snapshot holds NULL (`ignore_null_updates`); a row with a later sequence value than the
   snapshot's is kept (unless stamped past V); keys gone from the snapshot are removed or
-  tombstoned. Retired columns (silver columns bronze no longer has) are NULL on every row a run
-  writes, and a rebuild writes every row still holding one.
+  tombstoned. Retired columns (silver columns bronze no longer has, or a derived column an
+  edit removed) are NULL on every row a run writes, and a rebuild writes every row still
+  holding one.
+- A rebuild after an edit of `keys` rewrites silver in the new shape (`reshape`): its rows are
+  exactly the conformed snapshot's, stamped V, on the snapshot's columns (no tombstones, no
+  retired columns, no value kept by `ignore_null_updates` or a later sequence value).
 
 Example:
     >>> oracle = ChangeOracle(config, soft=True)  # doctest: +SKIP
@@ -30,35 +35,29 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cdf_platform_tests.faults.bronze_model import KEY, SEQUENCE_COLUMN, Row, VersionRecord
-from cdf_platform_tests.faults.options import DERIVED, HistoryConfig
+from cdf_platform_tests.faults.options import HistoryConfig
 from cdf_platform_tests.faults.oracle import ExpectedRow, normalize_value
 
-DERIVED_COLUMNS = tuple(DERIVED)
 TRANSFORM_COLUMN = "band"
 
 
 def conform_row(config: HistoryConfig, row: Row) -> tuple[Row, bool]:
     """`row` after the pipeline's transform and derived columns, and whether `where` keeps it
     (the Python twins of `cdf_platform_tests.modeling.transforms:conform_people` and of the
-    expressions in `cdf_platform_tests.faults.options`)."""
+    expressions in `cdf_platform_tests.faults.spec_edits`)."""
     out = dict(row)
     amount = out.get("amount")
     if config.on("transform"):
         name = out.get("name")
         out["name"] = None if name is None else name.capitalize()
         out[TRANSFORM_COLUMN] = "high" if amount is not None and amount >= 20 else "low"
-    kept = True
-    if config.on("conform"):
-        out["id_band"] = out[KEY] % 4
-        out["big"] = None if amount is None else amount >= 500
-        kept = (1 if amount is None else amount) % 5 != 0
-    return out, kept
+    return config.spec_shape().conform(out)
 
 
 def conformed_columns(config: HistoryConfig, columns: list[str]) -> list[str]:
     """Silver's data columns for bronze `columns` under `config`."""
     extra = [TRANSFORM_COLUMN] if config.on("transform") else []
-    extra += list(DERIVED_COLUMNS) if config.on("conform") else []
+    extra += config.spec_shape().derived_columns
     return [*columns, *(c for c in extra if c not in columns)]
 
 
@@ -224,6 +223,16 @@ class ChangeOracle:
                     if stale
                     else replace(current, values=values)
                 )
+        self.rows = rows
+
+    def reshape(self, snapshot: list[Row], version: int, columns: list[str]) -> None:
+        """Silver rewritten in a new shape from the bronze snapshot at `version` (raw rows,
+        conformed here; `columns`: the conformed snapshot's): exactly its rows, live."""
+        rows: dict[int, OracleRow] = {}
+        for raw in snapshot:
+            row, kept = conform_row(self.config, raw)
+            if kept:
+                rows[row[KEY]] = OracleRow(self._values(row, columns), False, version)
         self.rows = rows
 
     def _widen(self, columns: list[str]) -> None:

@@ -7,9 +7,13 @@ RunResult and the control table all equal the latest version at plan time), and 
 the oracle (SCD2 ordered by `sequence_by`: every version equal to the history oracle's). Lost
 windows are counted as actual (ground truth), detected (a rebuild with an incident, or the
 classified error under FAIL_FAST), silent (actual, not detected) and spurious (detected, not
-actual). Given a gold consumer (`cdf_platform_tests.faults.gold`), the harness hands it the
-rows the oracle expects live after each run, and it materializes (or skips) and checks itself
-against the gold oracle.
+actual). After a spec edit (`cdf_platform_tests.faults.spec_edits`) the oracles conform rows
+under the edited spec and the next run must rebuild (SPEC_CHANGED, unless a lost window is the
+reason; under FAIL_FAST it raises `SpecChanged` and the operator's rebuild follows); an edit of
+`keys` rewrites silver in the new shape, and of an SCD2 history's keys is refused
+(`SpecChangeRefused`, nothing written; the operator restores the previous spec). Given a gold
+consumer (`cdf_platform_tests.faults.gold`), the harness hands it the rows the oracle expects
+live after each run, and it materializes (or skips) and checks itself against the gold oracle.
 
 Example:
     >>> report = HistoryHarness(spark, lake, seed=3).run()  # doctest: +SKIP
@@ -23,7 +27,7 @@ import random
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,6 +40,8 @@ from cdf_platform.core.errors import (
     IncompatibleSchemaChange,
     ReplayWindowLost,
     SourceReset,
+    SpecChanged,
+    SpecChangeRefused,
 )
 from cdf_platform.core.spec import FallbackMode, PipelineSpec
 from cdf_platform.planning.plan import RunMode
@@ -55,6 +61,7 @@ from cdf_platform_tests.faults.history import (
     CI_PROFILE,
     CONCURRENT_OPS,
     RUNS,
+    SPEC_EDITS,
     HistoryProfile,
     Op,
     apply_bronze_op,
@@ -79,6 +86,7 @@ from cdf_platform_tests.faults.oracle import (
     read_silver,
     silver_problems,
 )
+from cdf_platform_tests.faults.spec_edits import EditKind, SpecShape
 
 # The classified error a FAIL_FAST run must raise for each ground-truth reason.
 FAIL_FAST_ERRORS: dict[str, type[CdfPlatformError]] = {
@@ -115,6 +123,7 @@ class HistoryReport:
     divergences: list[str] = field(default_factory=list)
     seconds: float = 0.0
     gold: dict[str, Any] | None = None
+    spec_edits: list[str] = field(default_factory=list)  # what each edit changed, in order
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready figures."""
@@ -134,6 +143,7 @@ class HistoryReport:
             "divergences": self.divergences,
             "seconds": round(self.seconds, 2),
             "gold": self.gold,
+            "spec_edits": self.spec_edits,
         }
 
 
@@ -162,10 +172,13 @@ class HistoryHarness:
         gold: GoldConsumer | None = None,
     ) -> None:
         self.spark = spark
+        self.lake = lake
         self.seed = seed
         self.profile = profile
         self.config = config or config_for(seed)
         self.rng = random.Random(seed * 7919 + 1)
+        # Spec edits draw from their own generator: bronze's history is the seed's either way.
+        self.edit_rng = random.Random(seed * 4391 + 3)
         self.spec = history_spec(lake, seed, self.config)
         self.control = ControlTable(str(lake / "_control"))
         self.report = HistoryReport(
@@ -180,6 +193,8 @@ class HistoryHarness:
         self.sequenced_history = self.config.history == "scd2" and self.config.on("sequence_by")
         self.history_oracle = HistoryOracle(self.config)
         self.columns: list[str] = []
+        # The row-shaping fields silver was last built under (None before the first run).
+        self.built: SpecShape | None = None
         self.silver = Silver((), {}, ())
         self.history: list[Row] = []  # SCD2 silver's rows after the last run
         self.expected_history: list[Row] = []  # the history oracle's rows after the last run
@@ -190,19 +205,22 @@ class HistoryHarness:
 
     # -- driving -------------------------------------------------------------------------------
 
-    def start(self, rows: list[Row] | None = None) -> BronzeTable:
-        """Create bronze with `rows` (default: drawn from the seed)."""
-        columns = bronze_columns(self.config)
+    def start(self, rows: list[Row] | None = None, *, tenant: bool = False) -> BronzeTable:
+        """Create bronze with `rows` (default: drawn from the seed); `tenant`: with the column a
+        keys edit adds to the key."""
+        columns = bronze_columns(self.config, tenant=tenant)
         chosen = initial_rows(self.rng, columns) if rows is None else rows
         self.bronze = BronzeTable.create(self.spec.source, chosen, columns)
         return self.bronze
 
-    def run(self) -> HistoryReport:
-        """Play the whole history; stop at the first divergence (recorded in the report)."""
+    def run(self, plan: list[Op] | None = None) -> HistoryReport:
+        """Play the whole history (`plan`, default the seed's); stop at the first divergence
+        (recorded in the report)."""
         started = time.monotonic()
-        self.start()
+        plan = plan_history(self.seed, self.profile) if plan is None else plan
+        self.start(tenant=Op.EDIT_KEYS in plan)
         try:
-            for op in plan_history(self.seed, self.profile):
+            for op in plan:
                 self.step(op)
             if self.gold is not None:
                 self._check_gold(self.gold.finish(self.live_rows()))
@@ -219,9 +237,64 @@ class HistoryHarness:
         if op in RUNS:
             self.report.operations.append(op.value)
             self.consumer_run(op)
+        elif op in SPEC_EDITS:
+            self.edit_spec(SPEC_EDITS[op])
         else:
             applied = apply_bronze_op(op, self.bronze, self.rng, self.profile)
             self.report.operations.append(applied.value)
+
+    def edit_spec(self, kind: EditKind, shape: SpecShape | None = None) -> None:
+        """Edit the pipeline's spec: `shape` (default: an edit of `kind` drawn from the
+        seed's edit generator); every later run uses it, and the oracles conform under it. An
+        edit of the keys of SCD2 silver is refused by the next run, tried at once: nothing is
+        written, and the previous spec is restored."""
+        current = self.config.spec_shape()
+        if shape is None:
+            shape, word = current.edited(kind, self.edit_rng)
+        else:
+            word = f"{current.fields()} -> {shape.fields()}"
+        self.report.operations.append(f"edit_{kind.value}")
+        self.report.spec_edits.append(word)
+        config = replace(self.config, shape=shape)
+        if kind is EditKind.KEYS and config.history == "scd2" and self.built is not None:
+            self._check_refused(history_spec(self.lake, self.seed, config))
+            return
+        self.config = config
+        self.spec = history_spec(self.lake, self.seed, config)
+        self.oracle.config = config
+        self.history_oracle.config = config
+
+    def _check_refused(self, edited: PipelineSpec) -> None:
+        """A run of `edited` (keys of SCD2 silver changed) must be refused before Spark starts,
+        with the action in its message, silver and the watermarks untouched."""
+        silver_version = self._silver_version()
+        control = self.control.read_states().get(self.spec.id, {}).get("last_commit_version")
+
+        def no_spark() -> SparkSession:
+            raise self._fail("a refused spec edit started Spark")
+
+        try:
+            run_pipeline(edited, spark_factory=no_spark, control=self.control)
+        except SpecChangeRefused as err:
+            if "What to do" not in str(err):
+                raise self._fail(f"message without the action: {err}") from err
+            self.report.incidents[err.incident_code] += 1
+        except CdfPlatformError as err:
+            raise self._fail(f"an SCD2 keys edit raised {err!r}, not SpecChangeRefused") from err
+        else:
+            raise self._fail("an SCD2 keys edit was not refused")
+        state = read_silver_state(self.spec.target, self.spec.id)
+        after = self.control.read_states().get(self.spec.id, {}).get("last_commit_version")
+        if (self._silver_version(), state.watermark, after) != (
+            silver_version,
+            self.watermark,
+            control,
+        ):
+            raise self._fail("a refused spec edit wrote silver or moved a watermark")
+
+    def _edit_pending(self) -> bool:
+        """Whether the spec differs from the one silver was last built under."""
+        return self.built is not None and self.built != self.config.spec_shape()
 
     def consumer_run(self, op: Op) -> None:
         """One consumer run of kind `op`, checked against the oracle."""
@@ -237,6 +310,7 @@ class HistoryHarness:
         self._control_behind = control != self.watermark
         plan_at = datetime.now(UTC).replace(tzinfo=None)
         silver_version = self._silver_version()
+        edited = self._edit_pending()
         result: RunResult | None = None
         error: CdfPlatformError | None = None
         try:
@@ -250,8 +324,9 @@ class HistoryHarness:
             self.report.actual_losses += 1
             self.report.loss_reasons[truth.reason] += 1
         if error is not None:
-            self._check_failure(error, truth, silver_version)
-            self.report.detected_losses += 1
+            self._check_failure(error, truth, silver_version, edited=edited)
+            if truth is not None:
+                self.report.detected_losses += 1
             # The operator's answer to a FAIL_FAST incident: a requested rebuild.
             latest = bronze.version
             plan_at = datetime.now(UTC).replace(tzinfo=None)
@@ -262,10 +337,10 @@ class HistoryHarness:
                 force_rebuild=True,
             )
             truth = None
-            self._check_result(result, latest, truth, requested=True)
+            self._check_result(result, latest, truth, requested=True, edited=edited)
         else:
             assert result is not None
-            self._check_result(result, latest, truth, requested=False)
+            self._check_result(result, latest, truth, requested=False, edited=edited)
         self.verify_silver(result.mode, result.incident_code, latest, plan_at)
         if self.gold is not None:
             rebuilt = result.mode is RunMode.REBUILD
@@ -336,17 +411,26 @@ class HistoryHarness:
 
     def _fail(self, message: str) -> Divergence:
         ops = ", ".join(self.report.operations[-8:])
-        return Divergence(f"seed {self.seed} run {self.report.runs}: {message} (last ops: {ops})")
+        edits = f"; spec edits: {self.report.spec_edits}" if self.report.spec_edits else ""
+        return Divergence(
+            f"seed {self.seed} run {self.report.runs}: {message} (last ops: {ops}{edits})"
+        )
 
     def _check_failure(
-        self, error: CdfPlatformError, truth: LostWindow | None, silver_version: int | None
+        self,
+        error: CdfPlatformError,
+        truth: LostWindow | None,
+        silver_version: int | None,
+        *,
+        edited: bool,
     ) -> None:
         fail_fast = self.spec.fallback_mode is FallbackMode.FAIL_FAST
-        if truth is None or not fail_fast:
+        if not fail_fast or (truth is None and not edited):
             if truth is None:
                 self.report.spurious_rebuilds += 1
             raise self._fail(f"run raised {error!r} (ground truth: {truth})")
-        wanted = FAIL_FAST_ERRORS[truth.reason]
+        # A lost window is the problem even when the spec was edited too.
+        wanted = FAIL_FAST_ERRORS[truth.reason] if truth is not None else SpecChanged
         if not isinstance(error, wanted):
             raise self._fail(f"{truth} raised {type(error).__name__}, not {wanted.__name__}")
         if "What to do" not in str(error):
@@ -359,7 +443,13 @@ class HistoryHarness:
         self.report.incidents[error.incident_code] += 1
 
     def _check_result(
-        self, result: RunResult, latest: int, truth: LostWindow | None, *, requested: bool
+        self,
+        result: RunResult,
+        latest: int,
+        truth: LostWindow | None,
+        *,
+        requested: bool,
+        edited: bool,
     ) -> None:
         report = self.report
         report.modes[result.mode.value] += 1
@@ -369,7 +459,7 @@ class HistoryHarness:
             expected_mode = RunMode.REBUILD
         elif self.watermark is None:
             expected_mode = RunMode.INITIAL_LOAD
-        elif truth is not None:
+        elif truth is not None or edited:
             expected_mode = RunMode.REBUILD
         elif self.watermark >= latest:
             expected_mode = RunMode.NOOP
@@ -382,13 +472,17 @@ class HistoryHarness:
                     raise self._fail(f"{truth} recovered as {result.incident_code}")
             else:
                 report.silent_losses += 1
-        elif result.mode is RunMode.REBUILD and not requested:
+        elif result.mode is RunMode.REBUILD and not requested and not edited:
             report.spurious_rebuilds += 1
         if result.mode is not expected_mode:
             raise self._fail(
                 f"mode {result.mode.value}, expected {expected_mode.value} (truth: {truth}, "
-                f"watermark {self.watermark}, latest {latest}, incident {result.incident_code})"
+                f"spec edited: {edited}, watermark {self.watermark}, latest {latest}, "
+                f"incident {result.incident_code})"
             )
+        spec_changed = SpecChanged.incident_code
+        if edited and truth is None and not requested and result.incident_code != spec_changed:
+            raise self._fail(f"a rebuild after a spec edit reported {result.incident_code}")
         if result.mode is RunMode.NOOP and result.spark_started and not self._control_behind:
             raise self._fail("a no-op run started Spark without a control table to repair")
         state = read_silver_state(self.spec.target, self.spec.id)
@@ -418,6 +512,12 @@ class HistoryHarness:
             raise self._fail(f"harness model of bronze {latest} differs from delta-rs' snapshot")
         _, conformed = conform_snapshot(self.config, raw, columns)
         silver_columns = self.columns + [c for c in conformed if c not in self.columns]
+        # A rebuild after an edit of the keys rewrites silver in the new shape.
+        shape = self.config.spec_shape()
+        built = self.built
+        reshaped = mode is RunMode.REBUILD and built is not None and built.keys != shape.keys
+        if reshaped:
+            silver_columns = list(conformed)
         retired = set(silver_columns) - set(conformed)
         if mode is RunMode.INCREMENTAL:
             assert self.watermark is not None
@@ -426,6 +526,8 @@ class HistoryHarness:
             )
             if self.sequenced_history:
                 self.history_oracle.incremental(bronze.versions, self.watermark, latest)
+        elif reshaped:
+            self.oracle.reshape(raw, latest, silver_columns)
         elif mode is not RunMode.NOOP:
             self.oracle.rebuild(raw, latest, silver_columns, retired)
             if self.sequenced_history:
@@ -454,6 +556,7 @@ class HistoryHarness:
                 raise self._fail(f"silver history differs from the oracle at {latest}: {found[:5]}")
             self.watermark, self.table_id = latest, bronze.table_id
             self.columns = silver_columns
+            self.built = shape
             return
         expected = self.oracle.expected()
         silver = read_silver(self.spec.target)
@@ -468,12 +571,15 @@ class HistoryHarness:
             earliest_commit_time=self.last_plan_at,
             checked_at=datetime.now(UTC).replace(tzinfo=None),
         )
-        problems = silver_problems(silver, expected, silver_columns, self.silver, window)
+        # Rewritten in a new shape, every row is new: stamped with the snapshot's version.
+        previous = Silver((), {}, ()) if reshaped else self.silver
+        problems = silver_problems(silver, expected, silver_columns, previous, window)
         if problems:
             raise self._fail(f"silver differs from the oracle at {latest}: {problems[:5]}")
         self.watermark = latest
         self.table_id = bronze.table_id
         self.columns = silver_columns
+        self.built = shape
         self.silver = silver
         if mode is not RunMode.NOOP:
             self.last_plan_at = plan_at

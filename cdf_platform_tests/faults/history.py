@@ -16,7 +16,9 @@ checkpoints,
 VACUUM with zero retention, VACUUM after aging under a one-second retention (with log cleanup
 behind a checkpoint), a change-feed gap, a table recreate, and consumer runs after pauses of
 varying length: plain, with a bronze commit landing during the run, or while the retention is
-shorter than the pause (time-travel limit).
+shorter than the pause (time-travel limit). Between runs, some histories edit the pipeline's
+spec (`where`, `columns` or `keys`, `cdf_platform_tests.faults.spec_edits`): every later run
+uses the edited spec.
 
 Example:
     >>> plan_history(7, HistoryProfile(operations=10, runs=(3, 3)))[:3]  # doctest: +SKIP
@@ -35,10 +37,13 @@ from cdf_platform_tests.faults.bronze_model import (
     KEY,
     NESTED_COLUMNS,
     SEQUENCE_COLUMN,
+    TENANT,
     BronzeTable,
     Row,
+    tenant_of,
 )
 from cdf_platform_tests.faults.options import HistoryConfig, config_for
+from cdf_platform_tests.faults.spec_edits import EditKind
 
 
 class Op(StrEnum):
@@ -66,9 +71,18 @@ class Op(StrEnum):
     RUN = "run"
     RUN_WITH_COMMIT = "run_with_commit"
     RUN_SQUEEZED = "run_squeezed"
+    EDIT_WHERE = "edit_where"
+    EDIT_COLUMNS = "edit_columns"
+    EDIT_KEYS = "edit_keys"
 
 
 RUNS = (Op.RUN, Op.RUN_WITH_COMMIT, Op.RUN_SQUEEZED)
+# Edits of the pipeline's spec between runs (not bronze operations), and the field each edits.
+SPEC_EDITS = {
+    Op.EDIT_WHERE: EditKind.WHERE,
+    Op.EDIT_COLUMNS: EditKind.COLUMNS,
+    Op.EDIT_KEYS: EditKind.KEYS,
+}
 # Data operations that may land while a consumer run is in progress.
 CONCURRENT_OPS = (Op.INSERT, Op.UPDATE, Op.DELETE, Op.MERGE)
 _COMMON_WEIGHTS = {
@@ -104,6 +118,8 @@ class HistoryProfile:
         rare: probability that a history holds each rare step (at most one of each).
         run_with_commit / run_squeezed: probability that a run after the first is of that kind.
         age_seconds: how long an aged VACUUM waits for files to outlive a one-second retention.
+        spec_edit: probability that a history holds a spec edit, and then that it holds a
+            second one (each a rebuild more).
     """
 
     operations: int = 28
@@ -112,6 +128,7 @@ class HistoryProfile:
     run_with_commit: float = 0.35
     run_squeezed: float = 0.15
     age_seconds: float = 1.2
+    spec_edit: float = 0.3
 
 
 CI_PROFILE = HistoryProfile()
@@ -124,7 +141,8 @@ def plan_history(seed: int, profile: HistoryProfile) -> list[Op]:
     rest weighted bronze operations plus a few rare ones, shaped by the seed's config: its
     factors add their operation kinds (and hold at least one each), a schema change is placed
     (a column added, then dropped or renamed, with a delete before and a re-insert after), and
-    without `lost_window` nothing that can cost the window is drawn."""
+    without `lost_window` nothing that can cost the window is drawn. Spec edits are inserted
+    last (`_insert_spec_edits`)."""
     config = config_for(seed)
     rng = random.Random(seed)
     n = profile.operations
@@ -165,7 +183,22 @@ def plan_history(seed: int, profile: HistoryProfile) -> list[Op]:
             slot = rng.choice(free)
             free.remove(slot)
             plan[slot] = op
+    _insert_spec_edits(plan, seed, profile)
     return plan
+
+
+def _insert_spec_edits(plan: list[Op], seed: int, profile: HistoryProfile) -> None:
+    """With probability `profile.spec_edit` (then again, for a second), a spec edit of a kind
+    drawn at random, inserted after the first run and before the last (a run follows it). Drawn
+    from a generator of its own and inserted, not put in a step's place: with or without edits,
+    a seed's other steps (and so its bronze history) are the same."""
+    rng = random.Random(seed * 6007 + 13)
+    first = next(i for i, op in enumerate(plan) if op in RUNS)
+    while rng.random() < profile.spec_edit:
+        edit = rng.choice(list(SPEC_EDITS))
+        plan.insert(rng.randint(first + 1, len(plan) - 1), edit)
+        if sum(op in SPEC_EDITS for op in plan) == 2:
+            return
 
 
 def _place_schema_change(
@@ -196,6 +229,8 @@ def _fresh_seq(bronze: BronzeTable) -> int:
 
 def _row(rng: random.Random, key: int, columns: list[str], seq: int = 0) -> Row:
     row: Row = {KEY: key, "name": rng.choice(NAMES), "amount": rng.randint(0, 999)}
+    if TENANT in columns:
+        row[TENANT] = tenant_of(key)  # no draw: the seed's other values stay as they were
     if EXTRA_COLUMN in columns:
         row[EXTRA_COLUMN] = rng.choice((None, f"n{rng.randint(0, 99)}"))
     if SEQUENCE_COLUMN in columns:
@@ -341,9 +376,12 @@ def apply_bronze_op(op: Op, bronze: BronzeTable, rng: random.Random, profile: Hi
     return op
 
 
-def bronze_columns(config: HistoryConfig) -> list[str]:
-    """The columns bronze is created with under `config`."""
+def bronze_columns(config: HistoryConfig, *, tenant: bool = False) -> list[str]:
+    """The columns bronze is created with under `config` (`tenant`: with the column a keys
+    edit adds to the key)."""
     columns = list(BASE_COLUMNS)
+    if tenant:
+        columns.append(TENANT)
     if config.on("sequence_by"):
         columns.append(SEQUENCE_COLUMN)
     if config.on("types"):

@@ -26,6 +26,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from cdf_platform_tests.faults.spec_edits import DERIVED, WHERE, SpecShape
+
 FACTORS: dict[str, tuple[str, ...]] = {
     "history": ("scd1", "scd2"),
     "deletes": ("hard", "soft"),
@@ -40,13 +42,12 @@ FACTORS: dict[str, tuple[str, ...]] = {
     "fallback": ("SNAPSHOT_REBUILD", "FAIL_FAST"),
 }
 TRANSFORM = "cdf_platform_tests.modeling.transforms:conform_people"
-DERIVED = {"id_band": "id % 4", "big": "amount >= 500"}
-WHERE = "coalesce(amount, 1) % 5 != 0"
 
 
 @dataclass(frozen=True)
 class HistoryConfig:
-    """One history's levels, a field per factor (see `FACTORS`)."""
+    """One history's levels, a field per factor (see `FACTORS`), and the row-shaping fields
+    a spec edit set (`shape`; None: those the levels give)."""
 
     history: str = "scd1"
     deletes: str = "hard"
@@ -59,15 +60,25 @@ class HistoryConfig:
     lost_window: str = "off"
     types: str = "plain"
     fallback: str = "SNAPSHOT_REBUILD"
+    shape: SpecShape | None = None
 
     def on(self, factor: str) -> bool:
         """Whether a two-level factor is at its second level."""
         return getattr(self, factor) == FACTORS[factor][1]
 
+    def spec_shape(self) -> SpecShape:
+        """The pipeline's `where`, derived columns and keys: the edited ones, else `conform`'s
+        filter and columns (none when off) and the key `id`."""
+        if self.shape is not None:
+            return self.shape
+        if self.on("conform"):
+            return SpecShape(WHERE, tuple(DERIVED.items()))
+        return SpecShape()
+
     def fields(self) -> dict[str, Any]:
         """The PipelineSpec fields of this history's pipeline (without id, source, target)."""
         fields: dict[str, Any] = {
-            "keys": ["id"],
+            **self.spec_shape().fields(),
             "delete_mode": self.deletes,
             "fallback_mode": self.fallback,
             "history": self.history,
@@ -76,8 +87,6 @@ class HistoryConfig:
             fields["sequence_by"] = "seq"
         if self.on("ignore_nulls"):
             fields["ignore_null_updates"] = True
-        if self.on("conform"):
-            fields |= {"columns": dict(DERIVED), "where": WHERE}
         if self.on("transform"):
             fields["transform"] = TRANSFORM
         return fields

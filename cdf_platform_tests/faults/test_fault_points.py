@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
@@ -73,16 +74,11 @@ SCENARIOS: dict[FaultPoint, tuple[int, Callable[[BronzeTable], None]]] = {
 
 
 def _pipelines_file(harness: HistoryHarness, path: Path) -> None:
+    """The harness's pipeline, every field it sets: the spec silver was built under (another
+    `history`, `where` or `columns` would be a spec edit for the killed run to take)."""
     spec = harness.spec
-    path.write_text(
-        "pipelines:\n"
-        f"  - id: {spec.id}\n"
-        f"    source: {spec.source}\n"
-        f"    target: {spec.target}\n"
-        "    keys: [id]\n"
-        f"    delete_mode: {spec.delete_mode.value}\n"
-        f"    fallback_mode: {spec.fallback_mode.value}\n"
-    )
+    pipeline = {"id": spec.id, "source": spec.source, "target": spec.target}
+    path.write_text(yaml.safe_dump({"pipelines": [pipeline | harness.config.fields()]}))
 
 
 @pytest.fixture(scope="module")

@@ -3,13 +3,16 @@ oracle (computed in Python from bronze's history and the pipeline's options), th
 the pinned version, and every lost window was detected and recovered (no silent loss). The CI
 histories hold every feasible pair of option levels (`cdf_platform_tests.faults.options`).
 Some of them also feed a gold consumer on the watermark IO manager, materialized with Dagster
-and checked against the gold oracle (`cdf_platform_tests.faults.gold`)."""
+and checked against the gold oracle (`cdf_platform_tests.faults.gold`). Some edit the pipeline's
+spec between runs (`where`, `columns`, `keys`: `cdf_platform_tests.faults.spec_edits`); after
+the next run silver is the oracle of the edited spec."""
 
 from __future__ import annotations
 
 import os
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,7 @@ from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform_tests.faults.gold import GoldConsumer
 from cdf_platform_tests.faults.harness import Divergence, HistoryHarness, history_spec
-from cdf_platform_tests.faults.history import CI_PROFILE, RUNS, Op, plan_history
+from cdf_platform_tests.faults.history import CI_PROFILE, RUNS, SPEC_EDITS, Op, plan_history
 from cdf_platform_tests.faults.options import COVERING, HistoryConfig, config_for, coverage_table
 from cdf_platform_tests.faults.oracle import read_silver
 
@@ -95,6 +98,106 @@ def test_ci_seeds_retire_a_column_then_reinsert_a_soft_deleted_key() -> None:
     for retiring in (Op.DROP_COLUMN, Op.RENAME_COLUMN):
         wanted[3] = retiring
         assert any(holds_sequence(plan_history(seed, CI_PROFILE)) for seed in soft), retiring
+
+
+def test_ci_seeds_edit_the_spec_in_every_shape() -> None:
+    """Spec edits are drawn with a modest probability, from a generator of their own: some CI
+    history edits each of `where`, `columns` and `keys`, among them the keys of an SCD1 silver
+    (rewritten in the new shape) and of an SCD2 one (refused), and an edit under FAIL_FAST (the
+    operator's rebuild); inserting the edits changed none of the histories' other steps."""
+    edits: dict[Op, set[tuple[str, str]]] = {op: set() for op in SPEC_EDITS}
+    for seed in CI_SEEDS:
+        config = config_for(seed)
+        plan = plan_history(seed, CI_PROFILE)
+        for op in plan:
+            if op in SPEC_EDITS:
+                edits[op].add((config.history, config.fallback))
+        without = plan_history(seed, replace(CI_PROFILE, spec_edit=0.0))
+        assert [op for op in plan if op not in SPEC_EDITS] == without, seed
+        assert len([op for op in plan if op in SPEC_EDITS]) <= 2, seed
+    assert all(edits.values()), edits
+    assert {"scd1", "scd2"} <= {history for history, _ in edits[Op.EDIT_KEYS]}
+    assert "FAIL_FAST" in {fallback for kinds in edits.values() for _, fallback in kinds}
+
+
+# SCD1 with soft deletes, `where` and derived columns, NULLs ignored: every kind of edit between
+# runs, each followed by a run. History 32's edits (its own generator): the filter removed and a
+# derived expression changed; keys [id] -> [id, tenant]; an incremental run under the composite
+# key; a derived column added; keys back to [id] with a derived column removed.
+EDITED_SEED = 32
+EDITED_HISTORY = [
+    Op.INSERT,
+    Op.RUN,
+    Op.UPDATE,
+    Op.DELETE,
+    Op.EDIT_WHERE,
+    Op.EDIT_COLUMNS,
+    Op.RUN,
+    Op.MERGE,
+    Op.EDIT_KEYS,
+    Op.NULL_UPDATE,
+    Op.INSERT,
+    Op.RUN,
+    Op.UPDATE,
+    Op.DELETE,
+    Op.RUN,
+    Op.EDIT_COLUMNS,
+    Op.MERGE,
+    Op.RUN,
+    Op.EDIT_KEYS,
+    Op.EDIT_COLUMNS,
+    Op.RUN,
+]
+EDITS_DRAWN = [
+    "where 'coalesce(amount, 1) % 5 != 0' -> None",
+    "columns: big = 'amount >= 250' (was 'amount >= 500')",
+    "keys ['id'] -> ['id', 'tenant']",
+    "columns: amount_x2 = 'amount * 2' (was None)",
+    "keys ['id', 'tenant'] -> ['id']",
+    "columns: big removed",
+]
+
+
+def test_spec_edits_between_runs_leave_silver_the_new_spec_applied_to_bronze(
+    spark: SparkSession, lake: Path
+) -> None:
+    """Each run after an edit of `where`, `columns` or `keys` rebuilds (SPEC_CHANGED) and
+    leaves silver equal to the oracle of the edited spec over bronze's snapshot: rows the old
+    filter dropped back, derived values recomputed, an added column filled, a keys edit
+    rewriting silver in the new shape (tombstones gone, a removed column with them); the run
+    between edits is incremental under the composite key."""
+    config = HistoryConfig(deletes="soft", conform="on", ignore_nulls="on")
+    harness = HistoryHarness(spark, lake, seed=EDITED_SEED, config=config)
+    report = harness.run(list(EDITED_HISTORY))
+    assert report.divergences == []
+    assert [op for op in report.operations if op.startswith("edit_")] == [
+        op.value for op in EDITED_HISTORY if op in SPEC_EDITS
+    ]
+    assert report.spec_edits == EDITS_DRAWN
+    assert report.incidents == Counter({"SPEC_CHANGED": 4})
+    assert report.modes == Counter({"initial_load": 1, "rebuild": 4, "incremental": 1})
+    assert (harness.spec.keys, harness.spec.where, harness.spec.columns) == (
+        ["id"],
+        None,
+        {"id_band": "id % 4", "amount_x2": "amount * 2"},
+    )
+    assert (report.spurious_rebuilds, report.actual_losses) == (0, 0)
+
+
+def test_a_row_the_where_filter_keeps_out_closes_its_scd2_version_at_its_first_filtered_change(
+    spark: SparkSession, lake: Path
+) -> None:
+    """Sequenced SCD2: an update `where` drops is a delete at its sequence value, and further
+    updates of the row while it stays out find the key absent: the version closes at the first
+    (found by a `where` edit in history 5, where NULL amounts stay out across updates)."""
+    config = HistoryConfig(history="scd2", sequence_by="on", conform="on")
+    harness = HistoryHarness(spark, lake, seed=5, config=config)
+    bronze = harness.start([{"id": 1, "name": "ada", "amount": 11, "seq": 1000}])
+    harness.consumer_run(Op.RUN)
+    bronze.update([1], amount_delta=4, name="bob", seq={1: 2000})  # 15: filtered
+    bronze.update([1], amount_delta=5, name="cy", seq={1: 3000})  # 20: still filtered
+    harness.consumer_run(Op.RUN)  # raises Divergence when silver differs from the oracle
+    assert [(r["__start_at"], r["__end_at"]) for r in harness.history] == [(1000, 2000)]
 
 
 @pytest.mark.parametrize("seed", CI_SEEDS)
