@@ -3,7 +3,10 @@
 Each tick compares every pipeline's watermark with its bronze table's latest version from the
 logs alone (no Spark, well under a second per pipeline) and requests `incremental_job` for the
 pipelines that are behind, one run per pipeline and bronze version (run key
-`incremental:<pipeline>:<latest version>`). Runs of one pipeline never overlap: its silver asset
+`incremental:<pipeline>:<latest version>`), and only for a pipeline with no run pending (queued
+or in progress, found by its `cdf_platform/pipeline_id` tag): that run covers every version up
+to the latest at its start, so the queue holds at most one run per pipeline however fast bronze
+commits. Runs of one pipeline never overlap: its silver asset
 holds the pipeline's pool (see `cdf_platform.orchestration.keys.pipeline_pool` for the
 dagster.yaml limit). Pipelines whose window is lost are left to the rebuild sensor; a missing
 bronze table is waited for, and a pipeline whose input is wrong (BLOCKED) is left to its failing
@@ -33,6 +36,14 @@ from cdf_platform.orchestration.silver import freshness_window
 from cdf_platform.planning.status import WindowState, pipeline_status
 
 INCREMENTAL_SENSOR = "incremental_sensor"
+# A run in one of these states is pending: it will still read the logs and apply what it finds.
+PENDING_STATUSES = [
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
 _NOT_OURS = (WindowState.LOST, WindowState.SOURCE_MISSING, WindowState.BLOCKED)
 
 
@@ -42,6 +53,20 @@ def _request(spec: PipelineSpec, reason: str, key: str) -> dg.RunRequest:
         asset_selection=[silver_key(spec.id)],
         tags={PIPELINE_TAG: spec.id},
     )
+
+
+def pending_pipelines(instance: dg.DagsterInstance, pipeline_ids: list[str]) -> dict[str, str]:
+    """Pipeline id -> the id of one of its runs not finished yet (queued, starting, running or
+    canceling; one query for every pipeline), for the pipelines among `pipeline_ids` that
+    have one: each has its run pending, and no other is requested for it."""
+    if not pipeline_ids:
+        return {}
+    runs = instance.get_run_records(
+        dg.RunsFilter(statuses=PENDING_STATUSES, tags={PIPELINE_TAG: pipeline_ids})
+    )
+    return {
+        str(record.dagster_run.tags[PIPELINE_TAG]): record.dagster_run.run_id for record in runs
+    }
 
 
 def refresh_due(spec: PipelineSpec, last_materialized: float | None, now: float) -> int | None:
@@ -76,7 +101,12 @@ def build_incremental_sensor(
         control = lake.control()
         requests: list[dg.RunRequest] = []
         waiting: list[str] = []
+        pending = pending_pipelines(context.instance, [spec.id for spec in specs])
         for spec in specs:
+            if spec.id in pending:
+                # Its queued or running run covers every version up to the latest at its start.
+                waiting.append(f"{spec.id} (run {pending[spec.id][:8]} pending)")
+                continue
             try:
                 status = pipeline_status(spec, control)
             except (CdfPlatformError, NotImplementedError) as err:

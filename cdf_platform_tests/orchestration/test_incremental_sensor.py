@@ -1,6 +1,7 @@
 """The incremental sensor requests a silver run when bronze has versions after the watermark,
-once per pipeline and bronze version, waits for bronze tables that do not exist yet, and
-refreshes a caught-up silver asset's freshness with a no-op run."""
+once per pipeline and bronze version and never while a run of the pipeline is pending, waits
+for bronze tables that do not exist yet, and refreshes a caught-up silver asset's freshness
+with a no-op run."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from cdf_platform.orchestration.incremental_sensor import refresh_due
 from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform_tests.lake_platform import (
+    ORDERS,
     bronze_batch,
     lake_defs,
     materialization,
@@ -71,3 +73,31 @@ def test_refresh_is_due_at_half_the_freshness_window() -> None:
     assert refresh_due(spec, None, 10 * hour) == 10
     assert refresh_due(spec, 9.5 * hour, 10 * hour) is None
     assert refresh_due(spec, 9 * hour, 10 * hour) == 10
+
+
+def test_no_run_is_requested_for_a_pipeline_whose_run_is_pending(
+    spark_resource: SparkResource, lake: Path
+) -> None:
+    """A queued run covers every bronze version up to the latest at its start: new bronze
+    commits while it waits add nothing to the queue; once it ends, the next tick requests the
+    next run."""
+    defs = lake_defs(spark_resource, lake, ORDERS)
+    instance = dg.DagsterInstance.ephemeral()
+    bronze_batch(defs, "orders", instance, 10)  # version 1
+    (request,) = tick(defs, instance).run_requests
+    # The run as the sensor's tick creates it, before the run coordinator queues it (queued
+    # and running runs are pending alike).
+    queued = instance.create_run_for_job(
+        defs.resolve_job_def("incremental_job"),
+        asset_selection=frozenset(request.asset_selection),
+        tags=request.tags,
+    )
+    assert queued.status is dg.DagsterRunStatus.NOT_STARTED
+    for _ in range(2):
+        bronze_batch(defs, "orders", instance, 10)  # versions 2 and 3 while it waits
+        waiting = tick(defs, instance)
+        assert not waiting.run_requests
+        assert f"orders (run {queued.run_id[:8]} pending)" in str(waiting.skip_reason)
+    instance.report_run_failed(queued)  # its process died before it started
+    (request,) = tick(defs, instance).run_requests
+    assert request.run_key == "incremental:orders:3"
