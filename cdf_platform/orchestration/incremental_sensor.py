@@ -8,7 +8,11 @@ or in progress, found by its `cdf_platform/pipeline_id` tag): that run covers ev
 to the latest at its start, so the queue holds at most one run per pipeline however fast bronze
 commits. Runs of one pipeline never overlap: its silver asset
 holds the pipeline's pool (see `cdf_platform.orchestration.keys.pipeline_pool` for the
-dagster.yaml limit). Pipelines whose window is lost are left to the rebuild sensor; a missing
+dagster.yaml limit). A pipeline whose window is lost is seen in the same tick: under
+SNAPSHOT_REBUILD it gets one run per loss (run key `repair:<pipeline>:<watermark>:<latest>`),
+whose plan meets the loss and rebuilds silver (load log: the loss's incident code); a FAIL_FAST
+one is left for a person. The rebuild sensor's later request for the same loss, read from the
+checks, then finds it repaired and starts no Spark (`SilverRunConfig.repair_of`). A missing
 bronze table is waited for, and a pipeline whose input is wrong (BLOCKED) is left to its failing
 check. A pipeline naming a catalog table no run has located yet gets one run (run key
 `locate:<pipeline>:first`): the run asks Spark's catalog and records the location.
@@ -28,7 +32,7 @@ import time
 import dagster as dg
 
 from cdf_platform.core.errors import CdfPlatformError, TableNameNotLocated
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec import FallbackMode, PipelineSpec
 from cdf_platform.orchestration.jobs import INCREMENTAL_JOB
 from cdf_platform.orchestration.keys import PIPELINE_TAG, silver_key
 from cdf_platform.orchestration.resources import LakeLayout
@@ -44,7 +48,7 @@ PENDING_STATUSES = [
     dg.DagsterRunStatus.STARTED,
     dg.DagsterRunStatus.CANCELING,
 ]
-_NOT_OURS = (WindowState.LOST, WindowState.SOURCE_MISSING, WindowState.BLOCKED)
+_NOT_OURS = (WindowState.SOURCE_MISSING, WindowState.BLOCKED)
 
 
 def _request(spec: PipelineSpec, reason: str, key: str) -> dg.RunRequest:
@@ -126,6 +130,15 @@ def build_incremental_sensor(
                 continue
             latest, watermark = status.latest_version, status.watermark
             if latest is None:
+                continue
+            if status.state is WindowState.LOST:
+                if spec.fallback_mode is FallbackMode.FAIL_FAST:
+                    waiting.append(f"{spec.id} (LOST, FAIL_FAST: left for a person)")
+                    continue
+                # Seen in this tick: the run's plan meets the loss and rebuilds (its fallback),
+                # once per loss; the checks still record it.
+                context.log.warning("%s: replay window lost (%s)", spec.id, status.problem_code)
+                requests.append(_request(spec, "repair", f"{watermark}:{latest}"))
                 continue
             if status.state is WindowState.SPEC_CHANGED:
                 # The edited spec's run reconciles silver (or, FAIL_FAST, refuses and says so):

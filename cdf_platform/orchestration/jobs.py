@@ -82,12 +82,15 @@ def build_checks_schedule(
     )
 
 
-def rebuild_run_config(pipeline_id: str, *, override_fail_fast: bool = False) -> dg.RunConfig:
-    """Run config of a rebuild of `pipeline_id` (for run requests and launches)."""
+def rebuild_run_config(
+    pipeline_id: str, *, override_fail_fast: bool = False, repair_of: int | None = None
+) -> dg.RunConfig:
+    """Run config of a rebuild of `pipeline_id` (for run requests and launches); `repair_of`:
+    the watermark of the loss it repairs (the rebuild sensor's), see `SilverRunConfig`."""
     return dg.RunConfig(
         ops={
             silver_op_name(pipeline_id): SilverRunConfig(
-                force_rebuild=True, override_fail_fast=override_fail_fast
+                force_rebuild=True, override_fail_fast=override_fail_fast, repair_of=repair_of
             )
         }
     )

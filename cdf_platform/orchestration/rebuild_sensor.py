@@ -171,12 +171,18 @@ def build_rebuild_sensor(
             tags = {INCIDENT_TAG: problem_code}
             if item.job_name == REBUILD_JOB:
                 tags[PIPELINE_TAG] = item.name
+            run_config: dg.RunConfig | dict[str, Any] = item.run_config or {}
+            watermark = _figure(evaluation, "watermark")
+            if item.job_name == REBUILD_JOB and isinstance(watermark, int):
+                # A run that repaired this loss first (the incremental sensor's, from its own
+                # tick) makes this one a no-op: see SilverRunConfig.repair_of.
+                run_config = rebuild_run_config(item.name, repair_of=watermark)
             requests.append(
                 dg.RunRequest(
                     run_key=run_key,
                     job_name=item.job_name if jobs else None,
                     asset_selection=[item.key],
-                    run_config=item.run_config or {},
+                    run_config=run_config,
                     tags=tags,
                 )
             )

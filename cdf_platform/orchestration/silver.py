@@ -41,6 +41,13 @@ class SilverRunConfig(dg.Config):
         description="Allow `force_rebuild` on a FAIL_FAST pipeline: a person has looked at the "
         "incident and accepts a rebuild.",
     )
+    repair_of: int | None = Field(
+        default=None,
+        description="The watermark of the lost window this rebuild repairs (the rebuild sensor "
+        "sets it): when silver's watermark has moved since and nothing is lost any more, an "
+        "earlier run repaired the loss, and this run does what its plan says instead (no Spark "
+        "when nothing is new), never a second repair.",
+    )
 
 
 def describe_plan(plan: RunPlan) -> str:
@@ -53,6 +60,12 @@ def describe_plan(plan: RunPlan) -> str:
     else:
         what = f"bronze snapshot at version {plan.end_version}"
     return f"{plan.spec.id}: {plan.mode.value}, {what}{problem}"
+
+
+def already_repaired(plan: RunPlan, repair_of: int | None) -> bool:
+    """Whether a rebuild requested for the loss at watermark `repair_of` finds it repaired:
+    silver's watermark moved since, and the plan meets no problem."""
+    return repair_of is not None and plan.watermark != repair_of and plan.problem is None
 
 
 def _description(spec: PipelineSpec) -> str:
@@ -141,7 +154,17 @@ def silver_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
                 allow_retries=False,
             )
         context.log.info("pinned change set: %s", describe_plan(bronze.plan))
-        return PipelineWrite(bronze.prepared, force_rebuild=config.force_rebuild)
+        plan, force = bronze.plan, config.force_rebuild
+        if force and already_repaired(plan, config.repair_of):
+            context.log.info(
+                "%s: the loss at watermark %s was repaired already (watermark now %s): no "
+                "rebuild, the run does what its plan says",
+                spec.id,
+                config.repair_of,
+                plan.watermark,
+            )
+            force = False
+        return PipelineWrite(bronze.prepared, force_rebuild=force)
 
     return _silver
 

@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.orchestration.incremental_sensor import refresh_due
+from cdf_platform.orchestration.jobs import rebuild_run_config
 from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform_tests.lake_platform import (
@@ -20,6 +21,7 @@ from cdf_platform_tests.lake_platform import (
     lake_defs,
     materialization,
     table_rows,
+    vacuum_breaking_the_window,
 )
 from cdf_platform_tests.lake_platform import (
     incremental_tick as tick,
@@ -101,3 +103,39 @@ def test_no_run_is_requested_for_a_pipeline_whose_run_is_pending(
     instance.report_run_failed(queued)  # its process died before it started
     (request,) = tick(defs, instance).run_requests
     assert request.run_key == "incremental:orders:3"
+
+
+def test_a_lost_window_is_repaired_from_the_sensors_own_tick_and_never_twice(
+    spark: SparkSession, spark_resource: SparkResource, lake: Path
+) -> None:
+    """The tick that sees the loss requests the repair (no checks run, no queue to wait
+    behind); the rebuild sensor's later request for the same loss, read from a checks run
+    made before the repair, then starts no Spark."""
+    defs = lake_defs(spark_resource, lake, ORDERS)
+    instance = dg.DagsterInstance.ephemeral()
+    incremental_job = defs.resolve_job_def("incremental_job")
+    bronze, silver = lake / "bronze" / "orders", lake / "silver" / "orders"
+    bronze_batch(defs, "orders", instance, 10)  # version 1
+    assert incremental_job.execute_in_process(instance=instance).success
+    bronze_batch(defs, "orders", instance, 10)
+    bronze_batch(defs, "orders", instance, 10)
+    vacuum_breaking_the_window(spark, str(bronze))
+
+    (request,) = tick(defs, instance).run_requests
+    assert request.run_key.startswith("repair:orders:1:")
+    repaired = incremental_job.execute_in_process(
+        instance=instance, asset_selection=request.asset_selection, tags=request.tags
+    )
+    figures = materialization(repaired, silver_key("orders"))
+    assert (figures["mode"], figures["incident_code"]) == ("rebuild", "WATERMARK_OUTSIDE_RETENTION")
+    assert table_rows(spark, str(silver)) == table_rows(spark, str(bronze))
+    assert not tick(defs, instance).run_requests
+
+    # The rebuild sensor's request for the loss at watermark 1: repaired already, a no-op.
+    late = defs.resolve_job_def("rebuild_job").execute_in_process(
+        instance=instance,
+        run_config=rebuild_run_config("orders", repair_of=1),
+        asset_selection=[silver_key("orders")],
+    )
+    figures = materialization(late, silver_key("orders"))
+    assert (figures["mode"], figures["spark_started"]) == ("noop", False)
