@@ -186,6 +186,12 @@ def test_bronze_commits_made_during_consumer_runs_are_never_lost(
     thread.start()
     try:
         for _ in range(2):
+            # Each run has commits to apply (the writer's first ones could land after two
+            # no-op runs otherwise), and more land while it runs.
+            seen = len(commits)
+            deadline = time.monotonic() + 30
+            while len(commits) == seen and time.monotonic() < deadline:
+                time.sleep(0.05)
             plan_at = _now()
             plan = plan_pipeline(harness.spec, harness.control)
             result = execute_plan(plan, spark_factory=lambda: spark, control=harness.control)
