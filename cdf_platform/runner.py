@@ -42,7 +42,7 @@ from cdf_platform.spark.conform import conform_changes
 from cdf_platform.spark.history import merge_history, rebuild_note, staged_history
 from cdf_platform.spark.merge import TxnStamp, changes_key_filter, merge_changes
 from cdf_platform.spark.metrics import commit_counts, find_run_commit, silver_commit_counts
-from cdf_platform.spark.rebuild import SpecRewrite, rebuild_silver, spec_metadata
+from cdf_platform.spark.rebuild import SpecRewrite, rebuild_silver
 from cdf_platform.spark.sequenced_history import (
     merge_sequenced_history,
     staged_sequenced_history,
@@ -57,7 +57,12 @@ from cdf_platform.spark.small_steps import (
     loading_table_state,
 )
 from cdf_platform.state.control import ControlTable, LoadLogEntry
-from cdf_platform.state.watermark import app_id, read_silver_state, user_metadata
+from cdf_platform.state.watermark import (
+    app_id,
+    read_silver_state,
+    spec_metadata,
+    user_metadata,
+)
 from cdf_platform.window.replay_window import assess_consumer, compute_replay_window
 
 if TYPE_CHECKING:
@@ -275,9 +280,7 @@ def _spec_rewrite(plan: RunPlan) -> SpecRewrite:
     """How a rebuild of `plan` follows the spec edits silver has not taken (or took forward
     only): reshape for keys, history or delete mode, exact values where a value-keeping rule
     changed, deletion vectors set when that field changed."""
-    change = plan.spec_change
-    held = plan.forward_only.fields if plan.forward_only is not None else ()
-    fields = {*(change.fields if change is not None else ()), *held}
+    change, fields = plan.spec_change, set(plan.spec_edits)
     return SpecRewrite(
         record=plan.spec_record,
         reshape=change is not None and change.reshapes,
@@ -290,14 +293,13 @@ def _spec_note(plan: RunPlan, *, rebuilt: bool) -> str | None:
     """The load log's words on a spec edit this run took, if any: reconciled or reshaped by a
     rebuild, or taken forward only by an incremental run."""
     change, held = plan.spec_change, plan.forward_only
-    if rebuilt and (change is not None or held is not None):
-        fields = dict.fromkeys((*(change.fields if change else ()), *(held.fields if held else ())))
+    if rebuilt and plan.spec_edits:
         how = (
             "rewrote silver in the new shape" if change and change.reshapes else "reconciled silver"
         )
         since = change.recorded if change is not None else held.from_fingerprint if held else None
         return (
-            f"spec edit of {', '.join(fields)}: {how} from the bronze snapshot at version "
+            f"spec edit of {', '.join(plan.spec_edits)}: {how} from the bronze snapshot at version "
             f"{plan.end_version} (spec fingerprint {since} -> {plan.spec_fingerprint})"
         )
     if not rebuilt and change is not None:
@@ -356,7 +358,7 @@ def _incremental_steps(run: _Run, plan: RunPlan) -> RunResult:
                 end_version=end,
                 source_table_id=plan.window.table_id,
                 generation=plan.silver.generation,
-                **spec_metadata(plan.spec_record, _forward_only_metadata(plan)),
+                **spec_metadata(plan.spec_record, plan.forward_only_after()),
             ),
         )
         if layout.sequenced_history:
@@ -521,11 +523,6 @@ def _mirrored_spec(plan: RunPlan, mode: RunMode) -> dict[str, str]:
     if record is None:
         return {}
     return {"spec_fingerprint": fingerprint_of(record), "spec_record": json.dumps(record)}
-
-
-def _forward_only_metadata(plan: RunPlan) -> dict[str, object] | None:
-    held = plan.forward_only_after()
-    return held.as_metadata() if held is not None else None
 
 
 def _log_incident(

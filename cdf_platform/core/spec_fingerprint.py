@@ -112,15 +112,21 @@ def transform_code(function: Callable[..., Any]) -> str:
         return _digest(_code_identity(code) if code is not None else repr(function), 16)
 
 
+def _shaping_values(spec: PipelineSpec) -> dict[str, Any]:
+    """The row-shaping fields of `spec` as JSON values. Order matters for `columns` (each sees
+    the ones before it): they are a list of pairs, which no key sorting reorders."""
+    values = spec.model_dump(mode="json", include=set(SHAPING_FIELDS))
+    values["columns"] = list(spec.columns.items())
+    return values
+
+
 def spec_record(spec: PipelineSpec) -> dict[str, str]:
     """Field name -> a short hash of its value, for every field that shapes silver's rows.
 
     Raises:
         InvalidPipelineSpec: `transform` names a function that cannot be imported.
     """
-    values = spec.model_dump(mode="json", include=set(SHAPING_FIELDS))
-    # Order matters for `columns` (each sees the ones before it): kept as a list of pairs.
-    values["columns"] = list(spec.columns.items())
+    values = _shaping_values(spec)
     function = import_transform(spec)
     if function is not None:
         values["transform"] = [spec.transform, transform_code(function)]
@@ -140,8 +146,7 @@ def spec_fingerprint(spec: PipelineSpec) -> str:
 def shaping_fields(spec: PipelineSpec) -> str:
     """The row-shaping fields of `spec` as JSON (what the load log keeps of the spec a run
     wrote under)."""
-    values = spec.model_dump(mode="json", include=set(SHAPING_FIELDS))
-    return json.dumps(values, sort_keys=True)
+    return json.dumps(_shaping_values(spec), sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -163,12 +168,6 @@ class SpecChange:
         """Whether a field that identifies or keeps rows changed (keys, history, delete mode):
         silver must be rewritten in the new shape, never merged on other keys."""
         return any(name in RESHAPING_FIELDS for name in self.fields)
-
-    @property
-    def exact(self) -> bool:
-        """Whether the reconcile writes the snapshot's values as they are (a field that let
-        silver keep values the snapshot does not hold changed)."""
-        return any(name in EXACT_FIELDS for name in self.fields)
 
     def describe(self) -> str:
         """One line: which fields changed, and the two fingerprints."""

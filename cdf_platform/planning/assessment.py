@@ -57,7 +57,12 @@ from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import holds_foreign_files
 from cdf_platform.state import locations
 from cdf_platform.state.control import ControlTable
-from cdf_platform.state.watermark import ForwardOnly, SilverState, read_silver_state
+from cdf_platform.state.watermark import (
+    ForwardOnly,
+    SilverState,
+    parse_spec_record,
+    read_silver_state,
+)
 from cdf_platform.window.replay_window import (
     ConsumerAssessment,
     ReplayWindow,
@@ -270,6 +275,20 @@ def spec_problem(
     return None
 
 
+def forward_only_after(
+    watermark: int | None, change: SpecChange | None, held: ForwardOnly | None
+) -> ForwardOnly | None:
+    """The forward-only record silver holds once an incremental run at `watermark` takes the
+    edit `change` forward only: `held`, widened by the edit's fields (or a new one since
+    `watermark`)."""
+    if change is None:
+        return held
+    if held is None:
+        return ForwardOnly(watermark, change.fields, change.recorded)
+    fields = tuple(dict.fromkeys((*held.fields, *change.fields)))
+    return ForwardOnly(held.since, fields, held.from_fingerprint)
+
+
 def _spec_changed(spec: PipelineSpec, what: str) -> SpecChanged:
     """A pending spec edit of `spec`, with what resolves it: the run itself, or a person's
     rebuild (FAIL_FAST)."""
@@ -431,7 +450,6 @@ def mirrored_spec_record(state: dict[str, object] | None) -> dict[str, str] | No
     if not isinstance(raw, str):
         return None
     try:
-        value = json.loads(raw)
+        return parse_spec_record(json.loads(raw))
     except ValueError:
         return None
-    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else None

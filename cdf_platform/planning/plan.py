@@ -24,6 +24,7 @@ from cdf_platform.planning.assessment import (
     PipelineAssessment,
     assess_pipeline,
     assess_with_control,
+    forward_only_after,
 )
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import ForwardOnly, SilverState
@@ -83,13 +84,15 @@ class RunPlan:
     def forward_only_after(self) -> ForwardOnly | None:
         """The forward-only record an incremental commit of this plan carries: the one silver
         holds, widened by a spec edit this run takes forward only."""
-        change, held = self.spec_change, self.forward_only
-        if change is None:
-            return held
-        if held is None:
-            return ForwardOnly(self.watermark, change.fields, change.recorded)
-        fields = tuple(dict.fromkeys((*held.fields, *change.fields)))
-        return ForwardOnly(held.since, fields, held.from_fingerprint)
+        return forward_only_after(self.watermark, self.spec_change, self.forward_only)
+
+    @property
+    def spec_edits(self) -> tuple[str, ...]:
+        """Every row-shaping field silver does not hold as the spec says: the edit since its
+        last write, then those it took forward only (what a rebuild of this plan brings in)."""
+        changed = self.spec_change.fields if self.spec_change is not None else ()
+        held = self.forward_only.fields if self.forward_only is not None else ()
+        return tuple(dict.fromkeys((*changed, *held)))
 
     def change_bytes(self) -> int | None:
         """Bytes of the files a change-data-feed read of the pinned range scans (each commit's

@@ -24,7 +24,11 @@ from cdf_platform.core.errors import (
 )
 from cdf_platform.core.spec import OnSpecChange, PipelineSpec
 from cdf_platform.core.spec_fingerprint import fingerprint_of
-from cdf_platform.planning.assessment import PipelineAssessment, assess_with_control
+from cdf_platform.planning.assessment import (
+    PipelineAssessment,
+    assess_with_control,
+    forward_only_after,
+)
 from cdf_platform.state.control import ControlTable
 
 _HOUR = timedelta(hours=1)
@@ -172,7 +176,8 @@ def _spec_figures(found: PipelineAssessment) -> dict[str, Any]:
         state = SpecState.REFUSED
     elif change is not None and found.spec.on_spec_change is OnSpecChange.FORWARD_ONLY:
         state = SpecState.FORWARD_ONLY
-        fields = tuple(dict.fromkeys((*(forward.fields if forward else ()), *fields)))
+        after = forward_only_after(found.watermark, change, forward)
+        fields = after.fields if after is not None else fields
     elif change is not None or (forward is not None and isinstance(found.problem, SpecChanged)):
         state = SpecState.CHANGED
         fields = fields or (forward.fields if forward else ())

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cdf_platform.core.faults import FaultPoint, fault_point
 from cdf_platform.core.spec import HistoryMode, PipelineSpec
@@ -38,7 +38,7 @@ from cdf_platform.spark.silver_table import (
     holds_files,
     set_deletion_vectors,
 )
-from cdf_platform.state.watermark import SilverState, app_id, user_metadata
+from cdf_platform.state.watermark import SilverState, app_id, spec_metadata, user_metadata
 
 
 @dataclass(frozen=True)
@@ -182,18 +182,3 @@ def rebuild_silver(
             lambda: reconcile_snapshot(spark, spec.target, snapshot, reconciled, stamp, deleted_at),
         )
     return RebuildOutcome(version, generation, txn_app_id, layout.data_columns)
-
-
-def spec_metadata(
-    record: dict[str, str] | None, forward_only: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """The `userMetadata` fields recording the spec a silver commit was written under (and the
-    edits taken forward only since the last rebuild), for `user_metadata`."""
-    if record is None:
-        return {}
-    from cdf_platform.core.spec_fingerprint import fingerprint_of
-
-    fields: dict[str, Any] = {"spec": record, "spec_fingerprint": fingerprint_of(record)}
-    if forward_only is not None:
-        fields["forward_only"] = forward_only
-    return fields

@@ -21,6 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from cdf_platform.core.spec_fingerprint import fingerprint_of
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.deltalog.tables import is_delta_table
 
@@ -100,8 +101,7 @@ class SilverState:
     def spec_record(self) -> dict[str, str] | None:
         """The row-shaping fields' hashes of the spec silver was last written under
         (`cdf_platform.core.spec_fingerprint.spec_record`), when its log holds them."""
-        value = self.last_run.get("spec") if self.last_run is not None else None
-        return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else None
+        return parse_spec_record(self.last_run.get("spec") if self.last_run is not None else None)
 
     @property
     def forward_only(self) -> ForwardOnly | None:
@@ -167,3 +167,23 @@ def read_silver_state(target: str, pipeline_id: str) -> SilverState:
 def user_metadata(**fields: Any) -> str:
     """The `userMetadata` JSON the platform writes on its silver commits."""
     return json.dumps({USER_METADATA_KEY: fields}, sort_keys=True, default=str)
+
+
+def parse_spec_record(value: object) -> dict[str, str] | None:
+    """A spec record (field -> hash) as silver's metadata or the control table's mirror holds
+    it, or None when `value` is none."""
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else None
+
+
+def spec_metadata(
+    record: dict[str, str] | None, forward_only: ForwardOnly | None = None
+) -> dict[str, Any]:
+    """The `user_metadata` fields recording the spec a silver commit was written under (and the
+    edits taken forward only since the last rebuild): what `SilverState.spec_record` and
+    `SilverState.forward_only` read back."""
+    if record is None:
+        return {}
+    fields: dict[str, Any] = {"spec": record, "spec_fingerprint": fingerprint_of(record)}
+    if forward_only is not None:
+        fields["forward_only"] = forward_only.as_metadata()
+    return fields
