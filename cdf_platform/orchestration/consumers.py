@@ -38,7 +38,12 @@ from cdf_platform.orchestration.checks import (
     replay_window_result,
 )
 from cdf_platform.orchestration.figures import count, headroom_hours, hours, text
-from cdf_platform.orchestration.keys import FULL_RECOMPUTE_TAG, WATERMARK_IO_MANAGER_KEY
+from cdf_platform.orchestration.keys import (
+    FULL_RECOMPUTE_TAG,
+    QUEUE_TAG,
+    SILVER_QUEUE,
+    WATERMARK_IO_MANAGER_KEY,
+)
 from cdf_platform.orchestration.watermark_io_manager import WatermarkIOManager, plain
 from cdf_platform.planning.consumer_status import ConsumerInput, input_status, read_marks
 from cdf_platform.planning.status import PipelineStatus, WindowState
@@ -309,7 +314,7 @@ def build_recompute_job(
     return dg.define_asset_job(
         RECOMPUTE_JOB,
         selection=dg.AssetSelection.assets(*(consumer.key for consumer in consumers)),
-        tags={FULL_RECOMPUTE_TAG: "true"},
+        tags={FULL_RECOMPUTE_TAG: "true", QUEUE_TAG: SILVER_QUEUE},
         description="Recompute the selected consumer assets from their inputs' snapshots at "
         "pinned versions (every input is read in full), committing the new watermarks with "
         "the data: how a lost window is repaired (the rebuild sensor launches it; for a "

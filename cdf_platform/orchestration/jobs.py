@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.orchestration.keys import SILVER_PREFIX, silver_key, silver_op_name
+from cdf_platform.orchestration.keys import (
+    CHECKS_QUEUE,
+    QUEUE_TAG,
+    SILVER_PREFIX,
+    SILVER_QUEUE,
+    silver_key,
+    silver_op_name,
+)
 from cdf_platform.orchestration.overview import OVERVIEW_KEY
 from cdf_platform.orchestration.silver import SilverRunConfig
 
@@ -43,6 +50,7 @@ incremental_job = dg.define_asset_job(
     INCREMENTAL_JOB,
     # A group selection includes the checks of the selected assets.
     selection=_SILVER,
+    tags={QUEUE_TAG: SILVER_QUEUE},
     description="Apply new bronze versions to silver (per pipeline: incremental MERGE, initial "
     "load, fallback rebuild, or nothing), then evaluate silver's checks.",
 )
@@ -59,6 +67,9 @@ def build_checks_job(
         selection=(_SILVER - _SILVER.without_checks())
         | dg.AssetSelection.checks(*consumer_checks)
         | dg.AssetSelection.assets(OVERVIEW_KEY),
+        # Its own queue: a deployment keeps a run slot for it that silver runs cannot take
+        # (deploy/dagster.yaml), so a checks run never waits behind a queue of silver runs.
+        tags={QUEUE_TAG: CHECKS_QUEUE},
         description="Evaluate consumer_lag and replay_window on every silver asset and consumer "
         "asset and refresh the all-pipelines overview (no Spark).",
     )
@@ -104,6 +115,7 @@ def build_rebuild_job(specs: list[PipelineSpec]) -> "UnresolvedAssetJobDefinitio
         config=dg.RunConfig(
             ops={silver_op_name(spec.id): SilverRunConfig(force_rebuild=True) for spec in specs}
         ),
+        tags={QUEUE_TAG: SILVER_QUEUE},
         description="Reconcile the selected silver assets from a pinned bronze snapshot and "
         "stamp that version as the watermark (select one pipeline; FAIL_FAST pipelines need "
         "`override_fail_fast: true`).",

@@ -13,6 +13,19 @@ SILVER_PREFIX = "silver"
 PIPELINE_TAG = "cdf_platform/pipeline_id"
 # Run tag naming the incident a rebuild repairs.
 INCIDENT_TAG = "cdf_platform/incident_code"
+# Run tag naming the queue a run waits in: the platform's jobs set it (`silver` for the runs that
+# write silver or a consumer, `checks` for checks_job), so the instance's dagster.yaml can keep
+# run slots for the checks however many silver runs are queued (deploy/dagster.yaml).
+QUEUE_TAG = "cdf_platform/queue"
+SILVER_QUEUE = "silver"
+CHECKS_QUEUE = "checks"
+# Dagster's own run tags the sensors read or set: a run's failure reason, whether Dagster's run
+# retries will re-execute a failed run and the retry's id, and a queued run's priority (higher
+# first).
+FAILURE_REASON_TAG = "dagster/failure_reason"
+WILL_RETRY_TAG = "dagster/will_retry"
+AUTO_RETRY_RUN_ID_TAG = "dagster/auto_retry_run_id"
+PRIORITY_TAG = "dagster/priority"
 # Run tag asking the watermark IO manager for a full read of every input (recompute_job sets it).
 FULL_RECOMPUTE_TAG = "cdf_platform/full_recompute"
 # The watermark IO manager's resource key: bronze and silver assets name it, so an asset that

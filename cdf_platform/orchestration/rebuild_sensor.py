@@ -34,7 +34,7 @@ from cdf_platform.core.spec import FallbackMode, PipelineSpec
 from cdf_platform.orchestration.checks import REPLAY_WINDOW
 from cdf_platform.orchestration.consumers import RECOMPUTE_JOB, ConsumerAsset
 from cdf_platform.orchestration.jobs import REBUILD_JOB, rebuild_run_config
-from cdf_platform.orchestration.keys import INCIDENT_TAG, PIPELINE_TAG, silver_key
+from cdf_platform.orchestration.keys import INCIDENT_TAG, PIPELINE_TAG, PRIORITY_TAG, silver_key
 from cdf_platform.planning.status import WindowState
 
 REBUILD_SENSOR = "rebuild_sensor"
@@ -118,7 +118,7 @@ def build_rebuild_sensor(
         name=REBUILD_SENSOR,
         job_name=None if jobs else REBUILD_JOB,
         jobs=list(jobs) or None,
-        minimum_interval_seconds=60,
+        minimum_interval_seconds=30,
         description="Requests rebuild_job once per lost replay window of a silver asset (and "
         "recompute_job per lost window of a consumer asset), read from the latest "
         "replay_window check evaluations (FAIL_FAST ones are left for a person).",
@@ -168,7 +168,8 @@ def build_rebuild_sensor(
             context.log.info(
                 "%s lost its replay window (%s): requesting %s", item.name, problem_code, run_key
             )
-            tags = {INCIDENT_TAG: problem_code}
+            # A lost window goes first in the queue.
+            tags = {INCIDENT_TAG: problem_code, PRIORITY_TAG: "1"}
             if item.job_name == REBUILD_JOB:
                 tags[PIPELINE_TAG] = item.name
             run_config: dg.RunConfig | dict[str, Any] = item.run_config or {}

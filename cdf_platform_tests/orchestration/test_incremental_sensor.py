@@ -13,7 +13,13 @@ from pyspark.sql import SparkSession
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.orchestration.incremental_sensor import refresh_due
 from cdf_platform.orchestration.jobs import rebuild_run_config
-from cdf_platform.orchestration.keys import silver_key
+from cdf_platform.orchestration.keys import (
+    AUTO_RETRY_RUN_ID_TAG,
+    FAILURE_REASON_TAG,
+    PIPELINE_TAG,
+    WILL_RETRY_TAG,
+    silver_key,
+)
 from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform_tests.lake_platform import (
     ORDERS,
@@ -102,7 +108,56 @@ def test_no_run_is_requested_for_a_pipeline_whose_run_is_pending(
         assert f"orders (run {queued.run_id[:8]} pending)" in str(waiting.skip_reason)
     instance.report_run_failed(queued)  # its process died before it started
     (request,) = tick(defs, instance).run_requests
-    assert request.run_key == "incremental:orders:3"
+    assert request.run_key == f"incremental:orders:3:after:{queued.run_id[:8]}"
+
+
+def test_a_run_that_died_is_requested_again_and_one_that_failed_in_its_code_is_not(
+    spark_resource: SparkResource, lake: Path
+) -> None:
+    """A run whose process was killed (or that was canceled) left the pipeline behind at the
+    same bronze version: the next tick's request names the dead run, so Dagster's run-key
+    deduplication cannot drop it. A step failure would fail again at that version: its request
+    keeps the version's run key (already used: no new run until bronze moves). A failed run
+    Dagster's run retries will re-execute counts as pending until its retry exists."""
+    defs = lake_defs(spark_resource, lake, {**ORDERS, "fallback_mode": "FAIL_FAST"})
+    instance = dg.DagsterInstance.ephemeral()
+    bronze_batch(defs, "orders", instance, 10)  # version 1
+    (first,) = tick(defs, instance).run_requests
+    assert first.run_key == "incremental:orders:1"
+
+    # A step failure: a FAIL_FAST pipeline's rebuild without a person's override.
+    failed = defs.resolve_job_def("rebuild_job").execute_in_process(
+        instance=instance,
+        asset_selection=[silver_key("orders")],
+        tags={PIPELINE_TAG: "orders"},
+        raise_on_error=False,
+    )
+    assert not failed.success
+    assert failed.dagster_run.tags[FAILURE_REASON_TAG] == "STEP_FAILURE"
+    (again,) = tick(defs, instance).run_requests
+    assert again.run_key == "incremental:orders:1"
+
+    job = defs.resolve_job_def("incremental_job")
+    for end in ("killed", "canceled"):
+        dead = instance.create_run_for_job(job, tags={PIPELINE_TAG: "orders"})
+        if end == "killed":
+            instance.report_run_failed(dead)  # as the code server reports a lost run process
+        else:
+            instance.report_run_canceled(dead)
+        (retry,) = tick(defs, instance).run_requests
+        assert retry.run_key == f"incremental:orders:1:after:{dead.run_id[:8]}"
+
+    marked = instance.create_run_for_job(
+        job, tags={PIPELINE_TAG: "orders", WILL_RETRY_TAG: "true"}
+    )
+    instance.report_run_failed(marked)
+    waiting = tick(defs, instance)
+    assert not waiting.run_requests
+    assert f"orders (run {marked.run_id[:8]} pending)" in str(waiting.skip_reason)
+    # Dagster's retry created (and, here, lost as well): the pipeline is requested again.
+    instance.add_run_tags(marked.run_id, {AUTO_RETRY_RUN_ID_TAG: "a-retry-that-died"})
+    (retry,) = tick(defs, instance).run_requests
+    assert retry.run_key == f"incremental:orders:1:after:{marked.run_id[:8]}"
 
 
 def test_a_lost_window_is_repaired_from_the_sensors_own_tick_and_never_twice(
