@@ -1,0 +1,117 @@
+"""The system tests' PostgreSQL server: a Postgres-backed Dagster instance keeps its runs across
+a crash and a restart of the server, which is stopped by its PID; a failed start says why."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import dagster as dg
+import psycopg2
+import pytest
+
+from cdf_platform_tests.system.postgres import MAX_CONNECTIONS, PostgresServer, PostgresServerError
+
+# The postgres_db settings come from the server's environment, as in a deployment's dagster.yaml.
+DAGSTER_YAML = """\
+storage:
+  postgres:
+    postgres_db:
+      scheme: postgresql+psycopg2
+      hostname: {env: CDF_DAGSTER_PG_HOST}
+      port: {env: CDF_DAGSTER_PG_PORT}
+      username: {env: CDF_DAGSTER_PG_USER}
+      password: {env: CDF_DAGSTER_PG_PASSWORD}
+      db_name: {env: CDF_DAGSTER_PG_DB}
+telemetry:
+  enabled: false
+"""
+
+
+@dg.asset
+def orders() -> int:
+    """One row, enough for a run and a materialization to be stored."""
+    return 1
+
+
+def _setting(postgres: PostgresServer, name: str) -> str:
+    connection = postgres.connect()
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SHOW {name}")
+            row = cursor.fetchone()
+    finally:
+        connection.close()
+    assert row is not None
+    return str(row[0])
+
+
+def _accepts_connections(port: int) -> bool:
+    try:
+        psycopg2.connect(
+            host="127.0.0.1", port=port, user="postgres", dbname="dagster", connect_timeout=2
+        ).close()
+    except psycopg2.OperationalError:
+        return False
+    return True
+
+
+def test_dagster_instance_keeps_its_runs_across_a_crash_and_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run stored through dagster-postgres is read back after SIGKILL and after a clean
+    restart, on the same port; stop ends the postmaster it started."""
+    with PostgresServer() as postgres:
+        assert _setting(postgres, "server_version").startswith("18.")
+        assert _setting(postgres, "fsync") == "off"
+        assert _setting(postgres, "max_connections") == str(MAX_CONNECTIONS)
+        assert postgres.url == f"postgresql+psycopg2://postgres@127.0.0.1:{postgres.port}/dagster"
+
+        for name, value in postgres.dagster_env().items():
+            monkeypatch.setenv(name, value)
+        home = tmp_path / "dagster_home"
+        home.mkdir()
+        (home / "dagster.yaml").write_text(DAGSTER_YAML, encoding="utf-8")
+        instance = dg.DagsterInstance.from_config(str(home))
+        try:
+            run_id = dg.materialize([orders], instance=instance).run_id
+
+            port, crashed_pid = postgres.port, postgres.pid
+            postgres.kill()
+            assert not _accepts_connections(port)
+            postgres.start()
+            assert (postgres.port, postgres.pid != crashed_pid) == (port, True)
+            run = instance.get_run_by_id(run_id)
+            assert run is not None and run.status == dg.DagsterRunStatus.SUCCESS
+
+            postgres.restart()
+            assert postgres.port == port
+            assert instance.get_latest_materialization_event(orders.key) is not None
+            assert [record.dagster_run.run_id for record in instance.get_run_records()] == [run_id]
+        finally:
+            instance.dispose()
+
+        pid = postgres.pid
+        assert pid is not None
+        postgres.stop()
+        assert postgres.pid is None
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+        assert not _accepts_connections(port)
+    assert not postgres.folder.exists()
+
+
+def test_a_server_that_cannot_bind_its_port_fails_with_its_log() -> None:
+    """When the port is taken, start raises with the server's own reason from its log."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))  # bound, not listening: a probe is refused at once
+        postgres = PostgresServer()
+        postgres.port = taken.getsockname()[1]
+        try:
+            with pytest.raises(PostgresServerError, match="Address already in use") as error:
+                postgres.start()
+            assert f"127.0.0.1:{postgres.port} exited" in str(error.value)
+            assert postgres.pid is None
+        finally:
+            postgres.cleanup()
