@@ -88,15 +88,23 @@ class ChangeBatch:
         """The pinned input version the consumer's write records."""
         return self.plan.end_version
 
-    def _context(self) -> ReadContext:
-        start = self.plan.start_version
+    def _context(self, *, snapshot: bool = False) -> ReadContext:
+        plan, action = self.plan, recompute_action(self.plan.consumer)
+        if snapshot:
+            return ReadContext.at_version(
+                plan.consumer,
+                plan.table,
+                plan.end_version,
+                feed=f"snapshot of {plan.input_id}",
+                action=action,
+            )
         return ReadContext(
-            self.plan.consumer,
-            self.plan.table,
-            self.plan.end_version if start is None else start,
-            self.plan.end_version,
-            feed=f"change feed of {self.plan.input_id}",
-            action=recompute_action(self.plan.consumer),
+            plan.consumer,
+            plan.table,
+            plan.end_version if plan.start_version is None else plan.start_version,
+            plan.end_version,
+            feed=f"change feed of {plan.input_id}",
+            action=action,
         )
 
     def _require_incremental(self, what: str) -> int:
@@ -151,7 +159,7 @@ class ChangeBatch:
         """The input at the pinned end version."""
         spark = self.session()
         return classified(
-            self._context(),
+            self._context(snapshot=True),
             lambda: (
                 spark.read.format("delta")
                 .option("versionAsOf", self.plan.end_version)

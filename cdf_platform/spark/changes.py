@@ -60,6 +60,34 @@ class ReadContext:
     action: str | None = None
     """What repairs a failure a snapshot read repairs (`REBUILDABLE`), where the class's own
     action (a silver rebuild) does not apply."""
+    snapshot: bool = False
+    """A snapshot read (`versionAsOf end_version`): messages name its version, not a range."""
+
+    @classmethod
+    def at_version(
+        cls,
+        pipeline_id: str | None,
+        table: str,
+        version: int,
+        *,
+        feed: str = "bronze snapshot",
+        action: str | None = None,
+    ) -> ReadContext:
+        """The context of a snapshot read of `table` at `version` (a rebuild's, a full batch's).
+
+        Example:
+            >>> ReadContext.at_version("orders", "/lake/bronze/orders", 22).described
+            'bronze snapshot at version 22'
+        """
+        return cls(pipeline_id, table, version, version, feed=feed, action=action, snapshot=True)
+
+    @property
+    def described(self) -> str:
+        """The read as messages name it: `bronze change feed (21, 22]` (the versions after the
+        first number, up to the second) or `bronze snapshot at version 22`."""
+        if self.snapshot:
+            return f"{self.feed} at version {self.end_version}"
+        return f"{self.feed} ({self.start_version - 1}, {self.end_version}]"
 
 
 def classify_read_failure(err: BaseException, ctx: ReadContext) -> CdfPlatformError:
@@ -73,13 +101,13 @@ def classify_read_failure(err: BaseException, ctx: ReadContext) -> CdfPlatformEr
         return err
     facts = failure_facts(err)
     first_line = facts.first_line or type(err).__name__
-    range_text = f"{ctx.feed} ({ctx.start_version - 1}, {ctx.end_version}]"
     rule = rule_for(facts)
     if rule is None:
         error: type[CdfPlatformError] = UnknownReadFailure
-        problem = f"reading {range_text} failed: {first_line}"
+        problem = f"reading {ctx.described} failed: {first_line}"
     else:
-        error, problem = rule.error, f"{rule.summary} {range_text} ({first_line})"
+        summary = rule.summary_of(snapshot=ctx.snapshot)
+        error, problem = rule.error, f"{summary} {ctx.described} ({first_line})"
     return error(
         problem,
         pipeline_id=ctx.pipeline_id,

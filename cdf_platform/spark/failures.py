@@ -44,12 +44,21 @@ class FailureRule:
             and an entry ending in `_` matches every condition it starts.
         java_classes: fully qualified Java exception classes (Delta's typed exceptions).
         summary: the phrase the caller's message starts from.
+        snapshot_summary: the phrase for a snapshot read, where `summary` speaks of the change
+            feed (None: `summary` serves both).
     """
 
     error: type[CdfPlatformError]
     conditions: tuple[str, ...]
     java_classes: tuple[str, ...]
     summary: str
+    snapshot_summary: str | None = None
+
+    def summary_of(self, *, snapshot: bool) -> str:
+        """The phrase for a change-feed read, or for a snapshot read when `snapshot`."""
+        if snapshot and self.snapshot_summary is not None:
+            return self.snapshot_summary
+        return self.summary
 
     def matches_condition(self, condition: str) -> bool:
         """Whether `condition` (e.g. `FAILED_READ_FILE.FILE_NOT_EXIST`) is one of this rule's."""
@@ -128,6 +137,9 @@ RULES: tuple[FailureRule, ...] = (
         ),
         java_classes=("java.io.FileNotFoundException",),
         summary="the change feed can no longer be read for",
+        # A snapshot read (`versionAsOf`) meets the same conditions: its data files vacuumed or
+        # deleted, its commits cleaned up, or its version past the time-travel retention.
+        snapshot_summary="the files can no longer be read for",
     ),
 )
 CONFLICT_RULE = RULES[0]

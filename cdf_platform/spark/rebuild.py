@@ -113,7 +113,7 @@ def rebuild_silver(
         ReplayWindowLost, SourceNotFound, UnknownReadFailure: the snapshot cannot be read.
         TargetOwnershipConflict, IncompatibleSchemaChange: silver cannot take the snapshot.
     """
-    ctx = ReadContext(spec.id, spec.source, version, version)
+    ctx = ReadContext.at_version(spec.id, spec.source, version)
     raw = classified(
         ctx,
         lambda: spark.read.format("delta").option("versionAsOf", version).load(spec.source),

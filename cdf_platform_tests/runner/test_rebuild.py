@@ -11,7 +11,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdf_platform.core.errors import SourceReset
+from cdf_platform.core.errors import ReplayWindowLost, SourceReset
 from cdf_platform.core.spec import FallbackMode
 from cdf_platform.core.sql import sql_path
 from cdf_platform.planning.plan import RunMode
@@ -122,6 +122,30 @@ def test_commit_landing_after_the_pinned_version_waits_for_the_next_run(
     after = run_pipeline(spec, spark_factory=lambda: spark, control=control)
     assert (after.mode, after.start_version, after.end_version) == (RunMode.INCREMENTAL, 3, 4)
     assert rows(spark, spec.target) == [(1, "ada", 11), (3, "cy", 30)]
+
+
+def test_a_failed_snapshot_read_names_the_snapshot_not_a_change_feed_range(
+    spark: SparkSession, lake: Path
+) -> None:
+    """The data files of the pinned snapshot are deleted before a requested rebuild."""
+    spec = spec_for(lake)
+    control = control_for(lake)
+    make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20)])
+    run_pipeline(spec, spark_factory=lambda: spark, control=control)  # watermark 1
+    sql(spark, spec.source, "UPDATE {t} SET amount = 11 WHERE id = 1")  # 2
+    silver_version = DeltaTable(spec.target).version()
+    for data_file in Path(spec.source).glob("*.parquet"):
+        data_file.unlink()
+
+    with pytest.raises(ReplayWindowLost) as failed:
+        run_pipeline(spec, spark_factory=lambda: spark, control=control, force_rebuild=True)
+    problem = failed.value.problem
+    assert problem.startswith(
+        "the files can no longer be read for bronze snapshot at version 2 ("
+    ), problem
+    assert "change feed" not in problem
+    assert (failed.value.pipeline_id, failed.value.version) == (spec.id, 2)
+    assert DeltaTable(spec.target).version() == silver_version
 
 
 @pytest.mark.parametrize("delete_mode", ["hard", "soft"])

@@ -72,6 +72,21 @@ def test_a_failure_no_rule_knows_stays_unknown_with_its_first_line() -> None:
 
 
 @pytest.mark.parametrize(
+    ("ctx", "described"),
+    [
+        (ReadContext("p", "/t", 22, 22), "bronze change feed (21, 22]"),
+        (ReadContext("p", "/t", 4, 9), "bronze change feed (3, 9]"),
+        (ReadContext.at_version("p", "/t", 22), "bronze snapshot at version 22"),
+    ],
+)
+def test_a_read_is_named_by_its_change_feed_range_or_its_snapshot_version(
+    ctx: ReadContext, described: str
+) -> None:
+    classified = classify_read_failure(RuntimeError("gone"), ctx)
+    assert classified.problem == f"reading {described} failed: RuntimeError: gone"
+
+
+@pytest.mark.parametrize(
     ("condition", "error"),
     [
         ("DELTA_CONCURRENT_APPEND.WITH_PARTITION_HINT", ConcurrentWriteConflict),
