@@ -9,12 +9,15 @@ from typing import Any
 import dagster as dg
 import pytest
 import yaml
+from deltalake.exceptions import DeltaProtocolError
 from pyspark.sql import SparkSession
 
 from cdf_platform.cli import build_parser
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_file import parse_specs, parse_storage
 from cdf_platform.core.sql import sql_path
+from cdf_platform.runner import run_pipeline
+from cdf_platform_tests.bronze import control_for, make_bronze, rows, spec_for, sql
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -153,3 +156,30 @@ def test_readme_incremental_asset_runs_as_written(
     assert window is not None and window.evaluation is not None
     assert window.evaluation.passed
     assert window.evaluation.metadata["watermark"].value == 2  # silver: create, load, merge
+
+
+def test_readme_deltalake_example_reads_silver_with_deletion_vectors(
+    spark: SparkSession, lake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The `deltalake` example next to `deletion_vectors`, executed as written on a silver whose
+    MERGE wrote a deletion vector: `QueryBuilder` reads it, `to_pyarrow_table()` refuses it."""
+    (block,) = [b for b in _blocks("python") if "QueryBuilder" in b]
+    spec = spec_for(
+        lake, source=str(lake / "bronze" / "orders"), target=str(lake / "silver" / "orders")
+    )
+    control = control_for(lake)
+    make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20), (3, "cy", 30)])
+    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    sql(spark, spec.source, "UPDATE {t} SET amount = 11 WHERE id = 1")
+    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    assert list(Path(spec.target).glob("deletion_vector_*.bin"))
+    monkeypatch.chdir(lake.parent)
+    namespace: dict[str, Any] = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    orders = namespace["orders"]
+    columns = {name: orders.column(name).to_pylist() for name in ("id", "name", "amount")}
+    read = sorted(zip(columns["id"], columns["name"], columns["amount"], strict=True))
+    assert read == rows(spark, spec.target, "id", "name", "amount")
+    assert read == [(1, "ada", 11), (2, "bob", 20), (3, "cy", 30)]
+    with pytest.raises(DeltaProtocolError, match="deletionVectors"):
+        namespace["silver"].to_pyarrow_table()
