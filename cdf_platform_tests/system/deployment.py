@@ -1,0 +1,383 @@
+"""cdf_platform deployed as a team runs Dagster, on loopback: the repository's
+`deploy/dagster.yaml` on a PostgreSQL server, the code server (`dagster api grpc`), the daemon
+and the webserver as `deploy/workspace.yaml` wires them, each in its own process group, started,
+waited for and stopped by PID; a bronze writer committing demo batches; a watch of the run
+queue and of the deployment's memory. The system tests and the freshness benchmark
+(`bench/freshness.py`) drive it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import psutil
+import yaml
+from dagster._grpc.client import DagsterGrpcClient
+
+from cdf_platform.demo.local_s3 import free_port, stop_process
+from cdf_platform.demo.source import write_demo_batch
+from cdf_platform.orchestration.keys import PIPELINE_TAG
+from cdf_platform_tests.system.postgres import PostgresServer
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = PROJECT_ROOT / "deploy"
+BIN = Path(sys.executable).parent
+START_TIMEOUT_S = 180.0
+QUEUED = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]
+
+
+def orders_pipeline(pipeline_id: str, **fields: Any) -> dict[str, Any]:
+    """A pipeline of a demo `orders` bronze table `bronze/<id>` into `silver/<id>`."""
+    return {
+        "id": pipeline_id,
+        "source": f"bronze/{pipeline_id}",
+        "target": f"silver/{pipeline_id}",
+        "keys": ["order_id"],
+        "delete_mode": "hard",
+        **fields,
+    }
+
+
+@dataclass
+class Service:
+    """One long-running process of the deployment (its own process group)."""
+
+    name: str
+    command: list[str]
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self, env: Mapping[str, str]) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.command,
+                cwd=PROJECT_ROOT,
+                env={**os.environ, **env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, f"{self.name} is not started"
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL of its process group: a crash, nothing cleaned up."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+        assert self.process is not None
+        self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        """Stop its process group by PID (SIGTERM, then SIGKILL: `dagster api grpc` may ignore
+        SIGTERM)."""
+        if self.process is not None:
+            stop_process(self.process, 20, group=True)
+
+    def tail(self, lines: int = 40) -> str:
+        if not self.log.exists():
+            return ""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@dataclass
+class QueueWatch:
+    """What a thread sampling the instance saw: queued runs per pipeline, the queue's size,
+    and the deployment's resident memory."""
+
+    max_queued_per_pipeline: Counter[str] = field(default_factory=Counter)
+    queue_peak: int = 0
+    memory_peak_bytes: int = 0
+    samples: int = 0
+    errors: int = 0
+
+
+class Deployment:
+    """The deployment's processes and folders under `root`.
+
+    Attributes:
+        lake: The lake root (bronze/<id>, silver/<id>, _control).
+        home: DAGSTER_HOME, holding a copy of `deploy/dagster.yaml`.
+        env: What every process of the deployment gets (instance, lake, code server address).
+    """
+
+    def __init__(
+        self, root: Path, postgres: PostgresServer, pipelines: list[dict[str, Any]]
+    ) -> None:
+        self.root, self.postgres, self.pipelines = root, postgres, pipelines
+        self.lake, self.home, logs = root / "lake", root / "dagster_home", root / "logs"
+        self.home.mkdir(parents=True, exist_ok=True)
+        shutil.copy(DEPLOY / "dagster.yaml", self.home / "dagster.yaml")
+        pipelines_file = root / "pipelines.yaml"
+        pipelines_file.write_text(yaml.safe_dump({"pipelines": pipelines}), encoding="utf-8")
+        self.code_server_port = free_port()
+        self.webserver_port = free_port()
+        self.env = {
+            **postgres.dagster_env(),
+            "DAGSTER_HOME": str(self.home),
+            "CDF_LAKE_ROOT": str(self.lake),
+            "CDF_PIPELINES_FILE": str(pipelines_file),
+            "CDF_CODE_SERVER_HOST": "127.0.0.1",
+            "CDF_CODE_SERVER_PORT": str(self.code_server_port),
+            # This checkout's code, whichever cdf_platform the environment has installed.
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])
+            ),
+        }
+        workspace = str(DEPLOY / "workspace.yaml")
+        self.code_server = Service(
+            "code server",
+            [
+                str(BIN / "dagster"),
+                "api",
+                "grpc",
+                "-m",
+                "cdf_platform.definitions",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.code_server_port),
+                "--location-name",
+                "cdf_platform",
+            ],
+            logs / "code_server.log",
+        )
+        self.daemon = Service(
+            "daemon", [str(BIN / "dagster-daemon"), "run", "-w", workspace], logs / "daemon.log"
+        )
+        self.webserver = Service(
+            "webserver",
+            [
+                str(BIN / "dagster-webserver"),
+                "-w",
+                workspace,
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.webserver_port),
+            ],
+            logs / "webserver.log",
+        )
+        self._instance: dg.DagsterInstance | None = None
+
+    @property
+    def services(self) -> list[Service]:
+        return [self.code_server, self.daemon, self.webserver]
+
+    @contextlib.contextmanager
+    def environment(self) -> Iterator[None]:
+        """This process's environment set as the deployment's (the instance reads its
+        PostgreSQL settings from it), restored on exit."""
+        saved = dict(os.environ)
+        os.environ.update(self.env)
+        try:
+            yield
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+    def instance(self) -> dg.DagsterInstance:
+        """The deployment's instance, from `deploy/dagster.yaml` (inside `environment()`)."""
+        if self._instance is None:
+            self._instance = dg.DagsterInstance.from_config(str(self.home))
+        return self._instance
+
+    def start(self) -> None:
+        """Start the code server, then the daemon and the webserver, and wait for each."""
+        self.start_code_server()
+        self.start_daemon()
+        self.webserver.start(self.env)
+        self._wait(self.webserver, self._webserver_answers)
+
+    def start_code_server(self) -> None:
+        self.code_server.start(self.env)
+        client = DagsterGrpcClient(port=self.code_server_port, host="127.0.0.1")
+
+        def answers() -> bool:
+            try:
+                client.ping("")
+            except Exception:  # not listening yet: dagster raises its own gRPC errors
+                return False
+            return True
+
+        self._wait(self.code_server, answers)
+
+    def start_daemon(self) -> None:
+        """Start the daemon; wait until its sensor daemon has beaten after this start."""
+        started = time.time()
+        self.daemon.start(self.env)
+
+        def beating() -> bool:
+            beats = self.instance().get_daemon_heartbeats()
+            sensor = beats.get("SENSOR")
+            return sensor is not None and sensor.timestamp > started
+
+        self._wait(self.daemon, beating)
+
+    def _webserver_answers(self) -> bool:
+        url = f"http://127.0.0.1:{self.webserver_port}/server_info"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return bool(response.status == 200)
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
+    def _wait(self, service: Service, ready: Any) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not ready():
+            if not service.alive():
+                raise RuntimeError(f"the {service.name} exited:\n{service.tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the {service.name} did not start:\n{service.tail()}")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        """Stop every process by PID: the daemon first (no new run), then the webserver and
+        the code server with the runs it started."""
+        for service in (self.daemon, self.webserver, self.code_server):
+            service.stop()
+
+    def processes(self) -> list[psutil.Process]:
+        """Every live process of the deployment: the services and their descendants (runs and
+        their JVMs)."""
+        found: list[psutil.Process] = []
+        for service in self.services:
+            if not service.alive():
+                continue
+            with contextlib.suppress(psutil.NoSuchProcess):
+                root = psutil.Process(service.pid)
+                found += [root, *root.children(recursive=True)]
+        return found
+
+    def run_workers(self) -> list[tuple[psutil.Process, psutil.Process]]:
+        """(run process, its driver JVM) for every run of the code server whose JVM is up: the
+        run process is the code server's child the JVM descends from."""
+        pairs = []
+        for process in self.processes():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if process.name() != "java":
+                    continue
+                worker = process
+                while (
+                    parent := worker.parent()
+                ) is not None and parent.pid != self.code_server.pid:
+                    worker = parent
+                if parent is not None and worker is not process:
+                    pairs.append((worker, process))
+        return pairs
+
+    def bronze(self, pipeline_id: str) -> Path:
+        return self.lake / "bronze" / pipeline_id
+
+    def silver(self, pipeline_id: str) -> Path:
+        return self.lake / "silver" / pipeline_id
+
+    def watch(
+        self, stop: threading.Event, every: float = 0.5
+    ) -> tuple[threading.Thread, QueueWatch]:
+        """Start a thread sampling the queue and memory every `every` seconds until `stop`."""
+        seen = QueueWatch()
+        instance = self.instance()
+
+        def sample() -> None:
+            while not stop.is_set():
+                try:
+                    queued = instance.get_run_records(dg.RunsFilter(statuses=QUEUED))
+                except Exception:  # PostgreSQL restarting: the next sample reads again
+                    seen.errors += 1
+                    time.sleep(every)
+                    continue
+                per_pipeline = Counter(
+                    str(record.dagster_run.tags.get(PIPELINE_TAG, "")) for record in queued
+                )
+                for pipeline_id, count in per_pipeline.items():
+                    seen.max_queued_per_pipeline[pipeline_id] = max(
+                        seen.max_queued_per_pipeline[pipeline_id], count
+                    )
+                seen.queue_peak = max(seen.queue_peak, len(queued))
+                memory = 0
+                for process in self.processes():
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        memory += process.memory_info().rss
+                seen.memory_peak_bytes = max(seen.memory_peak_bytes, memory)
+                seen.samples += 1
+                time.sleep(every)
+
+        thread = threading.Thread(target=sample, name="queue-watch", daemon=True)
+        thread.start()
+        return thread, seen
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One bronze commit the writer made."""
+
+    pipeline_id: str
+    version: int
+    at: float  # epoch seconds, when the commit returned
+
+
+class BronzeWriter:
+    """A thread committing one demo batch every `interval` seconds to a bronze table drawn
+    from `pipeline_ids` (seeded), until stopped."""
+
+    def __init__(
+        self,
+        deployment: Deployment,
+        pipeline_ids: list[str],
+        *,
+        interval: float,
+        batch_size: int = 50,
+        seed: int = 11,
+    ) -> None:
+        self.deployment, self.pipeline_ids = deployment, list(pipeline_ids)
+        self.interval, self.batch_size = interval, batch_size
+        self.rng = random.Random(seed)
+        self.commits: list[Commit] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._write, name="bronze-writer", daemon=True)
+
+    def commit(self, pipeline_id: str) -> Commit:
+        """One batch to `bronze/<pipeline_id>` now."""
+        batch = write_demo_batch(
+            str(self.deployment.bronze(pipeline_id)), "orders", batch_size=self.batch_size
+        )
+        made = Commit(pipeline_id, batch.version, time.time())
+        self.commits.append(made)
+        return made
+
+    def _write(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            self.commit(self.rng.choice(self.pipeline_ids))
+            next_at += self.interval
+            self._stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def start(self) -> BronzeWriter:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)

@@ -1,0 +1,240 @@
+"""cdf_platform deployed as a team runs Dagster (`deploy/dagster.yaml` on PostgreSQL, the code
+server, the daemon with the queued run coordinator, the webserver), with bronze written
+continuously and processes dying: the sensors alone bring every silver table to its bronze,
+the queue never holds two runs of one pipeline, no change is lost or applied twice, a killed
+run's pipeline catches up without a person, and a destroyed replay window is repaired by one
+run a sensor requests within a tick or two."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import dagster as dg
+import pytest
+from pyspark.sql import SparkSession
+
+from cdf_platform.orchestration.keys import PIPELINE_TAG
+from cdf_platform.orchestration.resources import LakeLayout
+from cdf_platform.planning.status import pipeline_status
+from cdf_platform.state.control import ControlTable
+from cdf_platform_tests.lake_platform import table_rows, vacuum_breaking_the_window
+from cdf_platform_tests.system.deployment import BronzeWriter, Deployment, orders_pipeline
+from cdf_platform_tests.system.postgres import PostgresServer
+
+pytestmark = [pytest.mark.system, pytest.mark.timeout(1500)]
+
+WRITTEN = ["p1", "p2"]  # the writer's tables
+LOST = "p3"  # written by the test only: its window is destroyed while the daemon is down
+IDS = [*WRITTEN, LOST]
+# The sensors tick every 30 s; a tick or two, plus the daemon's start.
+TWO_TICKS_S = 90.0
+RUN_KEY_TAG = "dagster/run_key"
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T], timeout: float, every: float = 1.0) -> T:
+    """`probe()`'s first truthy value, polled every `every` seconds for `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
+        time.sleep(every)
+
+
+def statuses(lake: LakeLayout) -> dict[str, Any]:
+    bound = lake.bound()
+    control = bound.control()
+    return {spec.id: pipeline_status(spec, control) for spec in bound.specs()}
+
+
+def caught_up(lake: LakeLayout, instance: dg.DagsterInstance, ids: list[str]) -> bool:
+    """Every pipeline of `ids` has applied its bronze's latest version and has no run
+    pending."""
+    pending = instance.get_run_records(
+        dg.RunsFilter(
+            statuses=[
+                dg.DagsterRunStatus.NOT_STARTED,
+                dg.DagsterRunStatus.QUEUED,
+                dg.DagsterRunStatus.STARTING,
+                dg.DagsterRunStatus.STARTED,
+            ],
+            tags={PIPELINE_TAG: ids},
+        )
+    )
+    if pending:
+        return False
+    now = statuses(lake)
+    return all(
+        now[i].watermark is not None and now[i].watermark == now[i].latest_version for i in ids
+    )
+
+
+def failed_runs(instance: dg.DagsterInstance) -> set[str]:
+    records = instance.get_run_records(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
+    return {record.dagster_run.run_id for record in records}
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Any:
+    with PostgresServer() as server:
+        yield server
+
+
+def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
+    spark: SparkSession, postgres: PostgresServer, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    root: Path = tmp_path_factory.mktemp("deployment")
+    deployment = Deployment(root, postgres, [orders_pipeline(i) for i in IDS])
+    lake = LakeLayout(
+        lake_root=str(deployment.lake), pipelines_file=deployment.env["CDF_PIPELINES_FILE"]
+    )
+    writer = BronzeWriter(deployment, WRITTEN, interval=4.0)
+    for pipeline_id in IDS:
+        writer.commit(pipeline_id)
+    with deployment.environment():
+        instance = deployment.instance()
+        stop = threading.Event()
+        try:
+            deployment.start()
+            watch, seen = deployment.watch(stop)
+            writer.start()
+            # No launch by the test from here on: the sensors request every run.
+            wait_for(
+                "every silver table loaded",
+                lambda: all(s.watermark is not None for s in statuses(lake).values()),
+                300,
+            )
+
+            # A run's worker and its JVM killed mid-run.
+            before = failed_runs(instance)
+            worker, jvm = wait_for("a run with its JVM up", deployment.run_workers, 240, 0.2)[0]
+            described = f"{worker.pid} {worker.cmdline()} / {jvm.pid} {jvm.cmdline()[-3:]}"
+            jvm.kill()
+            worker.kill()
+            worker.wait(timeout=30)
+            killed_ids = wait_for(
+                f"the killed run marked failed ({described})",
+                lambda: failed_runs(instance) - before,
+                120,
+            )
+
+            # PostgreSQL restarted under the daemon, the code server, the webserver and runs.
+            postgres.restart()
+
+            # The daemon killed; while it is down, a window is destroyed.
+            wait_for("p3 caught up", lambda: caught_up(lake, instance, [LOST]), 300)
+            deployment.daemon.kill()
+            writer.commit(LOST)
+            writer.commit(LOST)
+            vacuum_breaking_the_window(spark, str(deployment.bronze(LOST)))
+            restarted_at = time.time()
+            deployment.start_daemon()
+
+            wait_for(
+                "a run of p3 after the restart",
+                lambda: _runs_of(instance, LOST, restarted_at),
+                TWO_TICKS_S,
+            )
+            time.sleep(20)  # the writer goes on through the repair
+            writer.stop()
+            wait_for("every silver at its bronze", lambda: caught_up(lake, instance, IDS), 400, 2)
+            # A tick after catching up requests nothing more.
+            time.sleep(35)
+            assert caught_up(lake, instance, IDS)
+        finally:
+            stop.set()
+            writer.stop()
+            deployment.stop()
+        processes = deployment.processes()
+        assert not processes, f"left running: {processes}"
+
+        runs = [r.dagster_run for r in instance.get_run_records(dg.RunsFilter())]
+        records = instance.get_run_records(dg.RunsFilter())
+        instance.dispose()
+    watch.join(timeout=10)
+
+    # Every silver equals its bronze.
+    for pipeline_id in IDS:
+        silver, bronze = deployment.silver(pipeline_id), deployment.bronze(pipeline_id)
+        assert table_rows(spark, str(silver)) == table_rows(spark, str(bronze)), pipeline_id
+
+    # Never two queued runs of one pipeline.
+    assert seen.samples > 100
+    assert max(seen.max_queued_per_pipeline.values(), default=0) <= 1, seen
+
+    # Every run the sensors requested (no test launch), each run key once.
+    assert all(run.tags.get("dagster/sensor_name") or run.parent_run_id for run in runs)
+    # (A retry by Dagster's run retries keeps its parent's tags, the run key among them.)
+    keys = Counter(
+        run.tags[RUN_KEY_TAG] for run in runs if RUN_KEY_TAG in run.tags and not run.parent_run_id
+    )
+    assert not [key for key, n in keys.items() if n > 1]
+
+    # Runs of one pipeline never overlapped.
+    for pipeline_id in IDS:
+        spans = sorted(
+            (r.start_time, r.end_time)
+            for r in records
+            if r.dagster_run.tags.get(PIPELINE_TAG) == pipeline_id and r.start_time and r.end_time
+        )
+        for (_, end), (start, _) in itertools.pairwise(spans):
+            assert start >= end - 0.5, (pipeline_id, spans)
+
+    # Nothing applied twice, nothing skipped: each run started from the watermark the last
+    # one left.
+    control = ControlTable(lake.bound().control().root)
+    for pipeline_id in IDS:
+        log = sorted(
+            (row for row in control.read_log(pipeline_id) if row["outcome"] != "FAILED"),
+            key=lambda row: row["finished_at"],
+        )
+        for previous, row in itertools.pairwise(log):
+            assert row["watermark_before"] == previous["watermark_after"], (pipeline_id, row)
+
+    # The killed run's pipeline caught up without a person: it has a later successful run.
+    (killed,) = [run for run in runs if run.run_id in killed_ids][:1]
+    later = [
+        r
+        for r in records
+        if r.dagster_run.tags.get(PIPELINE_TAG) == killed.tags[PIPELINE_TAG]
+        and r.dagster_run.status is dg.DagsterRunStatus.SUCCESS
+        and r.create_timestamp.timestamp() > _created(records, killed.run_id)
+    ]
+    assert later
+
+    # The destroyed window: one repair, requested by the incremental sensor's first ticks.
+    rebuilds = [
+        row
+        for row in control.read_log(LOST)
+        if row["incident_code"] == "WATERMARK_OUTSIDE_RETENTION" and row["mode"] == "rebuild"
+    ]
+    assert len(rebuilds) == 1, rebuilds
+    (repair,) = [
+        r
+        for r in records
+        if r.dagster_run.tags.get(RUN_KEY_TAG, "").startswith(f"repair:{LOST}:")
+        and not r.dagster_run.parent_run_id
+    ]
+    assert repair.create_timestamp.timestamp() - restarted_at <= TWO_TICKS_S
+    assert repair.start_time <= rebuilds[0]["started_at"].timestamp() <= repair.end_time
+
+
+def _runs_of(instance: dg.DagsterInstance, pipeline_id: str, after: float) -> list[Any]:
+    return [
+        r
+        for r in instance.get_run_records(dg.RunsFilter(tags={PIPELINE_TAG: pipeline_id}))
+        if r.create_timestamp.timestamp() > after
+    ]
+
+
+def _created(records: list[Any], run_id: str) -> float:
+    (record,) = [r for r in records if r.dagster_run.run_id == run_id]
+    return float(record.create_timestamp.timestamp())
