@@ -147,9 +147,7 @@ def test_a_run_that_died_is_requested_again_and_one_that_failed_in_its_code_is_n
         (retry,) = tick(defs, instance).run_requests
         assert retry.run_key == f"incremental:orders:1:after:{dead.run_id[:8]}"
 
-    marked = instance.create_run_for_job(
-        job, tags={PIPELINE_TAG: "orders", WILL_RETRY_TAG: "true"}
-    )
+    marked = instance.create_run_for_job(job, tags={PIPELINE_TAG: "orders", WILL_RETRY_TAG: "true"})
     instance.report_run_failed(marked)
     waiting = tick(defs, instance)
     assert not waiting.run_requests
