@@ -113,7 +113,16 @@ def rebuild_silver(
         ReplayWindowLost, SourceNotFound, UnknownReadFailure: the snapshot cannot be read.
         TargetOwnershipConflict, IncompatibleSchemaChange: silver cannot take the snapshot.
     """
-    ctx = ReadContext.at_version(spec.id, spec.source, version)
+    ctx = ReadContext.at_version(
+        spec.id,
+        spec.source,
+        version,
+        # A rebuild is the remedy of a lost window: when its own read fails, rebuilding again
+        # helps only from a newer version.
+        action="rerun: the rebuild pins bronze's latest version again; if that read fails the "
+        "same way, files of bronze's current version are missing: restore them (or recreate "
+        "bronze) first",
+    )
     raw = classified(
         ctx,
         lambda: spark.read.format("delta").option("versionAsOf", version).load(spec.source),

@@ -145,6 +145,8 @@ def test_a_failed_snapshot_read_names_the_snapshot_not_a_change_feed_range(
     ), problem
     assert "change feed" not in problem
     assert (failed.value.pipeline_id, failed.value.version) == (spec.id, 2)
+    # Not "rebuild silver": that is what just failed.
+    assert failed.value.action.startswith("rerun: the rebuild pins bronze's latest version")
     assert DeltaTable(spec.target).version() == silver_version
 
 
