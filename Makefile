@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo demo-s3 test bench-s3 bench-latency lint typecheck unit browser azurite bench dev clean
+.PHONY: setup demo demo-s3 test bench-s3 bench-latency bench-freshness lint typecheck unit browser azurite bench dev clean
 
 # Create the virtualenv and install the project with its dev tools (re-run when pyproject changes).
 $(STAMP): pyproject.toml
@@ -68,6 +68,10 @@ bench-s3: setup
 # Launch -> RUN_SUCCESS of Dagster runs: local Spark, Spark Connect, the JVM-free no-op.
 bench-latency: setup
 	$(BIN)/python -m bench.latency
+
+# Bronze commit -> silver applied, in the deployment of deploy/ (PostgreSQL, daemon, run queue).
+bench-freshness: setup
+	$(BIN)/python -m bench.freshness
 
 # The Dagster UI on the demo's instance and lake (run `make demo` first).
 dev: setup

@@ -17,6 +17,7 @@ from cdf_platform.orchestration.keys import (
     AUTO_RETRY_RUN_ID_TAG,
     FAILURE_REASON_TAG,
     PIPELINE_TAG,
+    QUEUE_TAG,
     WILL_RETRY_TAG,
     silver_key,
 )
@@ -192,3 +193,14 @@ def test_a_lost_window_is_repaired_from_the_sensors_own_tick_and_never_twice(
     )
     figures = materialization(late, silver_key("orders"))
     assert (figures["mode"], figures["spark_started"]) == ("noop", False)
+
+
+def test_platform_jobs_carry_their_queue(spark_resource: SparkResource, lake: Path) -> None:
+    """The runs that write silver wait in the `silver` queue and checks_job in its own, which
+    the deployment's instance (deploy/dagster.yaml) gives a slot silver runs cannot take."""
+    defs = lake_defs(spark_resource, lake, ORDERS)
+    queues = {
+        name: defs.resolve_job_def(name).tags.get(QUEUE_TAG)
+        for name in ("incremental_job", "rebuild_job", "checks_job")
+    }
+    assert queues == {"incremental_job": "silver", "rebuild_job": "silver", "checks_job": "checks"}

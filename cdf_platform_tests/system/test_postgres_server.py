@@ -4,6 +4,7 @@ a crash and a restart of the server, which is stopped by its PID; a failed start
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 from pathlib import Path
 
@@ -11,22 +12,11 @@ import dagster as dg
 import psycopg2
 import pytest
 
+from cdf_platform.orchestration.keys import QUEUE_TAG, SILVER_QUEUE
 from cdf_platform_tests.system.postgres import MAX_CONNECTIONS, PostgresServer, PostgresServerError
 
-# The postgres_db settings come from the server's environment, as in a deployment's dagster.yaml.
-DAGSTER_YAML = """\
-storage:
-  postgres:
-    postgres_db:
-      scheme: postgresql+psycopg2
-      hostname: {env: CDF_DAGSTER_PG_HOST}
-      port: {env: CDF_DAGSTER_PG_PORT}
-      username: {env: CDF_DAGSTER_PG_USER}
-      password: {env: CDF_DAGSTER_PG_PASSWORD}
-      db_name: {env: CDF_DAGSTER_PG_DB}
-telemetry:
-  enabled: false
-"""
+# The deployment's instance: its postgres_db settings come from the environment.
+DAGSTER_YAML = Path(__file__).resolve().parents[2] / "deploy" / "dagster.yaml"
 
 
 @dg.asset
@@ -72,9 +62,10 @@ def test_dagster_instance_keeps_its_runs_across_a_crash_and_a_restart(
             monkeypatch.setenv(name, value)
         home = tmp_path / "dagster_home"
         home.mkdir()
-        (home / "dagster.yaml").write_text(DAGSTER_YAML, encoding="utf-8")
+        shutil.copy(DAGSTER_YAML, home / "dagster.yaml")
         instance = dg.DagsterInstance.from_config(str(home))
         try:
+            _assert_deployment_settings(instance)
             run_id = dg.materialize([orders], instance=instance).run_id
 
             port, crashed_pid = postgres.port, postgres.pid
@@ -100,6 +91,26 @@ def test_dagster_instance_keeps_its_runs_across_a_crash_and_a_restart(
             os.kill(pid, 0)
         assert not _accepts_connections(port)
     assert not postgres.folder.exists()
+
+
+def _assert_deployment_settings(instance: dg.DagsterInstance) -> None:
+    """What deploy/dagster.yaml promises (README: Production deployment), as Dagster read it:
+    the run queue with a slot silver runs cannot take, pools of one run, run monitoring, and
+    run retries that skip step failures."""
+    assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
+    concurrency = instance.get_concurrency_config()
+    queue = concurrency.run_queue_config
+    assert queue is not None
+    silver_limits = [
+        limit["limit"]
+        for limit in queue.tag_concurrency_limits
+        if (limit["key"], limit.get("value")) == (QUEUE_TAG, SILVER_QUEUE)
+    ]
+    assert silver_limits and queue.max_concurrent_runs > max(silver_limits)
+    assert concurrency.pool_config.default_pool_limit == 1
+    assert instance.run_monitoring_enabled
+    assert (instance.run_retries_enabled, instance.run_retries_max_retries) == (True, 2)
+    assert not instance.run_retries_retry_on_asset_or_op_failure
 
 
 def test_a_server_that_cannot_bind_its_port_fails_with_its_log() -> None:

