@@ -39,7 +39,6 @@ from bench.report import (
     publish,
     scratch_folder,
 )
-from cdf_platform.orchestration.keys import PIPELINE_TAG
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.planning.status import pipeline_status
 from cdf_platform.state.control import ControlTable
@@ -47,6 +46,7 @@ from cdf_platform_tests.system.deployment import (
     BronzeWriter,
     Commit,
     Deployment,
+    covered,
     orders_pipeline,
 )
 from cdf_platform_tests.system.postgres import PostgresServer
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     runs = [
         r
         for r in records
-        if PIPELINE_TAG in r.dagster_run.tags and r.create_timestamp.timestamp() >= measured_from
+        if covered(r.dagster_run) and r.create_timestamp.timestamp() >= measured_from
     ]
     noops = sum(1 for row in log if row["mode"] == "noop")
     failed = sum(1 for r in runs if r.dagster_run.status is dg.DagsterRunStatus.FAILURE)

@@ -20,6 +20,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from cdf_platform.core.errors import RuntimeEnvironmentError
+
 MASTER_ENV = "CDF_SPARK_MASTER"
 REMOTE_ENV = "CDF_SPARK_REMOTE"
 LAKE_ROOT_ENV = "CDF_LAKE_ROOT"
@@ -27,6 +29,8 @@ CONTROL_ROOT_ENV = "CDF_CONTROL_ROOT"
 PIPELINES_FILE_ENV = "CDF_PIPELINES_FILE"
 AUTOMATION_ENV = "CDF_AUTOMATION"
 SPARK_LOG_ENV = "CDF_SPARK_LOG"
+PIPELINES_PER_RUN_ENV = "CDF_PIPELINES_PER_RUN"
+DEFAULT_PIPELINES_PER_RUN = 25
 DEFAULT_MASTER = "local[*]"
 DEFAULT_PIPELINES_FILE = "pipelines.yaml"
 
@@ -85,6 +89,23 @@ def default_automation() -> bool:
     and rebuild sensors and the checks schedule start RUNNING."""
     value = (os.environ.get(AUTOMATION_ENV) or "on").strip().lower()
     return value not in ("off", "false", "0", "no")
+
+
+def default_pipelines_per_run() -> int:
+    """`$CDF_PIPELINES_PER_RUN`, else 25: at most this many pipelines with small change sets
+    share one silver run (1: a run per pipeline).
+
+    Raises:
+        RuntimeEnvironmentError: the value is not a whole number of at least 1.
+    """
+    value = (os.environ.get(PIPELINES_PER_RUN_ENV) or str(DEFAULT_PIPELINES_PER_RUN)).strip()
+    if not value.isdigit() or int(value) < 1:
+        raise RuntimeEnvironmentError(
+            f"{PIPELINES_PER_RUN_ENV}={value!r} is not a whole number of at least 1",
+            action=f"set {PIPELINES_PER_RUN_ENV} to 1 or more "
+            f"(default {DEFAULT_PIPELINES_PER_RUN})",
+        )
+    return int(value)
 
 
 def default_spark_log() -> str:

@@ -2,18 +2,26 @@
 
 Each tick compares every pipeline's watermark with its bronze table's latest version from the
 logs alone (no Spark, well under a second per pipeline) and requests `incremental_job` for the
-pipelines that are behind, one run per pipeline and bronze version (run key
-`incremental:<pipeline>:<latest version>`), and only for a pipeline with no run pending (queued
-or in progress, found by its `cdf_platform/pipeline_id` tag, or failed and about to be retried
-by Dagster's run retries): that run covers every version up to the latest at its start, so the
-queue holds at most one run per pipeline however fast bronze commits. A run that died (its
-process killed or lost, or the run canceled) is requested again on the next tick: the run key
-then names the dead run (`...:after:<run id>`), so Dagster's run-key deduplication does not
-drop it; a run that failed in its own code (a step failure) is not, since it would fail the same
-way: the next bronze version, or a person, gets the next run. Runs of one pipeline never
-overlap: its silver asset
-holds the pipeline's pool (see `cdf_platform.orchestration.keys.pipeline_pool` for the
-dagster.yaml limit). A pipeline whose window is lost is seen in the same tick: under
+pipelines that are behind, and only for a pipeline with no run pending (a run covering its
+silver asset that is queued or in progress, whoever launched it, or failed and about to be
+retried by Dagster's run retries): that run covers every version up to the latest at its start,
+so the queue holds at most one run per pipeline however fast bronze commits.
+
+Pipelines whose change sets are small (an incremental run over at most SMALL_CHANGE_BYTES of
+files, or a refresh) share runs of at most `MAX_PIPELINES_PER_RUN` pipelines (run key
+`batch:<hash of what each was asked>`): one process and one Spark driver apply them all, each
+its own step with its own watermark, pool and failure. A pipeline with a large change set, an
+initial load, a repair, a spec edit or a location to find gets a run of its own (run key
+`<reason>:<pipeline>:<key>`, e.g. `incremental:<pipeline>:<latest version>`), so it holds no
+small one back. Every run records what it asked of each pipeline (`cdf_platform/requested`).
+
+A run that died (its process killed or lost, or the run canceled) is requested again on the
+next tick: the run key then names the dead run (`...:after:<run id>`), so Dagster's run-key
+deduplication does not drop it. A pipeline whose run failed in its own code (its step failed:
+a classified error) is not asked the same thing again, since it would fail the same way; the
+next bronze version, or a person, brings its next run. Runs of one pipeline never overlap: its
+silver asset holds the pipeline's pool (see `cdf_platform.orchestration.keys.pipeline_pool` for
+the dagster.yaml limit). A pipeline whose window is lost is seen in the same tick: under
 SNAPSHOT_REBUILD it gets one run per loss (run key `repair:<pipeline>:<watermark>:<latest>`),
 whose plan meets the loss and rebuilds silver (load log: the loss's incident code); a FAIL_FAST
 one is left for a person. The rebuild sensor's later request for the same loss, read from the
@@ -33,6 +41,7 @@ and materializes, so Dagster's freshness and `consumer_lag` agree while bronze i
 """
 
 import datetime
+import hashlib
 import time
 from dataclasses import dataclass
 
@@ -40,18 +49,25 @@ import dagster as dg
 
 from cdf_platform.core.errors import CdfPlatformError, TableNameNotLocated
 from cdf_platform.core.spec import FallbackMode, PipelineSpec
-from cdf_platform.orchestration.jobs import INCREMENTAL_JOB
+from cdf_platform.orchestration.jobs import INCREMENTAL_JOB, REBUILD_JOB
 from cdf_platform.orchestration.keys import (
     AUTO_RETRY_RUN_ID_TAG,
     FAILURE_REASON_TAG,
     PIPELINE_TAG,
     PRIORITY_TAG,
+    QUEUE_TAG,
+    REQUESTED_TAG,
+    SILVER_PREFIX,
+    SILVER_QUEUE,
     WILL_RETRY_TAG,
     silver_key,
 )
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.orchestration.silver import freshness_window
-from cdf_platform.planning.status import WindowState, pipeline_status
+from cdf_platform.planning.assessment import assess_with_control
+from cdf_platform.planning.plan import plan_from
+from cdf_platform.planning.status import PipelineStatus, WindowState, status_from
+from cdf_platform.state.control import ControlTable
 
 INCREMENTAL_SENSOR = "incremental_sensor"
 # A run in one of these states is pending: it will still read the logs and apply what it finds.
@@ -63,6 +79,9 @@ PENDING_STATUSES = [
     dg.DagsterRunStatus.CANCELING,
 ]
 _NOT_OURS = (WindowState.SOURCE_MISSING, WindowState.BLOCKED)
+# Pipelines with small change sets share a run (one process, one Spark driver): at most this
+# many in one, so a fleet catching up keeps several runs and a crash re-requests few.
+MAX_PIPELINES_PER_RUN = 25
 # Dagster's failure reasons of a run that failed in its own code: a rerun at the same bronze
 # version would fail the same way. Any other failure (the process killed or lost, a start
 # timeout) is a run that died.
@@ -70,65 +89,154 @@ _FAILED_IN_ITS_CODE = frozenset({"STEP_FAILURE", "JOB_INITIALIZATION_FAILURE"})
 # How long a failed run marked for Dagster's run retries counts as pending while its retry is
 # not created yet (the retry daemon runs beside the sensors, within seconds).
 _RETRY_WAIT = datetime.timedelta(hours=1)
+# The platform's jobs whose run without an asset selection writes every silver table.
+_WRITE_ALL_SILVER = frozenset({INCREMENTAL_JOB, REBUILD_JOB})
 
 
 @dataclass(frozen=True)
-class _Wanted:
-    """A run the tick wants for a pipeline: why, and the run key's subject."""
+class WantedRun:
+    """A run the tick wants for a pipeline: why, the run key's subject, and whether it may share
+    a run with other pipelines (a small incremental change set or a refresh: no large read)."""
 
     spec: PipelineSpec
     reason: str
     key: str
+    shares: bool = False
+
+    @property
+    def requested(self) -> str:
+        """What the tick asks of the pipeline, as the run key and the requested tag name it."""
+        return f"{self.reason}:{self.key}"
 
 
-def _request(wanted: _Wanted, instance: dg.DagsterInstance) -> dg.RunRequest:
-    """The run request of `wanted`; its run key names the pipeline's newest run when that run
-    died, so Dagster does not drop it as a duplicate of the dead run's request."""
-    spec, run_key = wanted.spec, f"{wanted.reason}:{wanted.spec.id}:{wanted.key}"
-    dead = died_run(instance, spec.id)
-    if dead is not None:
-        run_key += f":after:{dead[:8]}"
-    tags = {PIPELINE_TAG: spec.id}
-    if wanted.reason == "repair":
-        tags[PRIORITY_TAG] = "1"  # a lost window goes first in the queue
-    return dg.RunRequest(run_key=run_key, asset_selection=[silver_key(spec.id)], tags=tags)
+def _covered(run: dg.DagsterRun, pipeline_ids: set[str]) -> set[str]:
+    """The pipelines among `pipeline_ids` whose silver `run` writes: those of its asset
+    selection, or every one for a run of a whole platform job."""
+    if run.asset_selection is None:
+        return set(pipeline_ids) if run.job_name in _WRITE_ALL_SILVER else set()
+    return {
+        key.path[1]
+        for key in run.asset_selection
+        if len(key.path) == 2 and key.path[0] == SILVER_PREFIX and key.path[1] in pipeline_ids
+    }
 
 
-def died_run(instance: dg.DagsterInstance, pipeline_id: str) -> str | None:
-    """The id of the pipeline's newest run if that run died (failed, but not in its own code)
-    or was canceled, else None."""
-    records = instance.get_run_records(dg.RunsFilter(tags={PIPELINE_TAG: pipeline_id}), limit=1)
-    if not records:
-        return None
-    run = records[0].dagster_run
-    died = run.status is dg.DagsterRunStatus.FAILURE and (
+def _requested(run: dg.DagsterRun) -> dict[str, str]:
+    """Pipeline id -> what the sensor requested of it in `run` (its REQUESTED_TAG)."""
+    value = run.tags.get(REQUESTED_TAG, "")
+    pairs = (item.split("=", 1) for item in value.split(",") if "=" in item)
+    return {pipeline_id: requested for pipeline_id, requested in pairs}
+
+
+def _died(run: dg.DagsterRun) -> bool:
+    """Whether `run` died (failed, but not in its own code) or was canceled."""
+    if run.status is dg.DagsterRunStatus.CANCELED:
+        return True
+    return run.status is dg.DagsterRunStatus.FAILURE and (
         run.tags.get(FAILURE_REASON_TAG) not in _FAILED_IN_ITS_CODE
     )
-    return run.run_id if died or run.status is dg.DagsterRunStatus.CANCELED else None
 
 
-def pending_pipelines(instance: dg.DagsterInstance, pipeline_ids: list[str]) -> dict[str, str]:
-    """Pipeline id -> the id of one of its runs not finished yet (queued, starting, running or
-    canceling), or failed and marked for Dagster's run retries whose retry is not created yet,
-    for the pipelines among `pipeline_ids` that have one (two queries for every pipeline):
-    each has its run pending, and no other is requested for it."""
+def _failed_in_its_code(run: dg.DagsterRun) -> bool:
+    return run.status is dg.DagsterRunStatus.FAILURE and (
+        run.tags.get(FAILURE_REASON_TAG) in _FAILED_IN_ITS_CODE
+    )
+
+
+def newest_runs(
+    instance: dg.DagsterInstance, pipeline_ids: set[str], limit: int
+) -> dict[str, dg.DagsterRun]:
+    """Pipeline id -> the newest silver run that covered it, among the `limit` newest runs of
+    the silver queue (one query); a pipeline none of them covered is left out."""
+    records = instance.get_run_records(dg.RunsFilter(tags={QUEUE_TAG: SILVER_QUEUE}), limit=limit)
+    newest: dict[str, dg.DagsterRun] = {}
+    for record in records:  # newest first
+        for pipeline_id in _covered(record.dagster_run, pipeline_ids):
+            newest.setdefault(pipeline_id, record.dagster_run)
+    return newest
+
+
+def pending_pipelines(instance: dg.DagsterInstance, pipeline_ids: set[str]) -> dict[str, str]:
+    """Pipeline id -> the id of a silver run covering it that is not finished yet (not started,
+    queued, starting, running or canceling), or failed and marked for Dagster's run retries
+    whose retry is not created yet, for the pipelines among `pipeline_ids` that have one (two
+    queries, whatever the number of pipelines): each has its run pending, and no other is
+    requested for it."""
     if not pipeline_ids:
         return {}
-    runs = instance.get_run_records(
-        dg.RunsFilter(statuses=PENDING_STATUSES, tags={PIPELINE_TAG: pipeline_ids})
-    )
+    # Every pending run, whatever launched it (a sensor, the UI, a person's job): pending runs
+    # are few, and one query finds them all.
+    runs = instance.get_run_records(dg.RunsFilter(statuses=PENDING_STATUSES))
     retrying = instance.get_run_records(
         dg.RunsFilter(
             statuses=[dg.DagsterRunStatus.FAILURE],
-            tags={PIPELINE_TAG: pipeline_ids, WILL_RETRY_TAG: "true"},
+            tags={QUEUE_TAG: SILVER_QUEUE, WILL_RETRY_TAG: "true"},
             updated_after=datetime.datetime.now(datetime.UTC) - _RETRY_WAIT,
         )
     )
-    pending = [
-        *(r.dagster_run for r in retrying if AUTO_RETRY_RUN_ID_TAG not in r.dagster_run.tags),
-        *(r.dagster_run for r in runs),
-    ]
-    return {str(run.tags[PIPELINE_TAG]): run.run_id for run in pending}
+    pending: dict[str, str] = {}
+    for record in [*runs, *retrying]:
+        run = record.dagster_run
+        if AUTO_RETRY_RUN_ID_TAG in run.tags:
+            continue  # retried: the retry is the pending run, if any
+        for pipeline_id in _covered(run, pipeline_ids):
+            pending.setdefault(pipeline_id, run.run_id)
+    return pending
+
+
+def run_requests(
+    wanted: list[WantedRun],
+    newest: dict[str, dg.DagsterRun],
+    *,
+    max_pipelines_per_run: int,
+) -> tuple[list[dg.RunRequest], list[str]]:
+    """The run requests for `wanted` and the pipelines left out (with why).
+
+    A pipeline whose newest run failed in its own code when asked the same thing is left out
+    (it would fail the same way; the next bronze version, or a person, brings the next run). A
+    pipeline whose newest run died is asked again, its run key naming the dead run (Dagster
+    drops a request whose run key was used). Pipelines that may share a run go in runs of at
+    most `max_pipelines_per_run` (one process and one Spark driver for all of them, each its
+    own step, watermark and failure); the others get a run each."""
+    requests: list[dg.RunRequest] = []
+    left_out: list[str] = []
+    shared: list[tuple[WantedRun, str]] = []
+    for item in wanted:
+        last = newest.get(item.spec.id)
+        if (
+            last is not None
+            and _failed_in_its_code(last)
+            and _requested(last).get(item.spec.id) == item.requested
+        ):
+            left_out.append(f"{item.spec.id} (run {last.run_id[:8]} failed at {item.key})")
+            continue
+        after = f":after:{last.run_id[:8]}" if last is not None and _died(last) else ""
+        if item.shares:
+            shared.append((item, after))
+        else:
+            requests.append(_request([(item, after)]))
+    for start in range(0, len(shared), max_pipelines_per_run):
+        requests.append(_request(shared[start : start + max_pipelines_per_run]))
+    return requests, left_out
+
+
+def _request(items: list[tuple[WantedRun, str]]) -> dg.RunRequest:
+    """One run for the pipelines of `items` (each with its dead-run suffix)."""
+    tags = {REQUESTED_TAG: ",".join(f"{item.spec.id}={item.requested}" for item, _ in items)}
+    if len(items) == 1:
+        ((item, after),) = items
+        run_key = f"{item.reason}:{item.spec.id}:{item.key}{after}"
+        tags[PIPELINE_TAG] = item.spec.id
+        if item.reason == "repair":
+            tags[PRIORITY_TAG] = "1"  # a lost window goes first in the queue
+    else:
+        named = ",".join(f"{item.spec.id}={item.requested}{after}" for item, after in items)
+        run_key = f"batch:{hashlib.sha256(named.encode()).hexdigest()[:20]}"
+    return dg.RunRequest(
+        run_key=run_key,
+        asset_selection=[silver_key(item.spec.id) for item, _ in items],
+        tags=tags,
+    )
 
 
 def refresh_due(spec: PipelineSpec, last_materialized: float | None, now: float) -> int | None:
@@ -140,11 +248,36 @@ def refresh_due(spec: PipelineSpec, last_materialized: float | None, now: float)
     return int(now // half)
 
 
+def assess(spec: PipelineSpec, control: ControlTable) -> tuple[PipelineStatus, bool]:
+    """`spec`'s status and whether a run of it now would be a small incremental one (a change
+    set of at most SMALL_CHANGE_BYTES of files, nothing to fall back on), from one assessment
+    (JVM-free). A pipeline naming a table no run has located yet is NOT_STARTED."""
+    try:
+        found = assess_with_control(spec, control)
+    except TableNameNotLocated as err:
+        status = PipelineStatus.without_figures(
+            spec.id, WindowState.NOT_STARTED, err.incident_code, str(err)
+        )
+        return status, False
+    status = status_from(found)
+    if status.state not in (WindowState.OK, WindowState.LOW_HEADROOM):
+        return status, False
+    try:
+        return status, plan_from(found).is_small_incremental()
+    except CdfPlatformError:
+        return status, False
+
+
 def build_incremental_sensor(
-    specs: list[PipelineSpec], *, running: bool = True
+    specs: list[PipelineSpec],
+    *,
+    running: bool = True,
+    max_pipelines_per_run: int = MAX_PIPELINES_PER_RUN,
 ) -> dg.SensorDefinition:
     """The incremental sensor over the pipelines `specs`, RUNNING from the start unless
-    `running` is False."""
+    `running` is False; pipelines with small change sets share runs of at most
+    `max_pipelines_per_run` pipelines."""
+    pipeline_ids = {spec.id for spec in specs}
 
     @dg.sensor(
         name=INCREMENTAL_SENSOR,
@@ -161,16 +294,16 @@ def build_incremental_sensor(
         """One run request per pipeline whose bronze table moved past the watermark (or whose
         names need locating, or whose caught-up silver is due for a refresh)."""
         control = lake.control()
-        wanted: list[_Wanted] = []
+        wanted: list[WantedRun] = []
         waiting: list[str] = []
-        pending = pending_pipelines(context.instance, [spec.id for spec in specs])
+        pending = pending_pipelines(context.instance, pipeline_ids)
         for spec in specs:
             if spec.id in pending:
                 # Its queued or running run covers every version up to the latest at its start.
                 waiting.append(f"{spec.id} (run {pending[spec.id][:8]} pending)")
                 continue
             try:
-                status = pipeline_status(spec, control)
+                status, small = assess(spec, control)
             except (CdfPlatformError, NotImplementedError) as err:
                 # One unreadable pipeline (e.g. a remote table the JVM-free log reader does not
                 # read yet) must not stop the others from being triggered.
@@ -181,7 +314,7 @@ def build_incremental_sensor(
             if status.problem_code == TableNameNotLocated.incident_code:
                 # Only a run can ask Spark's catalog where a named table lives: one run locates
                 # it, and from then on this sensor reads its log like any other.
-                wanted.append(_Wanted(spec, "locate", "first"))
+                wanted.append(WantedRun(spec, "locate", "first"))
                 continue
             if status.state in _NOT_OURS:
                 waiting.append(f"{spec.id} ({status.state.value})")
@@ -196,28 +329,35 @@ def build_incremental_sensor(
                 # Seen in this tick: the run's plan meets the loss and rebuilds (its fallback),
                 # once per loss; the checks still record it.
                 context.log.warning("%s: replay window lost (%s)", spec.id, status.problem_code)
-                wanted.append(_Wanted(spec, "repair", f"{watermark}:{latest}"))
+                wanted.append(WantedRun(spec, "repair", f"{watermark}:{latest}"))
                 continue
             if status.state is WindowState.SPEC_CHANGED:
                 # The edited spec's run reconciles silver (or, FAIL_FAST, refuses and says so):
                 # one request per spec fingerprint, whether bronze moved or not.
                 context.log.info("%s: spec edited (%s)", spec.id, status.problem)
-                wanted.append(_Wanted(spec, "spec", str(status.spec_fingerprint)))
+                wanted.append(WantedRun(spec, "spec", str(status.spec_fingerprint)))
                 continue
             if watermark is None or latest > watermark:
                 context.log.info(
                     "%s: bronze at version %d, watermark %s", spec.id, latest, watermark
                 )
-                wanted.append(_Wanted(spec, "incremental", str(latest)))
+                wanted.append(WantedRun(spec, "incremental", str(latest), shares=small))
                 continue
             event = context.instance.get_latest_materialization_event(silver_key(spec.id))
             period = refresh_due(spec, event.timestamp if event else None, time.time())
             if period is not None:
                 context.log.info("%s: caught up; refreshing its freshness", spec.id)
-                wanted.append(_Wanted(spec, "refresh", f"{watermark}:{period}"))
+                wanted.append(WantedRun(spec, "refresh", f"{watermark}:{period}", shares=True))
         if wanted:
-            requests = [_request(item, context.instance) for item in wanted]
-            return dg.SensorResult(run_requests=requests)
+            # The newest runs of the silver queue, enough to hold each wanted pipeline's last.
+            limit = max(100, 4 * len(wanted))
+            newest = newest_runs(context.instance, {item.spec.id for item in wanted}, limit)
+            requests, left_out = run_requests(
+                wanted, newest, max_pipelines_per_run=max_pipelines_per_run
+            )
+            waiting += left_out
+            if requests:
+                return dg.SensorResult(run_requests=requests)
         reason = "every silver table is up to date"
         if waiting:
             reason += f"; not run here: {', '.join(waiting)}"

@@ -19,6 +19,10 @@ INCIDENT_TAG = "cdf_platform/incident_code"
 QUEUE_TAG = "cdf_platform/queue"
 SILVER_QUEUE = "silver"
 CHECKS_QUEUE = "checks"
+# Run tag of a run the incremental sensor requested: what it asked of each pipeline the run
+# covers (`<id>=<reason>:<key>,...`), so a pipeline whose run failed in its own code is not
+# asked the same thing again.
+REQUESTED_TAG = "cdf_platform/requested"
 # Dagster's own run tags the sensors read or set: a run's failure reason, whether Dagster's run
 # retries will re-execute a failed run and the retry's id, and a queued run's priority (higher
 # first).

@@ -7,6 +7,7 @@ from collections.abc import Collection, Sequence
 
 import dagster as dg
 
+from cdf_platform.core.config import default_pipelines_per_run
 from cdf_platform.core.spec import PipelineSpec, storage_locations
 from cdf_platform.orchestration.checks import silver_checks
 from cdf_platform.orchestration.consumers import (
@@ -42,6 +43,7 @@ def platform_defs(
     bronze_written_here: Collection[dg.AssetKey] = (),
     consumers: Sequence[dg.AssetsDefinition] = (),
     automation: bool = True,
+    pipelines_per_run: int | None = None,
 ) -> dg.Definitions:
     """Silver assets with their checks, external bronze assets, the jobs, schedules and
     sensors, the `spark` and `lake` resources and the watermark IO manager, for `specs`
@@ -59,6 +61,8 @@ def platform_defs(
             (`cdf_platform.orchestration.consumers`).
         automation: the incremental and rebuild sensors and the checks schedule start RUNNING
             (False: STOPPED, for a person to turn on).
+        pipelines_per_run: at most this many pipelines with small change sets share a silver
+            run (default: `$CDF_PIPELINES_PER_RUN`, else 25).
     """
     bound = lake.bound()
     # The definitions' own reads (the code server's sensors and checks) use the lake's
@@ -92,7 +96,11 @@ def platform_defs(
             *build_maintenance_schedules(maintenance_jobs),
         ],
         sensors=[
-            build_incremental_sensor(specs, running=automation),
+            build_incremental_sensor(
+                specs,
+                running=automation,
+                max_pipelines_per_run=pipelines_per_run or default_pipelines_per_run(),
+            ),
             build_rebuild_sensor(specs, consumers=watched, jobs=repair_jobs, running=automation),
         ],
         resources={

@@ -48,7 +48,10 @@ def test_new_bronze_versions_request_one_silver_run_per_pipeline_and_version(
     (request,) = tick(defs, instance).run_requests
     assert request.run_key == "incremental:orders:1"
     assert request.asset_selection == [silver_key("orders")]
-    assert request.tags == {"cdf_platform/pipeline_id": "orders"}
+    assert request.tags == {
+        "cdf_platform/pipeline_id": "orders",
+        "cdf_platform/requested": "orders=incremental:1",
+    }
 
     run = defs.resolve_job_def("incremental_job").execute_in_process(
         instance=instance, asset_selection=request.asset_selection, tags=request.tags
@@ -96,10 +99,9 @@ def test_no_run_is_requested_for_a_pipeline_whose_run_is_pending(
     (request,) = tick(defs, instance).run_requests
     # The run as the sensor's tick creates it, before the run coordinator queues it (queued
     # and running runs are pending alike).
+    job = defs.resolve_job_def("incremental_job")
     queued = instance.create_run_for_job(
-        defs.resolve_job_def("incremental_job"),
-        asset_selection=frozenset(request.asset_selection),
-        tags=request.tags,
+        job, asset_selection=frozenset(request.asset_selection), tags={**job.tags, **request.tags}
     )
     assert queued.status is dg.DagsterRunStatus.NOT_STARTED
     for _ in range(2):
@@ -140,7 +142,8 @@ def test_a_run_that_died_is_requested_again_and_one_that_failed_in_its_code_is_n
 
     job = defs.resolve_job_def("incremental_job")
     for end in ("killed", "canceled"):
-        dead = instance.create_run_for_job(job, tags={PIPELINE_TAG: "orders"})
+        # Runs as the daemon creates them: the job's tags (its queue) with the request's.
+        dead = instance.create_run_for_job(job, tags={**job.tags, PIPELINE_TAG: "orders"})
         if end == "killed":
             instance.report_run_failed(dead)  # as the code server reports a lost run process
         else:
@@ -148,7 +151,9 @@ def test_a_run_that_died_is_requested_again_and_one_that_failed_in_its_code_is_n
         (retry,) = tick(defs, instance).run_requests
         assert retry.run_key == f"incremental:orders:1:after:{dead.run_id[:8]}"
 
-    marked = instance.create_run_for_job(job, tags={PIPELINE_TAG: "orders", WILL_RETRY_TAG: "true"})
+    marked = instance.create_run_for_job(
+        job, tags={**job.tags, PIPELINE_TAG: "orders", WILL_RETRY_TAG: "true"}
+    )
     instance.report_run_failed(marked)
     waiting = tick(defs, instance)
     assert not waiting.run_requests

@@ -31,7 +31,7 @@ from dagster._grpc.client import DagsterGrpcClient
 
 from cdf_platform.demo.local_s3 import free_port, stop_process
 from cdf_platform.demo.source import write_demo_batch
-from cdf_platform.orchestration.keys import PIPELINE_TAG
+from cdf_platform.orchestration.keys import SILVER_PREFIX
 from cdf_platform_tests.system.postgres import PostgresServer
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -39,6 +39,15 @@ DEPLOY = PROJECT_ROOT / "deploy"
 BIN = Path(sys.executable).parent
 START_TIMEOUT_S = 180.0
 QUEUED = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]
+
+
+def covered(run: dg.DagsterRun) -> list[str]:
+    """The pipelines whose silver `run` writes (its asset selection's silver assets)."""
+    return [
+        key.path[1]
+        for key in run.asset_selection or ()
+        if len(key.path) == 2 and key.path[0] == SILVER_PREFIX
+    ]
 
 
 def orders_pipeline(pipeline_id: str, **fields: Any) -> dict[str, Any]:
@@ -309,7 +318,7 @@ class Deployment:
                     time.sleep(every)
                     continue
                 per_pipeline = Counter(
-                    str(record.dagster_run.tags.get(PIPELINE_TAG, "")) for record in queued
+                    pipeline_id for record in queued for pipeline_id in covered(record.dagster_run)
                 )
                 for pipeline_id, count in per_pipeline.items():
                     seen.max_queued_per_pipeline[pipeline_id] = max(

@@ -19,12 +19,11 @@ import dagster as dg
 import pytest
 from pyspark.sql import SparkSession
 
-from cdf_platform.orchestration.keys import PIPELINE_TAG
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.planning.status import pipeline_status
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.lake_platform import table_rows, vacuum_breaking_the_window
-from cdf_platform_tests.system.deployment import BronzeWriter, Deployment, orders_pipeline
+from cdf_platform_tests.system.deployment import BronzeWriter, Deployment, covered, orders_pipeline
 from cdf_platform_tests.system.postgres import PostgresServer
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(1500)]
@@ -65,11 +64,10 @@ def caught_up(lake: LakeLayout, instance: dg.DagsterInstance, ids: list[str]) ->
                 dg.DagsterRunStatus.QUEUED,
                 dg.DagsterRunStatus.STARTING,
                 dg.DagsterRunStatus.STARTED,
-            ],
-            tags={PIPELINE_TAG: ids},
+            ]
         )
     )
-    if pending:
+    if any(set(covered(record.dagster_run)) & set(ids) for record in pending):
         return False
     now = statuses(lake)
     return all(
@@ -77,9 +75,43 @@ def caught_up(lake: LakeLayout, instance: dg.DagsterInstance, ids: list[str]) ->
     )
 
 
-def failed_runs(instance: dg.DagsterInstance) -> set[str]:
-    records = instance.get_run_records(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
-    return {record.dagster_run.run_id for record in records}
+def _run_of_process(instance: dg.DagsterInstance, pid: int) -> dg.DagsterRun | None:
+    """The run in progress whose process is `pid` (its engine event names the process)."""
+    started = instance.get_run_records(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
+    for record in started:
+        run = record.dagster_run
+        events = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)
+        if any(f"Started process for run (pid: {pid})" in e.message for e in events):
+            return run
+    return None
+
+
+def kill_a_run_mid_way(deployment: Deployment, instance: dg.DagsterInstance) -> str:
+    """Kill (SIGKILL) the process of a run in progress and its driver JVM; return the run's id
+    once it is marked failed. A run whose last event was written just before the kill ends as
+    it was (success): then another run is killed."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        for worker, jvm in deployment.run_workers():
+            run = _run_of_process(instance, worker.pid)
+            if run is None:
+                continue
+            jvm.kill()
+            worker.kill()
+            ended = wait_for(
+                f"run {run.run_id} ended after its process was killed",
+                lambda run_id=run.run_id: _finished(instance, run_id),
+                120,
+            )
+            if ended.status is dg.DagsterRunStatus.FAILURE:
+                return run.run_id
+        time.sleep(0.2)
+    raise AssertionError("no run in progress to kill within 300 s")
+
+
+def _finished(instance: dg.DagsterInstance, run_id: str) -> dg.DagsterRun | None:
+    run = instance.get_run_by_id(run_id)
+    return run if run is not None and run.is_finished else None
 
 
 @pytest.fixture(scope="module")
@@ -114,17 +146,7 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
             )
 
             # A run's worker and its JVM killed mid-run.
-            before = failed_runs(instance)
-            worker, jvm = wait_for("a run with its JVM up", deployment.run_workers, 240, 0.2)[0]
-            described = f"{worker.pid} {worker.cmdline()} / {jvm.pid} {jvm.cmdline()[-3:]}"
-            jvm.kill()
-            worker.kill()
-            worker.wait(timeout=30)
-            killed_ids = wait_for(
-                f"the killed run marked failed ({described})",
-                lambda: failed_runs(instance) - before,
-                120,
-            )
+            killed_ids = {kill_a_run_mid_way(deployment, instance)}
 
             # PostgreSQL restarted under the daemon, the code server, the webserver and runs.
             postgres.restart()
@@ -183,7 +205,7 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
         spans = sorted(
             (r.start_time, r.end_time)
             for r in records
-            if r.dagster_run.tags.get(PIPELINE_TAG) == pipeline_id and r.start_time and r.end_time
+            if pipeline_id in covered(r.dagster_run) and r.start_time and r.end_time
         )
         for (_, end), (start, _) in itertools.pairwise(spans):
             assert start >= end - 0.5, (pipeline_id, spans)
@@ -199,16 +221,16 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
         for previous, row in itertools.pairwise(log):
             assert row["watermark_before"] == previous["watermark_after"], (pipeline_id, row)
 
-    # The killed run's pipeline caught up without a person: it has a later successful run.
+    # The killed run's pipelines caught up without a person: each has a later successful run.
     (killed,) = [run for run in runs if run.run_id in killed_ids][:1]
-    later = [
-        r
-        for r in records
-        if r.dagster_run.tags.get(PIPELINE_TAG) == killed.tags[PIPELINE_TAG]
-        and r.dagster_run.status is dg.DagsterRunStatus.SUCCESS
-        and r.create_timestamp.timestamp() > _created(records, killed.run_id)
-    ]
-    assert later
+    for pipeline_id in covered(killed):
+        assert [
+            r
+            for r in records
+            if pipeline_id in covered(r.dagster_run)
+            and r.dagster_run.status is dg.DagsterRunStatus.SUCCESS
+            and r.create_timestamp.timestamp() > _created(records, killed.run_id)
+        ], pipeline_id
 
     # The destroyed window: one repair, requested by the incremental sensor's first ticks.
     rebuilds = [
@@ -230,8 +252,8 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
 def _runs_of(instance: dg.DagsterInstance, pipeline_id: str, after: float) -> list[Any]:
     return [
         r
-        for r in instance.get_run_records(dg.RunsFilter(tags={PIPELINE_TAG: pipeline_id}))
-        if r.create_timestamp.timestamp() > after
+        for r in instance.get_run_records(dg.RunsFilter())
+        if pipeline_id in covered(r.dagster_run) and r.create_timestamp.timestamp() > after
     ]
 
 

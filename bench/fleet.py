@@ -1,0 +1,340 @@
+"""A platform team's fleet: many pipelines, each with a small backlog, caught up by the sensors.
+
+Two parts, written to `bench/results/fleet.{json,md}`:
+
+- Catch-up (`--pipelines`, 100 by default): one demo `orders` bronze table per pipeline, silver
+  loaded beforehand (in this process, one Spark session for all), then a backlog of
+  `--changed-keys` changed keys (60% updates, 30% inserts, 10% deletes) committed to every
+  bronze table at once. The deployment of the system tests (`deploy/dagster.yaml` on
+  PostgreSQL, the code server, the daemon with the run queue, the webserver, local Spark) then
+  catches up on its own: measured from the first run the sensors create to every silver at its
+  bronze's latest version: wall time, runs, Spark driver JVMs started (every `java` process
+  running SparkSubmit under the code server, sampled every 0.2 s), the most alive at once and
+  their peak resident memory, and every silver checked equal to its bronze.
+- JVM-free figures (`--jvm-free-pipelines`, 500 by default; bronze with one batch, silver not
+  loaded): loading the definitions (`cdf_platform.definitions`, in a fresh process), one
+  incremental-sensor tick, `cdf-platform status --json`, and one `checks_job` run over all.
+
+Usage:
+    python -m bench.fleet                          # 100 pipelines x 100 changed keys; 500 JVM-free
+    python -m bench.fleet --pipelines 20 --jvm-free-pipelines 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import psutil
+import pyspark
+import yaml
+
+from bench.report import (
+    Figure,
+    add_output_options,
+    command_line,
+    machine_info,
+    publish,
+    scratch_folder,
+)
+from cdf_platform.demo.source import write_demo_batch
+from cdf_platform.orchestration.resources import LakeLayout
+from cdf_platform.planning.status import pipeline_status
+from cdf_platform_tests.system.deployment import PROJECT_ROOT, Deployment, orders_pipeline
+from cdf_platform_tests.system.postgres import PostgresServer
+
+RESULTS = Path(__file__).resolve().parent / "results"
+BIN = Path(sys.executable).parent
+CATCH_UP_TARGET_S, DRIVERS_TARGET, JVM_GIB_TARGET = 300.0, 2, 6.0
+DEFS_TARGET_S, TICK_TARGET_S, STATUS_TARGET_S, CHECKS_TARGET_S = 3.0, 2.0, 3.0, 30.0
+INITIAL_ROWS = 1_000
+
+
+def _pipelines_file(root: Path, ids: list[str]) -> Path:
+    path = root / "pipelines.yaml"
+    document = {"pipelines": [orders_pipeline(i) for i in ids]}
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    return path
+
+
+def _caught_up(lake: LakeLayout) -> bool:
+    bound = lake.bound()
+    control = bound.control()
+    for spec in bound.specs():
+        status = pipeline_status(spec, control)
+        if status.watermark is None or status.watermark != status.latest_version:
+            return False
+    return True
+
+
+class DriverWatch:
+    """A thread counting the Spark driver JVMs under the code server: every one started, the
+    most alive at once, and their summed resident memory at its peak."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        self.deployment = deployment
+        self.started: set[int] = set()
+        self.most_alive = 0
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="driver-watch", daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            alive, memory = 0, 0
+            for process in self.deployment.processes():
+                with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                    command = process.cmdline()
+                    # A driver, not the short-lived launcher that builds its command line.
+                    if (
+                        process.name() == "java"
+                        and "org.apache.spark.deploy.SparkSubmit" in command
+                        and "org.apache.spark.launcher.Main" not in command
+                    ):
+                        self.started.add(process.pid)
+                        alive += 1
+                        memory += process.memory_info().rss
+            self.most_alive = max(self.most_alive, alive)
+            self.peak_bytes = max(self.peak_bytes, memory)
+            self._stop.wait(0.2)
+
+    def start(self) -> DriverWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def catch_up(workdir: Path, n: int, changed_keys: int) -> dict[str, Any]:
+    """Part 1: `n` pipelines, each `changed_keys` behind, caught up by the deployment."""
+    from pyspark.sql import SparkSession
+
+    from cdf_platform.runner import run_pipeline
+    from cdf_platform.spark.session import SparkSettings, build_spark_session
+
+    ids = [f"f{k:03d}" for k in range(1, n + 1)]
+    with PostgresServer() as postgres:
+        deployment = Deployment(workdir, postgres, [orders_pipeline(i) for i in ids])
+        lake = LakeLayout(
+            lake_root=str(deployment.lake), pipelines_file=deployment.env["CDF_PIPELINES_FILE"]
+        )
+        for pipeline_id in ids:
+            write_demo_batch(str(deployment.bronze(pipeline_id)), "orders", batch_size=INITIAL_ROWS)
+        spark: SparkSession = build_spark_session(
+            SparkSettings(master="local[2]", app_name="cdf_platform_fleet", shuffle_partitions=2)
+        )
+        bound = lake.bound()
+        control = bound.control()
+        load_started = time.monotonic()
+        for spec in bound.specs():
+            run_pipeline(spec, spark_factory=lambda: spark, control=control)
+        initial_load_s = time.monotonic() - load_started
+        for pipeline_id in ids:
+            write_demo_batch(str(deployment.bronze(pipeline_id)), "orders", batch_size=changed_keys)
+        with deployment.environment():
+            instance = deployment.instance()
+            watch = DriverWatch(deployment)
+            try:
+                deployment.start()
+                watch.start()
+                deadline = time.monotonic() + 3600
+                while not _caught_up(lake):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the fleet did not catch up within an hour")
+                    time.sleep(2)
+                caught_up_at = time.time()
+            finally:
+                watch.stop()
+                deployment.stop()
+            records = instance.get_run_records(dg.RunsFilter())
+            instance.dispose()
+        first_run = min(r.create_timestamp.timestamp() for r in records)
+        mismatched = []
+        for pipeline_id in ids:
+            silver = spark.read.format("delta").load(str(deployment.silver(pipeline_id)))
+            bronze = spark.read.format("delta").load(str(deployment.bronze(pipeline_id)))
+            columns = [c for c in bronze.columns if not c.startswith("_")]
+            if silver.select(*columns).exceptAll(bronze.select(*columns)).count() or (
+                bronze.select(*columns).exceptAll(silver.select(*columns)).count()
+            ):
+                mismatched.append(pipeline_id)
+        spark.stop()
+    return {
+        "pipelines": n,
+        "changed_keys": changed_keys,
+        "seconds": caught_up_at - first_run,
+        "runs": len(records),
+        "failed_runs": sum(
+            1 for r in records if r.dagster_run.status is dg.DagsterRunStatus.FAILURE
+        ),
+        "drivers_started": len(watch.started),
+        "drivers_alive_at_most": watch.most_alive,
+        "jvm_peak_gib": watch.peak_bytes / 2**30,
+        "silver_mismatched": mismatched,
+        "initial_load_in_one_session_s": initial_load_s,
+    }
+
+
+def jvm_free(workdir: Path, n: int) -> dict[str, float]:
+    """Part 2: the JVM-free figures over `n` pipelines (bronze with one batch, silver not
+    loaded yet)."""
+    from cdf_platform.definitions import build_defs
+    from cdf_platform_tests.lake_platform import incremental_tick
+
+    lake_root = workdir / "lake"
+    ids = [f"j{k:03d}" for k in range(1, n + 1)]
+    pipelines_file = _pipelines_file(workdir, ids)
+    for pipeline_id in ids:
+        write_demo_batch(str(lake_root / "bronze" / pipeline_id), "orders", batch_size=20)
+    env = {
+        **os.environ,
+        "CDF_LAKE_ROOT": str(lake_root),
+        "CDF_PIPELINES_FILE": str(pipelines_file),
+        "PYTHONPATH": str(PROJECT_ROOT),
+    }
+    load = (
+        "import time; started = time.monotonic(); from cdf_platform.definitions import defs; "
+        "d = defs(); assert len(d.resolve_all_asset_keys()) >= 1; "
+        "print(time.monotonic() - started)"
+    )
+    defs_s = float(
+        subprocess.run(
+            [sys.executable, "-c", load], env=env, check=True, capture_output=True, text=True
+        ).stdout.split()[-1]
+    )
+    started = time.monotonic()
+    subprocess.run(
+        [str(BIN / "cdf-platform"), "status", "--json"],
+        env=env,
+        check=False,  # exits 1: pipelines not started yet
+        capture_output=True,
+    )
+    status_s = time.monotonic() - started
+    lake = LakeLayout(lake_root=str(lake_root), pipelines_file=str(pipelines_file))
+    defs = build_defs(lake, automation=False)
+    instance = dg.DagsterInstance.ephemeral()
+    started = time.monotonic()
+    result = incremental_tick(defs, instance)
+    tick_s = time.monotonic() - started
+    assert len(result.run_requests or []) == n, "every pipeline is requested"
+    started = time.monotonic()
+    checks = defs.resolve_job_def("checks_job").execute_in_process(
+        instance=instance, raise_on_error=False
+    )
+    checks_s = time.monotonic() - started
+    evaluations = len(checks.get_asset_check_evaluations())
+    return {
+        "pipelines": n,
+        "definitions_load_s": defs_s,
+        "sensor_tick_s": tick_s,
+        "status_json_s": status_s,
+        "checks_s": checks_s,
+        "check_evaluations": evaluations,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pipelines", type=int, default=100)
+    parser.add_argument("--changed-keys", type=int, default=100)
+    parser.add_argument("--jvm-free-pipelines", type=int, default=500)
+    parser.add_argument(
+        "--pipelines-per-run",
+        type=int,
+        help="CDF_PIPELINES_PER_RUN for the deployment (default: the platform's, 25; 1: a run "
+        "per pipeline)",
+    )
+    parser.add_argument("--stem", default="fleet", help="results file name (without suffix)")
+    add_output_options(parser, RESULTS)
+    args = parser.parse_args(argv)
+    if args.pipelines_per_run is not None:
+        os.environ["CDF_PIPELINES_PER_RUN"] = str(args.pipelines_per_run)
+    per_run = os.environ.get("CDF_PIPELINES_PER_RUN", "25")
+    started = time.monotonic()
+    loads = [os.getloadavg()[0]]
+    with scratch_folder(args, "cdf-fleet-") as workdir:
+        free = jvm_free(workdir / "jvm_free", args.jvm_free_pipelines)
+        loads.append(os.getloadavg()[0])
+        fleet = catch_up(workdir / "catch_up", args.pipelines, args.changed_keys)
+    loads.append(os.getloadavg()[0])
+    n, k = fleet["pipelines"], fleet["changed_keys"]
+    figures = [
+        Figure(
+            f"{n} pipelines x {k} changed keys caught up (first run created -> every silver)",
+            f"{fleet['seconds']:.0f} s",
+            f"<= {CATCH_UP_TARGET_S:.0f} s",
+            fleet["seconds"] <= CATCH_UP_TARGET_S and not fleet["silver_mismatched"],
+            fleet["seconds"],
+            f"{fleet['runs']} runs ({fleet['failed_runs']} failed); silver equal to bronze: "
+            f"{'all' if not fleet['silver_mismatched'] else fleet['silver_mismatched']}",
+        ),
+        Figure(
+            "Spark drivers alive at once (started in all)",
+            f"{fleet['drivers_alive_at_most']} ({fleet['drivers_started']})",
+            f"<= {DRIVERS_TARGET}",
+            fleet["drivers_alive_at_most"] <= DRIVERS_TARGET,
+            float(fleet["drivers_alive_at_most"]),
+            "java processes running SparkSubmit under the code server, sampled every 0.2 s",
+        ),
+        Figure(
+            "peak resident memory of the Spark drivers",
+            f"{fleet['jvm_peak_gib']:.2f} GiB",
+            f"<= {JVM_GIB_TARGET:.0f} GiB",
+            fleet["jvm_peak_gib"] <= JVM_GIB_TARGET,
+            fleet["jvm_peak_gib"],
+            "summed over the drivers alive at one sample",
+        ),
+    ]
+    m = free["pipelines"]
+    for name, key, target in (
+        ("definitions load", "definitions_load_s", DEFS_TARGET_S),
+        ("incremental-sensor tick", "sensor_tick_s", TICK_TARGET_S),
+        ("`cdf-platform status --json`", "status_json_s", STATUS_TARGET_S),
+        ("checks_job over every pipeline", "checks_s", CHECKS_TARGET_S),
+    ):
+        figures.append(
+            Figure(
+                f"{m} pipelines: {name}",
+                f"{free[key]:.2f} s",
+                f"<= {target:.0f} s",
+                free[key] <= target,
+                free[key],
+                "no JVM",
+            )
+        )
+    document = {
+        "run": {
+            "title": "cdf_platform fleet benchmark",
+            "label": f"at most {per_run} pipeline(s) per run",
+            "quick": False,
+            "command": command_line("bench.fleet", argv),
+            "summary": [
+                f"Catch-up: {n} pipelines, bronze {INITIAL_ROWS:,} rows each, silver loaded "
+                f"beforehand, then {k} changed keys per bronze; the deployment of deploy/ "
+                "(PostgreSQL, code server, daemon, webserver), local Spark.",
+                f"JVM-free: {m} pipelines, bronze with one 20-row batch, silver not loaded.",
+            ],
+            "load_average": {"start": loads[0], "end": loads[-1], "max": max(loads)},
+            "wall_seconds": time.monotonic() - started,
+        },
+        "machine": machine_info(pyspark.__version__),
+        "figures": figures,
+        "tables": {},
+        "fleet": fleet,
+        "jvm_free": free,
+    }
+    publish(args.out, args.stem, document)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Pipelines with small change sets share a run (one process, one Spark driver), each its own
+step, watermark and failure: a pipeline that fails in a shared run fails alone, classified, and
+is not asked the same thing again; the others are applied exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from pyspark.sql import SparkSession
+
+from cdf_platform.core.config import default_pipelines_per_run
+from cdf_platform.core.errors import RuntimeEnvironmentError
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.demo.source import write_demo_batch
+from cdf_platform.orchestration.incremental_sensor import WantedRun, run_requests
+from cdf_platform.orchestration.keys import REQUESTED_TAG, silver_key
+from cdf_platform.orchestration.resources import SparkResource
+from cdf_platform_tests.lake_platform import incremental_tick as tick
+from cdf_platform_tests.lake_platform import lake_defs, table_rows
+
+
+def _pipeline(pipeline_id: str) -> dict[str, Any]:
+    return {
+        "id": pipeline_id,
+        "source": f"bronze/{pipeline_id}",
+        "target": f"silver/{pipeline_id}",
+        "keys": ["order_id"],
+        "delete_mode": "hard",
+    }
+
+
+def _run(
+    defs: dg.Definitions, instance: dg.DagsterInstance, request: dg.RunRequest
+) -> dg.ExecuteInProcessResult:
+    """`request` run as the daemon runs it: incremental_job, the job's tags with the request's."""
+    job = defs.resolve_job_def("incremental_job")
+    return job.execute_in_process(
+        instance=instance,
+        asset_selection=request.asset_selection,
+        tags={**job.tags, **(request.tags or {})},
+        raise_on_error=False,
+    )
+
+
+def _null_key_commit(path: Path) -> None:
+    """One bronze commit with a row whose key is NULL (a DATA_QUALITY problem for silver)."""
+    table = DeltaTable(str(path)).to_pyarrow_table()
+    row = {**table.slice(0, 1).to_pylist()[0], "order_id": None}
+    write_deltalake(str(path), pa.Table.from_pylist([row], schema=table.schema), mode="append")
+
+
+def test_small_change_sets_share_a_run_and_a_failing_pipeline_fails_alone(
+    spark: SparkSession, spark_resource: SparkResource, lake: Path
+) -> None:
+    ids = ["a", "b", "c"]
+    defs = lake_defs(spark_resource, lake, *(_pipeline(i) for i in ids))
+    instance = dg.DagsterInstance.ephemeral()
+    for pipeline_id in ids:
+        write_demo_batch(str(lake / "bronze" / pipeline_id), "orders", batch_size=20)
+
+    # Initial loads read whole tables: a run each.
+    initial = tick(defs, instance).run_requests
+    assert sorted(len(r.asset_selection) for r in initial) == [1, 1, 1]
+    for request in initial:
+        assert _run(defs, instance, request).success
+
+    # Small change sets: one run for the three.
+    write_demo_batch(str(lake / "bronze" / "a"), "orders", batch_size=10)
+    write_demo_batch(str(lake / "bronze" / "b"), "orders", batch_size=10)
+    _null_key_commit(lake / "bronze" / "c")
+    (shared,) = tick(defs, instance).run_requests
+    assert shared.run_key.startswith("batch:")
+    assert sorted(shared.asset_selection) == sorted(silver_key(i) for i in ids)
+    assert shared.tags[REQUESTED_TAG] == "a=incremental:2,b=incremental:2,c=incremental:2"
+
+    result = _run(defs, instance, shared)
+    assert not result.success
+    (failure,) = result.get_step_failure_events()
+    assert failure.step_key == silver_key("c").to_python_identifier()
+    error = failure.step_failure_data.error
+    assert error is not None and "DataQualityError" in error.message, error.message
+    for pipeline_id in ("a", "b"):
+        silver, bronze = lake / "silver" / pipeline_id, lake / "bronze" / pipeline_id
+        assert table_rows(spark, str(silver)) == table_rows(spark, str(bronze))
+    assert DeltaTable(str(lake / "silver" / "c")).version() == 1  # untouched by the batch
+
+    # c failed in its own code at version 2: not asked again until bronze moves (or a person).
+    quiet = tick(defs, instance)
+    assert not quiet.run_requests
+    assert f"c (run {result.run_id[:8]} failed at 2)" in str(quiet.skip_reason)
+    write_demo_batch(str(lake / "bronze" / "a"), "orders", batch_size=10)
+    (only_a,) = tick(defs, instance).run_requests
+    assert only_a.asset_selection == [silver_key("a")]
+    assert only_a.run_key == "incremental:a:3"
+
+
+def test_shared_runs_hold_at_most_the_configured_number_of_pipelines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    specs = [PipelineSpec(**_pipeline(i)) for i in ("a", "b", "c")]
+    wanted = [WantedRun(spec, "incremental", "4", shares=True) for spec in specs]
+    wanted.append(WantedRun(PipelineSpec(**_pipeline("big")), "incremental", "9"))
+    requests, left_out = run_requests(wanted, {}, max_pipelines_per_run=2)
+    assert [[key.path[1] for key in r.asset_selection] for r in requests] == [
+        ["big"],
+        ["a", "b"],
+        ["c"],
+    ]
+    assert not left_out
+
+    monkeypatch.setenv("CDF_PIPELINES_PER_RUN", "1")
+    assert default_pipelines_per_run() == 1
+    monkeypatch.setenv("CDF_PIPELINES_PER_RUN", "0")
+    with pytest.raises(RuntimeEnvironmentError, match="CDF_PIPELINES_PER_RUN='0'"):
+        default_pipelines_per_run()
