@@ -59,6 +59,7 @@ INITIAL_ROWS = 1_000
 
 
 def _pipelines_file(root: Path, ids: list[str]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
     path = root / "pipelines.yaml"
     document = {"pipelines": [orders_pipeline(i) for i in ids]}
     path.write_text(yaml.safe_dump(document), encoding="utf-8")

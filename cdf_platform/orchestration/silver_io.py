@@ -30,7 +30,12 @@ import dagster as dg
 from cdf_platform.core.errors import CdfPlatformError
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.orchestration.figures import duration, text
-from cdf_platform.orchestration.keys import WATERMARK_IO_MANAGER_KEY, bronze_key, silver_key
+from cdf_platform.orchestration.keys import (
+    SILVER_PREFIX,
+    WATERMARK_IO_MANAGER_KEY,
+    bronze_key,
+    silver_key,
+)
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.plan import RunPlan
 from cdf_platform.planning.run_result import RunResult
@@ -134,6 +139,10 @@ def write_pipeline(
         dg.Failure: the classified failure (FAIL_FAST, bad input, a read or write failure).
     """
     spec = write.prepared.spec
+    # A run writing several silver tables (pipelines sharing a run) keeps its driver JVM for
+    # all of them: it starts lean only for a lone short run.
+    selection = context.step_context.dagster_run.asset_selection or ()
+    shared = sum(1 for key in selection if key.path[0] == SILVER_PREFIX) > 1
     try:
         # An unexpected failure is classified too: the step fails as a platform error naming
         # the pipeline and what to do, the original chained below it.
@@ -141,7 +150,7 @@ def write_pipeline(
             result = finish_run(
                 write.prepared,
                 spark_factory=lambda: spark.session_for_run(
-                    short=write.prepared.is_short(force_rebuild=write.force_rebuild)
+                    short=not shared and write.prepared.is_short(force_rebuild=write.force_rebuild)
                 ),
                 control=lake.control(),
                 force_rebuild=write.force_rebuild,

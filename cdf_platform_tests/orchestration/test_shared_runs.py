@@ -4,6 +4,9 @@ is not asked the same thing again; the others are applied exactly."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +18,14 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.config import default_pipelines_per_run
 from cdf_platform.core.errors import RuntimeEnvironmentError
+from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.incremental_sensor import WantedRun, run_requests
 from cdf_platform.orchestration.keys import REQUESTED_TAG, silver_key
-from cdf_platform.orchestration.resources import SparkResource
+from cdf_platform.orchestration.resources import LakeLayout, SparkResource
+from cdf_platform.planning.status import pipeline_status
+from cdf_platform_tests import jvm_options
 from cdf_platform_tests.lake_platform import incremental_tick as tick
 from cdf_platform_tests.lake_platform import lake_defs, table_rows
 
@@ -118,3 +124,71 @@ def test_shared_runs_hold_at_most_the_configured_number_of_pipelines(
     monkeypatch.setenv("CDF_PIPELINES_PER_RUN", "0")
     with pytest.raises(RuntimeEnvironmentError, match="CDF_PIPELINES_PER_RUN='0'"):
         default_pipelines_per_run()
+
+
+# A shared run in a process of its own, on the instance in $DAGSTER_HOME: its first silver step
+# commits its MERGE and the process dies there (CDF_PLATFORM_FAULT=after_merge).
+_SHARED_RUN = """
+import sys
+import dagster as dg
+from cdf_platform.definitions import defs
+job = defs().resolve_job_def("incremental_job")
+keys = [dg.AssetKey(["silver", pipeline_id]) for pipeline_id in sys.argv[1].split(",")]
+with dg.DagsterInstance.get() as instance:
+    job.execute_in_process(instance=instance, asset_selection=keys, tags=dict(job.tags))
+"""
+
+
+def test_a_shared_run_killed_mid_way_leaves_every_watermark_exact_and_the_next_tick_finishes(
+    spark: SparkSession, spark_resource: SparkResource, lake: Path, tmp_path: Path
+) -> None:
+    ids = ["a", "b", "c"]
+    defs = lake_defs(spark_resource, lake, *(_pipeline(i) for i in ids))
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n", encoding="utf-8")
+    instance = dg.DagsterInstance.from_config(str(home))
+    for pipeline_id in ids:
+        write_demo_batch(str(lake / "bronze" / pipeline_id), "orders", batch_size=20)
+    for request in tick(defs, instance).run_requests:
+        assert _run(defs, instance, request).success
+    for pipeline_id in ids:
+        write_demo_batch(str(lake / "bronze" / pipeline_id), "orders", batch_size=10)
+    (shared,) = tick(defs, instance).run_requests
+    assert len(shared.asset_selection) == 3
+
+    env = {
+        **os.environ,
+        **jvm_options.ENVIRONMENT,
+        "DAGSTER_HOME": str(home),
+        "CDF_LAKE_ROOT": str(lake),
+        "CDF_PIPELINES_FILE": str(lake / "pipelines.yaml"),
+        "CDF_SPARK_MASTER": "local[1]",
+        FAULT_ENV: FaultPoint.AFTER_MERGE.value,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+    selection = ",".join(key.path[1] for key in shared.asset_selection)
+    died = subprocess.run(
+        [sys.executable, "-c", _SHARED_RUN, selection], env=env, capture_output=True, timeout=300
+    )
+    assert died.returncode == FAULT_EXIT_CODE, died.stderr.decode()[-2000:]
+    (record,) = instance.get_run_records(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
+    instance.report_run_failed(record.dagster_run)  # what the code server does for a lost process
+
+    # The first pipeline's MERGE committed with its watermark; the others are untouched.
+    bound = LakeLayout(lake_root=str(lake), pipelines_file=str(lake / "pipelines.yaml")).bound()
+    watermarks = {
+        spec.id: pipeline_status(spec, bound.control()).watermark for spec in bound.specs()
+    }
+    assert sorted(watermarks.values()) == [1, 1, 2], watermarks
+    behind = sorted(i for i in ids if watermarks[i] == 1)
+
+    # The next tick asks for the rest only; then every silver is exact.
+    (rest,) = tick(defs, instance).run_requests
+    assert sorted(key.path[1] for key in rest.asset_selection) == behind
+    assert rest.tags[REQUESTED_TAG] == ",".join(f"{i}=incremental:2" for i in behind)
+    assert _run(defs, instance, rest).success
+    for pipeline_id in ids:
+        silver, bronze = lake / "silver" / pipeline_id, lake / "bronze" / pipeline_id
+        assert table_rows(spark, str(silver)) == table_rows(spark, str(bronze))
+    assert not tick(defs, instance).run_requests
