@@ -47,7 +47,6 @@ from bench.report import (
 )
 from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.resources import LakeLayout
-from cdf_platform.planning.status import pipeline_status
 from cdf_platform_tests.system.deployment import PROJECT_ROOT, Deployment, orders_pipeline
 from cdf_platform_tests.system.postgres import PostgresServer
 
@@ -64,16 +63,6 @@ def _pipelines_file(root: Path, ids: list[str]) -> Path:
     document = {"pipelines": [orders_pipeline(i) for i in ids]}
     path.write_text(yaml.safe_dump(document), encoding="utf-8")
     return path
-
-
-def _caught_up(lake: LakeLayout) -> bool:
-    bound = lake.bound()
-    control = bound.control()
-    for spec in bound.specs():
-        status = pipeline_status(spec, control)
-        if status.watermark is None or status.watermark != status.latest_version:
-            return False
-    return True
 
 
 class DriverWatch:
@@ -126,15 +115,12 @@ def catch_up(workdir: Path, n: int, changed_keys: int) -> dict[str, Any]:
     ids = [f"f{k:03d}" for k in range(1, n + 1)]
     with PostgresServer() as postgres:
         deployment = Deployment(workdir, postgres, [orders_pipeline(i) for i in ids])
-        lake = LakeLayout(
-            lake_root=str(deployment.lake), pipelines_file=deployment.env["CDF_PIPELINES_FILE"]
-        )
         for pipeline_id in ids:
             write_demo_batch(str(deployment.bronze(pipeline_id)), "orders", batch_size=INITIAL_ROWS)
         spark: SparkSession = build_spark_session(
             SparkSettings(master="local[2]", app_name="cdf_platform_fleet", shuffle_partitions=2)
         )
-        bound = lake.bound()
+        bound = deployment.lake_layout.bound()
         control = bound.control()
         load_started = time.monotonic()
         for spec in bound.specs():
@@ -149,7 +135,7 @@ def catch_up(workdir: Path, n: int, changed_keys: int) -> dict[str, Any]:
                 deployment.start()
                 watch.start()
                 deadline = time.monotonic() + 3600
-                while not _caught_up(lake):
+                while not deployment.applied():
                     if time.monotonic() > deadline:
                         raise RuntimeError("the fleet did not catch up within an hour")
                     time.sleep(2)

@@ -39,8 +39,6 @@ from bench.report import (
     publish,
     scratch_folder,
 )
-from cdf_platform.orchestration.resources import LakeLayout
-from cdf_platform.planning.status import pipeline_status
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.system.deployment import (
     BronzeWriter,
@@ -63,16 +61,6 @@ def percentile(values: list[float], q: float) -> float:
         return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
-
-
-def _caught_up(lake: LakeLayout) -> bool:
-    bound = lake.bound()
-    control = bound.control()
-    for spec in bound.specs():
-        status = pipeline_status(spec, control)
-        if status.watermark is None or status.watermark != status.latest_version:
-            return False
-    return True
 
 
 def _wait(what: str, probe: Any, timeout: float) -> None:
@@ -115,9 +103,6 @@ def main(argv: list[str] | None = None) -> None:
     ids = [f"p{n}" for n in range(1, args.pipelines + 1)]
     with scratch_folder(args, "cdf-freshness-") as workdir, PostgresServer() as postgres:
         deployment = Deployment(workdir, postgres, [orders_pipeline(i) for i in ids])
-        lake = LakeLayout(
-            lake_root=str(deployment.lake), pipelines_file=deployment.env["CDF_PIPELINES_FILE"]
-        )
         writer = BronzeWriter(deployment, ids, interval=args.interval)
         for pipeline_id in ids:
             writer.commit(pipeline_id)
@@ -126,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
             stop = threading.Event()
             try:
                 deployment.start()
-                _wait("every silver loaded (warm-up)", lambda: _caught_up(lake), CATCH_UP_TIMEOUT_S)
+                _wait("every silver loaded (warm-up)", deployment.applied, CATCH_UP_TIMEOUT_S)
                 warm = len(writer.commits)
                 measured_from = time.time()
                 _, seen = deployment.watch(stop)
@@ -136,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
                     time.sleep(10)
                     loads.append(os.getloadavg()[0])
                 writer.stop()
-                _wait("every silver at its bronze", lambda: _caught_up(lake), CATCH_UP_TIMEOUT_S)
+                _wait("every silver at its bronze", deployment.applied, CATCH_UP_TIMEOUT_S)
                 time.sleep(5)
             finally:
                 stop.set()
@@ -144,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
                 deployment.stop()
             records = instance.get_run_records(dg.RunsFilter())
             instance.dispose()
-        control = ControlTable(lake.bound().control().root)
+        control = ControlTable(deployment.lake_layout.bound().control().root)
         log = [
             row
             for pipeline_id in ids

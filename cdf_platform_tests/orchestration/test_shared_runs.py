@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
 import pyarrow as pa
@@ -28,16 +27,7 @@ from cdf_platform.planning.status import pipeline_status
 from cdf_platform_tests import jvm_options
 from cdf_platform_tests.lake_platform import incremental_tick as tick
 from cdf_platform_tests.lake_platform import lake_defs, table_rows
-
-
-def _pipeline(pipeline_id: str) -> dict[str, Any]:
-    return {
-        "id": pipeline_id,
-        "source": f"bronze/{pipeline_id}",
-        "target": f"silver/{pipeline_id}",
-        "keys": ["order_id"],
-        "delete_mode": "hard",
-    }
+from cdf_platform_tests.system.deployment import orders_pipeline
 
 
 def _run(
@@ -64,7 +54,7 @@ def test_small_change_sets_share_a_run_and_a_failing_pipeline_fails_alone(
     spark: SparkSession, spark_resource: SparkResource, lake: Path
 ) -> None:
     ids = ["a", "b", "c"]
-    defs = lake_defs(spark_resource, lake, *(_pipeline(i) for i in ids))
+    defs = lake_defs(spark_resource, lake, *(orders_pipeline(i) for i in ids))
     instance = dg.DagsterInstance.ephemeral()
     for pipeline_id in ids:
         write_demo_batch(str(lake / "bronze" / pipeline_id), "orders", batch_size=20)
@@ -108,9 +98,9 @@ def test_small_change_sets_share_a_run_and_a_failing_pipeline_fails_alone(
 def test_shared_runs_hold_at_most_the_configured_number_of_pipelines(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    specs = [PipelineSpec(**_pipeline(i)) for i in ("a", "b", "c")]
+    specs = [PipelineSpec(**orders_pipeline(i)) for i in ("a", "b", "c")]
     wanted = [WantedRun(spec, "incremental", "4", shares=True) for spec in specs]
-    wanted.append(WantedRun(PipelineSpec(**_pipeline("big")), "incremental", "9"))
+    wanted.append(WantedRun(PipelineSpec(**orders_pipeline("big")), "incremental", "9"))
     requests, left_out = run_requests(wanted, {}, max_pipelines_per_run=2)
     assert [[key.path[1] for key in r.asset_selection] for r in requests] == [
         ["big"],
@@ -143,7 +133,7 @@ def test_a_shared_run_killed_mid_way_leaves_every_watermark_exact_and_the_next_t
     spark: SparkSession, spark_resource: SparkResource, lake: Path, tmp_path: Path
 ) -> None:
     ids = ["a", "b", "c"]
-    defs = lake_defs(spark_resource, lake, *(_pipeline(i) for i in ids))
+    defs = lake_defs(spark_resource, lake, *(orders_pipeline(i) for i in ids))
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n", encoding="utf-8")

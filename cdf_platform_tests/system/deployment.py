@@ -32,6 +32,8 @@ from dagster._grpc.client import DagsterGrpcClient
 from cdf_platform.demo.local_s3 import free_port, stop_process
 from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.keys import SILVER_PREFIX
+from cdf_platform.orchestration.resources import LakeLayout
+from cdf_platform.planning.status import PipelineStatus, pipeline_status
 from cdf_platform_tests.system.postgres import PostgresServer
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -295,6 +297,26 @@ class Deployment:
                 if parent is not None and worker is not process:
                     pairs.append((worker, process))
         return pairs
+
+    @property
+    def lake_layout(self) -> LakeLayout:
+        """The deployment's lake and pipelines file, as the code server reads them."""
+        return LakeLayout(lake_root=str(self.lake), pipelines_file=self.env["CDF_PIPELINES_FILE"])
+
+    def statuses(self) -> dict[str, PipelineStatus]:
+        """Every pipeline's status (JVM-free)."""
+        bound = self.lake_layout.bound()
+        control = bound.control()
+        return {spec.id: pipeline_status(spec, control) for spec in bound.specs()}
+
+    def applied(self, pipeline_ids: list[str] | None = None) -> bool:
+        """Whether every pipeline of `pipeline_ids` (default: all) has applied its bronze's
+        latest version."""
+        found = self.statuses()
+        return all(
+            found[i].watermark is not None and found[i].watermark == found[i].latest_version
+            for i in (pipeline_ids or found)
+        )
 
     def bronze(self, pipeline_id: str) -> Path:
         return self.lake / "bronze" / pipeline_id

@@ -19,8 +19,6 @@ import dagster as dg
 import pytest
 from pyspark.sql import SparkSession
 
-from cdf_platform.orchestration.resources import LakeLayout
-from cdf_platform.planning.status import pipeline_status
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.lake_platform import table_rows, vacuum_breaking_the_window
 from cdf_platform_tests.system.deployment import BronzeWriter, Deployment, covered, orders_pipeline
@@ -48,13 +46,7 @@ def wait_for(what: str, probe: Callable[[], T], timeout: float, every: float = 1
         time.sleep(every)
 
 
-def statuses(lake: LakeLayout) -> dict[str, Any]:
-    bound = lake.bound()
-    control = bound.control()
-    return {spec.id: pipeline_status(spec, control) for spec in bound.specs()}
-
-
-def caught_up(lake: LakeLayout, instance: dg.DagsterInstance, ids: list[str]) -> bool:
+def caught_up(deployment: Deployment, instance: dg.DagsterInstance, ids: list[str]) -> bool:
     """Every pipeline of `ids` has applied its bronze's latest version and has no run
     pending."""
     pending = instance.get_run_records(
@@ -69,10 +61,7 @@ def caught_up(lake: LakeLayout, instance: dg.DagsterInstance, ids: list[str]) ->
     )
     if any(set(covered(record.dagster_run)) & set(ids) for record in pending):
         return False
-    now = statuses(lake)
-    return all(
-        now[i].watermark is not None and now[i].watermark == now[i].latest_version for i in ids
-    )
+    return deployment.applied(ids)
 
 
 def _run_of_process(instance: dg.DagsterInstance, pid: int) -> dg.DagsterRun | None:
@@ -125,9 +114,6 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
 ) -> None:
     root: Path = tmp_path_factory.mktemp("deployment")
     deployment = Deployment(root, postgres, [orders_pipeline(i) for i in IDS])
-    lake = LakeLayout(
-        lake_root=str(deployment.lake), pipelines_file=deployment.env["CDF_PIPELINES_FILE"]
-    )
     writer = BronzeWriter(deployment, WRITTEN, interval=4.0)
     for pipeline_id in IDS:
         writer.commit(pipeline_id)
@@ -141,7 +127,7 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
             # No launch by the test from here on: the sensors request every run.
             wait_for(
                 "every silver table loaded",
-                lambda: all(s.watermark is not None for s in statuses(lake).values()),
+                lambda: all(s.watermark is not None for s in deployment.statuses().values()),
                 300,
             )
 
@@ -152,7 +138,7 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
             postgres.restart()
 
             # The daemon killed; while it is down, a window is destroyed.
-            wait_for("p3 caught up", lambda: caught_up(lake, instance, [LOST]), 300)
+            wait_for("p3 caught up", lambda: caught_up(deployment, instance, [LOST]), 300)
             deployment.daemon.kill()
             writer.commit(LOST)
             writer.commit(LOST)
@@ -167,10 +153,12 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
             )
             time.sleep(20)  # the writer goes on through the repair
             writer.stop()
-            wait_for("every silver at its bronze", lambda: caught_up(lake, instance, IDS), 400, 2)
+            wait_for(
+                "every silver at its bronze", lambda: caught_up(deployment, instance, IDS), 400, 2
+            )
             # A tick after catching up requests nothing more.
             time.sleep(35)
-            assert caught_up(lake, instance, IDS)
+            assert caught_up(deployment, instance, IDS)
         finally:
             stop.set()
             writer.stop()
@@ -212,7 +200,7 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
 
     # Nothing applied twice, nothing skipped: each run started from the watermark the last
     # one left.
-    control = ControlTable(lake.bound().control().root)
+    control = ControlTable(deployment.lake_layout.bound().control().root)
     for pipeline_id in IDS:
         log = sorted(
             (row for row in control.read_log(pipeline_id) if row["outcome"] != "FAILED"),
