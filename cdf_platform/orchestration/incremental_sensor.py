@@ -57,16 +57,15 @@ from cdf_platform.orchestration.keys import (
     PRIORITY_TAG,
     QUEUE_TAG,
     REQUESTED_TAG,
-    SILVER_PREFIX,
     SILVER_QUEUE,
     WILL_RETRY_TAG,
     silver_key,
+    silver_pipeline_ids,
 )
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.orchestration.silver import freshness_window
-from cdf_platform.planning.assessment import assess_with_control
 from cdf_platform.planning.plan import plan_from
-from cdf_platform.planning.status import PipelineStatus, WindowState, status_from
+from cdf_platform.planning.status import PipelineStatus, WindowState, status_and_assessment
 from cdf_platform.state.control import ControlTable
 
 INCREMENTAL_SENSOR = "incremental_sensor"
@@ -114,11 +113,7 @@ def _covered(run: dg.DagsterRun, pipeline_ids: set[str]) -> set[str]:
     selection, or every one for a run of a whole platform job."""
     if run.asset_selection is None:
         return set(pipeline_ids) if run.job_name in _WRITE_ALL_SILVER else set()
-    return {
-        key.path[1]
-        for key in run.asset_selection
-        if len(key.path) == 2 and key.path[0] == SILVER_PREFIX and key.path[1] in pipeline_ids
-    }
+    return set(silver_pipeline_ids(run.asset_selection)) & pipeline_ids
 
 
 def _requested(run: dg.DagsterRun) -> dict[str, str]:
@@ -128,19 +123,17 @@ def _requested(run: dg.DagsterRun) -> dict[str, str]:
     return {pipeline_id: requested for pipeline_id, requested in pairs}
 
 
-def _died(run: dg.DagsterRun) -> bool:
-    """Whether `run` died (failed, but not in its own code) or was canceled."""
-    if run.status is dg.DagsterRunStatus.CANCELED:
-        return True
-    return run.status is dg.DagsterRunStatus.FAILURE and (
-        run.tags.get(FAILURE_REASON_TAG) not in _FAILED_IN_ITS_CODE
-    )
-
-
 def _failed_in_its_code(run: dg.DagsterRun) -> bool:
+    """Whether `run` failed in its own code (a step failure: a classified error)."""
     return run.status is dg.DagsterRunStatus.FAILURE and (
         run.tags.get(FAILURE_REASON_TAG) in _FAILED_IN_ITS_CODE
     )
+
+
+def _died(run: dg.DagsterRun) -> bool:
+    """Whether `run` died (failed, but not in its own code) or was canceled."""
+    failed = run.status is dg.DagsterRunStatus.FAILURE and not _failed_in_its_code(run)
+    return failed or run.status is dg.DagsterRunStatus.CANCELED
 
 
 def newest_runs(
@@ -251,16 +244,9 @@ def refresh_due(spec: PipelineSpec, last_materialized: float | None, now: float)
 def assess(spec: PipelineSpec, control: ControlTable) -> tuple[PipelineStatus, bool]:
     """`spec`'s status and whether a run of it now would be a small incremental one (a change
     set of at most SMALL_CHANGE_BYTES of files, nothing to fall back on), from one assessment
-    (JVM-free). A pipeline naming a table no run has located yet is NOT_STARTED."""
-    try:
-        found = assess_with_control(spec, control)
-    except TableNameNotLocated as err:
-        status = PipelineStatus.without_figures(
-            spec.id, WindowState.NOT_STARTED, err.incident_code, str(err)
-        )
-        return status, False
-    status = status_from(found)
-    if status.state not in (WindowState.OK, WindowState.LOW_HEADROOM):
+    (JVM-free)."""
+    status, found = status_and_assessment(spec, control)
+    if found is None or status.state not in (WindowState.OK, WindowState.LOW_HEADROOM):
         return status, False
     try:
         return status, plan_from(found).is_small_incremental()

@@ -3,6 +3,8 @@
 Asset keys follow docs/design.md section 8: `bronze/<table>` and `silver/<pipeline id>`.
 """
 
+from collections.abc import Iterable
+
 import dagster as dg
 
 from cdf_platform.core.spec import PipelineSpec
@@ -45,6 +47,11 @@ def bronze_key(spec: PipelineSpec) -> dg.AssetKey:
 def silver_key(pipeline_id: str) -> dg.AssetKey:
     """The silver asset of a pipeline: `silver/<pipeline_id>`."""
     return dg.AssetKey([SILVER_PREFIX, pipeline_id])
+
+
+def silver_pipeline_ids(keys: Iterable[dg.AssetKey]) -> list[str]:
+    """The pipelines whose silver assets are among `keys` (the inverse of `silver_key`)."""
+    return [key.path[1] for key in keys if len(key.path) == 2 and key.path[0] == SILVER_PREFIX]
 
 
 def silver_op_name(pipeline_id: str) -> str:

@@ -31,10 +31,10 @@ from cdf_platform.core.errors import CdfPlatformError
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.orchestration.figures import duration, text
 from cdf_platform.orchestration.keys import (
-    SILVER_PREFIX,
     WATERMARK_IO_MANAGER_KEY,
     bronze_key,
     silver_key,
+    silver_pipeline_ids,
 )
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.plan import RunPlan
@@ -142,7 +142,7 @@ def write_pipeline(
     # A run writing several silver tables (pipelines sharing a run) keeps its driver JVM for
     # all of them: it starts lean only for a lone short run.
     selection = context.step_context.dagster_run.asset_selection or ()
-    shared = sum(1 for key in selection if key.path[0] == SILVER_PREFIX) > 1
+    shared = len(silver_pipeline_ids(selection)) > 1
     try:
         # An unexpected failure is classified too: the step fails as a platform error naming
         # the pipeline and what to do, the original chained below it.

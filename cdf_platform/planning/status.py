@@ -200,9 +200,19 @@ def pipeline_status(
     """Compute `spec`'s status from bronze's and silver's logs and the table id `control`
     recorded (JVM-free): the assessment a run of `spec` would plan from. A pipeline naming a
     table no run has located yet is NOT_STARTED, with the reason as its problem."""
+    return status_and_assessment(spec, control, now=now)[0]
+
+
+def status_and_assessment(
+    spec: PipelineSpec, control: ControlTable, *, now: datetime | None = None
+) -> tuple[PipelineStatus, PipelineAssessment | None]:
+    """`pipeline_status` with the assessment it was derived from (None for a pipeline whose
+    tables are not located yet), for a caller that also plans from it."""
     try:
-        return status_from(assess_with_control(spec, control, now=now))
+        found = assess_with_control(spec, control, now=now)
     except TableNameNotLocated as err:
-        return PipelineStatus.without_figures(
+        status = PipelineStatus.without_figures(
             spec.id, WindowState.NOT_STARTED, err.incident_code, str(err)
         )
+        return status, None
+    return status_from(found), found

@@ -31,7 +31,7 @@ from dagster._grpc.client import DagsterGrpcClient
 
 from cdf_platform.demo.local_s3 import free_port, stop_process
 from cdf_platform.demo.source import write_demo_batch
-from cdf_platform.orchestration.keys import SILVER_PREFIX
+from cdf_platform.orchestration.keys import silver_pipeline_ids
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.planning.status import PipelineStatus, pipeline_status
 from cdf_platform_tests.system.postgres import PostgresServer
@@ -45,11 +45,7 @@ QUEUED = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]
 
 def covered(run: dg.DagsterRun) -> list[str]:
     """The pipelines whose silver `run` writes (its asset selection's silver assets)."""
-    return [
-        key.path[1]
-        for key in run.asset_selection or ()
-        if len(key.path) == 2 and key.path[0] == SILVER_PREFIX
-    ]
+    return silver_pipeline_ids(run.asset_selection or ())
 
 
 def orders_pipeline(pipeline_id: str, **fields: Any) -> dict[str, Any]:

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Self
+from typing import IO, Any, Self
 
 import psycopg2
 
@@ -316,27 +316,20 @@ class PostgresServer:
     ) -> subprocess.Popen[bytes]:
         """Start `command` as the server's user, its output appended to the log."""
         env = {key: value for key, value in os.environ.items() if not key.startswith("PG")}
-        if self._user is None:
-            return subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.folder,
-                env=env,
-                start_new_session=start_new_session,
-            )
+        as_user: dict[str, Any] = {}
+        if self._user is not None:
+            env |= {"HOME": str(self.folder), "USER": SERVER_USER, "LOGNAME": SERVER_USER}
+            # Root's supplementary groups dropped.
+            as_user = {"user": self._user.uid, "group": self._user.gid, "extra_groups": []}
         return subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=self.folder,
-            env={**env, "HOME": str(self.folder), "USER": SERVER_USER, "LOGNAME": SERVER_USER},
+            env=env,
             start_new_session=start_new_session,
-            user=self._user.uid,
-            group=self._user.gid,
-            extra_groups=[],  # drop root's supplementary groups
+            **as_user,
         )
 
     def _wait_until_ready(self) -> None:

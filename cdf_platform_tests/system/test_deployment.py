@@ -19,6 +19,7 @@ import dagster as dg
 import pytest
 from pyspark.sql import SparkSession
 
+from cdf_platform.orchestration.incremental_sensor import PENDING_STATUSES
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.lake_platform import table_rows, vacuum_breaking_the_window
 from cdf_platform_tests.system.deployment import BronzeWriter, Deployment, covered, orders_pipeline
@@ -49,16 +50,7 @@ def wait_for(what: str, probe: Callable[[], T], timeout: float, every: float = 1
 def caught_up(deployment: Deployment, instance: dg.DagsterInstance, ids: list[str]) -> bool:
     """Every pipeline of `ids` has applied its bronze's latest version and has no run
     pending."""
-    pending = instance.get_run_records(
-        dg.RunsFilter(
-            statuses=[
-                dg.DagsterRunStatus.NOT_STARTED,
-                dg.DagsterRunStatus.QUEUED,
-                dg.DagsterRunStatus.STARTING,
-                dg.DagsterRunStatus.STARTED,
-            ]
-        )
-    )
+    pending = instance.get_run_records(dg.RunsFilter(statuses=PENDING_STATUSES))
     if any(set(covered(record.dagster_run)) & set(ids) for record in pending):
         return False
     return deployment.applied(ids)
