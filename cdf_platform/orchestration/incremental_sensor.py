@@ -7,11 +7,13 @@ silver asset that is queued or in progress, whoever launched it, or failed and a
 retried by Dagster's run retries): that run covers every version up to the latest at its start,
 so the queue holds at most one run per pipeline however fast bronze commits.
 
-Pipelines whose change sets are small (an incremental run over at most SMALL_CHANGE_BYTES of
-files, or a refresh) share runs of at most `MAX_PIPELINES_PER_RUN` pipelines (run key
-`batch:<hash of what each was asked>`): one process and one Spark driver apply them all, each
-its own step with its own watermark, pool and failure. A pipeline with a large change set, an
-initial load, a repair, a spec edit or a location to find gets a run of its own (run key
+Pipelines whose runs are small (an incremental run over at most SMALL_CHANGE_BYTES of change
+files, an initial load of a snapshot that small, or a refresh) share runs of at most
+`MAX_PIPELINES_PER_RUN` pipelines (run key `batch:<hash of what each was asked>`): one process
+and one Spark driver apply them all, each its own step with its own watermark, pool and
+failure, so a fleet's onboarding or catch-up pays a driver start per batch, not per pipeline.
+A pipeline with a large change set or snapshot, a repair, a spec edit or a location to find
+gets a run of its own (run key
 `<reason>:<pipeline>:<key>`, e.g. `incremental:<pipeline>:<latest version>`), so it holds no
 small one back. Every run records what it asked of each pipeline (`cdf_platform/requested`).
 
@@ -78,6 +80,7 @@ PENDING_STATUSES = [
     dg.DagsterRunStatus.CANCELING,
 ]
 _NOT_OURS = (WindowState.SOURCE_MISSING, WindowState.BLOCKED)
+_MAY_SHARE = (WindowState.OK, WindowState.LOW_HEADROOM, WindowState.NOT_STARTED)
 # Pipelines with small change sets share a run (one process, one Spark driver): at most this
 # many in one, so a fleet catching up keeps several runs and a crash re-requests few.
 MAX_PIPELINES_PER_RUN = 25
@@ -95,7 +98,7 @@ _WRITE_ALL_SILVER = frozenset({INCREMENTAL_JOB, REBUILD_JOB})
 @dataclass(frozen=True)
 class WantedRun:
     """A run the tick wants for a pipeline: why, the run key's subject, and whether it may share
-    a run with other pipelines (a small incremental change set or a refresh: no large read)."""
+    a run with other pipelines (`RunPlan.shares_a_run`, or a refresh: no large read)."""
 
     spec: PipelineSpec
     reason: str
@@ -242,14 +245,14 @@ def refresh_due(spec: PipelineSpec, last_materialized: float | None, now: float)
 
 
 def assess(spec: PipelineSpec, control: ControlTable) -> tuple[PipelineStatus, bool]:
-    """`spec`'s status and whether a run of it now would be a small incremental one (a change
-    set of at most SMALL_CHANGE_BYTES of files, nothing to fall back on), from one assessment
-    (JVM-free)."""
+    """`spec`'s status and whether a run of it now may share a run with other pipelines'
+    (`RunPlan.shares_a_run`: a small incremental run or initial load, nothing to fall back on),
+    from one assessment (JVM-free)."""
     status, found = status_and_assessment(spec, control)
-    if found is None or status.state not in (WindowState.OK, WindowState.LOW_HEADROOM):
+    if found is None or status.state not in _MAY_SHARE:
         return status, False
     try:
-        return status, plan_from(found).is_small_incremental()
+        return status, plan_from(found).shares_a_run()
     except CdfPlatformError:
         return status, False
 

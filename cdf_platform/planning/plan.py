@@ -34,6 +34,9 @@ from cdf_platform.window.replay_window import ConsumerAssessment, ReplayWindow
 # fixed query plan (`cdf_platform.spark.small_steps`) and a lean driver JVM
 # (`SparkSettings.short_run`).
 SMALL_CHANGE_BYTES = 256 * 1024 * 1024
+# An initial load's snapshot size is summed from at most this many commits (a checkpointed or
+# long log without a checksum leaves it unknown: the load runs alone).
+SNAPSHOT_REPLAY_COMMITS = 100
 
 
 class RunMode(StrEnum):
@@ -110,6 +113,38 @@ class RunPlan:
                     return None
                 total += action.size
         return total
+
+    def snapshot_bytes(self) -> int | None:
+        """Bytes of the data files of bronze's snapshot at the pinned version (what an initial
+        load reads): the checksum's `tableSizeBytes` when Delta wrote one, else summed over the
+        commits from version 0 while they are all in the log and few (at most
+        SNAPSHOT_REPLAY_COMMITS); None when neither tells."""
+        log, version = self.window.log, self.end_version
+        checksum = log.checksum(version)
+        size = checksum.get("tableSizeBytes") if checksum else None
+        if isinstance(size, int):
+            return size
+        if version >= SNAPSHOT_REPLAY_COMMITS or log.first_missing_commit(0, version) is not None:
+            return None
+        live: dict[str, int | None] = {}
+        for commit in (log.commit(v) for v in range(version + 1)):
+            for removed in commit.removes:
+                live.pop(removed.path, None)
+            for added in commit.adds:
+                live[added.path] = added.size
+        sizes = list(live.values())
+        return None if None in sizes else sum(size or 0 for size in sizes)
+
+    def shares_a_run(self) -> bool:
+        """Whether this run may share a run (one process, one Spark driver) with other
+        pipelines' runs: a small incremental run (`is_small_incremental`), or an initial load
+        (no problem to fall back on) of a snapshot of at most SMALL_CHANGE_BYTES of files."""
+        if self.is_small_incremental():
+            return True
+        if self.mode is not RunMode.INITIAL_LOAD or self.problem is not None:
+            return False
+        size = self.snapshot_bytes()
+        return size is not None and size <= SMALL_CHANGE_BYTES
 
     def is_small_incremental(self) -> bool:
         """Whether this is an incremental run (no problem to fall back on) over a change set

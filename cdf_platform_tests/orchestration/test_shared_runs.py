@@ -1,6 +1,7 @@
-"""Pipelines with small change sets share a run (one process, one Spark driver), each its own
-step, watermark and failure: a pipeline that fails in a shared run fails alone, classified, and
-is not asked the same thing again; the others are applied exactly."""
+"""Pipelines with small runs (small change sets, small initial loads) share a run (one process,
+one Spark driver), each its own step, watermark and failure: a pipeline that fails in a shared
+run fails alone, classified, and is not asked the same thing again; the others are applied
+exactly."""
 
 from __future__ import annotations
 
@@ -50,45 +51,50 @@ def _null_key_commit(path: Path) -> None:
     write_deltalake(str(path), pa.Table.from_pylist([row], schema=table.schema), mode="append")
 
 
-def test_small_change_sets_share_a_run_and_a_failing_pipeline_fails_alone(
+def test_small_runs_share_a_run_and_a_failing_pipeline_fails_alone(
     spark: SparkSession, spark_resource: SparkResource, lake: Path
 ) -> None:
     ids = ["a", "b", "c"]
-    defs = lake_defs(spark_resource, lake, *(orders_pipeline(i) for i in ids))
+    # c derives a column from one bronze does not have: its runs fail, classified.
+    bad = {"columns": {"doubled": "no_such_column * 2"}}
+    pipelines = [orders_pipeline("a"), orders_pipeline("b"), orders_pipeline("c", **bad)]
+    defs = lake_defs(spark_resource, lake, *pipelines)
     instance = dg.DagsterInstance.ephemeral()
     for pipeline_id in ids:
         write_demo_batch(str(lake / "bronze" / pipeline_id), "orders", batch_size=20)
 
-    # Initial loads read whole tables: a run each.
-    initial = tick(defs, instance).run_requests
-    assert sorted(len(r.asset_selection) for r in initial) == [1, 1, 1]
-    for request in initial:
-        assert _run(defs, instance, request).success
-
-    # Small change sets: one run for the three.
-    write_demo_batch(str(lake / "bronze" / "a"), "orders", batch_size=10)
-    write_demo_batch(str(lake / "bronze" / "b"), "orders", batch_size=10)
-    _null_key_commit(lake / "bronze" / "c")
-    (shared,) = tick(defs, instance).run_requests
-    assert shared.run_key.startswith("batch:")
-    assert sorted(shared.asset_selection) == sorted(silver_key(i) for i in ids)
-    assert shared.tags[REQUESTED_TAG] == "a=incremental:2,b=incremental:2,c=incremental:2"
-
-    result = _run(defs, instance, shared)
+    # Three small initial loads: one run, each pipeline its own step and failure.
+    (first,) = tick(defs, instance).run_requests
+    assert first.run_key.startswith("batch:")
+    assert sorted(first.asset_selection) == sorted(silver_key(i) for i in ids)
+    result = _run(defs, instance, first)
     assert not result.success
     (failure,) = result.get_step_failure_events()
     assert failure.step_key == silver_key("c").to_python_identifier()
     error = failure.step_failure_data.error
-    assert error is not None and "DataQualityError" in error.message, error.message
+    assert error is not None
+    assert "InvalidPipelineSpec" in error.message and "columns.doubled" in error.message
     for pipeline_id in ("a", "b"):
         silver, bronze = lake / "silver" / pipeline_id, lake / "bronze" / pipeline_id
         assert table_rows(spark, str(silver)) == table_rows(spark, str(bronze))
-    assert DeltaTable(str(lake / "silver" / "c")).version() == 1  # untouched by the batch
+    assert not (lake / "silver" / "c").exists()  # nothing written for the failing pipeline
 
-    # c failed in its own code at version 2: not asked again until bronze moves (or a person).
+    # c failed in its own code at its bronze's version: not asked again until bronze moves (or
+    # a person fixes it); a and b's small change sets share a run.
     quiet = tick(defs, instance)
     assert not quiet.run_requests
-    assert f"c (run {result.run_id[:8]} failed at 2)" in str(quiet.skip_reason)
+    assert f"c (run {result.run_id[:8]} failed at 1)" in str(quiet.skip_reason)
+    for pipeline_id in ("a", "b"):
+        write_demo_batch(str(lake / "bronze" / pipeline_id), "orders", batch_size=10)
+    (shared,) = tick(defs, instance).run_requests
+    assert shared.run_key.startswith("batch:")
+    assert shared.tags[REQUESTED_TAG] == "a=incremental:2,b=incremental:2"
+    assert _run(defs, instance, shared).success
+    for pipeline_id in ("a", "b"):
+        silver, bronze = lake / "silver" / pipeline_id, lake / "bronze" / pipeline_id
+        assert table_rows(spark, str(silver)) == table_rows(spark, str(bronze))
+
+    # A lone pipeline behind gets a run of its own.
     write_demo_batch(str(lake / "bronze" / "a"), "orders", batch_size=10)
     (only_a,) = tick(defs, instance).run_requests
     assert only_a.asset_selection == [silver_key("a")]
