@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -144,6 +146,7 @@ def catch_up(workdir: Path, n: int, changed_keys: int) -> dict[str, Any]:
                 watch.stop()
                 deployment.stop()
             records = instance.get_run_records(dg.RunsFilter())
+            steps = step_breakdown(instance, records)
             instance.dispose()
         first_run = min(r.create_timestamp.timestamp() for r in records)
         mismatched = []
@@ -169,7 +172,61 @@ def catch_up(workdir: Path, n: int, changed_keys: int) -> dict[str, Any]:
         "jvm_peak_gib": watch.peak_bytes / 2**30,
         "silver_mismatched": mismatched,
         "initial_load_in_one_session_s": initial_load_s,
+        "steps": steps,
+        "load_log": load_log_breakdown(control, ids),
     }
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def step_breakdown(instance: dg.DagsterInstance, records: list[Any]) -> dict[str, float]:
+    """Where the runs' time went, from their event logs: the wait in the queue, the time
+    from a run's start to its first step (the process and the definitions), the silver steps'
+    durations, and the time between one step's end and the next one's start."""
+    waits, to_first, durations, gaps = [], [], [], []
+    for record in records:
+        run = record.dagster_run
+        if record.start_time:
+            waits.append(record.start_time - record.create_timestamp.timestamp())
+        starts: dict[str, float] = {}
+        ends: list[tuple[float, float]] = []
+        for event in instance.all_logs(run.run_id):
+            kind = event.dagster_event_type
+            if kind is dg.DagsterEventType.STEP_START:
+                starts[str(event.step_key)] = event.timestamp
+            elif kind in (dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE):
+                begun = starts.get(str(event.step_key))
+                if begun is not None:
+                    ends.append((begun, event.timestamp))
+        ends.sort()
+        if ends and record.start_time:
+            to_first.append(ends[0][0] - record.start_time)
+        durations.extend(end - begun for begun, end in ends)
+        gaps.extend(b[0] - a[1] for a, b in itertools.pairwise(ends))
+    return {
+        "queue_wait_median_s": _median(waits),
+        "start_to_first_step_median_s": _median(to_first),
+        "steps": float(len(durations)),
+        "step_median_s": _median(durations),
+        "step_total_s": sum(durations),
+        "between_steps_median_s": _median(gaps),
+    }
+
+
+def load_log_breakdown(control: Any, ids: list[str]) -> dict[str, float]:
+    """The catch-up runs' own timings from the load log (the second entry of each pipeline:
+    the first is the initial load): plan, change-set read and silver write, medians."""
+    rows = [row for i in ids for row in sorted(control.read_log(i), key=_finished)[1:]]
+    return {
+        f"{name}_median_s": _median([float(row[f"{name}_seconds"] or 0.0) for row in rows])
+        for name in ("plan", "read", "write")
+    } | {"entries": float(len(rows))}
+
+
+def _finished(row: dict[str, Any]) -> Any:
+    return row["finished_at"]
 
 
 def jvm_free(workdir: Path, n: int) -> dict[str, float]:
@@ -316,7 +373,12 @@ def main(argv: list[str] | None = None) -> None:
         },
         "machine": machine_info(pyspark.__version__),
         "figures": figures,
-        "tables": {},
+        "tables": {
+            "Where the catch-up's time went (medians; seconds)": [
+                {"figure": name.replace("_", " "), "value": f"{value:.2f}"}
+                for name, value in (fleet["steps"] | fleet["load_log"]).items()
+            ]
+        },
         "fleet": fleet,
         "jvm_free": free,
     }
