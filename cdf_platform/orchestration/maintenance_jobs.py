@@ -53,6 +53,10 @@ class MaintenanceConfig(dg.Config):
     )
 
 
+# Inferred once for every maintenance job's op (see `SILVER_CONFIG_SCHEMA`).
+MAINTENANCE_CONFIG_SCHEMA = MaintenanceConfig.to_config_schema().as_field()
+
+
 def _numeric(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -96,13 +100,11 @@ def build_silver_maintenance_job(spec: PipelineSpec, specs: list[PipelineSpec]) 
 def _vacuum_job(
     name: str, op_name: str, key: dg.AssetKey, location: str, specs: list[PipelineSpec]
 ) -> dg.JobDefinition:
-    @dg.op(name=op_name, tags={"kind": "delta"})
+    @dg.op(name=op_name, tags={"kind": "delta"}, config_schema=MAINTENANCE_CONFIG_SCHEMA)
     def _vacuum(
-        context: dg.OpExecutionContext,
-        config: MaintenanceConfig,
-        spark: SparkResource,
-        lake: LakeLayout,
+        context: dg.OpExecutionContext, spark: SparkResource, lake: LakeLayout
     ) -> dg.Output[None]:
+        config = MaintenanceConfig(**context.op_config)
         decision = plan_vacuum(
             location,
             specs,
