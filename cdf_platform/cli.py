@@ -24,7 +24,7 @@ from cdf_platform.core.errors import CdfPlatformError
 from cdf_platform.core.spec import PipelineSpec, storage_locations
 from cdf_platform.core.spec_file import find_spec, load_specs, load_storage
 from cdf_platform.planning.run_result import RunResult
-from cdf_platform.planning.status import pipeline_status
+from cdf_platform.planning.status import pipeline_statuses
 from cdf_platform.runner import finish_run, prepare_run
 from cdf_platform.spark.failures import classified_run
 from cdf_platform.spark.session import SparkSettings, build_spark_session
@@ -123,7 +123,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_status(args: argparse.Namespace) -> int:
     specs, control, _ = _context(args)
-    statuses = [pipeline_status(spec, control).as_dict() for spec in specs]
+    statuses = [status.as_dict() for status in pipeline_statuses(specs, control)]
     if args.json:
         sys.stdout.write(json.dumps(statuses, default=str, indent=2) + "\n")
     else:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import Any
 
 from cdf_platform.core import errors
 from cdf_platform.core.errors import (
@@ -424,16 +425,27 @@ def assess_pipeline(
 
 
 def assess_with_control(
-    spec: PipelineSpec, control: ControlTable, *, now: datetime | None = None
+    spec: PipelineSpec,
+    control: ControlTable,
+    *,
+    now: datetime | None = None,
+    states: dict[str, dict[str, Any]] | None = None,
+    recorded: dict[str, dict[str, Any]] | None = None,
 ) -> PipelineAssessment:
     """`assess_pipeline` of `spec` with its catalog names located, and the bronze table id and
     location `control` recorded for the pipeline.
 
+    Args:
+        states: `control`'s state rows (`ControlTable.read_states`), when the caller has read
+            them already: a caller assessing many pipelines reads them once, since each read
+            returns every pipeline's row.
+        recorded: `control`'s catalog-name locations (`ControlTable.read_locations`), likewise.
+
     Raises:
         TableNameNotLocated: `spec` names a table no run has located yet.
     """
-    located = locations.locate(spec, control)
-    state = control.read_states().get(spec.id)
+    located = locations.locate(spec, control, recorded=recorded)
+    state = (control.read_states() if states is None else states).get(spec.id)
     source_id = state.get("source_table_id") if state else None
     return assess_pipeline(
         located,

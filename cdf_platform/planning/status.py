@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -203,13 +204,36 @@ def pipeline_status(
     return status_and_assessment(spec, control, now=now)[0]
 
 
+def pipeline_statuses(
+    specs: Sequence[PipelineSpec], control: ControlTable, *, now: datetime | None = None
+) -> list[PipelineStatus]:
+    """`pipeline_status` of every spec (in their order), reading `control`'s tables once.
+
+    A read of the state table returns every pipeline's row (a row, and a data file, per
+    pipeline), so one read per pipeline grows with the square of the fleet: about 5 minutes
+    for 500 pipelines, against half a second for the one read here.
+    """
+    states = control.read_states()
+    recorded = control.read_locations() if any(spec.table_names for spec in specs) else None
+    return [
+        status_and_assessment(spec, control, now=now, states=states, recorded=recorded)[0]
+        for spec in specs
+    ]
+
+
 def status_and_assessment(
-    spec: PipelineSpec, control: ControlTable, *, now: datetime | None = None
+    spec: PipelineSpec,
+    control: ControlTable,
+    *,
+    now: datetime | None = None,
+    states: dict[str, dict[str, Any]] | None = None,
+    recorded: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[PipelineStatus, PipelineAssessment | None]:
     """`pipeline_status` with the assessment it was derived from (None for a pipeline whose
-    tables are not located yet), for a caller that also plans from it."""
+    tables are not located yet), for a caller that also plans from it; `states` and `recorded`
+    are `control`'s rows when the caller has read them already (see `assess_with_control`)."""
     try:
-        found = assess_with_control(spec, control, now=now)
+        found = assess_with_control(spec, control, now=now, states=states, recorded=recorded)
     except TableNameNotLocated as err:
         status = PipelineStatus.without_figures(
             spec.id, WindowState.NOT_STARTED, err.incident_code, str(err)
