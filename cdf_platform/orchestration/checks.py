@@ -31,9 +31,15 @@ import dagster as dg
 
 from cdf_platform.core.spec import FallbackMode, PipelineSpec
 from cdf_platform.orchestration.figures import count, headroom_hours, hours, limit, text
-from cdf_platform.orchestration.keys import silver_key
+from cdf_platform.orchestration.keys import CHECKS_QUEUE, QUEUE_TAG, silver_key
 from cdf_platform.orchestration.resources import LakeLayout
-from cdf_platform.planning.status import PipelineStatus, SpecState, WindowState, pipeline_status
+from cdf_platform.planning.status import (
+    ControlReads,
+    PipelineStatus,
+    SpecState,
+    WindowState,
+    pipeline_status,
+)
 
 CONSUMER_LAG = "consumer_lag"
 REPLAY_WINDOW = "replay_window"
@@ -200,6 +206,24 @@ def spec_metadata(status: PipelineStatus) -> dict[str, dg.MetadataValue]:
     }
 
 
+# The control tables' rows of the checks run in progress in this process, by run id: read at its
+# first check, since a checks run writes no control row and each read returns every pipeline's
+# row (per pipeline, a checks run over a fleet would grow with the square of its size).
+_CHECKS_RUN_READS: dict[str, ControlReads] = {}
+
+
+def _control_reads(context: dg.AssetCheckExecutionContext, lake: LakeLayout) -> ControlReads:
+    """The control rows this check evaluates with: a checks run's, read once; a silver run's,
+    read now (its steps write them between its checks)."""
+    run = context.op_execution_context.run
+    if run.tags.get(QUEUE_TAG) != CHECKS_QUEUE:
+        return ControlReads.of(lake.control())
+    if run.run_id not in _CHECKS_RUN_READS:
+        _CHECKS_RUN_READS.clear()
+        _CHECKS_RUN_READS[run.run_id] = ControlReads.of(lake.control())
+    return _CHECKS_RUN_READS[run.run_id]
+
+
 def pipeline_checks(spec: PipelineSpec) -> dg.AssetChecksDefinition:
     """`consumer_lag` and the blocking `replay_window` on `spec`'s silver asset, computed from one
     status evaluation."""
@@ -237,7 +261,7 @@ def pipeline_checks(spec: PipelineSpec) -> dg.AssetChecksDefinition:
     def _checks(
         context: dg.AssetCheckExecutionContext, lake: LakeLayout
     ) -> Iterator[dg.AssetCheckResult]:
-        status = pipeline_status(spec, lake.control())
+        status = pipeline_status(spec, lake.control(), reads=_control_reads(context, lake))
         selected = {check.name for check in context.selected_asset_check_keys}
         if CONSUMER_LAG in selected:
             yield consumer_lag_result(spec, status)

@@ -67,7 +67,12 @@ from cdf_platform.orchestration.keys import (
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.orchestration.silver import freshness_window
 from cdf_platform.planning.plan import plan_from
-from cdf_platform.planning.status import PipelineStatus, WindowState, status_and_assessment
+from cdf_platform.planning.status import (
+    ControlReads,
+    PipelineStatus,
+    WindowState,
+    status_and_assessment,
+)
 from cdf_platform.state.control import ControlTable
 
 INCREMENTAL_SENSOR = "incremental_sensor"
@@ -244,11 +249,13 @@ def refresh_due(spec: PipelineSpec, last_materialized: float | None, now: float)
     return int(now // half)
 
 
-def assess(spec: PipelineSpec, control: ControlTable) -> tuple[PipelineStatus, bool]:
+def assess(
+    spec: PipelineSpec, control: ControlTable, reads: ControlReads | None = None
+) -> tuple[PipelineStatus, bool]:
     """`spec`'s status and whether a run of it now may share a run with other pipelines'
     (`RunPlan.shares_a_run`: a small incremental run or initial load, nothing to fall back on),
-    from one assessment (JVM-free)."""
-    status, found = status_and_assessment(spec, control)
+    from one assessment (JVM-free); `reads` are `control`'s rows when the tick has read them."""
+    status, found = status_and_assessment(spec, control, reads=reads)
     if found is None or status.state not in _MAY_SHARE:
         return status, False
     try:
@@ -283,6 +290,8 @@ def build_incremental_sensor(
         """One run request per pipeline whose bronze table moved past the watermark (or whose
         names need locating, or whose caught-up silver is due for a refresh)."""
         control = lake.control()
+        # Read once for the tick: each read returns every pipeline's row.
+        reads = ControlReads.of(control)
         wanted: list[WantedRun] = []
         waiting: list[str] = []
         pending = pending_pipelines(context.instance, pipeline_ids)
@@ -292,7 +301,7 @@ def build_incremental_sensor(
                 waiting.append(f"{spec.id} (run {pending[spec.id][:8]} pending)")
                 continue
             try:
-                status, small = assess(spec, control)
+                status, small = assess(spec, control, reads)
             except (CdfPlatformError, NotImplementedError) as err:
                 # One unreadable pipeline (e.g. a remote table the JVM-free log reader does not
                 # read yet) must not stop the others from being triggered.

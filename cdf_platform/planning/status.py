@@ -196,12 +196,37 @@ def _spec_figures(found: PipelineAssessment) -> dict[str, Any]:
 
 
 def pipeline_status(
-    spec: PipelineSpec, control: ControlTable, *, now: datetime | None = None
+    spec: PipelineSpec,
+    control: ControlTable,
+    *,
+    now: datetime | None = None,
+    reads: ControlReads | None = None,
 ) -> PipelineStatus:
     """Compute `spec`'s status from bronze's and silver's logs and the table id `control`
-    recorded (JVM-free): the assessment a run of `spec` would plan from. A pipeline naming a
-    table no run has located yet is NOT_STARTED, with the reason as its problem."""
-    return status_and_assessment(spec, control, now=now)[0]
+    recorded (JVM-free; `reads`: its rows read already, see `ControlReads`): the assessment a
+    run of `spec` would plan from. A pipeline naming a table no run has located yet is
+    NOT_STARTED, with the reason as its problem."""
+    return status_and_assessment(spec, control, now=now, reads=reads)[0]
+
+
+@dataclass(frozen=True)
+class ControlReads:
+    """The control tables' rows a status needs, read once for many pipelines: each read
+    returns every pipeline's row, so reading them per pipeline grows with the square of the
+    fleet.
+
+    Attributes:
+        states: `ControlTable.read_states`.
+        recorded: `ControlTable.read_locations` (empty before a run locates a catalog name).
+    """
+
+    states: dict[str, dict[str, Any]]
+    recorded: dict[str, dict[str, Any]]
+
+    @classmethod
+    def of(cls, control: ControlTable) -> ControlReads:
+        """The rows, read from `control` now."""
+        return cls(control.read_states(), control.read_locations())
 
 
 def pipeline_statuses(
@@ -213,12 +238,8 @@ def pipeline_statuses(
     pipeline), so one read per pipeline grows with the square of the fleet: about 5 minutes
     for 500 pipelines, against half a second for the one read here.
     """
-    states = control.read_states()
-    recorded = control.read_locations() if any(spec.table_names for spec in specs) else None
-    return [
-        status_and_assessment(spec, control, now=now, states=states, recorded=recorded)[0]
-        for spec in specs
-    ]
+    reads = ControlReads.of(control)
+    return [status_and_assessment(spec, control, now=now, reads=reads)[0] for spec in specs]
 
 
 def status_and_assessment(
@@ -226,14 +247,19 @@ def status_and_assessment(
     control: ControlTable,
     *,
     now: datetime | None = None,
-    states: dict[str, dict[str, Any]] | None = None,
-    recorded: dict[str, dict[str, Any]] | None = None,
+    reads: ControlReads | None = None,
 ) -> tuple[PipelineStatus, PipelineAssessment | None]:
     """`pipeline_status` with the assessment it was derived from (None for a pipeline whose
-    tables are not located yet), for a caller that also plans from it; `states` and `recorded`
-    are `control`'s rows when the caller has read them already (see `assess_with_control`)."""
+    tables are not located yet), for a caller that also plans from it; `reads` are `control`'s
+    rows when the caller has read them for many pipelines (`ControlReads`)."""
     try:
-        found = assess_with_control(spec, control, now=now, states=states, recorded=recorded)
+        found = assess_with_control(
+            spec,
+            control,
+            now=now,
+            states=reads.states if reads else None,
+            recorded=reads.recorded if reads else None,
+        )
     except TableNameNotLocated as err:
         status = PipelineStatus.without_figures(
             spec.id, WindowState.NOT_STARTED, err.incident_code, str(err)
