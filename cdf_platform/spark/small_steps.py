@@ -19,9 +19,12 @@ A change set of that size also runs on a fixed plan: adaptive query execution re
 every shuffle, which for small inputs costs more than it saves (bench/README.md). `fixed_plan`
 turns it off for an incremental run whose change files take at most
 `spark.cdf_platform.fixedPlanMaxChangeBytes` (256 MiB by default; `0` keeps it on), and sets
-the shuffle partitions to the session's cores where more are configured (what adaptive
-execution would coalesce them to); a larger backlog keeps both, for adaptive execution's
-partition sizing and skew handling.
+the shuffle partitions to what adaptive execution would coalesce them to: one per
+PARTITION_BYTES of change files (Spark's advisory partition size), at least one, at most the
+session's cores or the partitions configured. A change set of a few thousand rows then shuffles
+into one partition and its MERGE writes one data file (and one change file) into silver, not
+one per core. A larger backlog keeps the session's plan, for adaptive execution's partition
+sizing and skew handling.
 
 Silver's state does not depend on the change set, so `loading_table_state` builds it on a second
 thread while the change set is read; `spark.cdf_platform.loadSilverStateAhead` set to `false`
@@ -61,6 +64,9 @@ FIXED_PLAN_CONF = "spark.cdf_platform.fixedPlanMaxChangeBytes"
 FIXED_PLAN_MAX_BYTES = SMALL_CHANGE_BYTES
 ADAPTIVE_OFF = {"spark.sql.adaptive.enabled": "false"}
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+# Bytes of change files per shuffle partition on a fixed plan: the default of Spark's
+# spark.sql.adaptive.advisoryPartitionSizeInBytes, which adaptive execution coalesces to.
+PARTITION_BYTES = 64 * 1024 * 1024
 CODEGEN_OFF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
@@ -103,15 +109,15 @@ def session_cores(spark: SparkSession) -> int | None:
     return int(spark.sparkContext.defaultParallelism)
 
 
-def fixed_plan_conf(spark: SparkSession) -> dict[str, str]:
-    """Adaptive execution off, and the shuffle partitions cut to the cores where they are
-    more: what adaptive execution would have coalesced a small shuffle's partitions to."""
-    conf = dict(ADAPTIVE_OFF)
+def fixed_plan_conf(spark: SparkSession, change_bytes: int) -> dict[str, str]:
+    """Adaptive execution off, and the shuffle partitions adaptive execution would have
+    coalesced a shuffle of `change_bytes` to: one per PARTITION_BYTES, at least one, at most
+    the session's cores or the partitions configured."""
+    configured = int(str(spark.conf.get(SHUFFLE_PARTITIONS, "200")))
     cores = session_cores(spark)
-    partitions = int(str(spark.conf.get(SHUFFLE_PARTITIONS, "200")))
-    if cores is not None and cores < partitions:
-        conf[SHUFFLE_PARTITIONS] = str(cores)
-    return conf
+    by_size = max(1, -(-change_bytes // PARTITION_BYTES))
+    partitions = min(by_size, configured, cores if cores is not None else configured)
+    return {**ADAPTIVE_OFF, SHUFFLE_PARTITIONS: str(partitions)}
 
 
 @contextmanager
@@ -123,7 +129,7 @@ def fixed_plan(spark: SparkSession, change_bytes: int | None) -> Iterator[None]:
     if change_bytes is None or limit <= 0 or change_bytes > limit:
         yield
         return
-    with scoped_conf(spark, fixed_plan_conf(spark)):
+    with scoped_conf(spark, fixed_plan_conf(spark, change_bytes)):
         yield
 
 

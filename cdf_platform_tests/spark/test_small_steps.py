@@ -20,6 +20,7 @@ from cdf_platform.spark.small_steps import (
     ENABLED_CONF,
     FIXED_PLAN_CONF,
     FIXED_PLAN_MAX_BYTES,
+    PARTITION_BYTES,
     fixed_plan,
     interpreted,
     load_table_state,
@@ -125,18 +126,20 @@ def test_fixed_plan_turns_adaptive_execution_off_for_a_small_change_set_only(
     cores = session.sparkContext.defaultParallelism
     session.conf.set(SHUFFLE_PARTITIONS, str(cores + 6))
     with fixed_plan(session, 4096):
-        # What adaptive execution would coalesce a small shuffle to: the session's cores.
-        assert (session.conf.get(ADAPTIVE), session.conf.get(SHUFFLE_PARTITIONS)) == (
-            "false",
-            str(cores),
-        )
+        # What adaptive execution would coalesce a small shuffle to: one partition.
+        assert (session.conf.get(ADAPTIVE), session.conf.get(SHUFFLE_PARTITIONS)) == ("false", "1")
     assert (session.conf.get(ADAPTIVE), session.conf.get(SHUFFLE_PARTITIONS)) == (
         "true",
         str(cores + 6),
     )
+    # One partition per PARTITION_BYTES of change files, never more than the cores.
+    with fixed_plan(session, 2 * PARTITION_BYTES + 1):
+        assert session.conf.get(SHUFFLE_PARTITIONS) == str(min(3, cores))
+    with fixed_plan(session, FIXED_PLAN_MAX_BYTES):
+        assert session.conf.get(SHUFFLE_PARTITIONS) == str(min(4, cores))
     session.conf.set(SHUFFLE_PARTITIONS, "1")
-    with fixed_plan(session, 4096):
-        assert session.conf.get(SHUFFLE_PARTITIONS) == "1"  # fewer than the cores: kept
+    with fixed_plan(session, FIXED_PLAN_MAX_BYTES):
+        assert session.conf.get(SHUFFLE_PARTITIONS) == "1"  # fewer configured: kept
     for unknown_or_large in (None, FIXED_PLAN_MAX_BYTES + 1):
         with fixed_plan(session, unknown_or_large):
             assert session.conf.get(ADAPTIVE) == "true"
