@@ -48,6 +48,7 @@ from bench.report import (
     publish,
     scratch_folder,
 )
+from cdf_platform.core.config import DEFAULT_PIPELINES_PER_RUN
 from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform_tests.system.deployment import PROJECT_ROOT, Deployment, orders_pipeline
@@ -309,7 +310,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--pipelines-per-run",
         type=int,
-        help="CDF_PIPELINES_PER_RUN for the deployment (default: the platform's, 25; 1: a run "
+        help="CDF_PIPELINES_PER_RUN for the deployment (default: the platform's, 50; 1: a run "
         "per pipeline)",
     )
     parser.add_argument("--stem", default="fleet", help="results file name (without suffix)")
@@ -317,7 +318,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.pipelines_per_run is not None:
         os.environ["CDF_PIPELINES_PER_RUN"] = str(args.pipelines_per_run)
-    per_run = os.environ.get("CDF_PIPELINES_PER_RUN", "25")
+    per_run = os.environ.get("CDF_PIPELINES_PER_RUN", str(DEFAULT_PIPELINES_PER_RUN))
     started = time.monotonic()
     loads = [os.getloadavg()[0]]
     with scratch_folder(args, "cdf-fleet-") as workdir:

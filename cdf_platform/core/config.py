@@ -30,7 +30,10 @@ PIPELINES_FILE_ENV = "CDF_PIPELINES_FILE"
 AUTOMATION_ENV = "CDF_AUTOMATION"
 SPARK_LOG_ENV = "CDF_SPARK_LOG"
 PIPELINES_PER_RUN_ENV = "CDF_PIPELINES_PER_RUN"
-DEFAULT_PIPELINES_PER_RUN = 25
+# Pipelines with small runs share a silver run (one process, one Spark driver): at most this
+# many in one. A run's driver start (20-30 s of two cores) and its compiler's warm-up are paid
+# once for all of them; a bronze commit to a pipeline whose step is done waits for the run's end.
+DEFAULT_PIPELINES_PER_RUN = 50
 DEFAULT_MASTER = "local[*]"
 DEFAULT_PIPELINES_FILE = "pipelines.yaml"
 
@@ -92,7 +95,7 @@ def default_automation() -> bool:
 
 
 def default_pipelines_per_run() -> int:
-    """`$CDF_PIPELINES_PER_RUN`, else 25: at most this many pipelines with small change sets
+    """`$CDF_PIPELINES_PER_RUN`, else 50: at most this many pipelines with small change sets
     share one silver run (1: a run per pipeline).
 
     Raises:

@@ -9,7 +9,7 @@ so the queue holds at most one run per pipeline however fast bronze commits.
 
 Pipelines whose runs are small (an incremental run over at most SMALL_CHANGE_BYTES of change
 files, an initial load of a snapshot that small, or a refresh) share runs of at most
-`MAX_PIPELINES_PER_RUN` pipelines (run key `batch:<hash of what each was asked>`): one process
+`CDF_PIPELINES_PER_RUN` pipelines (run key `batch:<hash of what each was asked>`): one process
 and one Spark driver apply them all, each its own step with its own watermark, pool and
 failure, so a fleet's onboarding or catch-up pays a driver start per batch, not per pipeline.
 A pipeline with a large change set or snapshot, a repair, a spec edit or a location to find
@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
+from cdf_platform.core.config import DEFAULT_PIPELINES_PER_RUN
 from cdf_platform.core.errors import CdfPlatformError, TableNameNotLocated
 from cdf_platform.core.spec import FallbackMode, PipelineSpec
 from cdf_platform.orchestration.jobs import INCREMENTAL_JOB, REBUILD_JOB
@@ -86,9 +87,6 @@ PENDING_STATUSES = [
 ]
 _NOT_OURS = (WindowState.SOURCE_MISSING, WindowState.BLOCKED)
 _MAY_SHARE = (WindowState.OK, WindowState.LOW_HEADROOM, WindowState.NOT_STARTED)
-# Pipelines with small change sets share a run (one process, one Spark driver): at most this
-# many in one, so a fleet catching up keeps several runs and a crash re-requests few.
-MAX_PIPELINES_PER_RUN = 25
 # Dagster's failure reasons of a run that failed in its own code: a rerun at the same bronze
 # version would fail the same way. Any other failure (the process killed or lost, a start
 # timeout) is a run that died.
@@ -196,9 +194,10 @@ def run_requests(
     A pipeline whose newest run failed in its own code when asked the same thing is left out
     (it would fail the same way; the next bronze version, or a person, brings the next run). A
     pipeline whose newest run died is asked again, its run key naming the dead run (Dagster
-    drops a request whose run key was used). Pipelines that may share a run go in runs of at
-    most `max_pipelines_per_run` (one process and one Spark driver for all of them, each its
-    own step, watermark and failure); the others get a run each."""
+    drops a request whose run key was used). Pipelines that may share a run go in as few runs
+    of at most `max_pipelines_per_run` as hold them, spread evenly (one process and one Spark
+    driver for each run, each pipeline its own step, watermark and failure); the others get a
+    run each."""
     requests: list[dg.RunRequest] = []
     left_out: list[str] = []
     shared: list[tuple[WantedRun, str]] = []
@@ -216,8 +215,15 @@ def run_requests(
             shared.append((item, after))
         else:
             requests.append(_request([(item, after)]))
-    for start in range(0, len(shared), max_pipelines_per_run):
-        requests.append(_request(shared[start : start + max_pipelines_per_run]))
+    # As few runs as the limit allows, the pipelines spread evenly over them: runs that finish
+    # together (a fleet is caught up when its slowest run ends), none a short remainder that
+    # pays a driver start for a few pipelines.
+    runs = -(-len(shared) // max_pipelines_per_run)
+    start = 0
+    for index in range(runs):
+        size = len(shared) // runs + (1 if index < len(shared) % runs else 0)
+        requests.append(_request(shared[start : start + size]))
+        start += size
     return requests, left_out
 
 
@@ -268,7 +274,7 @@ def build_incremental_sensor(
     specs: list[PipelineSpec],
     *,
     running: bool = True,
-    max_pipelines_per_run: int = MAX_PIPELINES_PER_RUN,
+    max_pipelines_per_run: int = DEFAULT_PIPELINES_PER_RUN,
 ) -> dg.SensorDefinition:
     """The incremental sensor over the pipelines `specs`, RUNNING from the start unless
     `running` is False; pipelines with small change sets share runs of at most

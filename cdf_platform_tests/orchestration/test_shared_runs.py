@@ -115,6 +115,17 @@ def test_shared_runs_hold_at_most_the_configured_number_of_pipelines(
     ]
     assert not left_out
 
+    # As few runs as the limit allows, the pipelines spread evenly (3 and 2, not 4 and 1).
+    five = [
+        WantedRun(PipelineSpec(**orders_pipeline(i)), "incremental", "4", shares=True)
+        for i in "abcde"
+    ]
+    requests, _ = run_requests(five, {}, max_pipelines_per_run=4)
+    assert [[key.path[1] for key in r.asset_selection] for r in requests] == [
+        ["a", "b", "c"],
+        ["d", "e"],
+    ]
+
     monkeypatch.setenv("CDF_PIPELINES_PER_RUN", "1")
     assert default_pipelines_per_run() == 1
     monkeypatch.setenv("CDF_PIPELINES_PER_RUN", "0")
