@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.spec import PipelineSpec
@@ -27,6 +29,14 @@ def insert(spark: SparkSession, path: str, rows: list[tuple[Any, ...]]) -> None:
     spark.createDataFrame(rows, "id BIGINT, name STRING, amount INT").write.format("delta").mode(
         "append"
     ).save(path)
+
+
+def null_key_commit(path: str, key: str = "order_id") -> None:
+    """One bronze commit (deltalake, no Spark) of a copy of the table's first row with `key`
+    NULL: a DATA_QUALITY problem for silver's next run."""
+    table = DeltaTable(path).to_pyarrow_table()
+    row = {**table.slice(0, 1).to_pylist()[0], key: None}
+    write_deltalake(path, pa.Table.from_pylist([row], schema=table.schema), mode="append")
 
 
 def sql(spark: SparkSession, path: str, statement: str) -> None:

@@ -63,7 +63,7 @@ class CliSession:
             stdout=subprocess.PIPE,
             stderr=self._log,
             text=True,
-            env={**os.environ, **env, "PYTHONPATH": _python_path()},
+            env={**os.environ, **env, "PYTHONPATH": python_path()},
             cwd=cwd,
         )
 
@@ -129,7 +129,7 @@ class CliSession:
         self._log.close()
 
 
-def _python_path() -> str:
+def python_path() -> str:
     """PYTHONPATH with the checkout's root first (the tests are not an installed package)."""
     inherited = os.environ.get("PYTHONPATH")
     return os.pathsep.join([str(ROOT), *([inherited] if inherited else [])])

@@ -97,6 +97,20 @@ def incremental_tick(defs: dg.Definitions, instance: dg.DagsterInstance) -> Any:
         return sensor(context)
 
 
+def run_as_daemon(
+    defs: dg.Definitions, instance: dg.DagsterInstance, request: dg.RunRequest
+) -> dg.ExecuteInProcessResult:
+    """`request` (the incremental sensor's) run as the daemon runs it: incremental_job on the
+    request's asset selection, with the job's tags and the request's; a failure is a result."""
+    job = defs.resolve_job_def("incremental_job")
+    return job.execute_in_process(
+        instance=instance,
+        asset_selection=request.asset_selection,
+        tags={**job.tags, **(request.tags or {})},
+        raise_on_error=False,
+    )
+
+
 def materialization(result: dg.ExecuteInProcessResult, key: dg.AssetKey) -> dict[str, Any]:
     """The metadata values of the one materialization of `key` in `result`."""
     (materialized,) = result.asset_materializations_for_node(key.to_python_identifier())

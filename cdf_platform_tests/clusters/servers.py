@@ -21,6 +21,7 @@ from xml.sax.saxutils import escape
 from pyspark.find_spark_home import _find_spark_home
 from pyspark.sql import SparkSession
 
+from cdf_platform.core.config import MASTER_ENV, REMOTE_ENV
 from cdf_platform.demo.local_s3 import free_port, stop_process
 from cdf_platform.spark.object_stores import ObjectStoreConf
 from cdf_platform.spark.session import CONNECT_SERVER_CLASS, delta_conf
@@ -136,6 +137,15 @@ class StandaloneCluster(_Servers):
         self._wait("the Spark worker", lambda: self.alive_workers() >= 1)
         return self
 
+    def driver_env(self) -> dict[str, str]:
+        """The environment of a driver process on this cluster: its master, loopback (Spark
+        otherwise binds to a routable address) and `conf_dir`."""
+        return {
+            MASTER_ENV: self.master_url,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_CONF_DIR": str(self.conf_dir),
+        }
+
     def alive_workers(self) -> int:
         """Workers the master counts alive (its UI's JSON view)."""
         try:
@@ -161,6 +171,18 @@ class StandaloneCluster(_Servers):
             state = _get_json(f"{worker['webuiaddress']}/json/")
             apps += [e["appid"] for e in state["executors"] + state["finishedexecutors"]]
         return apps
+
+    def assert_one_application_since(self, before: set[str]) -> None:
+        """The drivers started since the master's applications were `before` were one
+        application, `cdf_platform`, granted the worker's cores, with its executor on the
+        worker (the master's and the worker's `/json/`). A driver on a standalone master runs
+        no task itself, so the executors did the work; a driver in local mode (the master
+        setting ignored) leaves the master no application."""
+        new = {app_id: app for app_id, app in self.applications().items() if app_id not in before}
+        assert len(new) == 1, f"the master ran {len(new)} applications: {new}"
+        ((app_id, app),) = new.items()
+        assert (app["name"], app["cores"]) == ("cdf_platform", self.cores), app
+        assert app_id in self.executor_apps(), f"no executor of {app_id} on the worker"
 
 
 def _get_json(url: str) -> dict[str, Any]:
@@ -192,6 +214,10 @@ class ConnectServer(_Servers):
         self.delta = delta
         self.stores = stores or ObjectStoreConf()
         self.conf = conf or {}
+
+    def client_env(self) -> dict[str, str]:
+        """The environment of a process whose Spark is a client of this server."""
+        return {REMOTE_ENV: self.url}
 
     def start(self) -> ConnectServer:
         stores = self.stores

@@ -13,7 +13,10 @@ Runs are the `cdf-platform` CLI in a subprocess, configured only by the environm
 runs it (a story's runs are commands of one CLI process, so on the
 cluster its application starts once: `cli_session.py`); bronze is written by the test's own
 session (paths) or by that process's session, through its catalog (names). Every cell ends with
-`status --json` in a process that cannot find Java. Select alone with `pytest -m cluster`.
+`status --json` in a process that cannot find Java. The shared-run story of several pipelines
+runs as Dagster runs it instead, on the cluster and over Connect: a tick of the incremental
+sensor and the run it requests in a process of its own (`daemon_tick.py`). Select alone with
+`pytest -m cluster`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 from subprocess import CompletedProcess
 from typing import Any
 
+import dagster as dg
 import pytest
 import yaml
 from deltalake import DeltaTable
@@ -45,14 +49,19 @@ from cdf_platform.core.config import (
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
 from cdf_platform.core.spec_file import find_spec, load_specs
 from cdf_platform.core.sql import sql_path
+from cdf_platform.definitions import build_defs
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.demo.local_s3 import LocalS3Server, free_port
+from cdf_platform.demo.source import write_demo_batch
+from cdf_platform.orchestration.keys import REQUESTED_TAG, silver_key
+from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform.spark.object_stores import object_store_conf
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_tests.bronze import (
     assert_converged_after_kill,
     make_bronze,
+    null_key_commit,
     rows,
     sql,
     vacuum_retain_zero,
@@ -65,6 +74,14 @@ from cdf_platform_tests.clusters.servers import (
     StandaloneCluster,
     s3a_jars,
 )
+from cdf_platform_tests.daemon_tick import dagster_home, tick_in_a_process
+from cdf_platform_tests.lake_platform import (
+    control_for,
+    incremental_tick,
+    run_as_daemon,
+    table_rows,
+)
+from cdf_platform_tests.system.deployment import orders_pipeline
 
 pytestmark = pytest.mark.cluster
 
@@ -154,6 +171,17 @@ def connect_server(
     workdir = tmp_path_factory.mktemp("connect")
     with ConnectServer(workdir, stores=stores, conf=metastore.spark_conf()) as server:
         yield server.start()
+
+
+def spark_env(request: pytest.FixtureRequest, mode: str) -> dict[str, str]:
+    """The environment that makes a process's Spark a driver on this module's standalone
+    cluster (`standalone`) or a client of its Connect server (`connect`), started on first
+    use."""
+    if mode == "standalone":
+        cluster: StandaloneCluster = request.getfixturevalue("standalone")
+        return cluster.driver_env()
+    server: ConnectServer = request.getfixturevalue("connect_server")
+    return server.client_env()
 
 
 class Platform:
@@ -252,20 +280,10 @@ class Platform:
         return status_without_java(self.pipelines, {LAKE_ROOT_ENV: self.lake, **self.env})
 
     def assert_ran_on_the_cluster(self) -> None:
-        """The runs since `on_cluster` were one application of the master's, granted the
-        worker's cores, with its executor on the worker (the master's and worker's `/json/`).
-        A driver on a standalone master runs no task itself, so the executors did the work;
-        a run in local mode (the master setting ignored) leaves the master no application."""
+        """The runs since `on_cluster` were one application of the master's, with its
+        executor on the worker (`StandaloneCluster.assert_one_application_since`)."""
         assert self.cluster is not None
-        new = {
-            app_id: app
-            for app_id, app in self.cluster.applications().items()
-            if app_id not in self.apps_before
-        }
-        assert len(new) == 1, f"the master ran {len(new)} applications for the runs: {new}"
-        ((app_id, app),) = new.items()
-        assert (app["name"], app["cores"]) == ("cdf_platform", self.cluster.cores), app
-        assert app_id in self.cluster.executor_apps(), f"no executor of {app_id} on the worker"
+        self.cluster.assert_one_application_since(self.apps_before)
 
     def on_cluster(self, cluster: StandaloneCluster) -> None:
         """Note the cluster's applications so far: `assert_ran_on_the_cluster` counts new ones."""
@@ -284,15 +302,11 @@ def platform(
 ) -> Iterator[Platform]:
     """The platform in one cell of the matrix (servers started on first use)."""
     cell: Cell = request.param
-    env: dict[str, str] = {}
+    env = spark_env(request, cell.mode)
     defaults = ""  # the CLI process's spark-defaults.conf
     if cell.mode == "standalone":
         cluster: StandaloneCluster = request.getfixturevalue("standalone")
-        # The driver binds to loopback like the cluster (Spark picks a routable address).
-        env = {MASTER_ENV: cluster.master_url, "SPARK_LOCAL_IP": "127.0.0.1"}
         defaults += cluster.spark_defaults()
-    else:
-        env = {REMOTE_ENV: request.getfixturevalue("connect_server").url}
     if cell.tables == "names" and cell.mode != "connect":
         defaults += request.getfixturevalue("metastore").spark_defaults()
     if defaults:
@@ -351,6 +365,76 @@ def test_load_increment_lose_the_window_and_rebuild(platform: Platform) -> None:
     assert (status["state"], status["watermark"]) == ("OK", latest), status
     if platform.cluster is not None:
         platform.assert_ran_on_the_cluster()
+
+
+@pytest.mark.parametrize("mode", ["standalone", "connect"])
+def test_small_change_sets_share_one_run_in_the_mode_and_a_failing_pipeline_fails_alone(
+    mode: str,
+    request: pytest.FixtureRequest,
+    spark: SparkSession,
+    spark_resource: SparkResource,
+    tmp_path: Path,
+) -> None:
+    """The story of orchestration/test_shared_runs.py with a NULL key, its shared run in the
+    mode: the tick and its runs in a process of its own (`daemon_tick`) with the platform's
+    Definitions as `dagster` loads them from the environment. The initial loads run here, on
+    the same instance and the test's local session (the matrix story loads in each mode)."""
+    ids = ["a", "b", "c"]
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    layout = control_for(lake, *(orders_pipeline(i) for i in ids))
+    defs = build_defs(layout, spark_resource)
+    env = {
+        LAKE_ROOT_ENV: str(lake),
+        PIPELINES_FILE_ENV: str(lake / "pipelines.yaml"),
+        **spark_env(request, mode),
+    }
+    cluster: StandaloneCluster | None = (
+        request.getfixturevalue("standalone") if mode == "standalone" else None
+    )
+    home = dagster_home(tmp_path / "dagster_home")
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        for pipeline_id in ids:
+            write_demo_batch(str(lake / "bronze" / pipeline_id), "orders", batch_size=20)
+        for initial in incremental_tick(defs, instance).run_requests:
+            assert run_as_daemon(defs, instance, initial).success
+        loaded_c = DeltaTable(str(lake / "silver" / "c")).version()
+
+        # Small change sets, c's with a NULL key: one run for the three, in one driver.
+        write_demo_batch(str(lake / "bronze" / "a"), "orders", batch_size=10)
+        write_demo_batch(str(lake / "bronze" / "b"), "orders", batch_size=10)
+        null_key_commit(str(lake / "bronze" / "c"))
+        apps_before = set(cluster.applications()) if cluster else set()
+        tick = tick_in_a_process(home, env, tmp_path / "tick.json")
+        assert [run.pipelines for run in tick.runs] == [ids], tick
+        (shared,) = tick.runs
+        assert shared.run_key is not None and shared.run_key.startswith("batch:"), shared
+        assert shared.tags[REQUESTED_TAG] == "a=incremental:2,b=incremental:2,c=incremental:2"
+        assert not shared.success
+        (failure,) = shared.step_failures
+        assert failure.step_key == silver_key("c").to_python_identifier()
+        assert "DataQualityError" in failure.errors, failure
+        for pipeline_id in ("a", "b"):
+            silver, bronze = lake / "silver" / pipeline_id, lake / "bronze" / pipeline_id
+            assert table_rows(spark, str(silver)) == table_rows(spark, str(bronze))
+        assert DeltaTable(str(lake / "silver" / "c")).version() == loaded_c  # untouched
+        if cluster is not None:
+            # The run process's own driver: one application of the master's did the steps.
+            assert len(tick.jvms) == 1, tick.jvms
+            cluster.assert_one_application_since(apps_before)
+        else:
+            # A Connect client: a run that fell back to local Spark would have started a JVM.
+            assert tick.jvms == []
+
+        # c failed in its own code at version 2: not asked again until bronze moves (the
+        # sensor reads the run the process recorded).
+        quiet = incremental_tick(defs, instance)
+        assert not quiet.run_requests
+        assert f"c (run {shared.run_id[:8]} failed at 2)" in str(quiet.skip_reason)
+        write_demo_batch(str(lake / "bronze" / "a"), "orders", batch_size=10)
+        (only_a,) = incremental_tick(defs, instance).run_requests
+    assert only_a.asset_selection == [silver_key("a")]
+    assert only_a.run_key == "incremental:a:3"
 
 
 def test_a_run_killed_after_the_merge_over_spark_connect_reruns_exactly(
