@@ -11,9 +11,7 @@ import sys
 from pathlib import Path
 
 import dagster as dg
-import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.config import default_pipelines_per_run
@@ -27,28 +25,8 @@ from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.status import pipeline_status
 from cdf_platform_tests import jvm_options
 from cdf_platform_tests.lake_platform import incremental_tick as tick
-from cdf_platform_tests.lake_platform import lake_defs, table_rows
+from cdf_platform_tests.lake_platform import lake_defs, run_as_daemon, table_rows
 from cdf_platform_tests.system.deployment import orders_pipeline
-
-
-def _run(
-    defs: dg.Definitions, instance: dg.DagsterInstance, request: dg.RunRequest
-) -> dg.ExecuteInProcessResult:
-    """`request` run as the daemon runs it: incremental_job, the job's tags with the request's."""
-    job = defs.resolve_job_def("incremental_job")
-    return job.execute_in_process(
-        instance=instance,
-        asset_selection=request.asset_selection,
-        tags={**job.tags, **(request.tags or {})},
-        raise_on_error=False,
-    )
-
-
-def _null_key_commit(path: Path) -> None:
-    """One bronze commit with a row whose key is NULL (a DATA_QUALITY problem for silver)."""
-    table = DeltaTable(str(path)).to_pyarrow_table()
-    row = {**table.slice(0, 1).to_pylist()[0], "order_id": None}
-    write_deltalake(str(path), pa.Table.from_pylist([row], schema=table.schema), mode="append")
 
 
 def test_small_runs_share_a_run_and_a_failing_pipeline_fails_alone(
@@ -67,7 +45,7 @@ def test_small_runs_share_a_run_and_a_failing_pipeline_fails_alone(
     (first,) = tick(defs, instance).run_requests
     assert first.run_key.startswith("batch:")
     assert sorted(first.asset_selection) == sorted(silver_key(i) for i in ids)
-    result = _run(defs, instance, first)
+    result = run_as_daemon(defs, instance, first)
     assert not result.success
     (failure,) = result.get_step_failure_events()
     assert failure.step_key == silver_key("c").to_python_identifier()
@@ -89,7 +67,7 @@ def test_small_runs_share_a_run_and_a_failing_pipeline_fails_alone(
     (shared,) = tick(defs, instance).run_requests
     assert shared.run_key.startswith("batch:")
     assert shared.tags[REQUESTED_TAG] == "a=incremental:2,b=incremental:2"
-    assert _run(defs, instance, shared).success
+    assert run_as_daemon(defs, instance, shared).success
     for pipeline_id in ("a", "b"):
         silver, bronze = lake / "silver" / pipeline_id, lake / "bronze" / pipeline_id
         assert table_rows(spark, str(silver)) == table_rows(spark, str(bronze))
@@ -158,7 +136,7 @@ def test_a_shared_run_killed_mid_way_leaves_every_watermark_exact_and_the_next_t
     for pipeline_id in ids:
         write_demo_batch(str(lake / "bronze" / pipeline_id), "orders", batch_size=20)
     for request in tick(defs, instance).run_requests:
-        assert _run(defs, instance, request).success
+        assert run_as_daemon(defs, instance, request).success
     for pipeline_id in ids:
         write_demo_batch(str(lake / "bronze" / pipeline_id), "orders", batch_size=10)
     (shared,) = tick(defs, instance).run_requests
@@ -194,7 +172,7 @@ def test_a_shared_run_killed_mid_way_leaves_every_watermark_exact_and_the_next_t
     (rest,) = tick(defs, instance).run_requests
     assert sorted(key.path[1] for key in rest.asset_selection) == behind
     assert rest.tags[REQUESTED_TAG] == ",".join(f"{i}=incremental:2" for i in behind)
-    assert _run(defs, instance, rest).success
+    assert run_as_daemon(defs, instance, rest).success
     for pipeline_id in ids:
         silver, bronze = lake / "silver" / pipeline_id, lake / "bronze" / pipeline_id
         assert table_rows(spark, str(silver)) == table_rows(spark, str(bronze))
