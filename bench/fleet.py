@@ -50,6 +50,7 @@ from bench.report import (
 )
 from cdf_platform.core.config import DEFAULT_PIPELINES_PER_RUN
 from cdf_platform.demo.source import write_demo_batch
+from cdf_platform.orchestration.incremental_sensor import PENDING_STATUSES
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform_tests.system.deployment import PROJECT_ROOT, Deployment, orders_pipeline
 from cdf_platform_tests.system.postgres import PostgresServer
@@ -149,6 +150,11 @@ def catch_up(spark: SparkSession, workdir: Path, n: int, changed_keys: int) -> d
                         raise RuntimeError("the fleet did not catch up within an hour")
                     time.sleep(2)
                 caught_up_at = time.time()
+                # The runs end with their last pipelines' checks: stopped only once they have.
+                while instance.get_run_records(dg.RunsFilter(statuses=PENDING_STATUSES)):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the fleet's runs did not end within an hour")
+                    time.sleep(2)
             finally:
                 watch.stop()
                 deployment.stop()
