@@ -33,6 +33,7 @@ import dagster as dg
 from cdf_platform.core.spec import FallbackMode, PipelineSpec
 from cdf_platform.orchestration.checks import REPLAY_WINDOW
 from cdf_platform.orchestration.consumers import RECOMPUTE_JOB, ConsumerAsset
+from cdf_platform.orchestration.incremental_sensor import pending_pipelines
 from cdf_platform.orchestration.jobs import REBUILD_JOB, rebuild_run_config
 from cdf_platform.orchestration.keys import INCIDENT_TAG, PIPELINE_TAG, PRIORITY_TAG, silver_key
 from cdf_platform.planning.status import WindowState
@@ -113,6 +114,7 @@ def build_rebuild_sensor(
             consumers); by default `rebuild_job` by name.
     """
     watched = _watched(specs, consumers)
+    pipeline_ids = {spec.id for spec in specs}
 
     @dg.sensor(
         name=REBUILD_SENSOR,
@@ -132,15 +134,27 @@ def build_rebuild_sensor(
         handled = _read_cursor(context.cursor)
         requests: list[dg.RunRequest] = []
         left_for_a_person: list[str] = []
+        waiting: list[str] = []
+        pending: dict[str, str] | None = None  # read once, when a new loss is seen
         for item in watched:
             record = _latest_evaluated(context.instance, dg.AssetCheckKey(item.key, REPLAY_WINDOW))
             evaluation = record.evaluation if record is not None else None
             if record is None or not isinstance(evaluation, dg.AssetCheckEvaluation):
                 continue  # never evaluated yet
             is_new = record.id > handled.get(item.name, -1)
-            handled[item.name] = record.id
             if evaluation.passed or _figure(evaluation, "state") != WindowState.LOST.value:
+                handled[item.name] = record.id
                 continue
+            if is_new and item.job_name == REBUILD_JOB:
+                if pending is None:
+                    pending = pending_pipelines(context.instance, pipeline_ids)
+                if item.name in pending:
+                    # One pending run per pipeline: that run's plan meets the loss and rebuilds
+                    # (or its checks then pass). The evaluation stays unhandled, so a later
+                    # tick looks again once the run has ended.
+                    waiting.append(f"{item.name} (run {pending[item.name][:8]} pending)")
+                    continue
+            handled[item.name] = record.id
             problem_code = str(_figure(evaluation, "problem_code"))
             fail_fast = item.fail_fast
             if fail_fast is None:
@@ -191,6 +205,8 @@ def build_rebuild_sensor(
         if requests:
             return dg.SensorResult(run_requests=requests, cursor=cursor)
         reason = "no new replay_window loss"
+        if waiting:
+            reason += f"; waiting for the pending run of: {', '.join(waiting)}"
         if left_for_a_person:
             reason += f"; left for a person (FAIL_FAST): {', '.join(left_for_a_person)}"
         return dg.SensorResult(skip_reason=dg.SkipReason(reason), cursor=cursor)
