@@ -16,6 +16,15 @@ repaired the same way from their own `replay_window` evaluations: one `recompute
 loss (run key `recompute:<consumer>:<watermark>:<latest version>`), in which every input is read
 in full.
 
+While the incremental sensor of the same code location runs, pipelines are its to repair: it
+computes every window's state on each tick and requests the repair in the tick that sees the
+loss (see `cdf_platform.orchestration.incremental_sensor`). Two sensors evaluated in one daemon
+iteration cannot see each other's requests, so the rebuild sensor then requests no pipeline
+rebuild at all (its skip reason names the losses it leaves to the incremental sensor). It repairs
+pipelines itself when the incremental sensor is stopped, or when it is evaluated outside a code
+location (no daemon ticks the incremental sensor there). Even then it requests nothing for a
+pipeline with a run pending (queued or in progress): that run's plan meets the loss.
+
 FAIL_FAST pipelines (and consumers) are never repaired automatically: the sensor names them in
 its skip reason on every tick while their latest evaluation says LOST, and waits for a person
 (who runs `rebuild_job` with `override_fail_fast: true`, or `recompute_job` for a consumer).
@@ -29,11 +38,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
+from dagster._core.scheduler.instigation import InstigatorStatus, InstigatorType
 
 from cdf_platform.core.spec import FallbackMode, PipelineSpec
 from cdf_platform.orchestration.checks import REPLAY_WINDOW
 from cdf_platform.orchestration.consumers import RECOMPUTE_JOB, ConsumerAsset
-from cdf_platform.orchestration.incremental_sensor import pending_pipelines
+from cdf_platform.orchestration.incremental_sensor import INCREMENTAL_SENSOR, pending_pipelines
 from cdf_platform.orchestration.jobs import REBUILD_JOB, rebuild_run_config
 from cdf_platform.orchestration.keys import INCIDENT_TAG, PIPELINE_TAG, PRIORITY_TAG, silver_key
 from cdf_platform.planning.status import WindowState
@@ -68,6 +78,26 @@ def _latest_evaluated(instance: dg.DagsterInstance, key: dg.AssetCheckKey) -> An
     history = instance.event_log_storage.get_asset_check_execution_history(key, limit=_HISTORY)
     evaluated = (r for r in history if isinstance(r.evaluation, dg.AssetCheckEvaluation))
     return next(evaluated, None)
+
+
+def incremental_sensor_runs(context: dg.SensorEvaluationContext, *, declared: bool) -> bool:
+    """Whether the daemon ticks the incremental sensor of `context`'s code location: its stored
+    status (an operator started or stopped it), else `declared` (its default status in code).
+    Outside a code location (a sensor evaluated directly) no daemon ticks it."""
+    location = context.code_location_origin
+    if location is None:
+        return False
+    for state in context.instance.all_instigator_state(instigator_type=InstigatorType.SENSOR):
+        repository = state.origin.repository_origin
+        if (
+            state.name == INCREMENTAL_SENSOR
+            and repository.repository_name == context.repository_name
+            and repository.code_location_origin.location_name == location.location_name
+        ):
+            if state.status in (InstigatorStatus.RUNNING, InstigatorStatus.STOPPED):
+                return state.status is InstigatorStatus.RUNNING
+            break  # DECLARED_IN_CODE: the default in code decides
+    return declared
 
 
 @dataclass(frozen=True)
@@ -136,6 +166,8 @@ def build_rebuild_sensor(
         left_for_a_person: list[str] = []
         waiting: list[str] = []
         pending: dict[str, str] | None = None  # read once, when a new loss is seen
+        incremental_repairs: bool | None = None  # read once, when a new loss is seen
+        left_to_incremental: list[str] = []
         for item in watched:
             record = _latest_evaluated(context.instance, dg.AssetCheckKey(item.key, REPLAY_WINDOW))
             evaluation = record.evaluation if record is not None else None
@@ -145,7 +177,14 @@ def build_rebuild_sensor(
             if evaluation.passed or _figure(evaluation, "state") != WindowState.LOST.value:
                 handled[item.name] = record.id
                 continue
-            if is_new and item.job_name == REBUILD_JOB:
+            if is_new and item.job_name == REBUILD_JOB and item.fail_fast is False:
+                if incremental_repairs is None:
+                    incremental_repairs = incremental_sensor_runs(context, declared=running)
+                if incremental_repairs:
+                    # Its tick saw the loss too (or will): one owner, so never two repairs.
+                    handled[item.name] = record.id
+                    left_to_incremental.append(item.name)
+                    continue
                 if pending is None:
                     pending = pending_pipelines(context.instance, pipeline_ids)
                 if item.name in pending:
@@ -205,6 +244,10 @@ def build_rebuild_sensor(
         if requests:
             return dg.SensorResult(run_requests=requests, cursor=cursor)
         reason = "no new replay_window loss"
+        if left_to_incremental:
+            reason += (
+                f"; repaired by {INCREMENTAL_SENSOR} (running): {', '.join(left_to_incremental)}"
+            )
         if waiting:
             reason += f"; waiting for the pending run of: {', '.join(waiting)}"
         if left_for_a_person:

@@ -9,6 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from dagster._core.remote_origin import (
+    RegisteredCodeLocationOrigin,
+    RemoteInstigatorOrigin,
+    RemoteRepositoryOrigin,
+)
+from dagster._core.scheduler.instigation import (
+    InstigatorState,
+    InstigatorStatus,
+    InstigatorType,
+    SensorInstigatorData,
+)
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.spec_file import find_spec
@@ -75,13 +86,43 @@ def stored(
 
 
 def tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | None) -> Any:
-    """One evaluation of the real rebuild sensor against `instance`."""
+    """One evaluation of the real rebuild sensor against `instance`, outside a code location
+    (as a person evaluates it: no daemon ticks the incremental sensor)."""
     sensor = defs.resolve_sensor_def("rebuild_sensor")
     resources = {key: (defs.resources or {})[key] for key in sensor.required_resource_keys}
     with dg.build_sensor_context(
         instance=instance, cursor=cursor, definitions=defs, resources=resources
     ) as context:
         return sensor(context)
+
+
+LOCATION = RegisteredCodeLocationOrigin("lake")
+
+
+def daemon_tick(defs: dg.Definitions, instance: dg.DagsterInstance) -> Any:
+    """One evaluation of the rebuild sensor as the daemon runs it: in code location `lake`, where
+    the incremental sensor's status is the one stored in `instance` (else its default)."""
+    sensor = defs.resolve_sensor_def("rebuild_sensor")
+    resources = {key: (defs.resources or {})[key] for key in sensor.required_resource_keys}
+    repository = defs.get_repository_def()
+    with dg.SensorEvaluationContext(
+        instance_ref=None,
+        instance=instance,
+        repository_name=repository.name,
+        repository_def=repository,
+        resources=resources,
+        code_location_origin=LOCATION,
+    ) as context:
+        return sensor(context)
+
+
+def stop_incremental_sensor(defs: dg.Definitions, instance: dg.DagsterInstance) -> None:
+    """Store the incremental sensor of code location `lake` as stopped, as the UI does."""
+    repository = RemoteRepositoryOrigin(LOCATION, defs.get_repository_def().name)
+    origin = RemoteInstigatorOrigin(repository, "incremental_sensor")
+    data = SensorInstigatorData(min_interval=30)
+    state = InstigatorState(origin, InstigatorType.SENSOR, InstigatorStatus.STOPPED, data)
+    instance.add_instigator_state(state)
 
 
 def test_lost_window_is_reported_rebuilt_once_and_passes_again(
@@ -142,6 +183,17 @@ def test_lost_window_is_reported_rebuilt_once_and_passes_again(
         assert not blocked.get_asset_materialization_events()
         marks = read_consumer_marks(gold, CUSTOMER_ORDER_TOTALS_KEY.to_user_string())
         assert marks is not None and marks.version_of("silver/orders") == silver_version
+
+        # In a code location whose incremental sensor runs, that sensor owns the repair (its
+        # own tick saw the loss): the rebuild sensor requests none, even with nothing pending.
+        deferred = daemon_tick(defs, instance)
+        assert not deferred.run_requests
+        assert "repaired by incremental_sensor (running): orders" in str(deferred.skip_reason)
+        assert "left for a person (FAIL_FAST): orders_strict" in str(deferred.skip_reason)
+        # Stopped by an operator: the rebuild sensor repairs.
+        stop_incremental_sensor(defs, instance)
+        (own,) = daemon_tick(defs, instance).run_requests
+        assert own.run_key == f"rebuild:orders:1:{latest}"
 
         # A run of the pipeline already queued (the incremental sensor's repair, say): no
         # second run while it is pending; once it ended without repairing, the rebuild.
