@@ -33,8 +33,8 @@ from cdf_platform.core.spec import FallbackMode, PipelineSpec
 from cdf_platform.orchestration.figures import count, headroom_hours, hours, limit, text
 from cdf_platform.orchestration.keys import CHECKS_QUEUE, QUEUE_TAG, silver_key
 from cdf_platform.orchestration.resources import LakeLayout
+from cdf_platform.planning.assessment import ControlReads
 from cdf_platform.planning.status import (
-    ControlReads,
     PipelineStatus,
     SpecState,
     WindowState,

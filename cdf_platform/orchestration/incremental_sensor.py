@@ -67,9 +67,9 @@ from cdf_platform.orchestration.keys import (
 )
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.orchestration.silver import freshness_window
+from cdf_platform.planning.assessment import ControlReads
 from cdf_platform.planning.plan import plan_from
 from cdf_platform.planning.status import (
-    ControlReads,
     PipelineStatus,
     WindowState,
     status_and_assessment,

@@ -424,28 +424,45 @@ def assess_pipeline(
     return assessed(problem or edited, blocking=False)
 
 
+@dataclass(frozen=True)
+class ControlReads:
+    """The control tables' rows a status needs, read once for many pipelines: each read
+    returns every pipeline's row, so reading them per pipeline grows with the square of the
+    fleet.
+
+    Attributes:
+        states: `ControlTable.read_states`.
+        recorded: `ControlTable.read_locations` (empty before a run locates a catalog name).
+    """
+
+    states: dict[str, dict[str, Any]]
+    recorded: dict[str, dict[str, Any]]
+
+    @classmethod
+    def of(cls, control: ControlTable) -> ControlReads:
+        """The rows, read from `control` now."""
+        return cls(control.read_states(), control.read_locations())
+
+
 def assess_with_control(
     spec: PipelineSpec,
     control: ControlTable,
     *,
     now: datetime | None = None,
-    states: dict[str, dict[str, Any]] | None = None,
-    recorded: dict[str, dict[str, Any]] | None = None,
+    reads: ControlReads | None = None,
 ) -> PipelineAssessment:
     """`assess_pipeline` of `spec` with its catalog names located, and the bronze table id and
     location `control` recorded for the pipeline.
 
     Args:
-        states: `control`'s state rows (`ControlTable.read_states`), when the caller has read
-            them already: a caller assessing many pipelines reads them once, since each read
-            returns every pipeline's row.
-        recorded: `control`'s catalog-name locations (`ControlTable.read_locations`), likewise.
+        reads: `control`'s rows, when the caller has read them for many pipelines (default:
+            the rows this pipeline needs, read now).
 
     Raises:
         TableNameNotLocated: `spec` names a table no run has located yet.
     """
-    located = locations.locate(spec, control, recorded=recorded)
-    state = (control.read_states() if states is None else states).get(spec.id)
+    located = locations.locate(spec, control, recorded=reads.recorded if reads else None)
+    state = (reads.states if reads else control.read_states()).get(spec.id)
     source_id = state.get("source_table_id") if state else None
     return assess_pipeline(
         located,

@@ -26,6 +26,7 @@ from cdf_platform.core.errors import (
 from cdf_platform.core.spec import OnSpecChange, PipelineSpec
 from cdf_platform.core.spec_fingerprint import fingerprint_of
 from cdf_platform.planning.assessment import (
+    ControlReads,
     PipelineAssessment,
     assess_with_control,
     forward_only_after,
@@ -209,26 +210,6 @@ def pipeline_status(
     return status_and_assessment(spec, control, now=now, reads=reads)[0]
 
 
-@dataclass(frozen=True)
-class ControlReads:
-    """The control tables' rows a status needs, read once for many pipelines: each read
-    returns every pipeline's row, so reading them per pipeline grows with the square of the
-    fleet.
-
-    Attributes:
-        states: `ControlTable.read_states`.
-        recorded: `ControlTable.read_locations` (empty before a run locates a catalog name).
-    """
-
-    states: dict[str, dict[str, Any]]
-    recorded: dict[str, dict[str, Any]]
-
-    @classmethod
-    def of(cls, control: ControlTable) -> ControlReads:
-        """The rows, read from `control` now."""
-        return cls(control.read_states(), control.read_locations())
-
-
 def pipeline_statuses(
     specs: Sequence[PipelineSpec], control: ControlTable, *, now: datetime | None = None
 ) -> list[PipelineStatus]:
@@ -253,13 +234,7 @@ def status_and_assessment(
     tables are not located yet), for a caller that also plans from it; `reads` are `control`'s
     rows when the caller has read them for many pipelines (`ControlReads`)."""
     try:
-        found = assess_with_control(
-            spec,
-            control,
-            now=now,
-            states=reads.states if reads else None,
-            recorded=reads.recorded if reads else None,
-        )
+        found = assess_with_control(spec, control, now=now, reads=reads)
     except TableNameNotLocated as err:
         status = PipelineStatus.without_figures(
             spec.id, WindowState.NOT_STARTED, err.incident_code, str(err)

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cdf_platform.deltalog.delta_tables import (
     create_delta_table,
@@ -30,6 +30,9 @@ from cdf_platform.deltalog.delta_tables import (
     write_delta_table,
 )
 from cdf_platform.deltalog.tables import is_delta_table
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -248,11 +251,14 @@ class ControlTable:
         _retry_on_conflict(create, f"creating {path}")
 
     def _upsert(self, path: str, key: str, row: Any) -> None:
+        merged: list[DeltaTable] = []
+
         def merge() -> None:
+            table = open_delta_table(path)
+            merged[:] = [table]
             (
-                open_delta_table(path)
                 # merge_schema: a table written before a column was added takes it.
-                .merge(
+                table.merge(
                     row,
                     f"t.{key} = s.{key}",
                     source_alias="s",
@@ -265,15 +271,17 @@ class ControlTable:
             )
 
         _retry_on_conflict(merge, f"upsert into {path}")
-        self._keep_compact(path)
+        # The MERGE left the table object at the version it wrote.
+        self._keep_compact(path, merged[0])
 
-    def _keep_compact(self, path: str) -> None:
-        """Compact the table at `path` when it holds more than COMPACT_AT_FILES files, and
-        delete the files compactions replaced over REPLACED_FILES_KEPT_HOURS ago. A concurrent
-        commit wins over the compaction: it is left to the next write."""
+    def _keep_compact(self, path: str, table: DeltaTable | None = None) -> None:
+        """Compact the table at `path` (`table`: opened at its latest version already) when it
+        holds more than COMPACT_AT_FILES files, and delete the files compactions replaced over
+        REPLACED_FILES_KEPT_HOURS ago. A concurrent commit wins over the compaction: it is left
+        to the next write."""
         from deltalake.exceptions import CommitFailedError
 
-        table = open_delta_table(path)
+        table = table or open_delta_table(path)
         if len(table.file_uris()) <= COMPACT_AT_FILES:
             return
         try:
