@@ -207,6 +207,21 @@ class DeltaLog:
         self._read_commits([v for v in block if v not in self._commits])
         return self._commits[version]
 
+    def commit_alone(self, version: int) -> Commit:
+        """The parsed commit `version` (cached), read without the blocks around it: for a
+        reader that needs the newest commit or two, not a walk.
+
+        Raises:
+            LookupError: the commit file is not in `_delta_log`.
+        """
+        cached = self._commits.get(version)
+        if cached is not None:
+            return cached
+        if version not in self._commit_mtime_ms:
+            raise LookupError(f"commit {version} is not in {self.log_path}")
+        self._read_commits([version])
+        return self._commits[version]
+
     def _read_commits(self, versions: list[int]) -> None:
         """Read and cache the commits `versions` (present ones; fetched concurrently).
 

@@ -21,14 +21,20 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from cdf_platform.core.errors import SourceNotFound
 from cdf_platform.core.spec_fingerprint import fingerprint_of
+from cdf_platform.deltalog.actions import TableMetadata
 from cdf_platform.deltalog.delta_tables import open_delta_table
+from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import is_delta_table
 
 OWNER_PROPERTY = "cdf_platform.pipeline_id"
 USER_METADATA_KEY = "cdf_platform"
 # How many recent silver commits to scan for the last platform commit's metadata.
 HISTORY_SCAN = 100
+# How many of silver's newest commits the fast path reads for the last platform commit; past
+# them (a run of maintenance commits, a foreign writer) the whole table state is read.
+NEWEST_SCAN = 4
 
 
 def app_id(pipeline_id: str, generation: int) -> str:
@@ -135,7 +141,74 @@ def parse_user_metadata(raw: object, pipeline_id: str) -> dict[str, Any] | None:
 
 
 def read_silver_state(target: str, pipeline_id: str) -> SilverState:
-    """Read the watermark of `pipeline_id` from silver's log (JVM-free)."""
+    """Read the watermark of `pipeline_id` from silver's log (JVM-free).
+
+    The newest commits usually answer it (the log listing, silver's checksum and a commit or
+    two: what a sensor can afford per pipeline on every tick); otherwise `deltalake` reads the
+    table's whole state (checkpoint and all)."""
+    try:
+        log = DeltaLog(target)
+    except SourceNotFound:
+        return SilverState(False, None, 0, None, None, None)
+    return _from_newest_commits(log, pipeline_id) or _from_table_state(target, pipeline_id)
+
+
+def _generation_of(transaction_app_id: str, pipeline_id: str) -> int | None:
+    """The generation a txn app id names for `pipeline_id`, or None when it is not its."""
+    if transaction_app_id == pipeline_id:
+        return 0
+    prefix = f"{pipeline_id}~"
+    if transaction_app_id.startswith(prefix) and transaction_app_id[len(prefix) :].isdigit():
+        return int(transaction_app_id[len(prefix) :])
+    return None
+
+
+def _from_newest_commits(log: DeltaLog, pipeline_id: str) -> SilverState | None:
+    """`pipeline_id`'s state from the newest platform commit among silver's NEWEST_SCAN newest,
+    or None when none of them is one.
+
+    Every platform write stamps its txn and its run description in one commit, and a newer
+    generation's app id is only ever written after the older one's: the newest commit holding
+    any of the pipeline's txn actions holds the current generation, its watermark and the
+    last run, which is what the whole table state would say.
+    """
+    latest = log.latest_version()
+    versions = log.commit_versions()
+    for version in reversed(versions[-NEWEST_SCAN:]):
+        if version + 1 <= latest and not log.has_commit(version + 1):
+            return None  # a gap: commits the scan has not seen may hold a newer stamp
+        commit = log.commit_alone(version)
+        ours = {
+            generation: watermark
+            for app, watermark in commit.transactions.items()
+            if (generation := _generation_of(app, pipeline_id)) is not None
+        }
+        if not ours:
+            continue
+        last_run = parse_user_metadata(commit.user_metadata, pipeline_id)
+        if last_run is None:
+            return None  # not a platform commit as the platform writes them
+        generation = max(ours)
+        checksum = log.checksum(latest) or {}
+        metadata = checksum.get("metadata")
+        configuration = (
+            TableMetadata.from_action(metadata).configuration
+            if isinstance(metadata, dict)
+            else log.latest_metadata().configuration
+        )
+        return SilverState(
+            exists=True,
+            watermark=int(ours[generation]),
+            generation=generation,
+            owner=configuration.get(OWNER_PROPERTY),
+            last_run=last_run,
+            silver_version=latest,
+        )
+    return None
+
+
+def _from_table_state(target: str, pipeline_id: str) -> SilverState:
+    """`pipeline_id`'s state from silver's whole table state, read by `deltalake`."""
     if not is_delta_table(target):
         return SilverState(False, None, 0, None, None, None)
     table = open_delta_table(target)
