@@ -246,6 +246,20 @@ def _request(items: list[tuple[WantedRun, str]]) -> dg.RunRequest:
     )
 
 
+def last_materialized(instance: dg.DagsterInstance, specs: list[PipelineSpec]) -> dict[str, float]:
+    """Pipeline id -> the timestamp of its silver asset's last materialization, for the
+    `specs` that have one (one query per 500 assets, not one per pipeline)."""
+    keys = {silver_key(spec.id): spec.id for spec in specs}
+    found: dict[str, float] = {}
+    ordered = list(keys)
+    for start in range(0, len(ordered), 500):
+        for record in instance.get_asset_records(ordered[start : start + 500]):
+            event = record.asset_entry.last_materialization
+            if event is not None:
+                found[keys[record.asset_entry.asset_key]] = event.timestamp
+    return found
+
+
 def refresh_due(spec: PipelineSpec, last_materialized: float | None, now: float) -> int | None:
     """The refresh period number when a caught-up silver asset is due for a refresh (its last
     materialization is half its freshness window old, or it has none), else None."""
@@ -300,6 +314,7 @@ def build_incremental_sensor(
         reads = ControlReads.of(control)
         wanted: list[WantedRun] = []
         waiting: list[str] = []
+        caught_up: list[tuple[PipelineSpec, int]] = []
         pending = pending_pipelines(context.instance, pipeline_ids)
         for spec in specs:
             if spec.id in pending:
@@ -347,8 +362,12 @@ def build_incremental_sensor(
                 )
                 wanted.append(WantedRun(spec, "incremental", str(latest), shares=small))
                 continue
-            event = context.instance.get_latest_materialization_event(silver_key(spec.id))
-            period = refresh_due(spec, event.timestamp if event else None, time.time())
+            caught_up.append((spec, watermark))
+        # A caught-up fleet is the usual case: one query for every last materialization.
+        materialized = last_materialized(context.instance, [spec for spec, _ in caught_up])
+        now = time.time()
+        for spec, watermark in caught_up:
+            period = refresh_due(spec, materialized.get(spec.id), now)
             if period is not None:
                 context.log.info("%s: caught up; refreshing its freshness", spec.id)
                 wanted.append(WantedRun(spec, "refresh", f"{watermark}:{period}", shares=True))
