@@ -199,14 +199,16 @@ def step_breakdown(instance: dg.DagsterInstance, records: Sequence[Any]) -> dict
     durations, and the time between one step's end and the next one's start."""
     waits: list[float] = []
     to_first: list[float] = []
-    durations: list[float] = []
+    durations: dict[str, list[float]] = {"silver": [], "checks": []}
     gaps: list[float] = []
+    # The silver runs' own step timings (materialization metadata `<step>_seconds`).
+    timed: dict[str, list[float]] = {}
     for record in records:
         run = record.dagster_run
         if record.start_time:
             waits.append(record.start_time - record.create_timestamp.timestamp())
         starts: dict[str, float] = {}
-        ends: list[tuple[float, float]] = []
+        ends: list[tuple[float, float, str]] = []
         for event in instance.all_logs(run.run_id):
             kind = event.dagster_event_type
             if kind is dg.DagsterEventType.STEP_START:
@@ -214,19 +216,34 @@ def step_breakdown(instance: dg.DagsterInstance, records: Sequence[Any]) -> dict
             elif kind in (dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE):
                 begun = starts.get(str(event.step_key))
                 if begun is not None:
-                    ends.append((begun, event.timestamp))
+                    ends.append((begun, event.timestamp, str(event.step_key)))
+            elif kind is dg.DagsterEventType.ASSET_MATERIALIZATION:
+                materialization = event.asset_materialization
+                assert materialization is not None
+                for name, value in materialization.metadata.items():
+                    if name.endswith("_seconds") and isinstance(value.value, int | float):
+                        timed.setdefault(name, []).append(float(value.value))
         ends.sort()
         if ends and record.start_time:
             to_first.append(ends[0][0] - record.start_time)
-        durations.extend(end - begun for begun, end in ends)
+        for begun, end, step_key in ends:
+            durations["checks" if step_key.endswith("_checks") else "silver"].append(end - begun)
         gaps.extend(b[0] - a[1] for a, b in itertools.pairwise(ends))
+    every = durations["silver"] + durations["checks"]
     return {
         "queue_wait_median_s": _median(waits),
         "start_to_first_step_median_s": _median(to_first),
-        "steps": float(len(durations)),
-        "step_median_s": _median(durations),
-        "step_total_s": sum(durations),
+        "steps": float(len(every)),
+        "step_median_s": _median(every),
+        "step_total_s": sum(every),
+        "silver_step_median_s": _median(durations["silver"]),
+        "silver_step_total_s": sum(durations["silver"]),
+        "checks_step_median_s": _median(durations["checks"]),
+        "checks_step_total_s": sum(durations["checks"]),
         "between_steps_median_s": _median(gaps),
+    } | {
+        f"run {name.removesuffix('_seconds')} median_s": _median(values)
+        for name, values in sorted(timed.items())
     }
 
 
