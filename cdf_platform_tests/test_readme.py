@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +15,7 @@ import pytest
 import yaml
 from deltalake.exceptions import DeltaProtocolError
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
 from cdf_platform.cli import build_parser
 from cdf_platform.core.spec import PipelineSpec
@@ -20,6 +25,19 @@ from cdf_platform.runner import run_pipeline
 from cdf_platform_tests.bronze import control_for, make_bronze, rows, spec_for, sql
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+EXAMPLES_FILE = Path(__file__).resolve().parents[1] / "examples" / "incremental_assets.py"
+
+
+def _function(source: str, name: str) -> str:
+    """The function `name` of Python `source`, as its syntax tree (decorators, body, and
+    docstring; comments and layout aside)."""
+    (found,) = [
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef) and node.name == name
+    ]
+    found.decorator_list = []  # the README names the input dict for itself
+    return ast.dump(found)
 
 
 def _blocks(language: str) -> list[str]:
@@ -109,13 +127,43 @@ def test_readme_layout_matches_the_package_tree() -> None:
     assert documented == actual
 
 
+def _platform_imports(source: str) -> set[str]:
+    """The cdf_platform modules Python `source` imports."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return {name for name in found if name.split(".")[0] == "cdf_platform"}
+
+
+def test_readme_and_examples_use_only_the_public_api() -> None:
+    """What users copy imports `cdf_platform` itself, never a module behind it; and every
+    public name is there without Dagster or Spark being imported for it."""
+    sources = [*_blocks("python"), *(p.read_text() for p in EXAMPLES_FILE.parent.rglob("*.py"))]
+    assert len(sources) > 2
+    for source in sources:
+        assert _platform_imports(source) <= {"cdf_platform"}
+    probe = (
+        "import sys, cdf_platform as cdf; "
+        "assert set(cdf.__all__) == {'__version__', *cdf._HOMES}; "
+        "print(cdf.__version__, 'dagster' in sys.modules, 'pyspark' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == [importlib.metadata.version("cdf_platform"), "False", "False"]
+
+
 def test_readme_incremental_asset_runs_as_written(
     spark: SparkSession, lake: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The "Your own incremental asset" example, executed as written on a test lake: silver
-    and the example's gold asset materialized twice, revenue equal to bronze's."""
+    and the example's gold asset materialized twice, equal to a recompute from bronze each time
+    (a customer whose orders all went has no row). Its asset is the repository's example's."""
     (block,) = [b for b in _blocks("python") if "def revenue_by_customer" in b]
-    assert len(block.strip().splitlines()) <= 25
+    assert len(block.strip().splitlines()) <= 40
+    example = EXAMPLES_FILE.read_text()
+    assert _function(block, "revenue_by_customer") == _function(example, "revenue_by_customer")
     bronze = str(lake / "bronze" / "orders")
     spark.sql(
         f"CREATE TABLE {sql_path(bronze)} (order_id BIGINT, customer_id BIGINT, amount BIGINT) "
@@ -137,18 +185,23 @@ def test_readme_incremental_asset_runs_as_written(
 
     def revenue() -> list[tuple[Any, ...]]:
         rows = spark.read.format("delta").load(str(lake / "gold" / "revenue_by_customer"))
-        return sorted(tuple(r) for r in rows.collect())
+        return sorted(tuple(r) for r in rows.select("customer_id", "orders", "revenue").collect())
+
+    def recomputed() -> list[tuple[Any, ...]]:
+        orders = spark.read.format("delta").load(bronze).groupBy("customer_id")
+        return sorted(tuple(r) for r in orders.agg(F.count("*"), F.sum("amount")).collect())
 
     def materialize() -> None:
         job = defs.resolve_implicit_global_asset_job_def()
         assert job.execute_in_process(instance=instance, asset_selection=[silver, gold]).success
 
     materialize()
-    assert revenue() == [(10, 150), (20, 70)]
+    assert revenue() == recomputed() == [(10, 2, 150), (20, 1, 70)]
+    # Customer 10's orders all go: one moves to 20, the other is deleted.
     spark.sql(f"UPDATE {sql_path(bronze)} SET customer_id = 20 WHERE order_id = 2")
     spark.sql(f"DELETE FROM {sql_path(bronze)} WHERE order_id = 1")
     materialize()
-    assert revenue() == [(10, 0), (20, 120)]
+    assert revenue() == recomputed() == [(20, 2, 120)]
     # A consumer given to build_defs is checked like silver, after each of its runs.
     window = instance.get_latest_asset_check_evaluation_record(
         dg.AssetCheckKey(gold, "replay_window")

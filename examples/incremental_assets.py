@@ -10,7 +10,7 @@ Each reads only what changed in silver since its own last write, and its table's
 the silver version it read up to (README: Your own incremental asset). Give them to the
 platform's definitions, which add their lag and replay-window checks, repair and VACUUM guard:
 
-    defs = build_defs(consumers=ASSETS)
+    defs = cdf.build_defs(consumers=ASSETS)
 
 `cdf_platform_tests/orchestration/test_watermark_io_manager.py` materializes both.
 """
@@ -18,37 +18,53 @@ platform's definitions, which add their lag and replay-window checks, repair and
 import dagster as dg
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-from cdf_platform.spark.change_batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite
+import cdf_platform as cdf
 
 ORDERS = {"orders": dg.AssetIn(["silver", "orders"])}
+# Money in exact decimals: a delta that cancels out sums to exactly 0.
+MONEY = "decimal(22,2)"
 
 
 @dg.asset(key_prefix="gold", io_manager_key="watermark_io_manager", ins=ORDERS)
-def orders_copy(orders: ChangeBatch) -> TableWrite | None:
+def orders_copy(orders: cdf.ChangeBatch) -> cdf.TableWrite | None:
     """Every live order, as silver holds it: the latest change per order merged."""
     if orders.nothing_new:
         return None
     if orders.full:
-        return ReplaceRows(orders.snapshot())
-    return MergeRows(orders.changes(), keys=["order_id"], delete_when="s._change_type = 'delete'")
+        return cdf.ReplaceRows(orders.snapshot())
+    return cdf.MergeRows(
+        orders.changes(), keys=["order_id"], delete_when="s._change_type = 'delete'"
+    )
 
 
 @dg.asset(key_prefix="gold", io_manager_key="watermark_io_manager", ins=ORDERS)
-def revenue_by_customer(orders: ChangeBatch) -> TableWrite | None:
-    """Revenue per customer (customer_id, revenue), kept by applying each batch's delta."""
-    if orders.nothing_new:
+def revenue_by_customer(orders: cdf.ChangeBatch) -> cdf.TableWrite | None:
+    """Live orders and revenue per customer, kept by applying each batch's delta."""
+    if orders.nothing_new:  # no Spark, no commit: the watermark stays
         return None
-    if orders.full:
-        totals = orders.snapshot().groupBy("customer_id").agg(F.sum("amount").alias("revenue"))
-        return ReplaceRows(totals)
+    if orders.full:  # first run, or the input's window was lost: recompute
+        totals = (
+            orders.snapshot()
+            .groupBy("customer_id")
+            .agg(F.count("*").alias("orders"), F.sum("amount").cast(MONEY).alias("revenue"))
+        )
+        return cdf.ReplaceRows(totals)
     # A post-image adds its order to its customer, a pre-image or a delete takes it away.
     sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
     delta = (
         orders.raw_changes()
         .groupBy("customer_id")
-        .agg(F.sum(sign * F.col("amount")).alias("revenue"))
+        .agg(
+            F.sum(sign).alias("orders"), F.sum(sign * F.col("amount")).cast(MONEY).alias("revenue")
+        )
+        .filter("orders != 0 OR revenue != 0")  # customers the batch left as they were
     )
-    return MergeRows(delta, keys=["customer_id"], update={"revenue": "t.revenue + s.revenue"})
+    return cdf.MergeRows(
+        delta,
+        keys=["customer_id"],
+        update={"orders": "t.orders + s.orders", "revenue": "t.revenue + s.revenue"},
+        delete_matched_when="t.orders + s.orders = 0",  # its last order went: the row goes
+    )
 
 
 ASSETS = [orders_copy, revenue_by_customer]

@@ -27,7 +27,7 @@ from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
 from cdf_platform.core.sql import sql_path
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.orchestration.watermark_io_manager import RESOURCE_KEY, WatermarkIOManager
-from cdf_platform.spark.change_batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite
+from cdf_platform.spark.batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite
 from cdf_platform.state.consumer_marks import read_consumer_marks
 from cdf_platform_tests.bronze import set_deleted_file_retention, vacuum_retain_zero
 
@@ -132,8 +132,9 @@ def _make_tables(spark: SparkSession, lake: Path) -> tuple[str, str]:
 
 
 def _revenue(spark: SparkSession, orders: str) -> list[tuple[Any, ...]]:
+    """The revenue example's table recomputed from `orders`: (customer, orders, revenue)."""
     frame = spark.read.format("delta").load(orders).groupBy("customer_id")
-    return sorted(tuple(r) for r in frame.agg(F.sum("amount")).collect())
+    return sorted(tuple(r) for r in frame.agg(F.count("*"), F.sum("amount")).collect())
 
 
 def _table_version(path: str) -> int:
@@ -185,6 +186,12 @@ def test_consumers_keep_their_own_watermarks_and_two_inputs_are_recorded_togethe
         "silver/customers": 2,
     }
     assert _rows(spark, _table(lake, BY_REGION)) == [("east", 30), ("north", 190)]
+
+    # A delete that empties a customer (its only order, 4) takes its row away, as a recompute
+    # has none: not a row of 0 orders and 0 revenue.
+    spark.sql(f"DELETE FROM {sql_path(orders)} WHERE order_id = 4")
+    assert _run(lake, resources, REVENUE, instance).success  # orders 6
+    assert _rows(spark, _table(lake, REVENUE)) == _revenue(spark, orders) == [(10, 2, 190)]
 
 
 def test_nothing_new_starts_no_spark_and_commits_nothing(
