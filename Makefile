@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo demo-s3 test bench-s3 bench-latency bench-freshness lint typecheck unit browser azurite bench dev clean
+.PHONY: setup demo demo-s3 test docs docs-serve bench-s3 bench-latency bench-freshness lint typecheck unit browser azurite bench dev clean
 
 # Create the virtualenv and install the project with its dev tools (re-run when pyproject changes).
 $(STAMP): pyproject.toml
@@ -31,6 +31,13 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
+# The documentation site (docs/ and the code's docstrings) in .site/; any warning fails it.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+docs-serve: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict
+
 # The UI test drives Debian's Chromium; install it when we can (root), else the test says why
 # it is skipped.
 browser:
@@ -56,7 +63,7 @@ azurite: $(AZURITE_STAMP)
 unit: setup browser azurite
 	$(BIN)/pytest -n 2 --dist loadfile
 
-test: lint typecheck unit
+test: lint typecheck docs unit
 
 bench: setup
 	$(BIN)/python -m bench.run

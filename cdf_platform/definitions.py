@@ -34,7 +34,7 @@ def build_defs(
         bronze_written_here: bronze asset keys that other definitions merged with these
             materialize (the demo's writers); every other bronze table is an external asset.
         consumers: your assets that read these tables through the watermark IO manager
-            (README: Your own incremental asset): they get silver's lag and replay-window
+            (docs/incremental-assets.md): they get silver's lag and replay-window
             checks, automatic repair of a lost window and a say in VACUUM.
         automation: the incremental and rebuild sensors and the checks schedule start
             RUNNING (default: `$CDF_AUTOMATION`, on unless `off`).

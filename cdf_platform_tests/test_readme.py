@@ -1,4 +1,5 @@
-"""README.md stays true: its example spec validates, and its commands and options exist."""
+"""README.md and the documentation pages (docs/) stay true: their example spec validates, their
+commands and options exist, and their Python examples run as written."""
 
 from __future__ import annotations
 
@@ -25,6 +26,14 @@ from cdf_platform.runner import run_pipeline
 from cdf_platform_tests.bronze import control_for, make_bronze, rows, spec_for, sql
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+# What users read: README and the documentation site's pages.
+PAGES = [README, *sorted((README.parent / "docs").glob("*.md"))]
+
+
+def _text() -> str:
+    return "\n".join(page.read_text() for page in PAGES)
+
+
 EXAMPLES_FILE = Path(__file__).resolve().parents[1] / "examples" / "incremental_assets.py"
 
 
@@ -36,19 +45,19 @@ def _function(source: str, name: str) -> str:
         for node in ast.walk(ast.parse(source))
         if isinstance(node, ast.FunctionDef) and node.name == name
     ]
-    found.decorator_list = []  # the README names the input dict for itself
+    found.decorator_list = []  # the page names the input dict for itself
     return ast.dump(found)
 
 
 def _blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README.read_text(), flags=re.S)
+    return re.findall(rf"```{language}\n(.*?)```", _text(), flags=re.S)
 
 
 def _fenced_blocks() -> list[str]:
-    """Every fenced block of README.md, in order (fences paired line by line)."""
+    """Every fenced block of the pages, in order (fences paired line by line)."""
     blocks: list[str] = []
     current: list[str] | None = None
-    for line in README.read_text().splitlines():
+    for line in _text().splitlines():
         if not line.startswith("```"):
             if current is not None:
                 current.append(line)
@@ -60,9 +69,26 @@ def _fenced_blocks() -> list[str]:
     return blocks
 
 
+def test_readme_is_the_front_page_and_the_site_has_every_page() -> None:
+    """README is why, quickstart, concepts and links (under 250 lines); every page it links
+    and every page under docs/ is in the site's navigation."""
+    text = README.read_text()
+    assert len(text.splitlines()) < 250
+    linked = set(re.findall(r"\]\(docs/([\w-]+\.md)\)", text))
+    config = yaml.safe_load((README.parent / "mkdocs.yml").read_text())
+    nav = set()
+    for entry in config["nav"]:
+        for value in entry.values():
+            items = value if isinstance(value, list) else [{"": value}]
+            nav |= {page for item in items for page in item.values()}
+    pages = {page.name for page in PAGES[1:]}
+    assert linked <= pages
+    assert nav == pages
+
+
 def test_readme_example_spec_is_valid_and_uses_every_field() -> None:
     (example,) = [b for b in _blocks("yaml") if b.startswith("pipelines:")]
-    specs = parse_specs(yaml.safe_load(example), origin="README.md")
+    specs = parse_specs(yaml.safe_load(example), origin="docs")
     assert [spec.id for spec in specs] == ["orders", "customers_history"]
     # The SCD2 fields only go with `history: scd2`: the second pipeline shows them.
     documented = {field for entry in yaml.safe_load(example)["pipelines"] for field in entry}
@@ -71,7 +97,7 @@ def test_readme_example_spec_is_valid_and_uses_every_field() -> None:
 
 def test_readme_storage_example_is_valid() -> None:
     (example,) = [b for b in _blocks("yaml") if b.startswith("storage:")]
-    config = parse_storage(yaml.safe_load(example), origin="README.md")
+    config = parse_storage(yaml.safe_load(example), origin="docs")
     entry = config.entry_for("s3a://silver-lake/lake/silver/orders")
     assert entry is not None and entry.options.allow_http is True
     assert [e.store.value for e in config.entries] == ["S3", "S3", "Azure"]
@@ -85,14 +111,14 @@ def test_readme_commands_exist() -> None:
         for line in block.splitlines()
         if line.startswith("cdf-platform ")
     ]
-    assert commands, "README documents cdf-platform commands"
+    assert commands, "the pages document cdf-platform commands"
     for words in commands:
         args = [w for w in words[1:] if not w.startswith("[")]
         args = ["some_pipeline" if w == "PIPELINE_ID" else w for w in args]
         parsed = parser.parse_args(args)
         assert parsed.command == args[0]
     for option in ("--pipelines", "--lake-root", "--control-root", "--json"):
-        assert option in README.read_text()
+        assert option in _text()
         assert parser.parse_args(
             ["status", option, "x"] if option != "--json" else ["status", option]
         )
@@ -106,7 +132,7 @@ def test_readme_make_targets_exist() -> None:
 
 
 def test_readme_layout_matches_the_package_tree() -> None:
-    """Every package and top-level module of cdf_platform is in README's Layout, and nothing
+    """Every package and top-level module of cdf_platform is in the documented Layout, and nothing
     that is not."""
     (layout,) = [b for b in _fenced_blocks() if b.startswith("cdf_platform/\n")]
     documented = set()
@@ -177,7 +203,7 @@ def test_readme_incremental_asset_runs_as_written(
     monkeypatch.setenv("CDF_PIPELINES_FILE", str(pipelines))
     monkeypatch.setenv("CDF_AUTOMATION", "off")
     namespace: dict[str, Any] = {}
-    exec(compile(block, "README.md", "exec"), namespace)
+    exec(compile(block, "docs", "exec"), namespace)
     defs: dg.Definitions = namespace["defs"]
     instance = dg.DagsterInstance.ephemeral()
     gold = dg.AssetKey(["gold", "revenue_by_customer"])
@@ -228,7 +254,7 @@ def test_readme_deltalake_example_reads_silver_with_deletion_vectors(
     assert list(Path(spec.target).glob("deletion_vector_*.bin"))
     monkeypatch.chdir(lake.parent)
     namespace: dict[str, Any] = {}
-    exec(compile(block, "README.md", "exec"), namespace)
+    exec(compile(block, "docs", "exec"), namespace)
     orders = namespace["orders"]
     columns = {name: orders.column(name).to_pylist() for name in ("id", "name", "amount")}
     read = sorted(zip(columns["id"], columns["name"], columns["amount"], strict=True))

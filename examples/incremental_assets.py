@@ -7,7 +7,7 @@
   full (first run, or the input's replay window was lost).
 
 Each reads only what changed in silver since its own last write, and its table's commit records
-the silver version it read up to (README: Your own incremental asset). Give them to the
+the silver version it read up to (docs/incremental-assets.md). Give them to the
 platform's definitions, which add their lag and replay-window checks, repair and VACUUM guard:
 
     defs = cdf.build_defs(consumers=ASSETS)

@@ -237,7 +237,7 @@ class InvalidStorageConfig(CdfPlatformError):
     incident_code = "INVALID_STORAGE_CONFIG"
     default_action = (
         "fix the named entry of `storage:` in the pipelines file (or of the lake resource's "
-        "`storage`); README: Object-store lakes lists the options each store takes"
+        "`storage`); docs/storage.md lists the options each store takes"
     )
 
 

@@ -62,7 +62,7 @@ def parse_specs(document: Any, *, origin: str = "<config>") -> list[PipelineSpec
             raise InvalidPipelineSpec(
                 f"{origin}, pipeline {name}: {_describe(err)}",
                 pipeline_id=str(name),
-                action="fix the named field (see the PipelineSpec reference in README.md)",
+                action="fix the named field (see the PipelineSpec reference, docs/pipeline-spec.md)",
             ) from err
     seen: dict[str, PipelineSpec] = {}
     targets: dict[str, str] = {}

@@ -59,7 +59,7 @@ SHAPING_FIELDS = RESHAPING_FIELDS + RECONCILED_FIELDS
 # Fields whose change makes a reconcile write the snapshot's values as they are: silver's rows
 # were kept by another rule (a NULL update keeping a value, a later sequence value kept).
 EXACT_FIELDS = frozenset({"ignore_null_updates", "sequence_by"})
-_TRANSFORM_ACTION = "fix the named field (see the PipelineSpec reference in README.md)"
+_TRANSFORM_ACTION = "fix the named field (see the PipelineSpec reference, docs/pipeline-spec.md)"
 
 
 def _digest(value: object, length: int) -> str:

@@ -12,7 +12,7 @@ through moto's dispatcher over every AWS service, which lists moto's package fol
 its ~180 entries under a global lock on every request. The test stand-in, not the platform,
 then set the time of every cold read of a long log: on the 2-core machine a cold `status` of a
 2,000-commit log takes more than twice as long against `moto_server` as against this server,
-with the same requests (bench/object_store.py measures both; the README has the figures). Real
+with the same requests (bench/object_store.py measures both; docs/storage.md has the figures). Real
 S3 keeps connections alive too.
 
 Example:

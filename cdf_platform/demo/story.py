@@ -111,7 +111,7 @@ class DemoStory:
         shutil.rmtree(self.workdir, ignore_errors=True)
         self.home = self.workdir / "dagster_home"
         self.home.mkdir(parents=True)
-        # The demo's own throwaway instance: one run per pipeline at a time (README,
+        # The demo's own throwaway instance: one run per pipeline at a time (docs/production.md,
         # Configuration), and no first-use telemetry banner in the story's output.
         (self.home / "dagster.yaml").write_text(DEMO_INSTANCE_YAML, encoding="utf-8")
         self.spark_log = self.workdir / "spark.log"

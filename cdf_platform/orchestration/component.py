@@ -1,7 +1,7 @@
 """`CdfPipelinesComponent`: cdf_platform pipelines declared in a Dagster Component's
 `defs.yaml`, beside the classic entry point (`cdf_platform.definitions` and a pipelines file).
 
-It takes the PipelineSpec fields (README: PipelineSpec reference), inline or from a pipelines
+It takes the PipelineSpec fields (docs/pipeline-spec.md), inline or from a pipelines
 file, and builds exactly what the classic entry point builds for them
 (`cdf_platform.orchestration.platform`): silver assets with their checks, external bronze
 assets, the jobs, schedules and sensors, and the `spark` and `lake` resources. One component
@@ -57,7 +57,7 @@ SCAFFOLD_ATTRIBUTES: dict[str, Any] = {
 
 PIPELINES_DESCRIPTION = (
     "The pipelines, each with the PipelineSpec fields (id, source, target, keys, delete_mode, "
-    "...: README, PipelineSpec reference). Set this or `pipelines_file`."
+    "...: docs/pipeline-spec.md). Set this or `pipelines_file`."
 )
 
 

@@ -2,7 +2,7 @@
 `replay_window` checks, automatic repair and `recompute_job`.
 
 A consumer is any asset written by the watermark IO manager that reads Delta tables through it
-(README: Your own incremental asset). Passed to the platform's definitions
+(docs/incremental-assets.md). Passed to the platform's definitions
 (`build_defs(consumers=[...])`), each gets:
 
 - `consumer_lag` and the blocking `replay_window` checks, computed together from the logs alone

@@ -56,7 +56,7 @@ def platform_defs(
         bronze_written_here: bronze asset keys that other definitions merged with these
             materialize (the demo's writers); every other bronze table is an external asset.
         consumers: assets written by the watermark IO manager that read these tables through
-            it (README: Your own incremental asset); each gets silver's checks, repair by the
+            it (docs/incremental-assets.md); each gets silver's checks, repair by the
             rebuild sensor (`recompute_job`) and a say in the VACUUM of what it reads
             (`cdf_platform.orchestration.consumers`).
         automation: the incremental and rebuild sensors and the checks schedule start RUNNING
@@ -106,7 +106,7 @@ def platform_defs(
         resources={
             "spark": spark,
             "lake": lake,
-            # Any asset reading these Delta tables' changes exactly once (README: Your own
+            # Any asset reading these Delta tables' changes exactly once (docs/incremental-assets.md:
             # incremental asset).
             RESOURCE_KEY: WatermarkIOManager(spark=spark, lake=lake),
         },

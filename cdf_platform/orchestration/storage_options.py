@@ -20,7 +20,7 @@ def _about(option: str) -> str:
 
 
 class StorageOptionsConfig(dg.Config):
-    """The object-store options of one location prefix (README: Object-store lakes).
+    """The object-store options of one location prefix (docs/storage.md).
 
     Example:
         >>> StorageOptionsConfig(  # doctest: +SKIP

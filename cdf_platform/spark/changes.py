@@ -191,7 +191,7 @@ def project_columns(frame: DataFrame, spec: PipelineSpec, extra: Sequence[str] =
             f"({available})",
             pipeline_id=spec.id,
             table=spec.source,
-            action="fix the named field (see the PipelineSpec reference in README.md)",
+            action="fix the named field (see the PipelineSpec reference, docs/pipeline-spec.md)",
         )
     types = {f.name: f.dataType for f in frame.schema.fields}
     if unfit := [f"{k} ({types[k].simpleString()})" for k in spec.keys if unkeyable(types[k])]:

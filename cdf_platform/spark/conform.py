@@ -84,7 +84,7 @@ _CONNECT_NONDETERMINISTIC = re.compile(
 )
 # The change rows that say what a key holds after its commit (a preimage is dropped anyway).
 _ROW_IMAGES = ("insert", "update_postimage")
-_ACTION = "fix the named field (see the PipelineSpec reference in README.md)"
+_ACTION = "fix the named field (see the PipelineSpec reference, docs/pipeline-spec.md)"
 
 
 def load_transform(spec: PipelineSpec) -> Transform | None:

@@ -18,7 +18,7 @@ Only the stores a session's locations name are configured: a local lake loads no
   connectors' own Spark conf (`spark.hadoop.fs.azure.account...`, `spark.hadoop.fs.gs...`),
   set through the Spark resource's `spark_config`. The Azure connector is tested against
   Azurite; the GCS one is not, and as configured does not start on pyspark 4.2's Hadoop 3.5.0,
-  which maps `gs://` to its own connector (README, "Object-store lakes", has what was measured).
+  which maps `gs://` to its own connector (docs/storage.md has what was measured).
 
 The storage options configured per location prefix (`cdf_platform.core.storage_options`) are
 the same for Spark as for the JVM-free readers, mapped to the connectors' scoped keys

@@ -259,10 +259,7 @@ CONNECT_PROBE_SECONDS = 10.0
 def server_command_hint() -> str:
     """How to start a Spark Connect server this platform can use (Delta configured)."""
     confs = " ".join(f"--conf {key}={value}" for key, value in delta_conf().items())
-    return (
-        f"start it with `spark-submit --class {CONNECT_SERVER_CLASS} {confs}` "
-        "(README: Running on a cluster)"
-    )
+    return f"start it with `spark-submit --class {CONNECT_SERVER_CLASS} {confs}` (docs/clusters.md)"
 
 
 def is_connect_session(spark: SparkSession) -> bool:

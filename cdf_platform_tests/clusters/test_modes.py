@@ -6,7 +6,7 @@ path or by name in a shared catalog: one matrix (`CELLS`).
   (`CDF_SPARK_REMOTE=sc://...`).
 - Lakes: a local folder every process shares, or a bucket of the tests' S3 server.
 - Tables: paths under the lake, or names in a Hive metastore service every process shares
-  (`servers.HiveMetastore`, its schemas on S3), reached as the README documents: the command
+  (`servers.HiveMetastore`, its schemas on S3), reached as docs/clusters.md documents: the command
   line's `$SPARK_CONF_DIR/spark-defaults.conf`, the Connect server's own conf.
 
 Runs are the `cdf-platform` CLI in a subprocess, configured only by the environment, as a user

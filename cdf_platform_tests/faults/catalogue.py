@@ -1,6 +1,6 @@
 """The bad-input catalogue: each input the platform must refuse, the error class it raises, and
-the fix its message names. One row per case; `test_bad_input.py` runs every row and README lists
-them (`python -m cdf_platform_tests.faults.catalogue` prints the Markdown table).
+the fix its message names. One row per case; `test_bad_input.py` runs every row and docs/testing.md
+lists them (`python -m cdf_platform_tests.faults.catalogue` prints the Markdown table).
 
 Every case is refused before anything is written: silver stays absent or unchanged and the
 watermark does not move.
@@ -47,7 +47,7 @@ from cdf_platform_tests.faults.bronze_model import CDF, BronzeTable, arrow_table
 PIPELINE_ID = "people"
 VALID: dict[str, Any] = {"id": PIPELINE_ID, "source": "bronze", "target": "silver", "keys": ["id"]}
 ROWS = [{"id": 1, "name": "ada", "amount": 10}, {"id": 2, "name": "bob", "amount": 20}]
-FIX_SPEC_FIELD = "fix the named field (see the PipelineSpec reference in README.md)"
+FIX_SPEC_FIELD = "fix the named field (see the PipelineSpec reference, docs/pipeline-spec.md)"
 TRANSFORMS = "cdf_platform_tests.modeling.transforms"
 
 
@@ -120,7 +120,7 @@ class BadInput:
 
     Attributes:
         case: test id.
-        given: the input, as README shows it.
+        given: the input, as docs/testing.md shows it.
         error: the error class the platform raises.
         fix: what the message must name as the fix (after "What to do:").
         act: the action that must fail.

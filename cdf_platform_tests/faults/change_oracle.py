@@ -2,7 +2,7 @@
 Python from what every bronze commit did to each key (the harness's record,
 `VersionRecord.changes`) and the pipeline's options, never from the platform's SQL.
 
-Rules (docs/design.md section 5, README "PipelineSpec reference"):
+Rules (docs/design.md section 5, docs/pipeline-spec.md):
 - A change is the row a commit left for a key (insert, update) or the row it removed (delete);
   the pipeline's transform and derived columns apply to it, and a row `where` does not keep is
   a delete of its key. The spec is the one the run uses: after a spec edit

@@ -1,5 +1,5 @@
 """`gold/totals_by_name`: the generated histories' gold consumer, an asset written as a Dagster
-user writes one on the watermark IO manager (README "Your own incremental asset").
+user writes one on the watermark IO manager (docs/incremental-assets.md).
 
 Per `name` of silver's live rows: `people` (how many) and `amount_total` (the sum of their
 non-NULL amounts), kept by applying deltas. Each incremental batch of silver's change feed adds

@@ -2,7 +2,7 @@
 `sequence_by: seq`, hard deletes) must hold after each consumer run, computed in plain Python
 from every change of a key the pipeline has seen, never from the platform's SQL.
 
-Rules (README "History (SCD type 2)", the contract the platform implements):
+Rules (docs/pipeline-spec.md "History (SCD type 2)", the contract the platform implements):
 1. Events. Each bronze change of a key is an event after the pipeline's conforming steps
    (`cdf_platform_tests.faults.change_oracle.conform_row`: transform, derived columns; a row
    `where` does not keep is a delete; an UPDATE of the key column is a delete of the old key):

@@ -94,7 +94,7 @@ def test_dagster_instance_keeps_its_runs_across_a_crash_and_a_restart(
 
 
 def _assert_deployment_settings(instance: dg.DagsterInstance) -> None:
-    """What deploy/dagster.yaml promises (README: Production deployment), as Dagster read it:
+    """What deploy/dagster.yaml promises (docs/production.md), as Dagster read it:
     the run queue with a slot silver runs cannot take, pools of one run, run monitoring, and
     run retries that skip step failures."""
     assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
