@@ -60,6 +60,10 @@ class CdfPlatformError(Exception):
         return f"{type(self).__name__}{where}: {self.problem}. What to do: {self.action}."
 
 
+# The fix an InvalidPipelineSpec about a spec field names.
+FIX_SPEC_FIELD = "fix the named field (see the PipelineSpec reference, docs/pipeline-spec.md)"
+
+
 class InvalidPipelineSpec(CdfPlatformError):
     """A pipeline spec (YAML or code) is malformed or unsafe."""
 

@@ -19,7 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from cdf_platform.core.config import PIPELINES_FILE_ENV, default_pipelines_file
-from cdf_platform.core.errors import InvalidPipelineSpec, TargetOwnershipConflict
+from cdf_platform.core.errors import FIX_SPEC_FIELD, InvalidPipelineSpec, TargetOwnershipConflict
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.storage_options import StorageConfig
 
@@ -62,7 +62,7 @@ def parse_specs(document: Any, *, origin: str = "<config>") -> list[PipelineSpec
             raise InvalidPipelineSpec(
                 f"{origin}, pipeline {name}: {_describe(err)}",
                 pipeline_id=str(name),
-                action="fix the named field (see the PipelineSpec reference, docs/pipeline-spec.md)",
+                action=FIX_SPEC_FIELD,
             ) from err
     seen: dict[str, PipelineSpec] = {}
     targets: dict[str, str] = {}

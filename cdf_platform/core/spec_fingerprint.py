@@ -37,7 +37,7 @@ from functools import cache
 from types import CodeType
 from typing import Any
 
-from cdf_platform.core.errors import InvalidPipelineSpec
+from cdf_platform.core.errors import FIX_SPEC_FIELD, InvalidPipelineSpec
 from cdf_platform.core.spec import PipelineSpec
 
 # Fields whose change rewrites silver in a new shape (a row is identified or kept otherwise).
@@ -59,7 +59,7 @@ SHAPING_FIELDS = RESHAPING_FIELDS + RECONCILED_FIELDS
 # Fields whose change makes a reconcile write the snapshot's values as they are: silver's rows
 # were kept by another rule (a NULL update keeping a value, a later sequence value kept).
 EXACT_FIELDS = frozenset({"ignore_null_updates", "sequence_by"})
-_TRANSFORM_ACTION = "fix the named field (see the PipelineSpec reference, docs/pipeline-spec.md)"
+_TRANSFORM_ACTION = FIX_SPEC_FIELD
 
 
 def _digest(value: object, length: int) -> str:

@@ -106,8 +106,8 @@ def platform_defs(
         resources={
             "spark": spark,
             "lake": lake,
-            # Any asset reading these Delta tables' changes exactly once (docs/incremental-assets.md:
-            # incremental asset).
+            # Any asset reading these Delta tables' changes exactly once
+            # (docs/incremental-assets.md).
             RESOURCE_KEY: WatermarkIOManager(spark=spark, lake=lake),
         },
         # PySpark DataFrames cannot be pickled between processes, and one SparkSession per

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from cdf_platform.core.errors import (
+    FIX_SPEC_FIELD,
     REBUILDABLE,
     CdfPlatformError,
     DataQualityError,
@@ -191,7 +192,7 @@ def project_columns(frame: DataFrame, spec: PipelineSpec, extra: Sequence[str] =
             f"({available})",
             pipeline_id=spec.id,
             table=spec.source,
-            action="fix the named field (see the PipelineSpec reference, docs/pipeline-spec.md)",
+            action=FIX_SPEC_FIELD,
         )
     types = {f.name: f.dataType for f in frame.schema.fields}
     if unfit := [f"{k} ({types[k].simpleString()})" for k in spec.keys if unkeyable(types[k])]:

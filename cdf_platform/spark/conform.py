@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from cdf_platform.core.errors import InvalidPipelineSpec
+from cdf_platform.core.errors import FIX_SPEC_FIELD, InvalidPipelineSpec
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_fingerprint import import_transform
 from cdf_platform.core.sql import quote_ident
@@ -84,7 +84,7 @@ _CONNECT_NONDETERMINISTIC = re.compile(
 )
 # The change rows that say what a key holds after its commit (a preimage is dropped anyway).
 _ROW_IMAGES = ("insert", "update_postimage")
-_ACTION = "fix the named field (see the PipelineSpec reference, docs/pipeline-spec.md)"
+_ACTION = FIX_SPEC_FIELD
 
 
 def load_transform(spec: PipelineSpec) -> Transform | None:

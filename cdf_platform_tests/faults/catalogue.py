@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.active_storage import use_storage_config
 from cdf_platform.core.errors import (
+    FIX_SPEC_FIELD,
     CatalogManagedSource,
     CdfNotEnabled,
     CdfPlatformError,
@@ -47,7 +48,6 @@ from cdf_platform_tests.faults.bronze_model import CDF, BronzeTable, arrow_table
 PIPELINE_ID = "people"
 VALID: dict[str, Any] = {"id": PIPELINE_ID, "source": "bronze", "target": "silver", "keys": ["id"]}
 ROWS = [{"id": 1, "name": "ada", "amount": 10}, {"id": 2, "name": "bob", "amount": 20}]
-FIX_SPEC_FIELD = "fix the named field (see the PipelineSpec reference, docs/pipeline-spec.md)"
 TRANSFORMS = "cdf_platform_tests.modeling.transforms"
 
 
