@@ -174,12 +174,20 @@ class LocalStorage:
             entries = list(os.scandir(os.path.join(self.root, LOG_FOLDER)))
         except (FileNotFoundError, NotADirectoryError):
             return []
-        # Java's File.lastModified (what Hadoop's local FileSystem reports): whole ms.
-        return [
-            StoredFile(entry.name, entry.stat().st_mtime_ns // 1_000_000)
-            for entry in entries
-            if not entry.is_dir()
-        ]
+        found = []
+        for entry in entries:
+            try:
+                if entry.is_dir():
+                    continue
+                # Java's File.lastModified (what Hadoop's local FileSystem reports): whole ms.
+                modified_ms = entry.stat().st_mtime_ns // 1_000_000
+            except FileNotFoundError:
+                # Gone since the listing: a writer's temporary file renamed into its commit
+                # (deltalake commits `<version>.json#<n>` that way), or a file log cleanup
+                # deleted. The listing is a moment's view either way.
+                continue
+            found.append(StoredFile(entry.name, modified_ms))
+        return found
 
     def list_table(self) -> Iterator[str]:
         """Every file under the root outside `_delta_log`, relative, posix separators."""
