@@ -30,7 +30,7 @@ from typing import Any
 import dagster as dg
 
 from cdf_platform.core.spec import FallbackMode, PipelineSpec
-from cdf_platform.orchestration.figures import count, headroom_hours, hours, limit, text
+from cdf_platform.orchestration.figures import count, hours, limit, text
 from cdf_platform.orchestration.keys import CHECKS_QUEUE, QUEUE_TAG, silver_key
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.planning.assessment import ControlReads
@@ -136,15 +136,18 @@ def consumer_lag_result(
 
 
 def replay_window_result(
-    target: PipelineSpec | CheckTarget, status: PipelineStatus, headroom: float | None
+    target: PipelineSpec | CheckTarget, status: PipelineStatus
 ) -> dg.AssetCheckResult:
-    """The check result for `status`: window figures plotted, the limit as text; `headroom` as
-    from `orchestration.figures.headroom_hours`."""
+    """The check result for `status`: window figures plotted, the limit as text."""
     target = _target(target)
+    headroom = status.headroom_hours
     metadata: dict[str, dg.MetadataValue] = {
         "earliest_replayable_version": count(status.earliest_replayable_version),
         "watermark": count(status.watermark),
+        # The status's own headroom (UNKNOWN while nothing waits to be replayed), and the
+        # headroom bronze's next commit will start with.
         "headroom_hours": hours(headroom),
+        "retention_horizon_hours": hours(status.retention_horizon_hours),
         # Text, not plotted; the rebuild sensor's run key reads it.
         "latest_version": text(status.latest_version),
         "limit": limit("warns below", target.min_headroom_hours, "min_headroom_hours"),
@@ -266,7 +269,7 @@ def pipeline_checks(spec: PipelineSpec) -> dg.AssetChecksDefinition:
         if CONSUMER_LAG in selected:
             yield consumer_lag_result(spec, status)
         if REPLAY_WINDOW in selected:
-            yield replay_window_result(spec, status, headroom_hours(status))
+            yield replay_window_result(spec, status)
 
     return _checks
 

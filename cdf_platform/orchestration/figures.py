@@ -12,15 +12,16 @@ evaluations leaves holes in its plot), so a figure that does not exist at an eva
 recorded as `UNKNOWN` (-1), never dropped:
 
 - `watermark` of a pipeline that never ran (silver does not exist yet);
-- every bronze figure (lag, earliest replayable version) while the bronze table does not exist.
+- every bronze figure (lag, earliest replayable version) while the bronze table does not exist;
+- `headroom_hours` while nothing waits to be replayed (caught up, or never ran: no deadline
+  runs until bronze's next commit). `status --json` says null, the tables `-`; the check plots
+  `retention_horizon_hours` beside it, the headroom the next commit will start with.
 
 Versions and lag are never negative otherwise, so -1 cannot be mistaken for a real value. An
 absent text value reads "none" (the UI shows a null value as "null").
 """
 
 import dagster as dg
-
-from cdf_platform.planning.status import PipelineStatus
 
 UNKNOWN = -1
 """Sentinel of a plotted figure that does not exist at this evaluation (see the module
@@ -56,18 +57,3 @@ def text(value: object) -> dg.TextMetadataValue:
 def limit(comparison: str, value: float, field: str) -> dg.TextMetadataValue:
     """A pipeline's limit as text, e.g. "fails above 24 h (max_allowed_lag_hours)"."""
     return dg.TextMetadataValue(f"{comparison} {value:g} h ({field})")
-
-
-def headroom_hours(status: PipelineStatus) -> float | None:
-    """The status's headroom, or the retention horizon when nothing waits to be replayed;
-    None when bronze is missing.
-
-    The engine reports no headroom while nothing waits to be replayed (caught up, or never ran:
-    the initial load reads a snapshot), since the clock only starts with the next commit. Its
-    deadline is then at least the retention horizon away (the smaller of bronze's
-    `delta.deletedFileRetentionDuration` and `delta.logRetentionDuration`), so that is the
-    headroom the check plots.
-    """
-    if status.headroom_hours is not None:
-        return status.headroom_hours
-    return status.retention_horizon_hours

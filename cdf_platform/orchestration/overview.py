@@ -41,8 +41,10 @@ size. Versions, per-pipeline plots and the problem's full text stay on each silv
 checks. Totals are numbers the UI plots over time: `unhealthy_pipelines`, a count per problem
 state (`lost_pipelines`, `blocked_pipelines`, `source_missing_pipelines`,
 `spec_changed_pipelines`, `low_headroom_pipelines`), `lag_exceeded_pipelines`, `max_lag_hours`
-and `min_headroom_hours`, each on every materialization (0 rather than absent, so a plot has no
-holes); `pipeline_count` is text (it moves only when pipelines are added).
+and `least_headroom_hours` (measured figures, named apart from the limits `max_allowed_lag_hours`
+and `min_headroom_hours`), each on every materialization so a plot has no holes:
+`least_headroom_hours` is -1 while no pipeline has a deadline running (all caught up), as the
+checks plot it; `pipeline_count` is text (it moves only when pipelines are added).
 
 The work is linear in the pipelines: the control tables are read once for all of them
 (`pipeline_statuses`), and only the rows shown are ordered (a heap of `TABLE_ROWS`).
@@ -62,7 +64,7 @@ from collections.abc import Sequence
 import dagster as dg
 
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.orchestration.figures import headroom_hours, hours, text
+from cdf_platform.orchestration.figures import hours, text
 from cdf_platform.orchestration.keys import bronze_key
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.planning.status import (
@@ -115,7 +117,7 @@ def nearness(spec: PipelineSpec, status: PipelineStatus) -> float:
     ratios = [0.0]
     if status.lag_hours is not None:
         ratios.append(status.lag_hours / spec.max_allowed_lag_hours)
-    headroom = headroom_hours(status)
+    headroom = status.headroom_hours
     if headroom is not None and spec.min_headroom_hours > 0:
         ratios.append(spec.min_headroom_hours / headroom if headroom > 0 else math.inf)
     return max(ratios)
@@ -138,8 +140,9 @@ def problems_of(status: PipelineStatus) -> list[str]:
 
 
 def _against(value: float | None, limit: float) -> str:
-    """`value/limit` in hours, e.g. "5.25/24"; "n/a" when the figure does not exist."""
-    return "n/a" if value is None else f"{value:.2f}/{limit:g}"
+    """`value/limit` in hours, e.g. "5.25/24"; "-" when the figure does not exist (as `status`
+    prints it)."""
+    return "-" if value is None else f"{value:.2f}/{limit:g}"
 
 
 def _cell(value: str) -> str:
@@ -187,7 +190,7 @@ def overview_table(
             spec.id,
             status.state.value,
             _against(status.lag_hours, spec.max_allowed_lag_hours),
-            _against(headroom_hours(status), spec.min_headroom_hours),
+            _against(status.headroom_hours, spec.min_headroom_hours),
         ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
         if found := problems_of(status):
@@ -223,7 +226,7 @@ def overview_metadata(
     """The overview's metadata: the Markdown, the count (text), and the figures it plots, each
     numeric on every materialization (a state without pipelines counts 0)."""
     lags = [s.lag_hours for s in statuses if s.lag_hours is not None]
-    headrooms = [h for s in statuses if (h := headroom_hours(s)) is not None]
+    headrooms = [s.headroom_hours for s in statuses if s.headroom_hours is not None]
     states = Counter(status.state for status in statuses)
     return {
         "pipelines": dg.MetadataValue.md(overview_table(specs, statuses)),
@@ -235,7 +238,7 @@ def overview_metadata(
         },
         "lag_exceeded_pipelines": dg.MetadataValue.int(sum(s.lag_exceeded for s in statuses)),
         "max_lag_hours": hours(max(lags, default=0.0)),
-        "min_headroom_hours": hours(min(headrooms, default=0.0)),
+        "least_headroom_hours": hours(min(headrooms) if headrooms else None),
     }
 
 

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from cdf_platform.core.errors import SourceNotFound
 from cdf_platform.core.spec import FallbackMode
 from cdf_platform.planning.input_plan import BatchMode, plan_input
-from cdf_platform.planning.status import PipelineStatus, WindowState
+from cdf_platform.planning.status import PipelineStatus, WindowState, headroom_of
 from cdf_platform.state.consumer_marks import ConsumerMarks, MarksLost, read_consumer_marks
 from cdf_platform.window.replay_window import compute_replay_window
 
@@ -101,11 +101,7 @@ def input_status(
         state = WindowState.LOST
     elif plan.mode is BatchMode.FULL:
         state = WindowState.NOT_STARTED
-    elif (
-        consumer is not None
-        and consumer.headroom_hours is not None
-        and consumer.headroom_hours < min_headroom_hours
-    ):
+    elif (headroom := headroom_of(consumer)) is not None and headroom < min_headroom_hours:
         state = WindowState.LOW_HEADROOM
     else:
         state = WindowState.OK
@@ -119,7 +115,7 @@ def input_status(
         lag_hours=lag_hours,
         earliest_replayable_version=window.earliest_replayable_version,
         replayable=problem is None and consumer is not None and consumer.replayable,
-        headroom_hours=consumer.headroom_hours if consumer is not None else None,
+        headroom_hours=headroom_of(consumer),
         retention_horizon_hours=min(window.deleted_file_retention, window.log_retention) / _HOUR,
         state=state,
         lag_exceeded=lag_hours is not None and lag_hours > max_allowed_lag_hours,

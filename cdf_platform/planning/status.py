@@ -32,6 +32,7 @@ from cdf_platform.planning.assessment import (
     forward_only_after,
 )
 from cdf_platform.state.control import ControlTable
+from cdf_platform.window.replay_window import ConsumerAssessment
 
 _HOUR = timedelta(hours=1)
 
@@ -126,6 +127,15 @@ class PipelineStatus:
         return data
 
 
+def headroom_of(consumer: ConsumerAssessment | None) -> float | None:
+    """The headroom every view shows (`status`, the checks, `platform/pipelines`): hours until
+    W + 1 leaves the replay window; 0 once it has (a lost window); None while nothing waits to
+    be replayed (caught up, or never ran), since no deadline runs until bronze's next commit."""
+    if consumer is None or consumer.headroom_hours is None:
+        return None
+    return max(0.0, consumer.headroom_hours)
+
+
 def status_from(found: PipelineAssessment) -> PipelineStatus:
     """The status an assessment shows (see `WindowState` for the states)."""
     spec, window, consumer, problem = found.spec, found.window, found.consumer, found.problem
@@ -139,11 +149,7 @@ def status_from(found: PipelineAssessment) -> PipelineStatus:
         state = WindowState.SPEC_CHANGED
     elif problem is not None:
         state = WindowState.LOST
-    elif (
-        consumer is not None
-        and consumer.headroom_hours is not None
-        and consumer.headroom_hours < spec.min_headroom_hours
-    ):
+    elif (headroom := headroom_of(consumer)) is not None and headroom < spec.min_headroom_hours:
         state = WindowState.LOW_HEADROOM
     else:
         state = WindowState.OK
@@ -158,7 +164,7 @@ def status_from(found: PipelineAssessment) -> PipelineStatus:
         lag_hours=lag_hours,
         earliest_replayable_version=window.earliest_replayable_version if window else None,
         replayable=problem is None and consumer is not None and consumer.replayable,
-        headroom_hours=consumer.headroom_hours if consumer else None,
+        headroom_hours=headroom_of(consumer),
         retention_horizon_hours=horizon,
         state=state,
         lag_exceeded=lag_hours is not None and lag_hours > spec.max_allowed_lag_hours,

@@ -11,7 +11,7 @@ import pytest
 
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.orchestration.checks import consumer_lag_result, replay_window_result
-from cdf_platform.orchestration.figures import UNKNOWN, headroom_hours
+from cdf_platform.orchestration.figures import UNKNOWN
 from cdf_platform.planning.status import PipelineStatus, WindowState
 
 SPEC = PipelineSpec(
@@ -118,37 +118,38 @@ def test_consumer_lag_figures_and_their_sentinel() -> None:
 def test_hours_are_rounded_to_two_decimals() -> None:
     status = replace(HEALTHY, lag_hours=0.000135900, headroom_hours=167.99962)
     assert consumer_lag_result(SPEC, status).metadata["lag_hours"].value == 0.0
-    assert replay_window_result(SPEC, status, 167.99962).metadata["headroom_hours"].value == 168.0
+    assert replay_window_result(SPEC, status).metadata["headroom_hours"].value == 168.0
     assert consumer_lag_result(SPEC, LOW).metadata["lag_hours"].value == 5.25
 
 
 @pytest.mark.parametrize(
-    ("status", "headroom", "passed", "severity"),
+    ("status", "passed", "severity"),
     [
-        (HEALTHY, 120.5, True, dg.AssetCheckSeverity.ERROR),
-        (LOW, 20.0, False, dg.AssetCheckSeverity.WARN),
-        (LOST, 0.0, False, dg.AssetCheckSeverity.ERROR),
-        (MISSING, None, False, dg.AssetCheckSeverity.WARN),
-        (BLOCKED, 120.5, False, dg.AssetCheckSeverity.ERROR),
+        (HEALTHY, True, dg.AssetCheckSeverity.ERROR),
+        (LOW, False, dg.AssetCheckSeverity.WARN),
+        (LOST, False, dg.AssetCheckSeverity.ERROR),
+        (MISSING, False, dg.AssetCheckSeverity.WARN),
+        (BLOCKED, False, dg.AssetCheckSeverity.ERROR),
     ],
     ids=["healthy", "low-headroom", "lost", "bronze-missing", "blocked"],
 )
 def test_replay_window_warns_on_low_headroom_and_errors_when_lost(
-    status: PipelineStatus, headroom: float | None, passed: bool, severity: dg.AssetCheckSeverity
+    status: PipelineStatus, passed: bool, severity: dg.AssetCheckSeverity
 ) -> None:
-    result = replay_window_result(SPEC, status, headroom)
+    result = replay_window_result(SPEC, status)
     assert (result.passed, result.severity) == (passed, severity)
-    assert_plotted(result, WINDOW_FIGURES, ("headroom_hours",))
+    assert_plotted(result, WINDOW_FIGURES, ("headroom_hours", "retention_horizon_hours"))
     assert result.metadata["state"].value == status.state.value
 
 
 def test_replay_window_figures_of_a_lost_window() -> None:
-    result = replay_window_result(SPEC, LOST, 0.0)
+    result = replay_window_result(SPEC, LOST)
     figures = {k: v.value for k, v in result.metadata.items()}
     assert figures == {
         "earliest_replayable_version": 42,
         "watermark": 40,
         "headroom_hours": 0.0,
+        "retention_horizon_hours": 168.0,
         "latest_version": "43",
         "limit": "warns below 48 h (min_headroom_hours)",
         "replayable": False,
@@ -156,11 +157,19 @@ def test_replay_window_figures_of_a_lost_window() -> None:
         "problem_code": "WATERMARK_OUTSIDE_RETENTION",
     }
     assert "41..43 cannot be replayed" in (result.description or "")
-    healthy = replay_window_result(SPEC, HEALTHY, 120.5).metadata
+    healthy = replay_window_result(SPEC, HEALTHY).metadata
     assert (healthy["replayable"].value, healthy["problem_code"].value) == (True, "none")
 
 
-def test_headroom_is_the_retention_horizon_while_nothing_waits_to_be_replayed() -> None:
-    assert headroom_hours(HEALTHY) == 120.5
-    assert headroom_hours(CAUGHT_UP) == 168.0
-    assert headroom_hours(MISSING) is None
+def test_a_caught_up_pipeline_plots_no_headroom_and_its_retention_horizon() -> None:
+    """No deadline runs while nothing waits to be replayed: the headroom is UNKNOWN (never a 0
+    that reads as a closed window), and the horizon the next commit starts with is plotted
+    beside it."""
+    figures = replay_window_result(SPEC, CAUGHT_UP).metadata
+    assert (figures["headroom_hours"].value, figures["retention_horizon_hours"].value) == (
+        UNKNOWN,
+        168.0,
+    )
+    assert replay_window_result(SPEC, CAUGHT_UP).passed
+    missing = replay_window_result(SPEC, MISSING).metadata
+    assert missing["retention_horizon_hours"].value == UNKNOWN

@@ -25,6 +25,7 @@ from pyspark.sql import SparkSession
 from cdf_platform.core.spec_file import find_spec
 from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
 from cdf_platform.orchestration.checks import CONSUMER_LAG, REPLAY_WINDOW
+from cdf_platform.orchestration.figures import UNKNOWN
 from cdf_platform.orchestration.jobs import rebuild_run_config
 from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
@@ -277,14 +278,10 @@ def test_lost_window_is_reported_rebuilt_once_and_passes_again(
         assert lag_hours == [0.0, 0.0, 0.0, 0.0]
         assert 0.0 <= outage == round(outage, 2)
         headroom = stored(instance, REPLAY_WINDOW, "headroom_hours", float_figure)
-        # Caught up: the retention horizon (7 days); lost: at most 0.
-        assert [hours if hours > 0 else "lost" for hours in headroom] == [
-            DEFAULT_RETENTION_HOURS,
-            DEFAULT_RETENTION_HOURS,
-            "lost",
-            "lost",
-            DEFAULT_RETENTION_HOURS,
-            DEFAULT_RETENTION_HOURS,
-        ]
+        # Caught up: no deadline runs, UNKNOWN (never a 0 that reads as a closed window); lost:
+        # 0. The horizon the next commit starts with is plotted beside it (7 days).
+        assert headroom == [UNKNOWN, UNKNOWN, 0.0, 0.0, UNKNOWN, UNKNOWN]
+        horizon = stored(instance, REPLAY_WINDOW, "retention_horizon_hours", float_figure)
+        assert horizon == [DEFAULT_RETENTION_HOURS] * 6
         replayable = stored(instance, REPLAY_WINDOW, "replayable", dg.BoolMetadataValue)
         assert replayable == [True, True, False, False, True, True]
