@@ -22,6 +22,7 @@ import dagster as dg
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
 from cdf_platform.orchestration.checks import REPLAY_WINDOW
+from cdf_platform.orchestration.keys import RUN_KEY_TAG, SENSOR_NAME_TAG
 from cdf_platform.planning.status import pipeline_status
 
 logger = logging.getLogger(__name__)
@@ -45,6 +46,16 @@ class Step:
     name: str
     seconds: float = 0.0
     figures: dict[str, Any] = field(default_factory=dict)
+
+
+def sensor_run_tags(sensor_name: str, request: dg.RunRequest) -> dict[str, str]:
+    """The tags of a run launched as the daemon launches a sensor's request: the request's own,
+    the sensor's name and the run key, so the run's page in the UI names the sensor."""
+    return {
+        **(request.tags or {}),
+        SENSOR_NAME_TAG: sensor_name,
+        RUN_KEY_TAG: str(request.run_key),
+    }
 
 
 class DemoFailed(RuntimeError):
@@ -204,7 +215,9 @@ class DemoStory:
                 self.instance, dg.AssetKey(["silver", spec.id]), REPLAY_WINDOW
             )
             current.figures[f"{spec.id}_window"] = figures.get("state")
-            current.figures[f"{spec.id}_headroom_h"] = round(float(figures["headroom_hours"]), 3)
+            headroom = float(figures["headroom_hours"])
+            # UNKNOWN (-1) while nothing waits to be replayed: no deadline runs yet.
+            current.figures[f"{spec.id}_headroom_h"] = "-" if headroom < 0 else round(headroom, 3)
             current.figures[f"{spec.id}_watermark"] = figures.get("watermark")
             current.figures[f"{spec.id}_latest"] = figures.get("latest_version")
             if passed is not expect_passed:
@@ -257,7 +270,7 @@ class DemoStory:
                 "rebuild_job",
                 run_config=request.run_config,
                 asset_selection=list(request.asset_selection or []),
-                tags=request.tags,
+                tags=sensor_run_tags(sensor.name, request),
             )
             for key in request.asset_selection or []:
                 figures = _metadata(result, key)

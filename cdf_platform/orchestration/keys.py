@@ -32,6 +32,9 @@ FAILURE_REASON_TAG = "dagster/failure_reason"
 WILL_RETRY_TAG = "dagster/will_retry"
 AUTO_RETRY_RUN_ID_TAG = "dagster/auto_retry_run_id"
 PRIORITY_TAG = "dagster/priority"
+# The tags the daemon sets on a run a sensor requested: the UI names the sensor on the run's page.
+SENSOR_NAME_TAG = "dagster/sensor_name"
+RUN_KEY_TAG = "dagster/run_key"
 # Run tag asking the watermark IO manager for a full read of every input (recompute_job sets it).
 FULL_RECOMPUTE_TAG = "cdf_platform/full_recompute"
 # The watermark IO manager's resource key: bronze and silver assets name it, so an asset that

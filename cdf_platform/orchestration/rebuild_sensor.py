@@ -1,9 +1,10 @@
 """`rebuild_sensor`: repair a lost replay window without a person.
 
 It reads the latest `replay_window` evaluation of every silver asset from the instance. Check
-evaluations are the signal, not run failures: a failed check does not fail its run, so a
-run-failure sensor would never see a lost window. For each new evaluation that says LOST it
-requests `rebuild_job` for that pipeline, once per loss:
+evaluations are the signal, not run failures: a LOST window fails the run that evaluated the
+check (a blocking ERROR check, `DagsterAssetCheckFailedError`), but so does any other failure,
+and a run-failure sensor could not tell which window, watermark and loss it was. For each new
+evaluation that says LOST it requests `rebuild_job` for that pipeline, once per loss:
 
 - the cursor remembers the last evaluation handled per pipeline, so a tick only looks at newer
   evaluations;
@@ -151,9 +152,10 @@ def build_rebuild_sensor(
         job_name=None if jobs else REBUILD_JOB,
         jobs=list(jobs) or None,
         minimum_interval_seconds=30,
-        description="Requests rebuild_job once per lost replay window of a silver asset (and "
-        "recompute_job per lost window of a consumer asset), read from the latest "
-        "replay_window check evaluations (FAIL_FAST ones are left for a person).",
+        description="Requests recompute_job once per lost replay window of a consumer asset, "
+        "and rebuild_job once per lost window of a silver asset while incremental_sensor is "
+        "stopped (while it runs, it repairs silver itself), read from the latest replay_window "
+        "check evaluations (FAIL_FAST ones are left for a person).",
         # Self-repair is the product: on from the start unless turned off ($CDF_AUTOMATION).
         default_status=dg.DefaultSensorStatus.RUNNING
         if running

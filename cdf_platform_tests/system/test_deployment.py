@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.orchestration.incremental_sensor import PENDING_STATUSES
 from cdf_platform.orchestration.jobs import CHECKS_JOB
+from cdf_platform.orchestration.keys import RUN_KEY_TAG
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.lake_platform import table_rows, vacuum_breaking_the_window
 from cdf_platform_tests.system.deployment import BronzeWriter, Deployment, covered, orders_pipeline
@@ -33,7 +34,6 @@ LOST = "p3"  # written by the test only: its window is destroyed while the daemo
 IDS = [*WRITTEN, LOST]
 # The sensors tick every 30 s; a tick or two, plus the daemon's start.
 TWO_TICKS_S = 90.0
-RUN_KEY_TAG = "dagster/run_key"
 T = TypeVar("T")
 
 
