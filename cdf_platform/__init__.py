@@ -55,6 +55,7 @@ _HOMES = {
     "IncompatibleSchemaChange": "cdf_platform.core.errors",
     "InvalidPipelineSpec": "cdf_platform.core.errors",
     "InvalidStorageConfig": "cdf_platform.core.errors",
+    "RebuildNeedsOverride": "cdf_platform.core.errors",
     "ReplayWindowLost": "cdf_platform.core.errors",
     "RuntimeEnvironmentError": "cdf_platform.core.errors",
     "SourceLogDamaged": "cdf_platform.core.errors",
@@ -67,6 +68,7 @@ _HOMES = {
     "TargetOwnershipConflict": "cdf_platform.core.errors",
     "UnknownReadFailure": "cdf_platform.core.errors",
     "UnsafeSparkConfig": "cdf_platform.core.errors",
+    "VacuumRefused": "cdf_platform.core.errors",
 }
 
 __all__ = [  # noqa: RUF022 (grouped as `_HOMES` is)
@@ -96,6 +98,7 @@ __all__ = [  # noqa: RUF022 (grouped as `_HOMES` is)
     "IncompatibleSchemaChange",
     "InvalidPipelineSpec",
     "InvalidStorageConfig",
+    "RebuildNeedsOverride",
     "ReplayWindowLost",
     "RuntimeEnvironmentError",
     "SourceLogDamaged",
@@ -108,6 +111,7 @@ __all__ = [  # noqa: RUF022 (grouped as `_HOMES` is)
     "TargetOwnershipConflict",
     "UnknownReadFailure",
     "UnsafeSparkConfig",
+    "VacuumRefused",
 ]
 
 
@@ -134,6 +138,7 @@ if TYPE_CHECKING:
         IncompatibleSchemaChange,
         InvalidPipelineSpec,
         InvalidStorageConfig,
+        RebuildNeedsOverride,
         ReplayWindowLost,
         RuntimeEnvironmentError,
         SourceLogDamaged,
@@ -146,6 +151,7 @@ if TYPE_CHECKING:
         TargetOwnershipConflict,
         UnknownReadFailure,
         UnsafeSparkConfig,
+        VacuumRefused,
     )
     from cdf_platform.core.spec import (
         DeleteMode,

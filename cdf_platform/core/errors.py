@@ -22,6 +22,9 @@ class CdfPlatformError(Exception):
 
     incident_code: str = "ERROR"
     default_action: str = "see the message above"
+    # Whether running the same thing again may succeed (a transient conflict or outage); every
+    # other class would fail the same way until something named in its action changes.
+    retryable: bool = False
 
     def __init__(
         self,
@@ -221,10 +224,31 @@ def foreign_files_at_target(pipeline_id: str, target: str) -> TargetOwnershipCon
     )
 
 
+class RebuildNeedsOverride(CdfPlatformError):
+    """A rebuild of a FAIL_FAST pipeline was asked for without a person's override."""
+
+    incident_code = "REBUILD_NEEDS_OVERRIDE"
+    default_action = (
+        "read the incident in the load log, then rerun the rebuild with "
+        "`override_fail_fast: true` (or `cdf-platform rebuild --override-fail-fast`)"
+    )
+
+
+class VacuumRefused(CdfPlatformError):
+    """The consumer-aware VACUUM would cut a consumer's replay window, so it did not run."""
+
+    incident_code = "VACUUM_REFUSED"
+    default_action = (
+        "catch the consumers up, raise `max_retention_hours`, or set `allow_window_loss: true` "
+        "in the maintenance run's config to cut their windows knowingly"
+    )
+
+
 class ConcurrentWriteConflict(CdfPlatformError):
     """Another run wrote silver while this run was writing it; Delta refused this commit."""
 
     incident_code = "CONCURRENT_WRITE"
+    retryable = True
     default_action = (
         "nothing was written by this run and the watermark did not move; rerun it (it resumes "
         "from silver's watermark), and keep one run per pipeline (pool `cdf_pipeline_<id>` "
@@ -251,6 +275,7 @@ class StorageUnreachable(CdfPlatformError):
     the environment when no configured prefix matches the location."""
 
     incident_code = "STORAGE_UNREACHABLE"
+    retryable = True
     default_action = (
         "check the endpoint, region and credentials the message names (the `storage:` entry "
         "of the location, or AWS_*/AZURE_*/GOOGLE_* in the environment), then rerun"

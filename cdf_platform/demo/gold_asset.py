@@ -5,6 +5,7 @@ import dagster as dg
 
 from cdf_platform.core.errors import CdfPlatformError
 from cdf_platform.demo.gold import customer_order_totals
+from cdf_platform.orchestration.failures import platform_failure
 from cdf_platform.orchestration.keys import WATERMARK_IO_MANAGER_KEY, silver_key
 from cdf_platform.spark.batch import ChangeBatch, TableWrite
 
@@ -65,8 +66,6 @@ def customer_order_totals_asset(orders_pipeline_id: str = "orders") -> dg.Assets
             # Builds Spark plans only: silver's rows are read by the IO manager's write.
             return customer_order_totals(orders)
         except CdfPlatformError as err:
-            raise dg.Failure(
-                str(err), metadata={"incident_code": err.incident_code}, allow_retries=False
-            ) from err
+            raise platform_failure(err) from err
 
     return _customer_order_totals

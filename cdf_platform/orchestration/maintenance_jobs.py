@@ -15,7 +15,9 @@ from collections.abc import Collection
 import dagster as dg
 from pydantic import Field
 
+from cdf_platform.core.errors import VacuumRefused
 from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.orchestration.failures import platform_failure
 from cdf_platform.orchestration.keys import BRONZE_PREFIX, silver_key
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.vacuum import RetentionPolicy, plan_vacuum
@@ -126,7 +128,8 @@ def _vacuum_job(
         context.log.info("%s: %s", decision.action.value, decision.reason)
         if not decision.will_vacuum:
             context.log_event(dg.AssetObservation(asset_key=key, metadata=metadata))
-            raise dg.Failure(description=f"VACUUM refused: {decision.reason}", metadata=metadata)
+            refused = VacuumRefused(decision.reason, table=location)
+            raise platform_failure(refused, **metadata)
         outcome = execute_vacuum(
             spark.spark_session, decision, listing_parallelism=config.listing_parallelism
         )

@@ -16,8 +16,10 @@ from datetime import timedelta
 import dagster as dg
 from pydantic import Field
 
+from cdf_platform.core.errors import RebuildNeedsOverride
 from cdf_platform.core.spec import DeleteMode, FallbackMode, HistoryMode, PipelineSpec
 from cdf_platform.core.spec_fingerprint import spec_fingerprint
+from cdf_platform.orchestration.failures import STEP_RETRY_POLICY, platform_failure
 from cdf_platform.orchestration.keys import (
     SILVER_PREFIX,
     WATERMARK_IO_MANAGER_KEY,
@@ -119,6 +121,8 @@ def silver_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
         group_name=SILVER_PREFIX,
         kinds={"spark", "delta"},
         pool=pipeline_pool(spec.id),
+        # A retryable failure (a concurrent write, an unreachable store) is tried again.
+        retry_policy=STEP_RETRY_POLICY,
         # The IO manager writes silver (the run's MERGE) and its consumers load silver's
         # changes through it.
         io_manager_key=WATERMARK_IO_MANAGER_KEY,
@@ -153,11 +157,13 @@ def silver_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
             and spec.fallback_mode is FallbackMode.FAIL_FAST
             and not config.override_fail_fast
         ):
-            raise dg.Failure(
-                f"pipeline {spec.id} is FAIL_FAST: a rebuild needs a person's decision. Read the "
-                "incident in the load log, then rerun with `override_fail_fast: true`.",
-                metadata={"pipeline_id": spec.id, "fallback_mode": FallbackMode.FAIL_FAST.value},
-                allow_retries=False,
+            refused = RebuildNeedsOverride(
+                "the pipeline is FAIL_FAST: a rebuild needs a person's decision",
+                pipeline_id=spec.id,
+                table=spec.target,
+            )
+            raise platform_failure(
+                refused, pipeline_id=spec.id, fallback_mode=FallbackMode.FAIL_FAST.value
             )
         context.log.info("pinned change set: %s", describe_plan(bronze.plan))
         plan, force = bronze.plan, config.force_rebuild

@@ -29,6 +29,7 @@ import dagster as dg
 
 from cdf_platform.core.errors import CdfPlatformError
 from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.orchestration.failures import platform_failure
 from cdf_platform.orchestration.figures import duration, text
 from cdf_platform.orchestration.keys import (
     WATERMARK_IO_MANAGER_KEY,
@@ -95,15 +96,7 @@ def pipeline_spec_of(context: dg.InputContext) -> PipelineSpec | None:
 
 def pipeline_failure(spec: PipelineSpec, err: CdfPlatformError) -> dg.Failure:
     """The classified failure, with the facts an operator filters on, on the failed step."""
-    return dg.Failure(
-        str(err),
-        metadata={
-            "pipeline_id": spec.id,
-            "incident_code": err.incident_code,
-            "version": _metadata_value(err.version),
-        },
-        allow_retries=False,
-    )
+    return platform_failure(err, pipeline_id=spec.id, version=_metadata_value(err.version))
 
 
 def _rerun(spec: PipelineSpec) -> str:

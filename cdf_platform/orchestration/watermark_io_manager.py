@@ -40,6 +40,7 @@ from pydantic import Field
 
 from cdf_platform.core.errors import CdfPlatformError, InvalidPipelineSpec
 from cdf_platform.core.spec import FallbackMode
+from cdf_platform.orchestration.failures import platform_failure
 from cdf_platform.orchestration.keys import FULL_RECOMPUTE_TAG, WATERMARK_IO_MANAGER_KEY
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.orchestration.silver_io import (
@@ -149,7 +150,7 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
                 table=input_id,
                 action=f"set fallback_mode to one of {[mode.value for mode in FallbackMode]}",
             )
-            raise dg.Failure(str(problem), allow_retries=False) from problem
+            raise platform_failure(problem) from problem
         fallback = FallbackMode(declared)
         consumer_node = context.step_context.job_def.asset_layer.get(consumer_key)
         step = self._step(
@@ -177,7 +178,7 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
                 full_requested=full_requested,
             )
         except CdfPlatformError as err:
-            raise dg.Failure(str(err), allow_retries=False) from err
+            raise platform_failure(err) from err
         if plan.mode is not BatchMode.NOTHING_NEW:
             # Rows are coming: the asset may build Spark expressions before it reads them.
             self.spark.spark_session  # noqa: B018 (starts the session)
@@ -237,17 +238,24 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
             context.add_output_metadata({"written": False})
             return
         if not isinstance(obj, TableWrite):
-            raise dg.Failure(
-                f"{consumer} returned {type(obj).__name__}; the watermark IO manager writes "
-                "MergeRows, ReplaceRows or None",
-                allow_retries=False,
+            raise platform_failure(
+                InvalidPipelineSpec(
+                    f"{consumer} returned {type(obj).__name__}; the watermark IO manager "
+                    "writes MergeRows, ReplaceRows or None",
+                    pipeline_id=consumer,
+                    action="return MergeRows, ReplaceRows or None from the asset",
+                )
             )
         if isinstance(obj, MergeRows) and any(b.full for b in batches):
             full = [b.plan.input_id for b in batches if b.full]
-            raise dg.Failure(
-                f"{consumer} merged rows while {full} handed it a full batch: a full batch "
-                "replaces the consumer's table (its changes since the watermark are unknown)",
-                allow_retries=False,
+            raise platform_failure(
+                InvalidPipelineSpec(
+                    f"{consumer} merged rows while {full} handed it a full batch: a full batch "
+                    "replaces the consumer's table (its changes since the watermark are unknown)",
+                    pipeline_id=consumer,
+                    action="when `batch.full`, return ReplaceRows of a recompute from "
+                    "`batch.snapshot()`",
+                )
             )
         table = self.table_location(context.asset_key, context.definition_metadata)
         counter = (step.marks.counter if step and step.marks else 0) + 1
@@ -260,7 +268,7 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
         try:
             write_output(self.spark.spark_session, table, obj, stamp, consumer)
         except CdfPlatformError as err:
-            raise dg.Failure(str(err), allow_retries=False) from err
+            raise platform_failure(err) from err
         metadata: dict[str, Any] = {
             "written": True,
             "write": describe(obj),
@@ -289,9 +297,12 @@ def _consumer_key(context: dg.InputContext) -> dg.AssetKey:
     """The asset whose input `context` loads (one asset per step)."""
     keys = context.step_context.get_output_asset_keys()
     if len(keys) != 1:
-        raise dg.Failure(
-            f"the watermark IO manager loads inputs of single assets; this step writes "
-            f"{sorted(k.to_user_string() for k in keys)}",
-            allow_retries=False,
+        raise platform_failure(
+            InvalidPipelineSpec(
+                "the watermark IO manager loads inputs of single assets; this step writes "
+                f"{sorted(k.to_user_string() for k in keys)}",
+                action="give each asset that reads through the watermark IO manager a step of "
+                "its own (no multi-asset)",
+            )
         )
     return next(iter(keys))

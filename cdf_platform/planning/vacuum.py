@@ -43,6 +43,9 @@ DELETED_FILE_RETENTION = "delta.deletedFileRetentionDuration"
 LOG_RETENTION = "delta.logRetentionDuration"
 _HOUR = 3600.0
 
+# The maintenance run config field that vacuums even when a consumer loses its window.
+OVERRIDE = "allow_window_loss: true"
+
 
 class RetentionPolicy(StrEnum):
     """What to do when the consumers need more retention than the table has."""
@@ -282,7 +285,7 @@ def plan_vacuum(
             return decide(
                 VacuumAction.REFUSE,
                 f"RETAIN 0 HOURS would delete files that consumers {lagging} still need to "
-                "replay; catch them up first or pass the explicit window-loss override",
+                f"replay; catch them up first, or set {OVERRIDE} to cut their windows knowingly",
             )
         return decide(
             VacuumAction.VACUUM_RETAIN_ZERO,
@@ -317,5 +320,6 @@ def plan_vacuum(
     return decide(
         VacuumAction.REFUSE,
         f"consumers need {required:.2f} h of history but the table keeps {current:g} h, {why}: "
-        "vacuuming now would cut their replay window",
+        "vacuuming now would cut their replay window; catch them up, raise "
+        f"max_retention_hours (policy raise), or set {OVERRIDE} to cut them knowingly",
     )
