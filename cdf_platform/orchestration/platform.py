@@ -12,6 +12,8 @@ from cdf_platform.core.spec import PipelineSpec, storage_locations
 from cdf_platform.orchestration.checks import silver_checks
 from cdf_platform.orchestration.consumers import (
     ConsumerAsset,
+    build_consumer_job,
+    build_consumer_sensor,
     build_recompute_job,
     consumer_check_keys,
     consumer_checks,
@@ -84,13 +86,26 @@ def platform_defs(
     checks_job = build_checks_job(consumer_check_keys(watched))
     rebuild_job = build_rebuild_job(specs)
     repair_jobs = [rebuild_job, build_recompute_job(watched)] if watched else []
+    consumer_job = build_consumer_job(watched) if watched else None
+    consumer_sensors = (
+        [build_consumer_sensor(watched, upstream_metadata, consumer_job, running=automation)]
+        if consumer_job
+        else []
+    )
     return dg.Definitions(
         assets=[*bronze, *silver, *consumers, overview_asset(specs)],
         asset_checks=[
             *silver_checks(specs),
             *(consumer_checks(consumer, upstream_metadata) for consumer in watched),
         ],
-        jobs=[incremental_job, rebuild_job, checks_job, *repair_jobs[1:], *maintenance_jobs],
+        jobs=[
+            incremental_job,
+            rebuild_job,
+            checks_job,
+            *repair_jobs[1:],
+            *([consumer_job] if consumer_job else []),
+            *maintenance_jobs,
+        ],
         schedules=[
             build_checks_schedule(checks_job, running=automation),
             *build_maintenance_schedules(maintenance_jobs),
@@ -102,6 +117,7 @@ def platform_defs(
                 max_pipelines_per_run=pipelines_per_run or default_pipelines_per_run(),
             ),
             build_rebuild_sensor(specs, consumers=watched, jobs=repair_jobs, running=automation),
+            *consumer_sensors,
         ],
         resources={
             "spark": spark,
