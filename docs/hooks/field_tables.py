@@ -1,13 +1,15 @@
-"""MkDocs hook: the PipelineSpec field table of docs/pipeline-spec.md, generated from the spec's
-own field descriptions (`cdf_platform.core.spec.PipelineSpec`), where the page says
-`<!-- spec-fields -->`."""
+"""MkDocs hook: field tables generated from the models' own field descriptions, where a page
+says `<!-- fields: package.module.Class -->` (the PipelineSpec, and the Dagster run configs of
+the silver assets and the maintenance jobs), so the reference cannot drift from the code."""
 
 from __future__ import annotations
 
+import importlib
+import re
 from enum import Enum
 from typing import Any
 
-MARKER = "<!-- spec-fields -->"
+MARKER = re.compile(r"<!-- fields: ([\w.]+) -->")
 
 
 def _default(field: Any) -> str:
@@ -26,23 +28,25 @@ def _default(field: Any) -> str:
 def _type(annotation: Any) -> str:
     name = getattr(annotation, "__name__", None)
     text = name if name and not getattr(annotation, "__args__", None) else str(annotation)
-    text = text.replace("typing.", "").replace("cdf_platform.core.spec.", "")
+    text = re.sub(r"\b(typing|cdf_platform(\.\w+)*)\.", "", text)
     return text.replace("|", "\\|")  # inside a table cell
 
 
-def spec_fields_table() -> str:
-    """The Markdown table of every PipelineSpec field: name, type, default, description."""
-    from cdf_platform.core.spec import PipelineSpec
-
+def fields_table(model: type) -> str:
+    """The Markdown table of every field of the pydantic `model`: name, type, default and
+    description."""
     rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
-    for name, field in PipelineSpec.model_fields.items():
+    for name, field in model.model_fields.items():  # type: ignore[attr-defined]
         description = " ".join((field.description or "").split()).replace("|", "\\|")
         rows.append(f"| `{name}` | `{_type(field.annotation)}` | {_default(field)} | {description} |")
     return "\n".join(rows)
 
 
+def _model(path: str) -> type:
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+
+
 def on_page_markdown(markdown: str, **_: Any) -> str:
-    """Replace the marker with the generated table."""
-    if MARKER not in markdown:
-        return markdown
-    return markdown.replace(MARKER, spec_fields_table())
+    """Replace each marker with its model's table."""
+    return MARKER.sub(lambda match: fields_table(_model(match.group(1))), markdown)
