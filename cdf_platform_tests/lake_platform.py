@@ -87,14 +87,22 @@ def bronze_batch(
     return materialization(result, key)
 
 
-def incremental_tick(defs: dg.Definitions, instance: dg.DagsterInstance) -> Any:
-    """One evaluation of the real incremental sensor against `instance`."""
-    sensor = defs.resolve_sensor_def("incremental_sensor")
+def sensor_tick(
+    defs: dg.Definitions, instance: dg.DagsterInstance, name: str, cursor: str | None = None
+) -> Any:
+    """One evaluation of the definitions' sensor `name` against `instance`, with its resources,
+    outside a code location (as a person evaluates it)."""
+    sensor = defs.resolve_sensor_def(name)
     resources = {key: (defs.resources or {})[key] for key in sensor.required_resource_keys}
     with dg.build_sensor_context(
-        definitions=defs, resources=resources, instance=instance
+        definitions=defs, resources=resources, instance=instance, cursor=cursor
     ) as context:
         return sensor(context)
+
+
+def incremental_tick(defs: dg.Definitions, instance: dg.DagsterInstance) -> Any:
+    """One evaluation of the real incremental sensor against `instance`."""
+    return sensor_tick(defs, instance, "incremental_sensor")
 
 
 def run_as_daemon(

@@ -244,6 +244,17 @@ class VacuumRefused(CdfPlatformError):
     )
 
 
+class MarksLost(CdfPlatformError):
+    """A consumer asset's table exists but its log no longer shows the consumer's last
+    watermarks (log cleanup removed the commits that recorded them)."""
+
+    incident_code = "CONSUMER_WATERMARKS_LOST"
+    default_action = (
+        "nothing by hand: the consumer's next run reads every input in full (a full batch) and "
+        "records new watermarks with its rows"
+    )
+
+
 class ConcurrentWriteConflict(CdfPlatformError):
     """Another run wrote silver while this run was writing it; Delta refused this commit."""
 

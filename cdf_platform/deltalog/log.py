@@ -174,12 +174,14 @@ class DeltaLog:
 
     # -- commits --------------------------------------------------------------------------
 
-    def commit(self, version: int) -> Commit:
+    def commit(self, version: int, *, read_ahead: bool = True) -> Commit:
         """The parsed commit `version` (cached).
 
-        A commit not yet read is fetched together with uncached commits around it, concurrently
-        on an object store: the block below it when the commit above was read already (a walk
-        down the log), the block above it in the mirror case, else FETCH_BATCH on each side.
+        With `read_ahead` False only this commit is read (a reader that needs the newest commit
+        or two, not a walk). Otherwise a commit not yet read is fetched together with uncached
+        commits around it, concurrently on an object store: the block below it when the commit
+        above was read already (a walk down the log), the block above it in the mirror case,
+        else FETCH_BATCH on each side.
         A block that continues the previous one (the miss is just past its end) is twice its
         size, up to MAX_READ_AHEAD; any other starts again at FETCH_BATCH.
 
@@ -191,6 +193,9 @@ class DeltaLog:
             return cached
         if version not in self._commit_mtime_ms:
             raise LookupError(f"commit {version} is not in {self.log_path}")
+        if not read_ahead:
+            self._read_commits([version])
+            return self._commits[version]
         index = bisect.bisect_left(self._versions, version)
         last = self._last_block
         continues = last is not None and version in (last[0] - 1, last[1] + 1)
@@ -205,21 +210,6 @@ class DeltaLog:
         block = self._versions[low:high]
         self._read_ahead, self._last_block = size, (block[0], block[-1])
         self._read_commits([v for v in block if v not in self._commits])
-        return self._commits[version]
-
-    def commit_alone(self, version: int) -> Commit:
-        """The parsed commit `version` (cached), read without the blocks around it: for a
-        reader that needs the newest commit or two, not a walk.
-
-        Raises:
-            LookupError: the commit file is not in `_delta_log`.
-        """
-        cached = self._commits.get(version)
-        if cached is not None:
-            return cached
-        if version not in self._commit_mtime_ms:
-            raise LookupError(f"commit {version} is not in {self.log_path}")
-        self._read_commits([version])
         return self._commits[version]
 
     def _read_commits(self, versions: list[int]) -> None:

@@ -170,6 +170,23 @@ class ConsumerAsset:
             for input_id, upstream in self.inputs.items()
         ]
 
+    def statuses(
+        self, manager: WatermarkIOManager, upstream_metadata: Mapping[dg.AssetKey, Mapping]
+    ) -> dict[str, PipelineStatus]:
+        """Its status on each input (input id -> status), from the logs alone: what its checks
+        report and its sensor acts on."""
+        located = self.located_inputs(manager, upstream_metadata)
+        marks = read_marks(self.id, located[0].consumer_table) if located else (None, None)
+        return {
+            read.input_id: input_status(
+                read,
+                min_headroom_hours=self.min_headroom_hours,
+                max_allowed_lag_hours=self.max_allowed_lag_hours,
+                marks=marks,
+            )
+            for read in located
+        }
+
 
 def _worst(statuses: Mapping[str, PipelineStatus]) -> tuple[str, PipelineStatus]:
     """The input nearest to losing its window (then the least headroom)."""
@@ -280,17 +297,7 @@ def consumer_checks(
         context: dg.AssetCheckExecutionContext,
         watermark_io_manager: dg.ResourceParam[WatermarkIOManager],
     ) -> Iterator[dg.AssetCheckResult]:
-        located = consumer.located_inputs(watermark_io_manager, upstream_metadata)
-        marks = read_marks(consumer.id, located[0].consumer_table) if located else (None, None)
-        statuses = {
-            read.input_id: input_status(
-                read,
-                min_headroom_hours=consumer.min_headroom_hours,
-                max_allowed_lag_hours=consumer.max_allowed_lag_hours,
-                marks=marks,
-            )
-            for read in located
-        }
+        statuses = consumer.statuses(watermark_io_manager, upstream_metadata)
         selected = {check.name for check in context.selected_asset_check_keys}
         fallback = consumer.fallback_mode(watermark_io_manager.fallback_mode)
         yield from consumer_check_results(consumer, statuses, fallback, selected)
@@ -400,17 +407,7 @@ def build_consumer_sensor(
             if consumer.key in pending:
                 waiting.append(f"{consumer.id} (run pending)")
                 continue
-            located = consumer.located_inputs(watermark_io_manager, upstream_metadata)
-            marks = read_marks(consumer.id, located[0].consumer_table) if located else None
-            statuses = {
-                read.input_id: input_status(
-                    read,
-                    min_headroom_hours=consumer.min_headroom_hours,
-                    max_allowed_lag_hours=consumer.max_allowed_lag_hours,
-                    marks=marks,
-                )
-                for read in located
-            }
+            statuses = consumer.statuses(watermark_io_manager, upstream_metadata)
             if any(status.state not in _READABLE for status in statuses.values()):
                 states = ", ".join(f"{i} {s.state.value}" for i, s in statuses.items())
                 waiting.append(f"{consumer.id} ({states})")

@@ -204,7 +204,7 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
         try:
             step = _Step(read_consumer_marks(table, consumer), None, code_version)
         except MarksLost as err:
-            step = _Step(None, str(err), code_version)
+            step = _Step(None, err.problem, code_version)
         with _PENDING_LOCK:
             return _PENDING.setdefault((run_id, consumer), step)
 

@@ -57,7 +57,7 @@ def read_marks(consumer: str, consumer_table: str) -> tuple[ConsumerMarks | None
     try:
         return read_consumer_marks(consumer_table, consumer), None
     except MarksLost as err:
-        return None, str(err)
+        return None, err.problem
 
 
 def input_status(

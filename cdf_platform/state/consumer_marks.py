@@ -32,7 +32,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from cdf_platform.core.errors import SourceNotFound
+from cdf_platform.core.errors import MarksLost, SourceNotFound
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import is_delta_table
 
@@ -89,10 +89,6 @@ class ConsumerMarks:
         """The watermark of `input_id` (None: this consumer never read it)."""
         mark = self.inputs.get(input_id)
         return None if mark is None else mark.version
-
-
-class MarksLost(Exception):
-    """The consumer table exists but its log no longer shows the consumer's last watermarks."""
 
 
 def encode_app_id(
@@ -171,8 +167,9 @@ def read_consumer_marks(table: str, consumer: str) -> ConsumerMarks | None:
     if marks is None:
         first = versions[0] if versions else log.latest_version()
         raise MarksLost(
-            f"{table}: log cleanup removed the commits before version {first} and no later "
-            f"commit records the watermarks of {consumer}"
+            f"log cleanup removed the commits before version {first} and no later commit "
+            f"records the watermarks of {consumer}",
+            table=table,
         )
     return marks
 

@@ -177,7 +177,7 @@ def _from_newest_commits(log: DeltaLog, pipeline_id: str) -> SilverState | None:
     for version in reversed(versions[-NEWEST_SCAN:]):
         if version + 1 <= latest and not log.has_commit(version + 1):
             return None  # a gap: commits the scan has not seen may hold a newer stamp
-        commit = log.commit_alone(version)
+        commit = log.commit(version, read_ahead=False)
         ours = {
             generation: watermark
             for app, watermark in commit.transactions.items()

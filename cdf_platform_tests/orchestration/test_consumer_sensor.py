@@ -20,6 +20,7 @@ from cdf_platform_tests.lake_platform import (
     expected_totals,
     lake_defs,
     materialization,
+    sensor_tick,
     table_rows,
 )
 
@@ -28,12 +29,7 @@ GOLD = "gold/customer_order_totals"
 
 def tick(defs: dg.Definitions, instance: dg.DagsterInstance) -> Any:
     """One evaluation of the real consumer sensor against `instance`."""
-    sensor = defs.resolve_sensor_def(CONSUMER_SENSOR)
-    resources = {key: (defs.resources or {})[key] for key in sensor.required_resource_keys}
-    with dg.build_sensor_context(
-        instance=instance, definitions=defs, resources=resources
-    ) as context:
-        return sensor(context)
+    return sensor_tick(defs, instance, CONSUMER_SENSOR)
 
 
 def test_an_input_commit_materializes_the_consumer_once_exactly(

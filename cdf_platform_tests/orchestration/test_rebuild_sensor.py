@@ -39,6 +39,7 @@ from cdf_platform_tests.lake_platform import (
     last_spark_job_id,
     materialization,
     materialize,
+    sensor_tick,
     table_rows,
     vacuum_breaking_the_window,
 )
@@ -89,12 +90,7 @@ def stored(
 def tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | None) -> Any:
     """One evaluation of the real rebuild sensor against `instance`, outside a code location
     (as a person evaluates it: no daemon ticks the incremental sensor)."""
-    sensor = defs.resolve_sensor_def("rebuild_sensor")
-    resources = {key: (defs.resources or {})[key] for key in sensor.required_resource_keys}
-    with dg.build_sensor_context(
-        instance=instance, cursor=cursor, definitions=defs, resources=resources
-    ) as context:
-        return sensor(context)
+    return sensor_tick(defs, instance, "rebuild_sensor", cursor)
 
 
 LOCATION = RegisteredCodeLocationOrigin("lake")
