@@ -101,7 +101,9 @@ def test_first_load_is_ordered_by_key_and_a_clustered_backlog_skips_the_other_fi
     # file would skip nothing, and gets none.
     sql(spark, spec.source, "UPDATE {t} SET amount = -1 WHERE id BETWEEN 500 AND 519")
     clustered = spark.range(500, 520)
-    spread = spark.range(0, 1000, 2)  # a key in every file
+    # A key in every file, whatever the first load's file boundaries: range partitioning
+    # samples its bounds, and a file may hold a single key (every other key in every file).
+    spread = spark.range(0, 1000)
     assert files_skipped(spec.target, key_ranges(clustered, ["id"])) >= len(spans) - 2
     assert key_filter(spark, spec.target, clustered, ["id"]) == "(t.`id` BETWEEN 500 AND 519)"
     assert files_skipped(spec.target, key_ranges(spread, ["id"])) == 0
