@@ -38,6 +38,7 @@ from cdf_platform.orchestration.checks import (
     replay_window_result,
 )
 from cdf_platform.orchestration.figures import count, hours, text
+from cdf_platform.orchestration.incremental_sensor import PENDING_STATUSES
 from cdf_platform.orchestration.keys import (
     FULL_RECOMPUTE_TAG,
     QUEUE_TAG,
@@ -352,8 +353,6 @@ def build_consumer_job(consumers: Sequence[ConsumerAsset]) -> "UnresolvedAssetJo
 
 def _pending_consumers(instance: dg.DagsterInstance, keys: set[dg.AssetKey]) -> set[dg.AssetKey]:
     """The consumers among `keys` that a run not finished yet materializes (one query)."""
-    from cdf_platform.orchestration.incremental_sensor import PENDING_STATUSES
-
     pending: set[dg.AssetKey] = set()
     for record in instance.get_run_records(dg.RunsFilter(statuses=PENDING_STATUSES)):
         selection = record.dagster_run.asset_selection

@@ -26,7 +26,6 @@ from cdf_platform.core.spec_fingerprint import fingerprint_of
 from cdf_platform.deltalog.actions import TableMetadata
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.deltalog.log import DeltaLog
-from cdf_platform.deltalog.tables import is_delta_table
 
 OWNER_PROPERTY = "cdf_platform.pipeline_id"
 USER_METADATA_KEY = "cdf_platform"
@@ -208,9 +207,8 @@ def _from_newest_commits(log: DeltaLog, pipeline_id: str) -> SilverState | None:
 
 
 def _from_table_state(target: str, pipeline_id: str) -> SilverState:
-    """`pipeline_id`'s state from silver's whole table state, read by `deltalake`."""
-    if not is_delta_table(target):
-        return SilverState(False, None, 0, None, None, None)
+    """`pipeline_id`'s state from silver's whole table state, read by `deltalake` (`target` is
+    a Delta table: `read_silver_state` has listed its log already)."""
     table = open_delta_table(target)
     owner = table.metadata().configuration.get(OWNER_PROPERTY)
     generation = 0
