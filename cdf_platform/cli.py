@@ -12,21 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from cdf_platform.core.active_storage import use_storage_config
-from cdf_platform.core.config import (
-    default_control_root,
-    default_lake_root,
-    default_master,
-    default_remote,
-    default_spark_log,
-    resolve_root,
-)
+from cdf_platform.core.config import LakeEnvironment, default_spark_log
 from cdf_platform.core.errors import CdfPlatformError
 from cdf_platform.core.spec import PipelineSpec, storage_locations
 from cdf_platform.core.spec_file import find_spec, load_specs, load_storage
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.planning.status import pipeline_statuses
-from cdf_platform.runner import finish_run, prepare_run
-from cdf_platform.spark.failures import classified_run
+from cdf_platform.runner import PipelineRunner
 from cdf_platform.spark.session import SparkSettings, build_spark_session
 from cdf_platform.state.control import ControlTable
 
@@ -73,17 +65,18 @@ def render_status_table(statuses: list[dict[str, Any]]) -> str:
 
 def _context(args: argparse.Namespace) -> tuple[list[PipelineSpec], ControlTable, SparkSettings]:
     # Resolved once, here: a relative root means the same folder in every later step.
-    lake_root = resolve_root(args.lake_root) if args.lake_root else default_lake_root()
-    specs = load_specs(args.pipelines, lake_root=lake_root)
-    # Every reader of a location (obstore, deltalake, Spark's connectors) finds its options.
-    use_storage_config(load_storage(args.pipelines))
-    control = ControlTable(
-        resolve_root(args.control_root) if args.control_root else default_control_root(lake_root)
+    env = LakeEnvironment.resolve(
+        lake_root=args.lake_root, control_root=args.control_root, pipelines_file=args.pipelines
     )
+    lake_root = env.lake_root.value
+    specs = load_specs(env.pipelines_file.value, lake_root=lake_root)
+    # Every reader of a location (obstore, deltalake, Spark's connectors) finds its options.
+    use_storage_config(load_storage(env.pipelines_file.value))
+    control = ControlTable(env.control_root_path)
     locations = storage_locations(specs, lake_root, control.root)
     settings = SparkSettings(
-        master=default_master(),
-        remote=default_remote(),
+        master=env.master.value,
+        remote=env.remote.value if env.remote else None,
         storage_locations=tuple(locations),
         jvm_log=default_spark_log(),
     )
@@ -104,19 +97,13 @@ def _print_result(result: RunResult, as_json: bool) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     specs, control, settings = _context(args)
     spec = find_spec(specs, args.pipeline_id)
-    rebuild = args.command == "rebuild"
-    with classified_run(spec.id, rerun=f"`cdf-platform {args.command} {spec.id}`"):
-        prepared = prepare_run(
-            spec, spark_factory=lambda: build_spark_session(settings), control=control
-        )
+    runner = PipelineRunner(
+        control,
         # This process's JVM serves this one run: lean when it is a small incremental one.
-        short = replace(settings, short_run=prepared.is_short(force_rebuild=rebuild))
-        result = finish_run(
-            prepared,
-            spark_factory=lambda: build_spark_session(short),
-            control=control,
-            force_rebuild=rebuild,
-        )
+        lambda short: build_spark_session(replace(settings, short_run=short)),
+        rerun=lambda spec: f"`cdf-platform {args.command} {spec.id}`",
+    )
+    result = runner.run(spec, force_rebuild=args.command == "rebuild")
     _print_result(result, args.json)
     return 0
 

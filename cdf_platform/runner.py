@@ -39,17 +39,15 @@ from cdf_platform.spark.changes import (
     read_changes,
 )
 from cdf_platform.spark.conform import conform_changes
-from cdf_platform.spark.history import merge_history, rebuild_note, staged_history
-from cdf_platform.spark.merge import TxnStamp, changes_key_filter, merge_changes
+from cdf_platform.spark.failures import classified_run
+from cdf_platform.spark.history import rebuild_note
+from cdf_platform.spark.merge import changes_key_filter
 from cdf_platform.spark.metrics import commit_counts, find_run_commit, silver_commit_counts
 from cdf_platform.spark.rebuild import SpecRewrite, rebuild_silver
-from cdf_platform.spark.sequenced_history import (
-    merge_sequenced_history,
-    staged_sequenced_history,
-)
 from cdf_platform.spark.session import assert_safe_spark_config, new_session
 from cdf_platform.spark.silver_layout import SilverLayout
 from cdf_platform.spark.silver_table import ensure_silver, silver_widenings
+from cdf_platform.spark.silver_writer import SilverWriter, silver_stamp
 from cdf_platform.spark.small_steps import (
     fixed_plan,
     interpreted,
@@ -57,12 +55,7 @@ from cdf_platform.spark.small_steps import (
     loading_table_state,
 )
 from cdf_platform.state.control import ControlTable, LoadLogEntry
-from cdf_platform.state.watermark import (
-    app_id,
-    read_silver_state,
-    spec_metadata,
-    user_metadata,
-)
+from cdf_platform.state.watermark import read_silver_state, spec_metadata
 from cdf_platform.window.replay_window import assess_consumer, compute_replay_window
 
 if TYPE_CHECKING:
@@ -193,6 +186,91 @@ def finish_run(
     return result
 
 
+SessionFor = Callable[[bool], "SparkSession"]
+"""The SparkSession a run uses, given whether the run is short (`PreparedRun.is_short`): a
+driver JVM that a short run starts may start lean (`SparkSettings.short_run`)."""
+
+
+def _run_command(spec: PipelineSpec) -> str:
+    return f"`cdf-platform run {spec.id}`"
+
+
+@dataclass(frozen=True)
+class PipelineRunner:
+    """The one way a pipeline run is carried out, by the command line, the silver asset and the
+    tests: planned and pinned (`prepare`), then carried out (`finish`), any failure classified
+    as a platform error naming the pipeline (`cdf_platform.spark.failures.classified_run`).
+
+    The silver asset calls the two halves apart (its IO manager's load plans, its output
+    writes); `run` calls both.
+
+    Attributes:
+        control: The control tables (state and load log).
+        session_for: The session a run uses, given whether the run is short.
+        rerun: How to run a pipeline again, for an unexpected failure's action.
+
+    Example:
+        >>> runner = PipelineRunner(control, lambda short: spark)  # doctest: +SKIP
+        >>> runner.run(spec).mode  # doctest: +SKIP
+        <RunMode.INCREMENTAL: 'incremental'>
+    """
+
+    control: ControlTable
+    session_for: SessionFor
+    rerun: Callable[[PipelineSpec], str] = _run_command
+
+    def prepare(self, spec: PipelineSpec, *, now: datetime | None = None) -> PreparedRun:
+        """Plan `spec`'s next run and pin it (`prepare_run`).
+
+        Raises:
+            CdfPlatformError: a problem a person must fix (bronze missing, ...).
+        """
+        with classified_run(spec.id, rerun=self.rerun(spec)):
+            return prepare_run(
+                spec, spark_factory=lambda: self.session_for(False), control=self.control, now=now
+            )
+
+    def finish(
+        self, prepared: PreparedRun, *, force_rebuild: bool = False, shares_jvm: bool = False
+    ) -> RunResult:
+        """Carry out a prepared run (`finish_run`); its session is asked for as short when the
+        run is short and `shares_jvm` is false (no other run shares this process's JVM).
+
+        Raises:
+            CdfPlatformError: the classified failure (FAIL_FAST, bad input, a read failure).
+        """
+        short = not shares_jvm and prepared.is_short(force_rebuild=force_rebuild)
+        with classified_run(prepared.spec.id, rerun=self.rerun(prepared.spec)):
+            return finish_run(
+                prepared,
+                spark_factory=lambda: self.session_for(short),
+                control=self.control,
+                force_rebuild=force_rebuild,
+            )
+
+    def run(
+        self,
+        spec: PipelineSpec,
+        *,
+        now: datetime | None = None,
+        force_rebuild: bool = False,
+        on_plan: Callable[[RunPlan], None] | None = None,
+    ) -> RunResult:
+        """Plan and run `spec` once: no-op, initial load, incremental, or rebuild per the
+        fallback policy.
+
+        Args:
+            on_plan: called with the plan before it is carried out (to log the change set).
+
+        Raises:
+            CdfPlatformError: the classified failure (FAIL_FAST, bad input, a read failure).
+        """
+        prepared = self.prepare(spec, now=now)
+        if on_plan is not None:
+            on_plan(prepared.plan)
+        return self.finish(prepared, force_rebuild=force_rebuild)
+
+
 def run_pipeline(
     spec: PipelineSpec,
     *,
@@ -202,22 +280,13 @@ def run_pipeline(
     force_rebuild: bool = False,
     on_plan: Callable[[RunPlan], None] | None = None,
 ) -> RunResult:
-    """Plan and run `spec` once: no-op, initial load, incremental, or rebuild per the fallback
-    policy (`prepare_run`, then `finish_run`; the silver asset calls the same two halves, one
-    in its IO manager's load and one in its output).
-
-    Args:
-        on_plan: called with the plan before it is carried out (to log the pinned change set).
+    """`PipelineRunner.run` on the session `spark_factory` gives, short run or not.
 
     Raises:
         CdfPlatformError: the classified failure (FAIL_FAST, bad input, or a read failure).
     """
-    prepared = prepare_run(spec, spark_factory=spark_factory, control=control, now=now)
-    if on_plan is not None:
-        on_plan(prepared.plan)
-    return finish_run(
-        prepared, spark_factory=spark_factory, control=control, force_rebuild=force_rebuild
-    )
+    runner = PipelineRunner(control, lambda _short: spark_factory())
+    return runner.run(spec, now=now, force_rebuild=force_rebuild, on_plan=on_plan)
 
 
 def execute_plan(
@@ -347,38 +416,25 @@ def _incremental_steps(run: _Run, plan: RunPlan) -> RunResult:
             with interpreted(spark):
                 classified(ctx, partial(load_table_state, spark, spec.target))
             since = run.lap("silver_state", since)
-        stamp = TxnStamp(
-            app_id=app_id(spec.id, plan.silver.generation),
-            version=end,
-            metadata=user_metadata(
-                pipeline_id=spec.id,
-                run_id=run.run_id,
-                mode=RunMode.INCREMENTAL.value,
-                start_version=start,
-                end_version=end,
-                source_table_id=plan.window.table_id,
-                generation=plan.silver.generation,
-                **spec_metadata(plan.spec_record, plan.forward_only_after()),
-            ),
+        stamp = silver_stamp(
+            spec.id,
+            generation=plan.silver.generation,
+            run_id=run.run_id,
+            mode=RunMode.INCREMENTAL.value,
+            start_version=start,
+            end_version=end,
+            source_table_id=plan.window.table_id,
+            **spec_metadata(plan.spec_record, plan.forward_only_after()),
         )
-        if layout.sequenced_history:
-            staged = staged_sequenced_history(
-                spark, spec.target, collapsed.frame, layout, plan.silver.generation
-            )
-            write = partial(merge_sequenced_history, spark, spec.target, staged, layout, stamp)
-        elif layout.history is HistoryMode.SCD2:
-            staged = staged_history(spark, spec.target, collapsed.frame, layout)
-            write = partial(merge_history, spark, spec.target, staged, layout, stamp)
-        else:
+        writer = SilverWriter(spark, spec.target, layout, stamp, plan.silver.generation)
+        silver_filter = None
+        if writer.filters_keys:
             with interpreted(spark):
                 silver_filter = classified(
                     ctx, partial(changes_key_filter, spark, spec.target, collapsed, layout)
                 )
             since = run.lap("key_filter", since)
-            write = partial(
-                merge_changes, spark, spec.target, collapsed, layout, stamp, silver_filter
-            )
-        classified(ctx, write)
+        classified(ctx, partial(writer.apply_changes, collapsed, silver_filter))
     finally:
         collapsed.release()
     since = run.lap("merge", since)

@@ -4,16 +4,16 @@ run plan, its output side is the run.
 The silver asset takes bronze as an input loaded by `WatermarkIOManager`; the input carries the
 pipeline's spec (`pipeline_input`), which tells the IO manager that the consumer is a
 pipeline's silver. For it, `load_pipeline_batch` does not read bronze: it plans the run from the
-logs exactly as `cdf-platform run` does (`cdf_platform.runner.prepare_run`: the catalog located
-first when the pipeline names tables, then the JVM-free plan) and hands the asset a
-`PipelineBatch` holding the pinned `RunPlan`. Its watermark is silver's own, in silver's log
-and the control table (docs/design.md section 3), not a consumer's marks. The asset decides the
-policy (a requested rebuild) and returns a `PipelineWrite`, which `write_pipeline` carries out
-(`cdf_platform.runner.finish_run`: no-op, incremental MERGE, initial load or rebuild, each
-stamping the watermark in silver's commit) and reports as the materialization's metadata.
+logs exactly as `cdf-platform run` does (`cdf_platform.runner.PipelineRunner.prepare`: the
+catalog located first when the pipeline names tables, then the JVM-free plan) and hands the
+asset a `PipelineBatch` holding the pinned `RunPlan`. Its watermark is silver's own, in silver's
+log and the control table (docs/design.md section 3), not a consumer's marks. The asset decides
+the policy (a requested rebuild) and returns a `PipelineWrite`, which `write_pipeline` carries
+out (`PipelineRunner.finish`: no-op, incremental MERGE, initial load or rebuild, each stamping
+the watermark in silver's commit) and reports as the materialization's metadata.
 
-A no-op plan never starts Spark, on either side. Failures are classified on both sides
-(`classified_run`) and fail the step as a `dg.Failure` with the pipeline and incident code.
+A no-op plan never starts Spark, on either side. Failures are classified on both sides (by
+`PipelineRunner`) and fail the step as a `dg.Failure` with the pipeline and incident code.
 
 Example:
     >>> @dg.asset(ins={"bronze": pipeline_input(spec)})  # doctest: +SKIP
@@ -40,8 +40,7 @@ from cdf_platform.orchestration.keys import (
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.plan import RunPlan
 from cdf_platform.planning.run_result import RunResult
-from cdf_platform.runner import PreparedRun, finish_run, prepare_run
-from cdf_platform.spark.failures import classified_run
+from cdf_platform.runner import PipelineRunner, PreparedRun
 
 PIPELINE_SPEC = "cdf_platform/pipeline_spec"
 """The input metadata entry holding the pipeline's spec (JSON): it marks a pipeline's silver."""
@@ -103,6 +102,12 @@ def _rerun(spec: PipelineSpec) -> str:
     return f"the materialization of {silver_key(spec.id).to_user_string()}"
 
 
+def _runner(spark: SparkResource, lake: LakeLayout) -> PipelineRunner:
+    return PipelineRunner(
+        lake.control(), lambda short: spark.session_for_run(short=short), rerun=_rerun
+    )
+
+
 def load_pipeline_batch(
     context: dg.InputContext, spec: PipelineSpec, spark: SparkResource, lake: LakeLayout
 ) -> PipelineBatch:
@@ -113,10 +118,7 @@ def load_pipeline_batch(
         dg.Failure: the classified problem a person must fix (bronze missing, ...).
     """
     try:
-        with classified_run(spec.id, rerun=_rerun(spec)):
-            prepared = prepare_run(
-                spec, spark_factory=lambda: spark.spark_session, control=lake.control()
-            )
+        prepared = _runner(spark, lake).prepare(spec)
     except CdfPlatformError as err:
         raise pipeline_failure(spec, err) from err
     context.log.info("%s: planned from the logs in %.2f s", spec.id, prepared.plan_seconds)
@@ -139,15 +141,9 @@ def write_pipeline(
     try:
         # An unexpected failure is classified too: the step fails as a platform error naming
         # the pipeline and what to do, the original chained below it.
-        with classified_run(spec.id, rerun=_rerun(spec)):
-            result = finish_run(
-                write.prepared,
-                spark_factory=lambda: spark.session_for_run(
-                    short=not shared and write.prepared.is_short(force_rebuild=write.force_rebuild)
-                ),
-                control=lake.control(),
-                force_rebuild=write.force_rebuild,
-            )
+        result = _runner(spark, lake).finish(
+            write.prepared, force_rebuild=write.force_rebuild, shares_jvm=shared
+        )
     except CdfPlatformError as err:
         raise pipeline_failure(spec, err) from err
     context.log.info(

@@ -12,33 +12,23 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.faults import FaultPoint, fault_point
-from cdf_platform.core.spec import HistoryMode, PipelineSpec
+from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.spark.changes import ReadContext, classified, project_columns
 from cdf_platform.spark.conform import conform_snapshot
-from cdf_platform.spark.history import merge_history, staged_reconcile
-from cdf_platform.spark.merge import (
-    TxnStamp,
-    check_snapshot_keys,
-    load_snapshot,
-    reconcile_snapshot,
-)
-from cdf_platform.spark.sequenced_history import (
-    merge_sequenced_history,
-    staged_sequenced_reconcile,
-)
+from cdf_platform.spark.merge import check_snapshot_keys
 from cdf_platform.spark.silver_layout import SilverLayout
 from cdf_platform.spark.silver_table import (
     check_silver_owner,
     ensure_silver,
-    holds_files,
     set_deletion_vectors,
 )
-from cdf_platform.state.watermark import SilverState, app_id, spec_metadata, user_metadata
+from cdf_platform.spark.silver_writer import SilverWriter, silver_stamp
+from cdf_platform.state.watermark import SilverState, spec_metadata
 
 
 @dataclass(frozen=True)
@@ -151,43 +141,20 @@ def rebuild_silver(
         set_deletion_vectors(spark, spec.target, enabled=rewrite.deletion_vectors)
     fault_point(FaultPoint.DURING_REBUILD)
     generation = rebuild_generation(silver, version, source_reset=source_reset)
-    txn_app_id = app_id(spec.id, generation)
-    stamp = TxnStamp(
-        app_id=txn_app_id,
-        version=version,
-        metadata=user_metadata(
-            pipeline_id=spec.id,
-            run_id=run_id,
-            mode=mode,
-            start_version=None,
-            end_version=version,
-            source_table_id=source_table_id,
-            generation=generation,
-            **spec_metadata(rewrite.record),
-        ),
+    stamp = silver_stamp(
+        spec.id,
+        generation=generation,
+        run_id=run_id,
+        mode=mode,
+        start_version=None,
+        end_version=version,
+        source_table_id=source_table_id,
+        **spec_metadata(rewrite.record),
     )
+    writer = SilverWriter(spark, spec.target, layout, stamp, generation)
     deleted_at = version_timestamp or datetime.now(UTC)
-    if rewrite.reshape:
-        classified(
-            ctx, lambda: load_snapshot(spark, spec.target, snapshot, layout, stamp, replace=True)
-        )
-    elif layout.sequenced_history:
-        staged = staged_sequenced_reconcile(
-            spark, spec.target, snapshot, layout, version, generation
-        )
-        classified(ctx, lambda: merge_sequenced_history(spark, spec.target, staged, layout, stamp))
-    elif layout.history is HistoryMode.SCD2:
-        staged = staged_reconcile(spark, spec.target, snapshot, layout, version, deleted_at)
-        classified(ctx, lambda: merge_history(spark, spec.target, staged, layout, stamp))
-    elif not holds_files(spec.target):
-        # Nothing to reconcile with: an append, sorted by key (file statistics by key range).
-        classified(ctx, lambda: load_snapshot(spark, spec.target, snapshot, layout, stamp))
-    else:
-        if rewrite.exact:
-            layout = replace(layout, ignore_null_updates=False, sequence_by=None)
-        reconciled = layout
-        classified(
-            ctx,
-            lambda: reconcile_snapshot(spark, spec.target, snapshot, reconciled, stamp, deleted_at),
-        )
-    return RebuildOutcome(version, generation, txn_app_id, layout.data_columns)
+    reshape, exact = rewrite.reshape, rewrite.exact
+    classified(
+        ctx, lambda: writer.reconcile(snapshot, deleted_at=deleted_at, reshape=reshape, exact=exact)
+    )
+    return RebuildOutcome(version, generation, stamp.app_id, layout.data_columns)

@@ -1,0 +1,136 @@
+"""One writer per silver layout: how a change set (an incremental run) and a bronze snapshot (an
+initial load or a rebuild) reach silver, for SCD1, SCD2 and sequenced SCD2, each write carrying
+the watermark stamp (`silver_stamp`) in its one commit.
+
+The incremental run (`cdf_platform.runner`) and the rebuild (`cdf_platform.spark.rebuild`) both
+write through `SilverWriter`, so a layout's staging and MERGE are chosen in one place.
+
+Example:
+    >>> stamp = silver_stamp("orders", generation=0, run_id="r1", mode="incremental",
+    ...     start_version=55, end_version=57, source_table_id="t-1")
+    >>> stamp.app_id, stamp.version
+    ('orders', 57)
+    >>> writer = SilverWriter(spark, target, layout, stamp, generation=0)  # doctest: +SKIP
+    >>> writer.apply_changes(collapsed, silver_filter=None)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from cdf_platform.core.spec import HistoryMode
+from cdf_platform.spark.history import merge_history, staged_history, staged_reconcile
+from cdf_platform.spark.merge import TxnStamp, load_snapshot, merge_changes, reconcile_snapshot
+from cdf_platform.spark.sequenced_history import (
+    merge_sequenced_history,
+    staged_sequenced_history,
+    staged_sequenced_reconcile,
+)
+from cdf_platform.spark.silver_table import holds_files
+from cdf_platform.state.watermark import app_id, user_metadata
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from cdf_platform.spark.changes import CollapsedChanges
+    from cdf_platform.spark.silver_layout import SilverLayout
+
+
+def silver_stamp(
+    pipeline_id: str,
+    *,
+    generation: int,
+    run_id: str,
+    mode: str,
+    start_version: int | None,
+    end_version: int,
+    source_table_id: str | None,
+    **spec_fields: Any,
+) -> TxnStamp:
+    """The stamp of a silver write: txn app id of `generation`, txn version (the watermark)
+    `end_version`, and the commit's `userMetadata` naming the run (`spec_fields`: the spec
+    record, `cdf_platform.state.watermark.spec_metadata`)."""
+    return TxnStamp(
+        app_id=app_id(pipeline_id, generation),
+        version=end_version,
+        metadata=user_metadata(
+            pipeline_id=pipeline_id,
+            run_id=run_id,
+            mode=mode,
+            start_version=start_version,
+            end_version=end_version,
+            source_table_id=source_table_id,
+            generation=generation,
+            **spec_fields,
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class SilverWriter:
+    """Silver `target` of `layout`, written under `stamp` (source generation `generation`).
+
+    Attributes:
+        spark: The session the write runs on.
+        target: Silver's location.
+        layout: Silver's shape (keys, history, sequence, delete mode, columns).
+        stamp: The watermark and metadata the write's commit carries.
+        generation: The source generation of the stamp (sequenced history records it per row).
+    """
+
+    spark: SparkSession
+    target: str
+    layout: SilverLayout
+    stamp: TxnStamp
+    generation: int
+
+    @property
+    def filters_keys(self) -> bool:
+        """Whether an incremental write takes a key filter on silver's files
+        (`cdf_platform.spark.merge.changes_key_filter`): the SCD1 MERGE does; a history
+        layout stages against silver's open rows instead."""
+        return not self.layout.sequenced_history and self.layout.history is not HistoryMode.SCD2
+
+    def apply_changes(self, collapsed: CollapsedChanges, silver_filter: str | None) -> None:
+        """Apply a collapsed change set (an incremental run) in one stamped MERGE;
+        `silver_filter` is the key filter of an SCD1 write (`filters_keys`), else None."""
+        spark, target, layout = self.spark, self.target, self.layout
+        if layout.sequenced_history:
+            staged = staged_sequenced_history(
+                spark, target, collapsed.frame, layout, self.generation
+            )
+            merge_sequenced_history(spark, target, staged, layout, self.stamp)
+        elif layout.history is HistoryMode.SCD2:
+            staged = staged_history(spark, target, collapsed.frame, layout)
+            merge_history(spark, target, staged, layout, self.stamp)
+        else:
+            merge_changes(spark, target, collapsed, layout, self.stamp, silver_filter)
+
+    def reconcile(
+        self, snapshot: DataFrame, *, deleted_at: datetime, reshape: bool, exact: bool
+    ) -> None:
+        """Make silver the bronze snapshot at the stamp's version in one stamped commit: its
+        rows replaced in a new shape (`reshape`), else reconciled by a MERGE that changes only
+        the rows that differ (an append when silver holds no file yet). `exact` reconciles
+        SCD1 values as they are, not kept by `ignore_null_updates` or `sequence_by`;
+        `deleted_at` closes (or soft-deletes) the rows the snapshot no longer holds."""
+        spark, target, layout, version = self.spark, self.target, self.layout, self.stamp.version
+        if reshape:
+            load_snapshot(spark, target, snapshot, layout, self.stamp, replace=True)
+        elif layout.sequenced_history:
+            staged = staged_sequenced_reconcile(
+                spark, target, snapshot, layout, version, self.generation
+            )
+            merge_sequenced_history(spark, target, staged, layout, self.stamp)
+        elif layout.history is HistoryMode.SCD2:
+            staged = staged_reconcile(spark, target, snapshot, layout, version, deleted_at)
+            merge_history(spark, target, staged, layout, self.stamp)
+        elif not holds_files(target):
+            # Nothing to reconcile with: an append, sorted by key (file statistics by key range).
+            load_snapshot(spark, target, snapshot, layout, self.stamp)
+        else:
+            if exact:
+                layout = replace(layout, ignore_null_updates=False, sequence_by=None)
+            reconcile_snapshot(spark, target, snapshot, layout, self.stamp, deleted_at)
