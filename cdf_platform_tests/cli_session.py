@@ -155,19 +155,15 @@ def _settings() -> SparkSettings:
     """The settings a `cdf-platform run` of this environment builds its SparkSession with
     (master or Connect server, JVM log, the lake root's store connectors); the command's own
     `build_spark_session` then gets the session these started."""
-    from cdf_platform.core.config import (
-        default_lake_root,
-        default_master,
-        default_remote,
-        default_spark_log,
-    )
+    from cdf_platform.core.config import LakeEnvironment, default_spark_log
     from cdf_platform.spark.session import SparkSettings
 
+    env = LakeEnvironment.resolve()
     return SparkSettings(
-        master=default_master(),
-        remote=default_remote(),
+        master=env.master.value,
+        remote=env.remote.value if env.remote else None,
         jvm_log=default_spark_log(),
-        storage_locations=(default_lake_root(),),
+        storage_locations=(env.lake_root.value,),
     )
 
 

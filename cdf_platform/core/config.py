@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from cdf_platform.core.errors import RuntimeEnvironmentError
@@ -61,30 +62,84 @@ def control_root_under(lake_root: str) -> str:
     return f"{lake_root.rstrip('/')}/_control"
 
 
-def default_master() -> str:
-    """`$CDF_SPARK_MASTER`, else all local cores."""
-    return os.environ.get(MASTER_ENV) or DEFAULT_MASTER
+@dataclass(frozen=True)
+class Setting:
+    """One setting's value and the environment variable it was read from (None: the value was
+    given, or is the embedded default). The Dagster resources keep a variable's setting as a
+    `dg.EnvVar`, so the UI names the variable and a run reads it when it starts."""
+
+    value: str
+    variable: str | None = None
 
 
-def default_remote() -> str | None:
-    """`$CDF_SPARK_REMOTE` (a Spark Connect URL, `sc://host:port`), else None: Spark runs in
-    this process against `default_master()`."""
-    return os.environ.get(REMOTE_ENV) or None
+def _setting(variable: str, given: str | None, default: str | None) -> Setting | None:
+    if given:
+        return Setting(given)
+    read = os.environ.get(variable)
+    if read:
+        return Setting(read, variable)
+    return None if default is None else Setting(default)
 
 
-def default_lake_root() -> str:
-    """`$CDF_LAKE_ROOT`, else `lake/` under the working directory (resolved, `resolve_root`)."""
-    return resolve_root(os.environ.get(LAKE_ROOT_ENV) or embedded_lake_root())
+@dataclass(frozen=True)
+class LakeEnvironment:
+    """Where the lake, its control tables and its pipelines file are, and which Spark serves
+    them: each the value given (a command-line flag), else its environment variable, else the
+    embedded default. The one resolution of the environment: the command line takes the values,
+    the Dagster resources (`LakeLayout.from_environment`, `SparkResource.from_environment`)
+    keep the variables.
 
+    Attributes:
+        lake_root: `$CDF_LAKE_ROOT`, else `lake/` under the working directory (resolved,
+            `resolve_root`).
+        control_root: `$CDF_CONTROL_ROOT` (resolved), else None: `<lake root>/_control`.
+        pipelines_file: `$CDF_PIPELINES_FILE`, else `pipelines.yaml` in the working directory.
+        master: `$CDF_SPARK_MASTER`, else all local cores.
+        remote: `$CDF_SPARK_REMOTE` (a Spark Connect URL, `sc://host:port`), else None: Spark
+            runs in the process against `master`.
 
-def default_control_root(lake_root: str) -> str:
-    """`$CDF_CONTROL_ROOT`, else `<lake root>/_control` (resolved, `resolve_root`)."""
-    return resolve_root(os.environ.get(CONTROL_ROOT_ENV) or control_root_under(lake_root))
+    Example:
+        >>> env = LakeEnvironment.resolve(lake_root="s3://bucket/lake", control_root="s3://c")
+        >>> env.lake_root.value, env.control_root_path, env.lake_root.variable
+        ('s3://bucket/lake', 's3://c', None)
+    """
 
+    lake_root: Setting
+    control_root: Setting | None
+    pipelines_file: Setting
+    master: Setting
+    remote: Setting | None
 
-def default_pipelines_file() -> Path:
-    """`$CDF_PIPELINES_FILE`, else `pipelines.yaml` in the working directory."""
-    return Path(os.environ.get(PIPELINES_FILE_ENV) or DEFAULT_PIPELINES_FILE)
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        lake_root: str | None = None,
+        control_root: str | None = None,
+        pipelines_file: str | None = None,
+    ) -> LakeEnvironment:
+        """The environment now, the values given taking precedence over the variables."""
+        lake = _setting(LAKE_ROOT_ENV, lake_root, embedded_lake_root())
+        control = _setting(CONTROL_ROOT_ENV, control_root, None)
+        pipelines = _setting(PIPELINES_FILE_ENV, pipelines_file, DEFAULT_PIPELINES_FILE)
+        master = _setting(MASTER_ENV, None, DEFAULT_MASTER)
+        assert lake is not None and pipelines is not None and master is not None
+        return cls(
+            lake_root=Setting(resolve_root(lake.value), lake.variable),
+            control_root=(
+                None if control is None else Setting(resolve_root(control.value), control.variable)
+            ),
+            pipelines_file=pipelines,
+            master=master,
+            remote=_setting(REMOTE_ENV, None, None),
+        )
+
+    @property
+    def control_root_path(self) -> str:
+        """The control tables' folder: the control root, else `<lake root>/_control`."""
+        if self.control_root is not None:
+            return self.control_root.value
+        return control_root_under(self.lake_root.value)
 
 
 def default_automation() -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from cdf_platform.core.config import PIPELINES_FILE_ENV, default_pipelines_file
+from cdf_platform.core.config import PIPELINES_FILE_ENV, LakeEnvironment
 from cdf_platform.core.errors import FIX_SPEC_FIELD, InvalidPipelineSpec, TargetOwnershipConflict
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.storage_options import StorageConfig
@@ -87,12 +87,12 @@ _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _read_document(path: str | Path | None) -> tuple[Any, Path]:
-    """The parsed YAML of the pipelines file at `path` (default: `default_pipelines_file()`).
+    """The parsed YAML of the pipelines file at `path` (default: `LakeEnvironment`'s).
 
     Raises:
         InvalidPipelineSpec: the file is missing or is not YAML.
     """
-    file = Path(path) if path is not None else default_pipelines_file()
+    file = Path(path if path is not None else LakeEnvironment.resolve().pipelines_file.value)
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as err:

@@ -23,13 +23,13 @@ from cdf_platform.core.active_storage import use_storage_config
 from cdf_platform.core.config import (
     CONTROL_ROOT_ENV,
     DEFAULT_MASTER,
-    DEFAULT_PIPELINES_FILE,
     LAKE_ROOT_ENV,
     MASTER_ENV,
     PIPELINES_FILE_ENV,
     REMOTE_ENV,
+    LakeEnvironment,
+    Setting,
     control_root_under,
-    embedded_lake_root,
     resolve_root,
 )
 from cdf_platform.core.errors import InvalidPipelineSpec
@@ -44,9 +44,10 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def _from_env(name: str, default: str) -> str:
-    """`dg.EnvVar(name)` when the variable is set, else `default`."""
-    return dg.EnvVar(name) if os.environ.get(name) else default
+def _field(setting: Setting) -> str:
+    """A resource field's value for `setting`: `dg.EnvVar` of the variable it was read from,
+    else its value."""
+    return dg.EnvVar(setting.variable) if setting.variable else setting.value
 
 
 def _read_env(field: str, value: Any) -> Any:
@@ -126,13 +127,11 @@ class LakeLayout(dg.ConfigurableResource):
     @classmethod
     def from_environment(cls) -> LakeLayout:
         """The layout the environment configures (see the module docstring)."""
-        control_root = os.environ.get(CONTROL_ROOT_ENV)
+        env = LakeEnvironment.resolve()
         return cls(
-            lake_root=_from_env(LAKE_ROOT_ENV, embedded_lake_root()),
-            control_root=dg.EnvVar(CONTROL_ROOT_ENV) if control_root else None,
-            pipelines_file=_from_env(
-                PIPELINES_FILE_ENV, str(Path(DEFAULT_PIPELINES_FILE).resolve())
-            ),
+            lake_root=_field(env.lake_root),
+            control_root=_field(env.control_root) if env.control_root else None,
+            pipelines_file=_field(env.pipelines_file),
         )
 
     def bound(self) -> LakeLayout:
@@ -293,8 +292,9 @@ class SparkResource(LazyPySparkResource):
     def from_environment(cls, **fields: Any) -> SparkResource:
         """The resource with the master (or Spark Connect URL) the environment configures,
         and `fields`."""
-        remote = dg.EnvVar(REMOTE_ENV) if os.environ.get(REMOTE_ENV) else None
-        return cls(master=_from_env(MASTER_ENV, DEFAULT_MASTER), remote=remote, **fields)
+        env = LakeEnvironment.resolve()
+        remote = _field(env.remote) if env.remote else None
+        return cls(master=_field(env.master), remote=remote, **fields)
 
     def settings(self, *, short_run: bool = False) -> SparkSettings:
         """The engine-level settings this resource stands for; `short_run`: see

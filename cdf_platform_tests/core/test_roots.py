@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cdf_platform.core.config import default_control_root, default_lake_root, resolve_root
+from cdf_platform.core.config import LakeEnvironment, resolve_root
 from cdf_platform.core.spec import PipelineSpec
 
 
@@ -52,7 +52,14 @@ def test_relative_locations_end_absolute_under_any_root(
 
     monkeypatch.setenv("CDF_LAKE_ROOT", "w/lake")
     monkeypatch.delenv("CDF_CONTROL_ROOT", raising=False)
-    assert default_lake_root() == str(tmp_path / "w" / "lake")
-    assert default_control_root(default_lake_root()) == str(tmp_path / "w" / "lake" / "_control")
+    env = LakeEnvironment.resolve()
+    assert (env.lake_root.value, env.lake_root.variable) == (
+        str(tmp_path / "w/lake"),
+        "CDF_LAKE_ROOT",
+    )
+    assert env.control_root_path == str(tmp_path / "w" / "lake" / "_control")
     monkeypatch.setenv("CDF_CONTROL_ROOT", "w/control")
-    assert default_control_root(default_lake_root()) == str(tmp_path / "w" / "control")
+    assert LakeEnvironment.resolve().control_root_path == str(tmp_path / "w" / "control")
+    # A value given (a command-line flag) wins over the variable.
+    given = LakeEnvironment.resolve(lake_root="/data/lake", control_root="s3://b/c")
+    assert (given.lake_root.value, given.control_root_path) == ("/data/lake", "s3://b/c")

@@ -10,6 +10,8 @@ import dagster as dg
 import pytest
 from pyspark.sql import SparkSession
 
+from cdf_platform.cli import _context as cli_context
+from cdf_platform.cli import build_parser
 from cdf_platform.definitions import build_defs
 from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
@@ -59,6 +61,13 @@ def test_a_relative_lake_layout_resolves_once_to_absolute_paths(
             str(work / "lake" / "bronze" / "m"),
             str(work / "lake" / "silver" / "m"),
         )
+    # The command line resolves the same environment the same way.
+    specs, control, _ = cli_context(build_parser().parse_args(["status"]))
+    assert control.root == str(work / "control")
+    assert (specs[0].source, specs[0].target) == (
+        str(work / "lake" / "bronze" / "m"),
+        str(work / "lake" / "silver" / "m"),
+    )
     # A URI is left as it is.
     assert LakeLayout(lake_root="s3://bucket/lake").lake_root == "s3://bucket/lake"
 
