@@ -7,6 +7,7 @@ run a sensor requests within a tick or two."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import dagster as dg
+import psutil
 import pytest
 from pyspark.sql import SparkSession
 
@@ -71,15 +73,19 @@ def _run_of_process(instance: dg.DagsterInstance, pid: int) -> dg.DagsterRun | N
 def kill_a_run_mid_way(deployment: Deployment, instance: dg.DagsterInstance) -> str:
     """Kill (SIGKILL) the process of a run in progress and its driver JVM; return the run's id
     once it is marked failed. A run whose last event was written just before the kill ends as
-    it was (success): then another run is killed."""
+    it was (success), as does one whose process ended between being listed and the kill: then
+    another run is killed."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         for worker, jvm in deployment.run_workers():
             run = _run_of_process(instance, worker.pid)
             if run is None:
                 continue
-            jvm.kill()
-            worker.kill()
+            # Either may have ended on its own since it was listed (the run finished): the
+            # wait below then sees the run as it ended, and another run is killed.
+            for process in (jvm, worker):
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    process.kill()
             ended = wait_for(
                 f"run {run.run_id} ended after its process was killed",
                 lambda run_id=run.run_id: _finished(instance, run_id),
