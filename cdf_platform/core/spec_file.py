@@ -84,6 +84,10 @@ def parse_specs(document: Any, *, origin: str = "<config>") -> list[PipelineSpec
 # libyaml's safe loader where PyYAML was built with it (its wheels are): the same documents and
 # errors, parsed several times faster (a fleet's pipelines file is read by every process).
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# The last document parsed per file, with the text it was parsed from: the definitions read the
+# file's pipelines and its storage section several times while they load, a fleet's file once.
+# Callers only read the document (parse_specs, parse_storage copy what they keep).
+_PARSED: dict[Path, tuple[str, Any]] = {}
 
 
 def _read_document(path: str | Path | None) -> tuple[Any, Path]:
@@ -100,12 +104,17 @@ def _read_document(path: str | Path | None) -> tuple[Any, Path]:
             f"cannot read pipelines file {file}: {err.strerror}",
             action=f"create {file} or point ${PIPELINES_FILE_ENV} at your pipelines file",
         ) from err
+    cached = _PARSED.get(file)
+    if cached is not None and cached[0] == text:
+        return cached[1], file
     try:
-        return yaml.load(text, Loader=_SAFE_LOADER), file
+        document = yaml.load(text, Loader=_SAFE_LOADER)
     except yaml.YAMLError as err:
         raise InvalidPipelineSpec(
             f"{file} is not valid YAML: {err}", action="fix the YAML syntax at the line shown"
         ) from err
+    _PARSED[file] = (text, document)
+    return document, file
 
 
 def load_specs(

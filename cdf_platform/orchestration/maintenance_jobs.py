@@ -10,7 +10,8 @@ the run's metadata, and an observation on the bronze asset. A refusal fails the 
 seen: the table was not vacuumed.
 """
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 
 import dagster as dg
 from pydantic import Field
@@ -73,42 +74,26 @@ def silver_maintenance_job_name(pipeline_id: str) -> str:
     return f"maintenance_silver_{pipeline_id}_job"
 
 
-def build_maintenance_job(
-    bronze_name: str, source: str, specs: list[PipelineSpec]
-) -> dg.JobDefinition:
-    """The VACUUM job of the bronze table `bronze_name` stored at `source`, whose consumers are
-    among the pipelines `specs` (and the consumer assets registered as reading it)."""
-    return _vacuum_job(
-        maintenance_job_name(bronze_name),
-        f"vacuum_{bronze_name}",
-        dg.AssetKey([BRONZE_PREFIX, bronze_name]),
-        source,
-        specs,
-    )
+@dataclass(frozen=True)
+class _Vacuumed:
+    """A table a maintenance job vacuums: its asset key and location."""
+
+    key: dg.AssetKey
+    location: str
 
 
-def build_silver_maintenance_job(spec: PipelineSpec, specs: list[PipelineSpec]) -> dg.JobDefinition:
-    """The VACUUM job of `spec`'s silver table, whose consumers are the consumer assets
-    registered as reading it (and any pipeline among `specs` whose source it is)."""
-    return _vacuum_job(
-        silver_maintenance_job_name(spec.id),
-        f"vacuum_silver_{spec.id}",
-        silver_key(spec.id),
-        spec.target,
-        specs,
-    )
+def _vacuum_op(tables: Mapping[str, _Vacuumed], specs: list[PipelineSpec]) -> dg.OpDefinition:
+    """The VACUUM op every maintenance job runs (one definition, built once: a fleet's hundreds
+    of jobs each alias it), finding its table by the job's name in `tables`."""
 
-
-def _vacuum_job(
-    name: str, op_name: str, key: dg.AssetKey, location: str, specs: list[PipelineSpec]
-) -> dg.JobDefinition:
-    @dg.op(name=op_name, tags={"kind": "delta"}, config_schema=MAINTENANCE_CONFIG_SCHEMA)
-    def _vacuum(
+    @dg.op(name="vacuum", tags={"kind": "delta"}, config_schema=MAINTENANCE_CONFIG_SCHEMA)
+    def vacuum(
         context: dg.OpExecutionContext, spark: SparkResource, lake: LakeLayout
     ) -> dg.Output[None]:
+        table = tables[context.job_name]
         config = MaintenanceConfig(**context.op_config)
         decision = plan_vacuum(
-            location,
+            table.location,
             specs,
             policy=config.policy,
             buffer_hours=config.buffer_hours,
@@ -127,24 +112,31 @@ def _vacuum_job(
         metadata["consumers"] = dg.MetadataValue.json(figures["consumers"])
         context.log.info("%s: %s", decision.action.value, decision.reason)
         if not decision.will_vacuum:
-            context.log_event(dg.AssetObservation(asset_key=key, metadata=metadata))
-            refused = VacuumRefused(decision.reason, table=location)
+            context.log_event(dg.AssetObservation(asset_key=table.key, metadata=metadata))
+            refused = VacuumRefused(decision.reason, table=table.location)
             raise platform_failure(refused, **metadata)
         outcome = execute_vacuum(
             spark.spark_session, decision, listing_parallelism=config.listing_parallelism
         )
         if outcome.files_deleted is not None:
             metadata["files_deleted"] = outcome.files_deleted
-        context.log_event(dg.AssetObservation(asset_key=key, metadata=metadata))
+        context.log_event(dg.AssetObservation(asset_key=table.key, metadata=metadata))
         return dg.Output(None, metadata=metadata)
 
+    return vacuum
+
+
+def _vacuum_job(
+    name: str, node_name: str, key: dg.AssetKey, op: dg.OpDefinition
+) -> dg.JobDefinition:
+    # The op runs under the job's own node name (`vacuum_<table>`): the name run config uses.
     @dg.job(
         name=name,
         description=f"Consumer-aware VACUUM of {key.to_user_string()}: raises the retention its "
         "consumers need or refuses, never silently cutting a replay window.",
     )
     def _job() -> None:
-        _vacuum()
+        op.alias(node_name)()
 
     return _job
 
@@ -152,18 +144,31 @@ def _vacuum_job(
 def build_maintenance_jobs(
     specs: list[PipelineSpec], consumed: Collection[dg.AssetKey] = ()
 ) -> list[dg.JobDefinition]:
-    """One maintenance job per bronze table the pipelines read, and per silver table among the
-    asset keys `consumed` (read by consumer assets)."""
+    """One maintenance job per bronze table the pipelines read (`maintenance_<table>_job`, its
+    op `vacuum_<table>`), and per silver table among the asset keys `consumed`, read by
+    consumer assets (`maintenance_silver_<pipeline id>_job`, op `vacuum_silver_<pipeline id>`).
+    """
     sources: dict[str, str] = {}
     for spec in specs:
         sources.setdefault(spec.bronze_name, spec.source)
-    bronze = [build_maintenance_job(name, src, specs) for name, src in sorted(sources.items())]
-    silver = [
-        build_silver_maintenance_job(spec, specs)
+    planned = [
+        (
+            maintenance_job_name(name),
+            f"vacuum_{name}",
+            _Vacuumed(dg.AssetKey([BRONZE_PREFIX, name]), src),
+        )
+        for name, src in sorted(sources.items())
+    ] + [
+        (
+            silver_maintenance_job_name(spec.id),
+            f"vacuum_silver_{spec.id}",
+            _Vacuumed(silver_key(spec.id), spec.target),
+        )
         for spec in specs
         if silver_key(spec.id) in consumed
     ]
-    return bronze + silver
+    op = _vacuum_op({job: table for job, _, table in planned}, specs)
+    return [_vacuum_job(job, node, table.key, op) for job, node, table in planned]
 
 
 def build_maintenance_schedules(jobs: list[dg.JobDefinition]) -> list[dg.ScheduleDefinition]:
