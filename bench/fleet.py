@@ -118,11 +118,11 @@ class DriverWatch:
                         self.started.add(process.pid)
                         alive += 1
                         memory += process.memory_info().rss
+                    # The role is read each time: a driver's process is the launcher's shell
+                    # script until it execs java, under the same pid.
                     times = process.cpu_times()
                     self._cpu[process.pid] = (
-                        self._cpu[process.pid][0]
-                        if process.pid in self._cpu
-                        else self._role(process, command),
+                        self._role(process, command),
                         times.user + times.system,
                     )
             self.most_alive = max(self.most_alive, alive)
