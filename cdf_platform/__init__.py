@@ -7,7 +7,7 @@ The names a user needs, from one place:
     >>> cdf.FallbackMode.SNAPSHOT_REBUILD.value
     'SNAPSHOT_REBUILD'
 
-- the pipeline spec: `PipelineSpec`, `DeleteMode`, `HistoryMode`, `FallbackMode`,
+- the pipeline spec: `PipelineSpec`, `DeleteMode`, `ChangeSource`, `HistoryMode`, `FallbackMode`,
   `OnSpecChange`;
 - the Dagster definitions: `build_defs`, the Component `CdfPipelinesComponent`, the resources
   `SparkResource`, `LakeLayout` and `WatermarkIOManager`;
@@ -32,6 +32,7 @@ __version__ = "0.1.0"
 _HOMES = {
     "PipelineSpec": "cdf_platform.core.spec",
     "DeleteMode": "cdf_platform.core.spec",
+    "ChangeSource": "cdf_platform.core.spec",
     "HistoryMode": "cdf_platform.core.spec",
     "FallbackMode": "cdf_platform.core.spec",
     "OnSpecChange": "cdf_platform.core.spec",
@@ -76,6 +77,7 @@ __all__ = [  # noqa: RUF022 (grouped as `_HOMES` is)
     "__version__",
     "PipelineSpec",
     "DeleteMode",
+    "ChangeSource",
     "HistoryMode",
     "FallbackMode",
     "OnSpecChange",
@@ -157,6 +159,7 @@ if TYPE_CHECKING:
         VacuumRefused,
     )
     from cdf_platform.core.spec import (
+        ChangeSource,
         DeleteMode,
         FallbackMode,
         HistoryMode,

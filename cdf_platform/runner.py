@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import CdfPlatformError, SourceReset, SpecChanged
 from cdf_platform.core.faults import FaultPoint, fault_point
-from cdf_platform.core.spec import FallbackMode, HistoryMode, PipelineSpec
+from cdf_platform.core.spec import ChangeSource, FallbackMode, HistoryMode, PipelineSpec
 from cdf_platform.core.spec_fingerprint import EXACT_FIELDS, fingerprint_of, shaping_fields
 from cdf_platform.planning.assessment import REBUILDABLE
 from cdf_platform.planning.plan import RunMode, RunPlan, plan_pipeline
@@ -256,7 +256,7 @@ class PipelineRunner:
         force_rebuild: bool = False,
         on_plan: Callable[[RunPlan], None] | None = None,
     ) -> RunResult:
-        """Plan and run `spec` once: no-op, initial load, incremental, or rebuild per the
+        """Plan and run `spec` once: no-op, initial load, incremental, snapshot or rebuild per the
         fallback policy.
 
         Args:
@@ -297,7 +297,8 @@ def execute_plan(
     force_rebuild: bool = False,
     plan_seconds: float = 0.0,
 ) -> RunResult:
-    """Carry out `plan`: no-op, initial load, incremental, or rebuild per the fallback policy.
+    """Carry out `plan`: no-op, initial load, incremental, snapshot or rebuild per the fallback
+    policy.
 
     A no-op (no bronze version after the watermark) never starts Spark. A problem that a
     rebuild repairs (lost window, source reset, incompatible schema change, CDF gap) runs the
@@ -323,7 +324,7 @@ def execute_plan(
             _log_incident(run, plan, plan.problem)
             raise plan.problem
         return _rebuild(run, plan, plan.problem, requested=False)
-    if plan.mode is RunMode.INITIAL_LOAD:
+    if plan.mode in (RunMode.INITIAL_LOAD, RunMode.SNAPSHOT):
         return _rebuild(run, plan, None, requested=False)
     try:
         return _incremental(run, plan)
@@ -342,7 +343,10 @@ def _rebuildable(plan: RunPlan, problem: CdfPlatformError) -> bool:
     feed), a lost window when bronze's change feed is on again."""
     if isinstance(problem, SpecChanged):
         return True
-    return isinstance(problem, REBUILDABLE) and plan.window.cdf_enabled_at_latest
+    if not isinstance(problem, REBUILDABLE):
+        return False
+    # A snapshot source's rebuild is its every run: it needs no change feed.
+    return plan.window.cdf_enabled_at_latest or plan.spec.changes is ChangeSource.SNAPSHOTS
 
 
 def _spec_rewrite(plan: RunPlan) -> SpecRewrite:
@@ -465,11 +469,9 @@ def _rebuild(
     run: _Run, plan: RunPlan, problem: CdfPlatformError | None, *, requested: bool
 ) -> RunResult:
     spec = plan.spec
-    mode = (
-        RunMode.INITIAL_LOAD
-        if plan.mode is RunMode.INITIAL_LOAD and not requested
-        else RunMode.REBUILD
-    )
+    mode = plan.mode if plan.mode in (RunMode.INITIAL_LOAD, RunMode.SNAPSHOT) else RunMode.REBUILD
+    if requested:
+        mode = RunMode.REBUILD
     # Pin V first, from the log: commits landing from now on wait for the next incremental run.
     version = plan.end_version
     if problem is not None:
@@ -498,7 +500,12 @@ def _rebuild(
         problem.incident_code if problem is not None else ("MANUAL_REBUILD" if requested else None)
     )
     message = str(problem) if problem is not None else None
-    if spec.history is HistoryMode.SCD2 and plan.silver.watermark is not None:
+    # A snapshot source's history only ever holds its snapshots: that is what it is, not a loss.
+    if (
+        spec.history is HistoryMode.SCD2
+        and plan.silver.watermark is not None
+        and mode is not RunMode.SNAPSHOT
+    ):
         message = "; ".join(filter(None, (message, rebuild_note(plan.silver.watermark, version))))
     if isinstance(problem, SpecChanged):
         message = None  # the note says what the run did; the problem's remedy is done
@@ -587,7 +594,7 @@ def _log_incident(
     """A FAILED load-log row for `problem` (`mode`: what the run was doing; default: the plan's)."""
     spec = plan.spec
     mode = mode or plan.mode
-    rebuilding = mode in (RunMode.REBUILD, RunMode.INITIAL_LOAD)
+    rebuilding = mode in (RunMode.REBUILD, RunMode.INITIAL_LOAD, RunMode.SNAPSHOT)
     run.control.append_log(
         LoadLogEntry(
             run_id=run.run_id,

@@ -120,7 +120,9 @@ class CdfNotEnabled(CdfPlatformError):
     incident_code = "CDF_NOT_ENABLED"
     default_action = (
         "run ALTER TABLE ... SET TBLPROPERTIES (delta.enableChangeDataFeed = true) on the source, "
-        "then rebuild the pipeline (`cdf-platform rebuild <id>`)"
+        "then rebuild the pipeline (`cdf-platform rebuild <id>`); or, for a table whose change "
+        "feed stays off, set `changes: snapshots` on the pipeline (each run then reads and "
+        "reconciles the whole table)"
     )
 
 

@@ -59,6 +59,18 @@ class HistoryMode(StrEnum):
     versions are ordered and dated by that column."""
 
 
+class ChangeSource(StrEnum):
+    """How bronze gives silver its changes."""
+
+    CDF = "cdf"
+    """Bronze's Change Data Feed: a run MERGEs the changes of the versions after the watermark
+    (cost proportional to the change)."""
+    SNAPSHOTS = "snapshots"
+    """Bronze is a snapshot (a table without a change feed: JDBC dumps, files another tool
+    overwrites): a run reads it whole at a pinned version and reconciles silver with it, only
+    the rows that differ reaching silver's change feed (cost proportional to the table)."""
+
+
 class FallbackMode(StrEnum):
     """What an incremental run does when the change feed cannot be replayed."""
 
@@ -102,6 +114,13 @@ class PipelineSpec(BaseModel):
     )
     keys: list[str] = Field(min_length=1, description="Primary-key columns of the source.")
     delete_mode: DeleteMode = Field(default=DeleteMode.HARD, description="`hard` or `soft`.")
+    changes: ChangeSource = Field(
+        default=ChangeSource.CDF,
+        description="How bronze gives its changes: `cdf`, its Change Data Feed (each run MERGEs "
+        "the versions after the watermark); `snapshots`, bronze is read whole at a pinned "
+        "version and reconciled into silver (a table without a change feed; each run costs a "
+        "read of the whole table).",
+    )
     fallback_mode: FallbackMode = Field(
         default=FallbackMode.SNAPSHOT_REBUILD,
         description="`SNAPSHOT_REBUILD` or `FAIL_FAST` when the window is lost or bronze reset.",

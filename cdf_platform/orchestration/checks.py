@@ -29,7 +29,7 @@ from typing import Any
 
 import dagster as dg
 
-from cdf_platform.core.spec import FallbackMode, PipelineSpec
+from cdf_platform.core.spec import ChangeSource, FallbackMode, PipelineSpec
 from cdf_platform.orchestration.figures import count, hours, limit, text
 from cdf_platform.orchestration.keys import CHECKS_QUEUE, QUEUE_TAG, silver_key
 from cdf_platform.orchestration.resources import LakeLayout
@@ -56,6 +56,8 @@ class CheckTarget:
         max_allowed_lag_hours: consumer_lag fails above this lag.
         min_headroom_hours: replay_window warns below this headroom.
         fail_fast: whether a problem waits for a person (a pending spec edit is an error).
+        snapshots: whether it reads snapshots (`changes: snapshots`), not a change feed: no
+            replay window is kept for it.
     """
 
     key: dg.AssetKey
@@ -64,6 +66,7 @@ class CheckTarget:
     max_allowed_lag_hours: float
     min_headroom_hours: float
     fail_fast: bool = False
+    snapshots: bool = False
 
     @classmethod
     def of_pipeline(cls, spec: PipelineSpec) -> "CheckTarget":
@@ -75,6 +78,7 @@ class CheckTarget:
             spec.max_allowed_lag_hours,
             spec.min_headroom_hours,
             spec.fallback_mode is FallbackMode.FAIL_FAST,
+            spec.changes is ChangeSource.SNAPSHOTS,
         )
 
 
@@ -189,6 +193,11 @@ def replay_window_result(
             metadata=metadata,
         )
     description = f"replayable from version {status.earliest_replayable_version}"
+    if target.snapshots:
+        description = (
+            f"a snapshot source: each run reconciles {target.source}'s latest version, no "
+            "history to replay"
+        )
     if status.spec_state is SpecState.FORWARD_ONLY:
         description += (
             f"; spec edits of {', '.join(status.spec_changed_fields)} taken forward only: rows "

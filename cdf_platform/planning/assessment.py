@@ -48,6 +48,7 @@ from cdf_platform.core.errors import (
 from cdf_platform.core.spec import (
     CDF_COLUMNS,
     RESERVED_COLUMNS,
+    ChangeSource,
     FallbackMode,
     HistoryMode,
     OnSpecChange,
@@ -371,7 +372,8 @@ def assess_pipeline(
     invalid = colliding_columns_problem(spec, window)
     if invalid is not None:
         return blocked(invalid, window)
-    if silver.watermark is None and not window.cdf_enabled_at_latest:
+    snapshots = spec.changes is ChangeSource.SNAPSHOTS
+    if silver.watermark is None and not window.cdf_enabled_at_latest and not snapshots:
         return blocked(
             CdfNotEnabled(
                 "the change feed is off on the source, so silver could not follow it",
@@ -390,6 +392,12 @@ def assess_pipeline(
         change = compare_spec(recorded, current)
         forward_only = silver.forward_only
     consumer = assess_consumer(window, silver.watermark, now=now)
+    if snapshots:
+        # A snapshot source replays nothing: its next run reads bronze's latest version only,
+        # so no window closes on it (no headroom, always replayable).
+        consumer = replace(
+            consumer, replayable=True, window_break=None, headroom_hours=None, deadlines=()
+        )
 
     def assessed(problem: CdfPlatformError | None, *, blocking: bool) -> PipelineAssessment:
         return PipelineAssessment(
@@ -416,6 +424,7 @@ def assess_pipeline(
     )
     if (
         problem is None
+        and not snapshots
         and silver.watermark is not None
         and silver.watermark < window.latest_version
     ):

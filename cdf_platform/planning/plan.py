@@ -18,7 +18,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from cdf_platform.core.errors import CdfPlatformError, SourceReset, SpecChanged
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec import ChangeSource, PipelineSpec
 from cdf_platform.core.spec_fingerprint import SpecChange, fingerprint_of
 from cdf_platform.planning.assessment import (
     PipelineAssessment,
@@ -46,6 +46,9 @@ class RunMode(StrEnum):
     INCREMENTAL = "incremental"
     INITIAL_LOAD = "initial_load"
     REBUILD = "rebuild"
+    SNAPSHOT = "snapshot"
+    """A snapshot source's run (`changes: snapshots`): silver reconciled with bronze's snapshot
+    at the pinned version."""
 
 
 @dataclass(frozen=True)
@@ -137,11 +140,12 @@ class RunPlan:
 
     def shares_a_run(self) -> bool:
         """Whether this run may share a run (one process, one Spark driver) with other
-        pipelines' runs: a small incremental run (`is_small_incremental`), or an initial load
-        (no problem to fall back on) of a snapshot of at most SMALL_CHANGE_BYTES of files."""
+        pipelines' runs: a small incremental run (`is_small_incremental`), or an initial load or
+        a snapshot source's run (no problem to fall back on) of a snapshot of at most
+        SMALL_CHANGE_BYTES of files."""
         if self.is_small_incremental():
             return True
-        if self.mode is not RunMode.INITIAL_LOAD or self.problem is not None:
+        if self.mode not in (RunMode.INITIAL_LOAD, RunMode.SNAPSHOT) or self.problem is not None:
             return False
         size = self.snapshot_bytes()
         return size is not None and size <= SMALL_CHANGE_BYTES
@@ -192,6 +196,8 @@ def plan_from(found: PipelineAssessment) -> RunPlan:
         return make(RunMode.REBUILD, None if snapshot_only else watermark + 1)
     if watermark >= latest:
         return make(RunMode.NOOP, None)
+    if found.spec.changes is ChangeSource.SNAPSHOTS:
+        return make(RunMode.SNAPSHOT, None)
     return make(RunMode.INCREMENTAL, watermark + 1)
 
 

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec import ChangeSource, PipelineSpec
 from cdf_platform.state.consumer_marks import MarksLost, read_consumer_marks
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.locations import locate_table, located_specs
@@ -236,17 +236,17 @@ def plan_vacuum(
         watermark = read_silver_state(spec.target, spec.id).watermark
         assessment = assess_consumer(window, watermark, now=now)
         # A consumer that has not started loads a snapshot, and one that is caught up needs only
-        # the buffer for its next commit: neither needs history kept.
+        # the buffer for its next commit: neither needs history kept. Nor does a snapshot
+        # source's pipeline, which reads bronze's latest version only.
+        replays = watermark is not None and spec.changes is ChangeSource.CDF
         needed = assessment.lag_hours + buffer_hours if assessment.first_unprocessed_version else 0
         consumers.append(
             ConsumerNeed(
                 consumer=spec.id,
                 kind="pipeline",
                 watermark=watermark,
-                first_needed_version=assessment.first_unprocessed_version
-                if watermark is not None
-                else None,
-                needed_hours=needed if watermark is not None else 0.0,
+                first_needed_version=assessment.first_unprocessed_version if replays else None,
+                needed_hours=needed if replays else 0.0,
                 lag_hours=assessment.lag_hours if watermark is not None else 0.0,
                 observed_max_downtime_hours=_observed_downtime_hours(control, spec.id, now),
             )
