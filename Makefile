@@ -10,7 +10,9 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev]"
+	# setuptools' editable install prints an informational banner (a warning whose text starts
+	# "Editable installation") on every install of a flat layout; nothing in it asks for action.
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet -e ".[dev]"
 	$(BIN)/python -c "from cdf_platform.spark.session import require_java; require_java()"
 	touch $(STAMP)
 

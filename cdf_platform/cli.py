@@ -190,8 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the process exit code."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    # Dagster's SQLite instance logs its schema migration checks at INFO each time it opens.
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    # Dagster's SQLite instance logs its schema migration checks at INFO each time it opens, and
+    # py4j each connection to the JVM it opens and closes: neither says anything to a user.
+    for chatty in ("alembic", "py4j"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

@@ -475,7 +475,14 @@ def _rebuild(
     # Pin V first, from the log: commits landing from now on wait for the next incremental run.
     version = plan.end_version
     if problem is not None:
-        logger.warning("%s: %s; rebuilding from bronze version %d", spec.id, problem, version)
+        # One line: the whole message (with what to do) is the load log's and the run's.
+        logger.warning(
+            "%s: %s (%s); rebuilding from bronze version %d",
+            spec.id,
+            type(problem).__name__,
+            problem.incident_code,
+            version,
+        )
     spark = run.spark
     since = time.monotonic()
     try:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
+from cdf_platform.cli import main
 from cdf_platform.core.sql import sql_path
 from cdf_platform.spark.merge import TXN_APP_ID_CONF, TXN_VERSION_CONF
 from cdf_platform.state.watermark import OWNER_PROPERTY
@@ -84,7 +87,7 @@ def test_rebuild_run_and_status_commands(spark: SparkSession, lake: Path, tmp_pa
     # The terminal shows the platform's progress; Ivy's report and Spark's warnings go to
     # the JVM's log file, which the progress names.
     assert f"its console output goes to {spark_log}" in rebuilt.stderr
-    for noise in (":: resolving dependencies", "Ivy Default Cache", " WARN ", "log4j"):
+    for noise in (":: resolving dependencies", "Ivy Default Cache", " WARN ", "log4j", "py4j"):
         assert noise not in rebuilt.stderr
     assert ":: resolving dependencies" in spark_log.read_text()
     figures = json.loads(rebuilt.stdout)
@@ -129,3 +132,16 @@ def test_unknown_pipeline_and_bad_file_exit_2_with_the_fix_named(tmp_path: Path)
     assert "InvalidPipelineSpec" in invalid.stderr
     assert "pipeline Bad-Id: id:" in invalid.stderr
     assert "keys:" in invalid.stderr
+
+
+def test_py4j_connection_chatter_stays_off_the_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """py4j logs every connection to the JVM it closes at INFO ("Closing down clientserver
+    connection", a dozen lines in the demo's output); the command line keeps it at WARNING
+    while its own progress stays at INFO."""
+    monkeypatch.setattr(logging.getLogger(), "level", logging.INFO)
+    monkeypatch.setattr(logging.getLogger("py4j"), "level", logging.NOTSET)
+    assert main(["status", "--pipelines", str(tmp_path / "missing.yaml")]) == 2
+    assert not logging.getLogger("py4j.clientserver").isEnabledFor(logging.INFO)
+    assert logging.getLogger("cdf_platform").isEnabledFor(logging.INFO)
