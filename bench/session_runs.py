@@ -1,0 +1,165 @@
+"""What a fleet's pipelines cost inside warm Spark sessions, without Dagster: the lower bound of
+the fleet benchmark's catch-up on this machine.
+
+Each session (a process of its own, `local[2]`) loads `--pipelines` pipelines (the fleet
+benchmark's bronze: 1,000 demo `orders` rows), which warms its JVM, commits `--changed-keys`
+changed keys to every bronze, then runs every pipeline once (`run_pipeline`, incremental) and
+times the runs. `--sessions 2` runs two such sessions at once, as the fleet's two drivers do.
+Results in `bench/results/session_runs.{json,md}`: seconds a pipeline (wall time of the timed
+runs over their number) per session, and the medians of the runs' own step timings.
+
+Usage:
+    python -m bench.session_runs                   # one session, 20 pipelines x 100 keys
+    python -m bench.session_runs --sessions 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyspark
+import yaml
+
+from bench.report import (
+    Figure,
+    add_output_options,
+    command_line,
+    machine_info,
+    publish,
+    scratch_folder,
+)
+
+RESULTS = Path(__file__).resolve().parent / "results"
+INITIAL_ROWS = 1_000
+# The runs timed after this many (the first ones still compile the MERGE's code paths).
+WARM_UP = 3
+
+
+def one_session(workdir: Path, pipelines: int, changed_keys: int) -> dict[str, Any]:
+    """Load, then time one incremental run of each pipeline, in this process's session."""
+    from cdf_platform.demo.source import write_demo_batch
+    from cdf_platform.orchestration.resources import LakeLayout
+    from cdf_platform.runner import run_pipeline
+    from cdf_platform.spark.session import SparkSettings, build_spark_session
+    from cdf_platform_tests.system.deployment import orders_pipeline
+
+    ids = [f"s{k:03d}" for k in range(1, pipelines + 1)]
+    workdir.mkdir(parents=True, exist_ok=True)
+    pipelines_file = workdir / "pipelines.yaml"
+    document = {"pipelines": [orders_pipeline(i) for i in ids]}
+    pipelines_file.write_text(yaml.safe_dump(document), encoding="utf-8")
+    lake = LakeLayout(lake_root=str(workdir / "lake"), pipelines_file=str(pipelines_file)).bound()
+    specs, control = lake.specs(), lake.control()
+    spark = build_spark_session(
+        SparkSettings(master="local[2]", app_name="cdf_platform_session_runs")
+    )
+    for spec in specs:
+        write_demo_batch(spec.source, "orders", batch_size=INITIAL_ROWS)
+        run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    for spec in specs:
+        write_demo_batch(spec.source, "orders", batch_size=changed_keys)
+    started = time.monotonic()
+    results = [run_pipeline(s, spark_factory=lambda: spark, control=control) for s in specs]
+    seconds = time.monotonic() - started
+    spark.stop()
+    timed = results[WARM_UP:]
+    steps = sorted({name for r in timed for name in r.timings})
+    return {
+        "pipelines": pipelines,
+        "seconds": seconds,
+        "seconds_a_pipeline": seconds / pipelines,
+        "modes": sorted({r.mode.value for r in results}),
+        "step_medians_s": {
+            name: statistics.median(r.timings.get(name, 0.0) for r in timed) for name in steps
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pipelines", type=int, default=20, help="pipelines per session")
+    parser.add_argument("--changed-keys", type=int, default=100)
+    parser.add_argument("--sessions", type=int, default=1, choices=(1, 2))
+    parser.add_argument("--stem", default="session_runs", help="results file name")
+    parser.add_argument("--session-dir", type=Path, help=argparse.SUPPRESS)  # one session
+    add_output_options(parser, RESULTS)
+    args = parser.parse_args(argv)
+    started, loads = time.monotonic(), [os.getloadavg()[0]]
+    if args.session_dir is not None:
+        print(json.dumps(one_session(args.session_dir, args.pipelines, args.changed_keys)))
+        return
+    with scratch_folder(args, "cdf-session-runs-") as workdir:
+        command = [
+            sys.executable,
+            "-m",
+            "bench.session_runs",
+            "--pipelines",
+            str(args.pipelines),
+            "--changed-keys",
+            str(args.changed_keys),
+        ]
+        processes = [
+            subprocess.Popen(
+                [*command, "--session-dir", str(workdir / f"session{n}")],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            for n in range(args.sessions)
+        ]
+        sessions = [json.loads(p.communicate()[0].splitlines()[-1]) for p in processes]
+    loads.append(os.getloadavg()[0])
+    figures = [
+        Figure(
+            f"session {n + 1} of {args.sessions}: {s['pipelines']} pipelines x "
+            f"{args.changed_keys} changed keys, incremental runs",
+            f"{s['seconds_a_pipeline']:.2f} s a pipeline",
+            "",
+            None,
+            s["seconds_a_pipeline"],
+            f"{s['seconds']:.1f} s in all; modes {', '.join(s['modes'])}",
+        )
+        for n, s in enumerate(sessions)
+    ]
+    steps = sorted({name for s in sessions for name in s["step_medians_s"]})
+    document = {
+        "run": {
+            "title": "cdf_platform runs in warm sessions",
+            "label": f"{args.sessions} session(s) at once",
+            "quick": False,
+            "command": command_line("bench.session_runs", argv),
+            "summary": [
+                f"Each session: {args.pipelines} pipelines, bronze {INITIAL_ROWS:,} rows each, "
+                f"silver loaded (warming the JVM), then {args.changed_keys} changed keys per "
+                "bronze and one timed incremental run of each; local[2].",
+            ],
+            "load_average": {"start": loads[0], "end": loads[-1], "max": max(loads)},
+            "wall_seconds": time.monotonic() - started,
+        },
+        "machine": machine_info(pyspark.__version__),
+        "figures": figures,
+        "tables": {
+            f"Step medians after the first {WARM_UP} runs (seconds)": [
+                {"step": name}
+                | {
+                    f"session {n + 1}": f"{s['step_medians_s'].get(name, 0.0):.3f}"
+                    for n, s in enumerate(sessions)
+                }
+                for name in steps
+            ]
+        },
+        "sessions": sessions,
+    }
+    publish(args.out, args.stem, document)
+
+
+if __name__ == "__main__":
+    main()
