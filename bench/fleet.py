@@ -49,6 +49,7 @@ from bench.report import (
     scratch_folder,
 )
 from cdf_platform.core.config import DEFAULT_PIPELINES_PER_RUN
+from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.incremental_sensor import PENDING_STATUSES
 from cdf_platform.orchestration.resources import LakeLayout
@@ -145,17 +146,16 @@ class DriverWatch:
         self._thread.join(timeout=10)
 
 
-def _applied(deployment: Deployment, waiting: set[str]) -> set[str]:
-    """The pipelines of `waiting` that have not applied their bronze's latest version yet (only
-    those are read: a caught-up pipeline stays caught up, bronze does not move meanwhile)."""
-    from cdf_platform.planning.status import pipeline_statuses
+def _not_caught_up(deployment: Deployment, waiting: dict[str, int]) -> dict[str, int]:
+    """The pipelines of `waiting` (id -> bronze's latest version, which does not move during
+    the catch-up) whose silver watermark is not that version yet: only silver's newest commits
+    are read, for the pipelines still waiting (a caught-up one stays caught up)."""
+    from cdf_platform.state.watermark import read_silver_state
 
-    bound = deployment.lake_layout.bound()
-    specs = [spec for spec in bound.specs() if spec.id in waiting]
     return {
-        status.pipeline_id
-        for status in pipeline_statuses(specs, bound.control())
-        if status.watermark is None or status.watermark != status.latest_version
+        pipeline_id: latest
+        for pipeline_id, latest in waiting.items()
+        if read_silver_state(str(deployment.silver(pipeline_id)), pipeline_id).watermark != latest
     }
 
 
@@ -184,6 +184,7 @@ def catch_up(spark: SparkSession, workdir: Path, n: int, changed_keys: int) -> d
         control = bound.control()
         for pipeline_id in ids:
             write_demo_batch(str(deployment.bronze(pipeline_id)), "orders", batch_size=changed_keys)
+        waiting = {i: DeltaLog(str(deployment.bronze(i))).latest_version() for i in ids}
         with deployment.environment():
             instance = deployment.instance()
             watch = DriverWatch(deployment)
@@ -192,8 +193,7 @@ def catch_up(spark: SparkSession, workdir: Path, n: int, changed_keys: int) -> d
                 watch.start()
                 deadline = time.monotonic() + 3600
                 bench_cpu = time.process_time()
-                waiting = set(ids)
-                while waiting := _applied(deployment, waiting):
+                while waiting := _not_caught_up(deployment, waiting):
                     if time.monotonic() > deadline:
                         raise RuntimeError("the fleet did not catch up within an hour")
                     time.sleep(2)
