@@ -7,11 +7,11 @@ STAMP := $(VENV)/.installed
 .PHONY: setup demo demo-s3 test docs docs-serve bench-s3 bench-latency bench-freshness lint typecheck unit browser azurite bench dev clean
 
 # Create the virtualenv and install the project with its dev tools (re-run when pyproject changes).
+# setuptools' editable install prints an informational banner (a warning whose text starts
+# "Editable installation") on every install of a flat layout; nothing in it asks for action.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	# setuptools' editable install prints an informational banner (a warning whose text starts
-	# "Editable installation") on every install of a flat layout; nothing in it asks for action.
 	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet -e ".[dev]"
 	$(BIN)/python -c "from cdf_platform.spark.session import require_java; require_java()"
 	touch $(STAMP)
