@@ -46,6 +46,7 @@ from bench.report import (
     command_line,
     machine_info,
     publish,
+    run_info,
     scratch_folder,
 )
 from cdf_platform.core.config import DEFAULT_PIPELINES_PER_RUN
@@ -454,21 +455,20 @@ def main(argv: list[str] | None = None) -> None:
             )
         )
     document = {
-        "run": {
-            "title": "cdf_platform fleet benchmark",
-            "label": f"at most {per_run} pipeline(s) per run",
-            "quick": False,
-            "command": command_line("bench.fleet", argv),
-            "summary": [
+        "run": run_info(
+            "cdf_platform fleet benchmark",
+            f"at most {per_run} pipeline(s) per run",
+            command_line("bench.fleet", argv),
+            [
                 f"Catch-up: {n} pipelines, bronze {INITIAL_ROWS:,} rows each, silver loaded "
                 f"beforehand, then {k} changed keys per bronze; the deployment of deploy/ "
                 "(PostgreSQL, code server, daemon, webserver), local Spark.",
                 f"JVM-free: {m} pipelines, bronze of 20 rows, silver loaded beforehand (the "
                 "control tables hold a row per pipeline), then 20 more rows per bronze.",
             ],
-            "load_average": {"start": loads[0], "end": loads[-1], "max": max(loads)},
-            "wall_seconds": time.monotonic() - started,
-        },
+            loads,
+            started,
+        ),
         "machine": machine_info(pyspark.__version__),
         "figures": figures,
         "tables": {

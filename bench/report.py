@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -285,6 +286,28 @@ def scratch_folder(args: argparse.Namespace, prefix: str) -> Iterator[Path]:
 def command_line(module: str, argv: list[str] | None) -> str:
     """How the benchmark was started, for the report (`python -m <module> <arguments>`)."""
     return " ".join([f"python -m {module}", *(sys.argv[1:] if argv is None else argv)])
+
+
+def run_info(
+    title: str,
+    label: str,
+    command: str,
+    summary: list[str],
+    loads: list[float],
+    started: float,
+) -> dict[str, Any]:
+    """The `run` section of a benchmark's results that describes its own sizes (`summary`):
+    title, label, command line, the load averages seen and the wall time since `started`
+    (`time.monotonic()`)."""
+    return {
+        "title": title,
+        "label": label,
+        "quick": False,
+        "command": command,
+        "summary": summary,
+        "load_average": {"start": loads[0], "end": loads[-1], "max": max(loads)},
+        "wall_seconds": time.monotonic() - started,
+    }
 
 
 def publish(out: Path, stem: str, document: dict[str, Any]) -> None:

@@ -34,6 +34,7 @@ from bench.report import (
     command_line,
     machine_info,
     publish,
+    run_info,
     scratch_folder,
 )
 
@@ -131,19 +132,18 @@ def main(argv: list[str] | None = None) -> None:
     ]
     steps = sorted({name for s in sessions for name in s["step_medians_s"]})
     document = {
-        "run": {
-            "title": "cdf_platform runs in warm sessions",
-            "label": f"{args.sessions} session(s) at once",
-            "quick": False,
-            "command": command_line("bench.session_runs", argv),
-            "summary": [
+        "run": run_info(
+            "cdf_platform runs in warm sessions",
+            f"{args.sessions} session(s) at once",
+            command_line("bench.session_runs", argv),
+            [
                 f"Each session: {args.pipelines} pipelines, bronze {INITIAL_ROWS:,} rows each, "
                 f"silver loaded (warming the JVM), then {args.changed_keys} changed keys per "
                 "bronze and one timed incremental run of each; local[2].",
             ],
-            "load_average": {"start": loads[0], "end": loads[-1], "max": max(loads)},
-            "wall_seconds": time.monotonic() - started,
-        },
+            loads,
+            started,
+        ),
         "machine": machine_info(pyspark.__version__),
         "figures": figures,
         "tables": {

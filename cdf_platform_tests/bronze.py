@@ -73,6 +73,21 @@ def vacuum_retain_zero(spark: SparkSession, path: str) -> None:
     session.sql(f"VACUUM {sql_path(path)} RETAIN 0 HOURS")
 
 
+def commit_feed(
+    spark: SparkSession, path: str, version: int, *columns: str
+) -> list[tuple[Any, ...]]:
+    """Sorted (id, `_change_type`, *`columns`) of the change feed of the commit `version` of
+    the Delta table at `path`."""
+    frame = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", version)
+        .option("endingVersion", version)
+        .load(path)
+    )
+    return sorted((r["id"], r["_change_type"], *(r[c] for c in columns)) for r in frame.collect())
+
+
 def rows(spark: SparkSession, path: str, *columns: str) -> list[tuple[Any, ...]]:
     """Sorted tuples of `columns` (default: all data columns) of the Delta table at `path`."""
     frame = spark.read.format("delta").load(path)

@@ -19,6 +19,7 @@ from cdf_platform.planning.status import WindowState, pipeline_status
 from cdf_platform.runner import execute_plan, plan_pipeline, run_pipeline
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_tests.bronze import (
+    commit_feed,
     control_for,
     drop_column,
     insert,
@@ -27,17 +28,6 @@ from cdf_platform_tests.bronze import (
     spec_for,
     sql,
 )
-
-
-def _silver_changes(spark: SparkSession, target: str, version: int) -> list[tuple[object, ...]]:
-    frame = (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", version)
-        .option("endingVersion", version)
-        .load(target)
-    )
-    return sorted((r["id"], r["_change_type"]) for r in frame.collect())
 
 
 def test_classic_outage_timeline_is_detected_before_any_read_and_rebuilt_exactly(
@@ -161,14 +151,14 @@ def test_rebuild_writes_only_real_differences_to_silver_change_feed(
 
     quiet = run_pipeline(spec, spark_factory=lambda: spark, control=control, force_rebuild=True)
     assert quiet.mode is RunMode.REBUILD
-    assert _silver_changes(spark, spec.target, DeltaTable(spec.target).version()) == []
+    assert commit_feed(spark, spec.target, DeltaTable(spec.target).version()) == []
     assert (quiet.rows_inserted, quiet.rows_updated, quiet.rows_deleted) == (0, 0, 0)
 
     # k = 3 real differences: silver drifted on two rows and lost one.
     sql(spark, spec.target, "UPDATE {t} SET amount = -1 WHERE id IN (3, 4)")
     sql(spark, spec.target, "DELETE FROM {t} WHERE id = 5")
     fixed = run_pipeline(spec, spark_factory=lambda: spark, control=control, force_rebuild=True)
-    changes = _silver_changes(spark, spec.target, DeltaTable(spec.target).version())
+    changes = commit_feed(spark, spec.target, DeltaTable(spec.target).version())
     assert [c for c in changes if c[1] != "update_preimage"] == [
         (3, "update_postimage"),
         (4, "update_postimage"),

@@ -22,7 +22,7 @@ from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.status import WindowState, pipeline_status
 from cdf_platform.planning.vacuum import plan_vacuum
 from cdf_platform.runner import run_pipeline
-from cdf_platform_tests.bronze import control_for, rows, spec_for
+from cdf_platform_tests.bronze import commit_feed, control_for, rows, spec_for
 from cdf_platform_tests.lake_platform import control_for as lake_control_for
 from cdf_platform_tests.lake_platform import (
     incremental_tick,
@@ -43,19 +43,8 @@ def overwrite(spark: SparkSession, path: str, data: list[tuple[Any, ...]]) -> No
 def silver_feed(spark: SparkSession, target: str) -> list[tuple[Any, ...]]:
     """Silver's change feed of its latest commit: (id, change type, amount), pre-images left
     out."""
-    version = DeltaTable(target).version()
-    frame = (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", version)
-        .option("endingVersion", version)
-        .load(target)
-    )
-    return sorted(
-        (r["id"], r["_change_type"], r["amount"])
-        for r in frame.collect()
-        if r["_change_type"] != "update_preimage"
-    )
+    feed = commit_feed(spark, target, DeltaTable(target).version(), "amount")
+    return [change for change in feed if change[1] != "update_preimage"]
 
 
 @pytest.mark.parametrize("delete_mode", ["hard", "soft"])
