@@ -90,7 +90,7 @@ class DriverWatch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="driver-watch", daemon=True)
 
-    def _role(self, process: psutil.Process, command: list[str]) -> str:
+    def _role(self, process: psutil.Process) -> str:
         if process.name() == "java":
             return "Spark driver JVMs"
         roots = {
@@ -124,7 +124,7 @@ class DriverWatch:
                     # script until it execs java, under the same pid.
                     times = process.cpu_times()
                     self._cpu[process.pid] = (
-                        self._role(process, command),
+                        self._role(process),
                         times.user + times.system,
                     )
             self.most_alive = max(self.most_alive, alive)

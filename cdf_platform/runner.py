@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import CdfPlatformError, SourceReset, SpecChanged
 from cdf_platform.core.faults import FaultPoint, fault_point
-from cdf_platform.core.spec import ChangeSource, FallbackMode, HistoryMode, PipelineSpec
+from cdf_platform.core.spec import FallbackMode, HistoryMode, PipelineSpec
 from cdf_platform.core.spec_fingerprint import EXACT_FIELDS, fingerprint_of, shaping_fields
 from cdf_platform.planning.assessment import REBUILDABLE
 from cdf_platform.planning.plan import RunMode, RunPlan, plan_pipeline
@@ -324,7 +324,7 @@ def execute_plan(
             _log_incident(run, plan, plan.problem)
             raise plan.problem
         return _rebuild(run, plan, plan.problem, requested=False)
-    if plan.mode in (RunMode.INITIAL_LOAD, RunMode.SNAPSHOT):
+    if plan.mode.reads_snapshot:  # an initial load or a snapshot source's run: no problem here
         return _rebuild(run, plan, None, requested=False)
     try:
         return _incremental(run, plan)
@@ -346,7 +346,7 @@ def _rebuildable(plan: RunPlan, problem: CdfPlatformError) -> bool:
     if not isinstance(problem, REBUILDABLE):
         return False
     # A snapshot source's rebuild is its every run: it needs no change feed.
-    return plan.window.cdf_enabled_at_latest or plan.spec.changes is ChangeSource.SNAPSHOTS
+    return plan.window.cdf_enabled_at_latest or plan.spec.snapshot_source
 
 
 def _spec_rewrite(plan: RunPlan) -> SpecRewrite:
@@ -469,9 +469,9 @@ def _rebuild(
     run: _Run, plan: RunPlan, problem: CdfPlatformError | None, *, requested: bool
 ) -> RunResult:
     spec = plan.spec
-    mode = plan.mode if plan.mode in (RunMode.INITIAL_LOAD, RunMode.SNAPSHOT) else RunMode.REBUILD
-    if requested:
-        mode = RunMode.REBUILD
+    # The planned snapshot read keeps its name; a requested one, or an incremental run falling
+    # back, is a rebuild.
+    mode = plan.mode if plan.mode.reads_snapshot and not requested else RunMode.REBUILD
     # Pin V first, from the log: commits landing from now on wait for the next incremental run.
     version = plan.end_version
     if problem is not None:
@@ -601,7 +601,7 @@ def _log_incident(
     """A FAILED load-log row for `problem` (`mode`: what the run was doing; default: the plan's)."""
     spec = plan.spec
     mode = mode or plan.mode
-    rebuilding = mode in (RunMode.REBUILD, RunMode.INITIAL_LOAD, RunMode.SNAPSHOT)
+    rebuilding = mode.reads_snapshot
     run.control.append_log(
         LoadLogEntry(
             run_id=run.run_id,

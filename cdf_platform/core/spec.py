@@ -302,6 +302,12 @@ class PipelineSpec(BaseModel):
         return self
 
     @property
+    def snapshot_source(self) -> bool:
+        """Whether bronze is read as snapshots (`changes: snapshots`): a run replays no history,
+        so no replay window is kept for it."""
+        return self.changes is ChangeSource.SNAPSHOTS
+
+    @property
     def bronze_name(self) -> str:
         """Table name of the bronze asset: `bronze_table`, else the last part of `source`."""
         last = self.source.rstrip("/").rsplit("/", 1)[-1]

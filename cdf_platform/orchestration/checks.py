@@ -29,7 +29,7 @@ from typing import Any
 
 import dagster as dg
 
-from cdf_platform.core.spec import ChangeSource, FallbackMode, PipelineSpec
+from cdf_platform.core.spec import FallbackMode, PipelineSpec
 from cdf_platform.orchestration.figures import count, hours, limit, text
 from cdf_platform.orchestration.keys import CHECKS_QUEUE, QUEUE_TAG, silver_key
 from cdf_platform.orchestration.resources import LakeLayout
@@ -78,7 +78,7 @@ class CheckTarget:
             spec.max_allowed_lag_hours,
             spec.min_headroom_hours,
             spec.fallback_mode is FallbackMode.FAIL_FAST,
-            spec.changes is ChangeSource.SNAPSHOTS,
+            spec.snapshot_source,
         )
 
 

@@ -48,7 +48,6 @@ from cdf_platform.core.errors import (
 from cdf_platform.core.spec import (
     CDF_COLUMNS,
     RESERVED_COLUMNS,
-    ChangeSource,
     FallbackMode,
     HistoryMode,
     OnSpecChange,
@@ -372,7 +371,7 @@ def assess_pipeline(
     invalid = colliding_columns_problem(spec, window)
     if invalid is not None:
         return blocked(invalid, window)
-    snapshots = spec.changes is ChangeSource.SNAPSHOTS
+    snapshots = spec.snapshot_source
     if silver.watermark is None and not window.cdf_enabled_at_latest and not snapshots:
         return blocked(
             CdfNotEnabled(

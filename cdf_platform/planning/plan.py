@@ -18,7 +18,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from cdf_platform.core.errors import CdfPlatformError, SourceReset, SpecChanged
-from cdf_platform.core.spec import ChangeSource, PipelineSpec
+from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_fingerprint import SpecChange, fingerprint_of
 from cdf_platform.planning.assessment import (
     PipelineAssessment,
@@ -49,6 +49,12 @@ class RunMode(StrEnum):
     SNAPSHOT = "snapshot"
     """A snapshot source's run (`changes: snapshots`): silver reconciled with bronze's snapshot
     at the pinned version."""
+
+    @property
+    def reads_snapshot(self) -> bool:
+        """Whether the run reads bronze's snapshot at its pinned version (an initial load, a
+        rebuild, a snapshot source's run), not a change-feed range."""
+        return self in (RunMode.INITIAL_LOAD, RunMode.REBUILD, RunMode.SNAPSHOT)
 
 
 @dataclass(frozen=True)
@@ -145,7 +151,8 @@ class RunPlan:
         SMALL_CHANGE_BYTES of files."""
         if self.is_small_incremental():
             return True
-        if self.mode not in (RunMode.INITIAL_LOAD, RunMode.SNAPSHOT) or self.problem is not None:
+        # A rebuild is planned for a problem only, so this leaves initial loads and snapshot runs.
+        if not self.mode.reads_snapshot or self.problem is not None:
             return False
         size = self.snapshot_bytes()
         return size is not None and size <= SMALL_CHANGE_BYTES
@@ -196,7 +203,7 @@ def plan_from(found: PipelineAssessment) -> RunPlan:
         return make(RunMode.REBUILD, None if snapshot_only else watermark + 1)
     if watermark >= latest:
         return make(RunMode.NOOP, None)
-    if found.spec.changes is ChangeSource.SNAPSHOTS:
+    if found.spec.snapshot_source:
         return make(RunMode.SNAPSHOT, None)
     return make(RunMode.INCREMENTAL, watermark + 1)
 

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from cdf_platform.core.spec import ChangeSource, PipelineSpec
+from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.state.consumer_marks import MarksLost, read_consumer_marks
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.locations import locate_table, located_specs
@@ -238,7 +238,7 @@ def plan_vacuum(
         # A consumer that has not started loads a snapshot, and one that is caught up needs only
         # the buffer for its next commit: neither needs history kept. Nor does a snapshot
         # source's pipeline, which reads bronze's latest version only.
-        replays = watermark is not None and spec.changes is ChangeSource.CDF
+        replays = watermark is not None and not spec.snapshot_source
         needed = assessment.lag_hours + buffer_hours if assessment.first_unprocessed_version else 0
         consumers.append(
             ConsumerNeed(
