@@ -7,8 +7,8 @@ The names a user needs, from one place:
     >>> cdf.FallbackMode.SNAPSHOT_REBUILD.value
     'SNAPSHOT_REBUILD'
 
-- the pipeline spec: `PipelineSpec`, `DeleteMode`, `ChangeSource`, `HistoryMode`, `FallbackMode`,
-  `OnSpecChange`;
+- the pipeline spec: `PipelineSpec`, `DeleteMode`, `ChangeSource`, `EventSpec`, `HistoryMode`,
+  `FallbackMode`, `OnSpecChange`;
 - the Dagster definitions: `build_defs`, the Component `CdfPipelinesComponent`, the resources
   `SparkResource`, `LakeLayout` and `WatermarkIOManager`;
 - your own incremental asset: what it receives (`ChangeBatch`) and returns (`TableWrite`:
@@ -33,6 +33,7 @@ _HOMES = {
     "PipelineSpec": "cdf_platform.core.spec",
     "DeleteMode": "cdf_platform.core.spec",
     "ChangeSource": "cdf_platform.core.spec",
+    "EventSpec": "cdf_platform.core.spec",
     "HistoryMode": "cdf_platform.core.spec",
     "FallbackMode": "cdf_platform.core.spec",
     "OnSpecChange": "cdf_platform.core.spec",
@@ -78,6 +79,7 @@ __all__ = [  # noqa: RUF022 (grouped as `_HOMES` is)
     "PipelineSpec",
     "DeleteMode",
     "ChangeSource",
+    "EventSpec",
     "HistoryMode",
     "FallbackMode",
     "OnSpecChange",
@@ -161,6 +163,7 @@ if TYPE_CHECKING:
     from cdf_platform.core.spec import (
         ChangeSource,
         DeleteMode,
+        EventSpec,
         FallbackMode,
         HistoryMode,
         OnSpecChange,

@@ -69,6 +69,75 @@ class ChangeSource(StrEnum):
     """Bronze is a snapshot (a table without a change feed: JDBC dumps, files another tool
     overwrites): a run reads it whole at a pinned version and reconciles silver with it, only
     the rows that differ reaching silver's change feed (cost proportional to the table)."""
+    EVENTS = "events"
+    """Bronze is an append-only log of change events (Debezium, AWS DMS, a Kafka landing): each
+    row is one source change with its operation and row image (`events`), ordered by
+    `sequence_by`. A run folds the events appended after the watermark; bronze deleting or
+    compacting old events changes nothing in silver."""
+
+
+class EventSpec(BaseModel):
+    """How an event row of a change-event log reads (`changes: events`).
+
+    Example:
+        >>> debezium = EventSpec(operation="op", upserts=["c", "u", "r"], deletes=["d"],
+        ...                      row="coalesce(after, before)")
+        >>> debezium.kind_of("d")
+        'delete'
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    operation: str = Field(
+        description="The event's operation: a Spark SQL expression over the event row (a "
+        "column, e.g. `op`), compared as a string with the values below."
+    )
+    upserts: list[str] = Field(
+        min_length=1,
+        description="Operation values that insert or update the key (Debezium: `c`, `u`, `r`; "
+        "DMS: `I`, `U`).",
+    )
+    deletes: list[str] = Field(
+        default_factory=list,
+        description="Operation values that delete the key (Debezium: `d`; DMS: `D`). Any value "
+        "in neither list, or NULL, is refused as a data error.",
+    )
+    row: str | None = Field(
+        default=None,
+        description="The row image: a Spark SQL expression giving a struct whose fields are "
+        "silver's columns (Debezium: `coalesce(after, before)`: a delete carries its key in "
+        "`before`). Default: the event's own columns, `exclude_columns` leaving the operation "
+        "and metadata out.",
+    )
+    tombstone_retention_hours: float = Field(
+        default=168.0,
+        gt=0,
+        description="`delete_mode: hard`, `history: scd1`: how long a deleted key's tombstone "
+        "(its delete's sequence value) is kept so an older event arriving later cannot bring "
+        "the key back.",
+    )
+
+    @field_validator("operation", "row")
+    @classmethod
+    def _check_expression(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("an events expression is empty")
+        return value
+
+    @model_validator(mode="after")
+    def _check_values(self) -> EventSpec:
+        for name, values in (("upserts", self.upserts), ("deletes", self.deletes)):
+            if len(set(values)) != len(values):
+                raise ValueError(f"events.{name} lists a value twice: {values}")
+        if both := sorted(set(self.upserts) & set(self.deletes)):
+            raise ValueError(f"operation values {both} are both upserts and deletes")
+        return self
+
+    def kind_of(self, operation: str | None) -> str | None:
+        """`upsert`, `delete`, or None (an unknown operation value) for `operation`."""
+        if operation in self.deletes:
+            return "delete"
+        return "upsert" if operation in self.upserts else None
 
 
 class FallbackMode(StrEnum):
@@ -119,7 +188,13 @@ class PipelineSpec(BaseModel):
         description="How bronze gives its changes: `cdf`, its Change Data Feed (each run MERGEs "
         "the versions after the watermark); `snapshots`, bronze is read whole at a pinned "
         "version and reconciled into silver (a table without a change feed; each run costs a "
-        "read of the whole table).",
+        "read of the whole table); `events`, bronze is an append-only log of change events "
+        "(`events` says how to read one; `sequence_by` orders them).",
+    )
+    events: EventSpec | None = Field(
+        default=None,
+        description="`changes: events`: the operation column and its values, and the row "
+        "image (`EventSpec`).",
     )
     fallback_mode: FallbackMode = Field(
         default=FallbackMode.SNAPSHOT_REBUILD,
@@ -299,13 +374,35 @@ class PipelineSpec(BaseModel):
             )
         if self.source.rstrip("/") == self.target.rstrip("/"):
             raise ValueError("source and target are the same table")
+        self._check_events()
         return self
+
+    def _check_events(self) -> None:
+        if self.changes is not ChangeSource.EVENTS:
+            if self.events is not None:
+                raise ValueError("`events` describes an event log: it needs `changes: events`")
+            return
+        if self.events is None:
+            raise ValueError(
+                "`changes: events` needs `events` (the operation column and its values)"
+            )
+        if self.sequence_by is None:
+            raise ValueError(
+                "`changes: events` needs `sequence_by`: events of one key arrive in one commit "
+                "and out of order across commits, and only their sequence orders them"
+            )
 
     @property
     def snapshot_source(self) -> bool:
         """Whether bronze is read as snapshots (`changes: snapshots`): a run replays no history,
         so no replay window is kept for it."""
         return self.changes is ChangeSource.SNAPSHOTS
+
+    @property
+    def event_source(self) -> bool:
+        """Whether bronze is a change-event log (`changes: events`): a run folds the events
+        bronze appended, ordered by `sequence_by`."""
+        return self.changes is ChangeSource.EVENTS
 
     @property
     def bronze_name(self) -> str:

@@ -11,8 +11,9 @@ locations) are not part of it.
 What a change does depends on the fields (`SpecChange.reshapes`):
 
 - `where`, `columns`, `transform`, `include_columns`, `exclude_columns`, `ignore_null_updates`,
-  `sequence_by`, the SCD2 track lists and `deletion_vectors` alter existing rows (or silver's
-  storage) but not its shape: silver is reconciled with a pinned snapshot under the new spec;
+  `sequence_by`, the SCD2 track lists, `deletion_vectors`, `changes` and `events` alter
+  existing rows (or silver's storage) but not its shape: silver is reconciled with a pinned
+  snapshot under the new spec;
 - `keys`, `history` and `delete_mode` change what a silver row *is*: silver is rewritten in the
   new shape from a pinned snapshot, or refused where that is not well defined; never a MERGE
   on other keys.
@@ -54,11 +55,17 @@ RECONCILED_FIELDS = (
     "track_history_columns",
     "track_history_except_columns",
     "deletion_vectors",
+    "changes",
+    "events",
 )
 SHAPING_FIELDS = RESHAPING_FIELDS + RECONCILED_FIELDS
+# Fields a record holds only when they are not at their default: a spec that leaves them unset
+# keeps the fingerprint (and Dagster code version) it had before they existed.
+OPTIONAL_FIELDS = frozenset({"changes", "events"})
 # Fields whose change makes a reconcile write the snapshot's values as they are: silver's rows
-# were kept by another rule (a NULL update keeping a value, a later sequence value kept).
-EXACT_FIELDS = frozenset({"ignore_null_updates", "sequence_by"})
+# were kept by another rule (a NULL update keeping a value, a later sequence value kept), or
+# come from another kind of source.
+EXACT_FIELDS = frozenset({"ignore_null_updates", "sequence_by", "changes", "events"})
 _TRANSFORM_ACTION = FIX_SPEC_FIELD
 
 
@@ -130,7 +137,12 @@ def spec_record(spec: PipelineSpec) -> dict[str, str]:
     function = import_transform(spec)
     if function is not None:
         values["transform"] = [spec.transform, transform_code(function)]
-    return {name: _digest(values[name], 12) for name in SHAPING_FIELDS}
+    defaults = PipelineSpec.model_fields
+    return {
+        name: _digest(values[name], 12)
+        for name in SHAPING_FIELDS
+        if name not in OPTIONAL_FIELDS or getattr(spec, name) != defaults[name].get_default()
+    }
 
 
 def fingerprint_of(record: Mapping[str, str]) -> str:
@@ -190,7 +202,9 @@ def compare_spec(
         return None
     defaults = _default_record()
     fields = tuple(
-        name for name in SHAPING_FIELDS if recorded.get(name, defaults[name]) != current[name]
+        name
+        for name in SHAPING_FIELDS
+        if recorded.get(name, defaults.get(name)) != current.get(name, defaults.get(name))
     )
     if not fields:
         return None
