@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING
@@ -39,6 +39,7 @@ from cdf_platform.spark.changes import (
     read_changes,
 )
 from cdf_platform.spark.conform import conform_changes
+from cdf_platform.spark.events import FoldRequest, Tombstones, event_changes, fold_events
 from cdf_platform.spark.failures import classified_run
 from cdf_platform.spark.history import rebuild_note
 from cdf_platform.spark.merge import changes_key_filter
@@ -66,7 +67,7 @@ logger = logging.getLogger(__name__)
 SparkFactory = Callable[[], "SparkSession"]
 # The timed steps of an incremental run's silver write (the load log's `write_seconds` is their
 # sum); the run's other steps: plan, spark_start, read, commit_counts, control, lag_after.
-WRITE_STEPS = ("silver_check", "silver_state", "key_filter", "merge")
+WRITE_STEPS = ("silver_check", "silver_state", "tombstones", "key_filter", "merge")
 # The load log's incident code of a run that took a spec edit forward only.
 SPEC_FORWARD_ONLY = "SPEC_FORWARD_ONLY"
 
@@ -398,6 +399,8 @@ def _incremental_steps(run: _Run, plan: RunPlan) -> RunResult:
     spark = run.spark
     since = time.monotonic()
     raw = read_changes(spark, spec.source, start, end, pipeline_id=spec.id)
+    if spec.event_source:
+        raw = event_changes(raw, spec)
     extra = ["_change_type", COMMIT_VERSION, COMMIT_TIMESTAMP]
     changes = project_columns(conform_changes(spark, raw, spec), spec, extra)
     data_columns = [c for c in changes.columns if c not in extra]
@@ -431,6 +434,12 @@ def _incremental_steps(run: _Run, plan: RunPlan) -> RunResult:
             **spec_metadata(plan.spec_record, plan.forward_only_after()),
         )
         writer = SilverWriter(spark, spec.target, layout, stamp, plan.silver.generation)
+        tombstones = Tombstones.of(run.control.root, spec)
+        if tombstones is not None:
+            # Before silver's MERGE: a crash between the two replays the same deletes.
+            classified(ctx, partial(tombstones.record, spark, collapsed.frame, datetime.now(UTC)))
+            collapsed = replace(collapsed, frame=tombstones.screen(spark, collapsed.frame))
+            since = run.lap("tombstones", since)
         silver_filter = None
         if writer.filters_keys:
             with interpreted(spark):
@@ -486,18 +495,32 @@ def _rebuild(
     spark = run.spark
     since = time.monotonic()
     try:
-        outcome = rebuild_silver(
-            spark,
-            spec,
-            version=version,
-            silver=plan.silver,
-            run_id=run.run_id,
-            mode=mode.value,
-            source_table_id=plan.window.table_id,
-            source_reset=isinstance(problem, SourceReset),
-            version_timestamp=plan.window.timestamp_of(version),
-            rewrite=_spec_rewrite(plan),
-        )
+        if spec.event_source:
+            request = FoldRequest(
+                version=version,
+                silver=plan.silver,
+                run_id=run.run_id,
+                mode=mode.value,
+                source_table_id=plan.window.table_id,
+                source_reset=isinstance(problem, SourceReset),
+                version_timestamp=plan.window.timestamp_of(version),
+                rewrite=_spec_rewrite(plan),
+                tombstones=Tombstones.of(run.control.root, spec),
+            )
+            outcome = fold_events(spark, spec, request)
+        else:
+            outcome = rebuild_silver(
+                spark,
+                spec,
+                version=version,
+                silver=plan.silver,
+                run_id=run.run_id,
+                mode=mode.value,
+                source_table_id=plan.window.table_id,
+                source_reset=isinstance(problem, SourceReset),
+                version_timestamp=plan.window.timestamp_of(version),
+                rewrite=_spec_rewrite(plan),
+            )
     except CdfPlatformError as err:
         _log_incident(run, plan, err, mode=mode)
         raise
@@ -516,7 +539,8 @@ def _rebuild(
         message = "; ".join(filter(None, (message, rebuild_note(plan.silver.watermark, version))))
     if isinstance(problem, SpecChanged):
         message = None  # the note says what the run did; the problem's remedy is done
-    message = "; ".join(filter(None, (message, _spec_note(plan, rebuilt=True)))) or None
+    message = "; ".join(filter(None, (message, _spec_note(plan, rebuilt=True), outcome.note)))
+    message = message or None
     _write_control(
         run, plan, mode, version, incident, counts, message=message, generation=outcome.generation
     )

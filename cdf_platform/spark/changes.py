@@ -43,9 +43,14 @@ _SURVIVOR_PRIORITY = 2
 _FILTERED_PRIORITY = 1
 _DELETE_PRIORITY = 0
 _PRIORITY = "_priority"
+_SEQUENCE = "_sequence"
+_UNKNOWN_OPERATION = "_unknown_operation"
 FILTERED = "filtered"
 """The change type `where` gives a row image it drops (`cdf_platform.spark.conform`): a delete
 of its key, dated by the dropped row, which the collapse reads as `delete`."""
+UNKNOWN = "unknown:"
+"""The prefix of the change type an event with an unknown operation value gets
+(`cdf_platform.spark.events`): `unknown:<value>`, refused by the collapse."""
 
 
 @dataclass(frozen=True)
@@ -235,16 +240,25 @@ class ChangeOrder:
         sequence_by: A data column that orders changes before the commit version does.
         ignore_null_updates: A NULL in an update keeps the value before it.
         every_commit: Keep each key's change of every commit, not only the latest (history).
+        events: The changes are events (`changes: events`): a commit may hold several of one
+            key, told apart by their sequence values; two different ones with the same value,
+            or one with an unknown operation, are refused.
     """
 
     sequence_by: str | None = None
     ignore_null_updates: bool = False
     every_commit: bool = False
+    events: bool = False
 
     @classmethod
     def of(cls, spec: PipelineSpec) -> ChangeOrder:
         """The order `spec` asks for."""
-        return cls(spec.sequence_by, spec.ignore_null_updates, spec.history is HistoryMode.SCD2)
+        return cls(
+            spec.sequence_by,
+            spec.ignore_null_updates,
+            spec.history is HistoryMode.SCD2,
+            spec.event_source,
+        )
 
 
 RESET = "_reset"
@@ -298,13 +312,25 @@ def collapse_changes(
     )
     key_cols = [F.col(quote_ident(k)) for k in keys]
     carried = F.struct(*(F.col(quote_ident(c)) for c in payload))
+    unit = [*key_cols, F.col(COMMIT_VERSION)]
+    checks = [
+        F.count_if(F.col(CHANGE_TYPE) != "delete").alias("_survivors"),
+        null_sequence_count(order.sequence_by).alias("_null_sequence"),
+    ]
+    if order.events:
+        assert order.sequence_by is not None
+        unit.append(F.col(quote_ident(order.sequence_by)).alias(_SEQUENCE))
+        # The same event delivered twice is one event; two different ones tie.
+        checks = [
+            F.count_distinct(F.to_json(carried)).alias("_survivors"),
+            *checks[1:],
+            F.max(F.when(F.col(CHANGE_TYPE).startswith(UNKNOWN), F.col(CHANGE_TYPE))).alias(
+                _UNKNOWN_OPERATION
+            ),
+        ]
     per_commit = (
-        relevant.groupBy(*key_cols, F.col(COMMIT_VERSION))
-        .agg(
-            F.count_if(F.col(CHANGE_TYPE) != "delete").alias("_survivors"),
-            null_sequence_count(order.sequence_by).alias("_null_sequence"),
-            F.max_by(carried, F.col(_PRIORITY)).alias("_row"),
-        )
+        relevant.groupBy(*unit)
+        .agg(*checks, F.max_by(carried, F.col(_PRIORITY)).alias("_row"))
         .persist()
     )
     _refuse_bad_rows(per_commit, keys, order, ctx)
@@ -344,25 +370,54 @@ def _refuse_bad_rows(
 
     key_cols = [F.col(quote_ident(k)) for k in keys]
     bad = null_key(keys) | (F.col("_survivors") > 1) | (F.col("_null_sequence") > 0)
+    shown = [*key_cols, F.col(COMMIT_VERSION), F.col("_survivors"), F.col("_null_sequence")]
+    if order.events:
+        bad = bad | F.col(_UNKNOWN_OPERATION).isNotNull()
+        shown += [F.col(_SEQUENCE), F.col(_UNKNOWN_OPERATION)]
     problems = classified(
         ctx,
-        lambda: (
-            per_commit.filter(bad)
-            .select(*key_cols, COMMIT_VERSION, "_survivors", "_null_sequence")
-            .orderBy(COMMIT_VERSION)
-            .limit(5)
-            .collect()
-        ),
+        lambda: per_commit.filter(bad).select(*shown).orderBy(COMMIT_VERSION).limit(5).collect(),
     )
     if not problems:
         return
     per_commit.unpersist()
     first = problems[0]
     version = int(first[COMMIT_VERSION])
-    problem = key_quality_problem(
-        first, keys, f"bronze commit {version}", first["_survivors"], order.sequence_by
+    where = f"bronze commit {version}"
+    action = None
+    if order.events:
+        problem, action = _event_problem(first, keys, where, order.sequence_by)
+    else:
+        problem = key_quality_problem(first, keys, where, first["_survivors"], order.sequence_by)
+    raise DataQualityError(
+        problem, pipeline_id=ctx.pipeline_id, table=ctx.table, version=version, action=action
     )
-    raise DataQualityError(problem, pipeline_id=ctx.pipeline_id, table=ctx.table, version=version)
+
+
+def _event_problem(
+    row: Row, keys: Sequence[str], where: str, sequence_by: str | None
+) -> tuple[str, str | None]:
+    """What is wrong with the first offending event of `where`, and what to do (None: the
+    class's action): an unknown operation value, two different events of one key with the same
+    sequence value, or a null key or sequence."""
+    key_text = ", ".join(f"{k}={row[k]!r}" for k in keys)
+    unknown = row[_UNKNOWN_OPERATION]
+    if unknown is not None and not any(row[k] is None for k in keys):
+        value = unknown.removeprefix(UNKNOWN)
+        return (
+            f"{where} holds an event of key ({key_text}) whose operation {value} is neither an "
+            "upsert nor a delete value of `events`",
+            "add the operation value to `events.upserts` or `events.deletes` in the pipelines "
+            "file (or correct the event in bronze), then rerun",
+        )
+    if row["_survivors"] > 1 and not any(row[k] is None for k in keys):
+        return (
+            f"{where} holds {row['_survivors']} different events of key ({key_text}) with the "
+            f"same sequence_by value ({sequence_by}={row[_SEQUENCE]!r}): their order is unknown",
+            "remove or correct one of the events in bronze, or give `sequence_by` a column "
+            "that tells them apart, then rerun",
+        )
+    return key_quality_problem(row, keys, where, 1, sequence_by), None
 
 
 def null_key(keys: Sequence[str]) -> Column:

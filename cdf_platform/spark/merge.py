@@ -124,10 +124,18 @@ def _upsert(layout: SilverLayout, *, version: str, reset: str | None) -> list[st
     return [*_values(layout, reset=reset), stamp, *layout.retired_nulls(), *_live(layout)]
 
 
-def _tombstone(layout: SilverLayout, *, at: str, version: str) -> list[str]:
+def _tombstone(
+    layout: SilverLayout, *, at: str, version: str, sequenced: bool = False
+) -> list[str]:
     """The assignments of a soft delete: values stay (a delete never rewrites them) but the
-    retired columns, which no current row holds."""
+    retired columns, which no current row holds, and with `sequenced` (an event source's
+    delete, which carries its own sequence value, where a change feed's carries the deleted
+    row's) the `sequence_by` column, which takes the delete's value: an event older than the
+    delete, arriving later, must find the key deleted."""
     marks = [f"{IS_DELETED} = true", f"{DELETED_AT} = {at}", f"{SOURCE_VERSION} = {version}"]
+    if sequenced and layout.sequence_by is not None:
+        seq = quote_ident(layout.sequence_by)
+        marks.append(f"{seq} = s.{seq}")
     return [*marks, *layout.retired_nulls()]
 
 
@@ -146,13 +154,17 @@ def _insert(layout: SilverLayout, version_expr: str) -> str:
     return f"INSERT ({names}) VALUES ({', '.join(v for _, v in row)})"
 
 
-def merge_changes_sql(target: str, layout: SilverLayout, silver_filter: str | None = None) -> str:
+def merge_changes_sql(
+    target: str, layout: SilverLayout, silver_filter: str | None = None, *, quiet: bool = False
+) -> str:
     """The incremental MERGE of a collapsed change set (view `cdf_platform_source`) into silver.
 
     A change only applies over an older silver row (`_commit_version` strictly greater, or a
     greater `sequence_by` value), so a replayed or out-of-order change set can never move a row
     backwards. `silver_filter` (`cdf_platform.spark.key_filter`) is a condition on silver's keys
-    that every matched row satisfies: it joins the ON clause so Delta skips files.
+    that every matched row satisfies: it joins the ON clause so Delta skips files. With `quiet`
+    (a fold of the events bronze still holds, which silver took before), an update that would
+    leave a live row as it is, and a delete of a row already deleted, write nothing.
     """
     on = layout.on_clause() + (f" AND {silver_filter}" if silver_filter is not None else "")
     version = f"s.{COMMIT_VERSION}"
@@ -160,16 +172,24 @@ def merge_changes_sql(target: str, layout: SilverLayout, silver_filter: str | No
     is_delete = f"s.{CHANGE_TYPE} = 'delete'"
     reset = f"s.{RESET}" if layout.ignore_null_updates else None
     deleted = (
-        _set(_tombstone(layout, at=f"s.{COMMIT_TIMESTAMP}", version=version))
+        _set(
+            _tombstone(layout, at=f"s.{COMMIT_TIMESTAMP}", version=version, sequenced=layout.events)
+        )
         if layout.soft
         else "DELETE"
     )
+    updates, deletes = newer, newer
+    if quiet:
+        live = f"NOT t.{IS_DELETED}" if layout.soft else "TRUE"
+        updates = f"{newer} AND NOT ({live} AND {layout.unchanged(reset=reset)})"
+        if layout.soft:
+            deletes = f"{newer} AND NOT t.{IS_DELETED}"
     return _merge(
         target,
         on,
         [
-            f"WHEN MATCHED AND {is_delete} AND {newer} THEN {deleted}",
-            f"WHEN MATCHED AND NOT {is_delete} AND {newer} "
+            f"WHEN MATCHED AND {is_delete} AND {deletes} THEN {deleted}",
+            f"WHEN MATCHED AND NOT {is_delete} AND {updates} "
             f"THEN {_set(_upsert(layout, version=version, reset=reset))}",
             f"WHEN NOT MATCHED AND NOT {is_delete} THEN {_insert(layout, version)}",
         ],
@@ -235,11 +255,14 @@ def merge_changes(
     layout: SilverLayout,
     stamp: TxnStamp,
     silver_filter: str | None,
+    *,
+    quiet: bool = False,
 ) -> None:
     """Apply a collapsed change set to silver; the commit carries `stamp` (the watermark).
     `silver_filter` is the condition on silver's rows the changes can reach
-    (`changes_key_filter`), or None."""
-    run_merge(spark, collapsed.frame, merge_changes_sql(target, layout, silver_filter), stamp)
+    (`changes_key_filter`), or None; `quiet`: see `merge_changes_sql`."""
+    sql = merge_changes_sql(target, layout, silver_filter, quiet=quiet)
+    run_merge(spark, collapsed.frame, sql, stamp)
 
 
 def changes_key_filter(

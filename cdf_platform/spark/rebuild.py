@@ -57,12 +57,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RebuildOutcome:
-    """What a rebuild wrote: the version V, the generation, and the txn app id used."""
+    """What a rebuild wrote: the version V, the generation, the txn app id used, silver's data
+    columns, and what the load log should say of it (an event log's keys left as they were)."""
 
     version: int
     generation: int
     app_id: str
     columns: list[str]
+    note: str | None = None
 
 
 def rebuild_generation(silver: SilverState, version: int, *, source_reset: bool) -> int:

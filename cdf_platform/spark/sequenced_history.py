@@ -21,8 +21,9 @@ history, possibly inside a version whose in-place updates the version's own valu
 show. So each version keeps its events in `__changes`, and a run re-folds the events of every
 key it touches (stored ones and the range's) and writes only the versions that differ: the
 history is exact, whatever order the changes arrived in and however the commits were split
-into runs. Versions are matched on key and opening commit version, which no two versions of a
-key share.
+into runs. Versions are matched on key and opening event (its commit version, source
+generation and sequence value), which no two versions of a key share (an event log may open two
+versions of a key in one commit, at different sequence values).
 
 A rebuild at bronze version V adds, per key of the snapshot, an update event at V (unless the
 key already holds an event with the same sequence value and values), and a delete at V, dated
@@ -282,7 +283,7 @@ def _staged(
     delete; a version that is already as it should be is left out."""
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-    match = [*layout.keys, SOURCE_VERSION, _OPENED_IN]
+    match = [*layout.keys, SOURCE_VERSION, START_AT, _OPENED_IN]
     opened_in = F.col(CHANGES)[0][EVENT_GENERATION].alias(_OPENED_IN)
     old = current.select(
         *(quote_ident(c) for c in match[:-1]), opened_in, _fingerprint(shape).alias("_old")
@@ -303,14 +304,35 @@ def _staged(
 
 
 def staged_sequenced_history(
-    spark: SparkSession, target: str, changes: DataFrame, layout: SilverLayout, generation: int
+    spark: SparkSession,
+    target: str,
+    changes: DataFrame,
+    layout: SilverLayout,
+    generation: int,
+    *,
+    skip_known: bool = False,
 ) -> DataFrame:
     """The staged source of an incremental run from `changes` (one row per key and commit:
-    data columns, `_change_type`, `_commit_version`) of source generation `generation`."""
+    data columns, `_change_type`, `_commit_version`) of source generation `generation`.
+    `skip_known` (a fold of the events an event log still holds) leaves out each change whose
+    key already holds an event of the same kind and sequence value."""
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
     silver = spark.read.format("delta").load(target)
     shape = _Shape.of(silver.schema)
     keys = list(layout.keys)
     arriving = _change_events(changes, layout, shape, generation)
+    if skip_known:
+        known = _stored_events(silver, layout).select(
+            *keys,
+            F.col(_EVENT)[EVENT_SEQUENCE].alias("_ks"),
+            F.col(_EVENT)[EVENT_KIND].alias("_kk"),
+        )
+        condition = [arriving[k] == known[k] for k in keys] + [
+            F.col(_EVENT)[EVENT_SEQUENCE] == F.col("_ks"),
+            F.col(_EVENT)[EVENT_KIND] == F.col("_kk"),
+        ]
+        arriving = arriving.join(known, on=condition, how="left_anti")
     current = silver.join(arriving.select(*keys).distinct(), on=keys, how="left_semi")
     events = _stored_events(current, layout).unionByName(arriving)
     return _staged(current, _versions(events, layout, shape), layout, shape)
@@ -405,8 +427,7 @@ def _unknown(
 
 def merge_sequenced_history_sql(target: str, layout: SilverLayout, value_fields: list[str]) -> str:
     """The MERGE of a staged source (view `cdf_platform_source`, `_action` per row) into silver:
-    versions matched on key and opening commit version are deleted or rewritten, new ones
-    inserted."""
+    versions matched on key and opening event are deleted or rewritten, new ones inserted."""
     rewritten = [*value_fields, START_AT, END_AT, CHANGES]
     assignments = ", ".join(f"{quote_ident(c)} = s.{quote_ident(c)}" for c in rewritten)
     inserted = [*layout.keys, *rewritten, SOURCE_VERSION]
@@ -416,6 +437,7 @@ def merge_sequenced_history_sql(target: str, layout: SilverLayout, value_fields:
         MERGE INTO {sql_path(target)} AS t
         USING {SOURCE_VIEW} AS s
         ON {layout.on_clause()} AND t.{SOURCE_VERSION} = s.{SOURCE_VERSION}
+            AND t.{START_AT} = s.{START_AT}
             AND t.{CHANGES}[0].{EVENT_GENERATION} <=> s.{_OPENED_IN}
         WHEN MATCHED AND s.{_ACTION} = 'delete' THEN DELETE
         WHEN MATCHED AND s.{_ACTION} = 'update' THEN UPDATE SET {assignments}

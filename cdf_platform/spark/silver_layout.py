@@ -128,7 +128,8 @@ class SilverLayout:
     ChangeOrder`): which change is newer, and whether a NULL update keeps silver's value.
     `history` and `tracked` (SCD2: the value columns whose change opens a version) are too.
     `types` maps data columns to their Spark types (for comparisons by value); a column it
-    lacks compares as Spark compares it.
+    lacks compares as Spark compares it. `events`: bronze is a change-event log (`changes:
+    events`), whose deletes carry their own sequence value.
     """
 
     keys: list[str]
@@ -141,6 +142,7 @@ class SilverLayout:
     history: HistoryMode = HistoryMode.SCD1
     tracked: tuple[str, ...] = ()
     types: tuple[tuple[str, DataType], ...] = ()
+    events: bool = False
 
     @property
     def value_columns(self) -> list[str]:
@@ -173,6 +175,7 @@ class SilverLayout:
             history=spec.history,
             tracked=tuple(spec.tracked_columns(value_columns)),
             types=tuple((f.name, f.dataType) for f in schema.fields),
+            events=spec.event_source,
         )
 
     def comparable(self, column: str, expression: str) -> str:

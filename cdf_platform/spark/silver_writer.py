@@ -93,20 +93,24 @@ class SilverWriter:
         layout stages against silver's open rows instead."""
         return not self.layout.sequenced_history and self.layout.history is not HistoryMode.SCD2
 
-    def apply_changes(self, collapsed: CollapsedChanges, silver_filter: str | None) -> None:
+    def apply_changes(
+        self, collapsed: CollapsedChanges, silver_filter: str | None, *, fold: bool = False
+    ) -> None:
         """Apply a collapsed change set (an incremental run) in one stamped MERGE;
-        `silver_filter` is the key filter of an SCD1 write (`filters_keys`), else None."""
+        `silver_filter` is the key filter of an SCD1 write (`filters_keys`), else None.
+        `fold`: the changes are every event an event log still holds (its rebuild), some of
+        which silver took already: those write nothing."""
         spark, target, layout = self.spark, self.target, self.layout
         if layout.sequenced_history:
             staged = staged_sequenced_history(
-                spark, target, collapsed.frame, layout, self.generation
+                spark, target, collapsed.frame, layout, self.generation, skip_known=fold
             )
             merge_sequenced_history(spark, target, staged, layout, self.stamp)
         elif layout.history is HistoryMode.SCD2:
             staged = staged_history(spark, target, collapsed.frame, layout)
             merge_history(spark, target, staged, layout, self.stamp)
         else:
-            merge_changes(spark, target, collapsed, layout, self.stamp, silver_filter)
+            merge_changes(spark, target, collapsed, layout, self.stamp, silver_filter, quiet=fold)
 
     def reconcile(
         self, snapshot: DataFrame, *, deleted_at: datetime, reshape: bool, exact: bool

@@ -1,0 +1,365 @@
+"""Change-event logs (`changes: events`): bronze rows that each describe one source change, read
+as the change rows the rest of a run folds, and the tombstones that keep a hard-deleted key
+deleted.
+
+An event log is append-only: the events of a run are the rows bronze *appended* in the pinned
+range (its change feed's `insert` rows). A bronze DELETE of old events (the usual way to bound
+such a table), an UPDATE of them or an OPTIMIZE changes no silver row; only a delete event
+deletes (docs/design.md section 5b).
+
+Each event becomes one change row: its row image (the `events.row` struct's fields, else the
+event's own columns), `_change_type` `update_postimage` for an upsert and `delete` for a
+delete, and the bronze commit's version and time. An operation value neither list names gives
+`unknown:<value>`, which the collapse refuses as a data error naming it
+(`cdf_platform.spark.changes.collapse_changes`, `ChangeOrder.events`).
+
+Tombstones (`history: scd1`, `delete_mode: hard`): silver keeps no row of a deleted key, so an
+event older than the delete that arrives later would bring the key back. Each delete's key,
+sequence value, version and time is kept in a Delta table under the control root
+(`tombstones/<pipeline>`) for `events.tombstone_retention_hours`; an upsert no newer than its
+key's tombstone is dropped before the MERGE. Soft deletes and SCD2 keep the delete in silver
+itself (the tombstone row's sequence value, the closed version) and need none.
+
+Example:
+    >>> changes = event_changes(spark, bronze_feed, spec)  # doctest: +SKIP
+    >>> tombstones = Tombstones.of(control.root, spec)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from cdf_platform.core.errors import FIX_SPEC_FIELD, InvalidPipelineSpec
+from cdf_platform.core.spec import DeleteMode, HistoryMode, PipelineSpec
+from cdf_platform.core.sql import quote_ident, sql_path, sql_string
+from cdf_platform.spark.changes import (
+    CHANGE_TYPE,
+    COMMIT_TIMESTAMP,
+    COMMIT_VERSION,
+    UNKNOWN,
+    ChangeOrder,
+    ReadContext,
+    classified,
+    collapse_changes,
+    project_columns,
+)
+from cdf_platform.spark.conform import conform_changes
+from cdf_platform.spark.rebuild import RebuildOutcome, SpecRewrite, rebuild_generation
+from cdf_platform.spark.silver_layout import END_AT, IS_DELETED, SilverLayout
+from cdf_platform.spark.silver_table import check_silver_owner, ensure_silver, set_deletion_vectors
+from cdf_platform.spark.silver_writer import SilverWriter, silver_stamp
+from cdf_platform.spark.small_steps import interpreted
+from cdf_platform.state.watermark import SilverState, spec_metadata
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+FEED_COLUMNS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
+_TOMB_SEQUENCE = "_tombstone_sequence"
+_TOMB_VERSION = "_tombstone_version"
+
+
+def event_changes(feed: DataFrame, spec: PipelineSpec) -> DataFrame:
+    """The change rows of the events bronze appended in `feed` (bronze rows with the change
+    feed's three columns: a change-feed read, or a snapshot read as `insert`s).
+
+    Raises:
+        InvalidPipelineSpec: `events.operation` or `events.row` is not a valid expression over
+            the event row, or `events.row` is not a struct.
+    """
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+    from pyspark.sql.types import StructType
+
+    events = spec.events
+    assert events is not None
+    appended = feed.filter(F.col(CHANGE_TYPE) == "insert")
+    operation = _analysed(spec, "events.operation", events.operation, appended)
+    kind = F.when(F.lit(False), F.lit(None))
+    if events.deletes:
+        kind = F.when(operation.isin(*events.deletes), F.lit("delete"))
+    kind = kind.when(operation.isin(*events.upserts), F.lit("update_postimage")).otherwise(
+        F.concat(F.lit(UNKNOWN), F.coalesce(operation, F.lit("NULL")))
+    )
+    event_columns = [c for c in appended.columns if c not in FEED_COLUMNS]
+    if events.row is None:
+        image = [F.col(quote_ident(c)) for c in event_columns]
+    else:
+        row = _analysed(spec, "events.row", events.row, appended)
+        row_type = appended.select(row.alias("_row")).schema["_row"].dataType
+        if not isinstance(row_type, StructType):
+            raise _invalid(
+                spec,
+                f"events.row ({events.row!r}) gives a {row_type.simpleString()}, not a struct "
+                "of silver's columns",
+            )
+        fields = [f.name for f in row_type.fields]
+        image = [row[f].alias(f) for f in fields]
+        # The sequence column may sit beside the image (Debezium's `ts_ms`, `source.lsn` as a
+        # derived column is the spec's `columns`' job).
+        if spec.sequence_by in event_columns and spec.sequence_by not in fields:
+            image.append(F.col(quote_ident(spec.sequence_by)))
+    return appended.select(
+        *image, kind.alias(CHANGE_TYPE), F.col(COMMIT_VERSION), F.col(COMMIT_TIMESTAMP)
+    )
+
+
+def _analysed(spec: PipelineSpec, field: str, expression: str, frame: DataFrame) -> Column:
+    """`expression` as a column over `frame`, analysed now; a parse or analysis error names
+    `field`."""
+    from pyspark.errors import AnalysisException, ParseException
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    try:
+        column = F.expr(expression)
+        frame.select(column).schema  # noqa: B018 (forces the analysis)
+    except (AnalysisException, ParseException) as err:
+        first = str(err).strip().splitlines()[0]
+        problem = f"{field} ({expression!r}) is not valid over the event row: {first}"
+        raise _invalid(spec, problem) from err
+    if field == "events.operation":
+        return column.cast("string")
+    return column
+
+
+def _invalid(spec: PipelineSpec, problem: str) -> InvalidPipelineSpec:
+    return InvalidPipelineSpec(
+        problem, pipeline_id=spec.id, table=spec.source, action=FIX_SPEC_FIELD
+    )
+
+
+def snapshot_events(snapshot: DataFrame, version: int, timestamp: datetime | None) -> DataFrame:
+    """An event log's snapshot at `version` as a change feed read: every event it still holds,
+    appended at `version` (a snapshot does not say in which commit an event arrived)."""
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    return snapshot.withColumns(
+        {
+            CHANGE_TYPE: F.lit("insert"),
+            COMMIT_VERSION: F.lit(version).cast("bigint"),
+            COMMIT_TIMESTAMP: F.lit(timestamp).cast("timestamp"),
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Tombstones:
+    """The tombstones of a hard-deleting SCD1 pipeline over an event log (module doc).
+
+    Attributes:
+        path: The Delta table holding them (`<control root>/tombstones/<pipeline id>`).
+        keys: The pipeline's keys.
+        sequence_by: The column that orders events.
+        retention: How long a tombstone is kept after its delete's commit.
+    """
+
+    path: str
+    keys: tuple[str, ...]
+    sequence_by: str
+    retention: timedelta
+
+    @classmethod
+    def of(cls, control_root: str, spec: PipelineSpec) -> Tombstones | None:
+        """The tombstones `spec` keeps, or None (not an event log, soft deletes, or SCD2)."""
+        if (
+            spec.events is None
+            or spec.sequence_by is None
+            or spec.delete_mode is not DeleteMode.HARD
+            or spec.history is not HistoryMode.SCD1
+        ):
+            return None
+        return cls(
+            f"{control_root.rstrip('/')}/tombstones/{spec.id}",
+            tuple(spec.keys),
+            spec.sequence_by,
+            timedelta(hours=spec.events.tombstone_retention_hours),
+        )
+
+    def _exists(self, spark: SparkSession) -> bool:
+        from delta.tables import DeltaTable
+
+        return bool(DeltaTable.isDeltaTable(spark, self.path))
+
+    def record(self, spark: SparkSession, changes: DataFrame, now: datetime) -> None:
+        """Keep a tombstone for each delete among `changes` (one change per key), the newest
+        per key, and drop those older than the retention."""
+        from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+        deletes = changes.filter(F.col(CHANGE_TYPE) == "delete").select(
+            *(F.col(quote_ident(k)) for k in self.keys),
+            F.col(quote_ident(self.sequence_by)).alias(_TOMB_SEQUENCE),
+            F.col(COMMIT_VERSION).alias(_TOMB_VERSION),
+            F.col(COMMIT_TIMESTAMP).alias("_deleted_at"),
+        )
+        if not deletes.take(1):
+            return
+        if not self._exists(spark):
+            deletes.write.format("delta").mode("append").save(self.path)
+        else:
+            on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in self.keys)
+            newer = (
+                f"s.{_TOMB_SEQUENCE} > t.{_TOMB_SEQUENCE} OR (s.{_TOMB_SEQUENCE} = "
+                f"t.{_TOMB_SEQUENCE} AND s.{_TOMB_VERSION} > t.{_TOMB_VERSION})"
+            )
+            view = "cdf_platform_tombstones"
+            deletes.createOrReplaceTempView(view)
+            try:
+                spark.sql(
+                    f"MERGE INTO {sql_path(self.path)} AS t USING {view} AS s ON {on} "
+                    f"WHEN MATCHED AND ({newer}) THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+                ).collect()
+            finally:
+                spark.catalog.dropTempView(view)
+        cutoff = (now - self.retention).isoformat()
+        spark.sql(
+            f"DELETE FROM {sql_path(self.path)} "
+            f"WHERE _deleted_at < CAST({sql_string(cutoff)} AS TIMESTAMP)"
+        ).collect()
+
+    def screen(self, spark: SparkSession, changes: DataFrame) -> DataFrame:
+        """`changes` without the upserts a tombstone outdates: an upsert of a deleted key whose
+        sequence value is older than the delete's (or equal, from an earlier commit)."""
+        from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+        if not self._exists(spark):
+            return changes
+        tombs = (
+            spark.read.format("delta")
+            .load(self.path)
+            .select(*(quote_ident(k) for k in self.keys), _TOMB_SEQUENCE, _TOMB_VERSION)
+        )
+        seq, tomb = F.col(quote_ident(self.sequence_by)), F.col(_TOMB_SEQUENCE)
+        outdated = (
+            (F.col(CHANGE_TYPE) != "delete")
+            & tomb.isNotNull()
+            & ((seq < tomb) | ((seq == tomb) & (F.col(COMMIT_VERSION) <= F.col(_TOMB_VERSION))))
+        )
+        screened = changes.join(tombs, on=list(self.keys), how="left").filter(~outdated)
+        return screened.select(*(quote_ident(c) for c in changes.columns))
+
+
+@dataclass(frozen=True)
+class FoldRequest:
+    """What an event log's rebuild needs besides the session and the spec: the rebuild's
+    arguments (`cdf_platform.spark.rebuild.rebuild_silver`) and the tombstones."""
+
+    version: int
+    silver: SilverState
+    run_id: str
+    mode: str
+    source_table_id: str | None
+    source_reset: bool
+    version_timestamp: datetime | None
+    rewrite: SpecRewrite
+    tombstones: Tombstones | None
+
+
+def fold_events(spark: SparkSession, spec: PipelineSpec, request: FoldRequest) -> RebuildOutcome:
+    """Rebuild silver of an event log from the events bronze still holds at `request.version`:
+    their fold (latest event per key, or every event for SCD2) applied as a run applies its
+    changes, silver's newer rows kept, what silver already holds rewritten nowhere, and the
+    watermark `version` stamped in the same commit. A key silver holds that bronze holds no
+    event of any more (its events removed by bronze's retention) is kept and named in the
+    outcome's note, never deleted. A change of `keys`, `history` or `delete_mode` rewrites
+    silver from the fold's live keys (those keys' rows are lost, and said so).
+
+    Raises:
+        InvalidPipelineSpec, DataQualityError: as an incremental run's.
+        ReplayWindowLost, SourceNotFound, UnknownReadFailure: the snapshot cannot be read.
+        TargetOwnershipConflict, IncompatibleSchemaChange: silver cannot take the events.
+    """
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    version = request.version
+    ctx = ReadContext.at_version(
+        spec.id,
+        spec.source,
+        version,
+        action="rerun: the rebuild pins bronze's latest version again; if that read fails the "
+        "same way, files of bronze's current version are missing: restore them first",
+    )
+    raw = classified(
+        ctx,
+        lambda: spark.read.format("delta").option("versionAsOf", version).load(spec.source),
+    )
+    feed = snapshot_events(raw, version, request.version_timestamp)
+    extra = list(FEED_COLUMNS)
+    changes = project_columns(conform_changes(spark, event_changes(feed, spec), spec), spec, extra)
+    data_columns = [c for c in changes.columns if c not in extra]
+    with interpreted(spark):
+        collapsed = collapse_changes(changes, spec.keys, data_columns, ctx, ChangeOrder.of(spec))
+    try:
+        schema = changes.select(*(quote_ident(c) for c in data_columns)).schema
+        layout = SilverLayout.of(spec, schema)
+        rewrite = request.rewrite
+        if rewrite.reshape:
+            check_silver_owner(spec.target, spec.id)
+        else:
+            layout = ensure_silver(spark, spec.target, spec.id, schema, layout)
+        if rewrite.deletion_vectors is not None:
+            set_deletion_vectors(spark, spec.target, enabled=rewrite.deletion_vectors)
+        generation = rebuild_generation(request.silver, version, source_reset=request.source_reset)
+        stamp = silver_stamp(
+            spec.id,
+            generation=generation,
+            run_id=request.run_id,
+            mode=request.mode,
+            start_version=None,
+            end_version=version,
+            source_table_id=request.source_table_id,
+            **spec_metadata(rewrite.record),
+        )
+        writer = SilverWriter(spark, spec.target, layout, stamp, generation)
+        unheld = classified(ctx, lambda: _unheld_keys(spark, spec, layout, collapsed.frame))
+        tombstones = request.tombstones
+        if tombstones is not None:
+            classified(ctx, lambda: tombstones.record(spark, collapsed.frame, datetime.now(UTC)))
+            collapsed = replace(collapsed, frame=tombstones.screen(spark, collapsed.frame))
+        if rewrite.reshape:
+            live = collapsed.frame.filter(F.col(CHANGE_TYPE) != "delete").select(
+                *(quote_ident(c) for c in data_columns)
+            )
+            at = request.version_timestamp or datetime.now(UTC)
+            classified(
+                ctx, lambda: writer.reconcile(live, deleted_at=at, reshape=True, exact=False)
+            )
+        else:
+            classified(ctx, lambda: writer.apply_changes(collapsed, None, fold=True))
+    finally:
+        collapsed.release()
+    return RebuildOutcome(version, generation, stamp.app_id, layout.data_columns, unheld)
+
+
+def _unheld_keys(
+    spark: SparkSession, spec: PipelineSpec, layout: SilverLayout, folded: DataFrame
+) -> str | None:
+    """The load log's words on silver's current keys that the fold holds no event of (bronze's
+    retention removed them): how many, and the first few. None when there is none (or no
+    silver yet)."""
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    from cdf_platform.spark.silver_table import holds_files
+
+    if not holds_files(spec.target):
+        return None
+    silver = spark.read.format("delta").load(spec.target)
+    if END_AT in silver.columns:
+        silver = silver.filter(F.col(END_AT).isNull())
+    if IS_DELETED in silver.columns:
+        silver = silver.filter(~F.col(IS_DELETED))
+    keys = [quote_ident(k) for k in layout.keys]
+    missing = silver.select(*keys).join(
+        folded.select(*keys).distinct(), on=layout.keys, how="left_anti"
+    )
+    count = missing.count()
+    if count == 0:
+        return None
+    shown = ", ".join(
+        "(" + ", ".join(f"{k}={row[k]!r}" for k in layout.keys) + ")"
+        for row in missing.orderBy(*keys).limit(3).collect()
+    )
+    return (
+        f"{count} silver key(s) have no event left in bronze (removed by its retention), kept "
+        f"as they were: {shown}{', ...' if count > 3 else ''}"
+    )
