@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import yaml
 from arro3.core import Array, DataType, Table
 from deltalake import DeltaTable, write_deltalake
@@ -247,6 +248,36 @@ def _bronze_with_null_key(lake: BadInputLake) -> None:
 def _bronze_with_duplicate_keys(lake: BadInputLake) -> None:
     twins = [{"id": 7, "name": "twin-a", "amount": 1}, {"id": 7, "name": "twin-b", "amount": 2}]
     lake.make_bronze([*ROWS, *twins])
+
+
+# An event log of flat events (`op` beside the row) and the pipeline reading it.
+EVENTS: dict[str, Any] = {
+    "changes": "events",
+    "sequence_by": "seq",
+    "events": {"operation": "op", "upserts": ["c", "u"], "deletes": ["d"]},
+    "exclude_columns": ["op"],
+}
+
+
+def _event_log(*events: tuple[int, str, int, str]) -> Callable[[BadInputLake], None]:
+    """Bronze as an event log (id, name, amount, op, seq) holding one commit of `events`,
+    each (id, name, seq, op)."""
+
+    def setup(lake: BadInputLake) -> None:
+        schema = pa.schema(
+            [
+                ("id", pa.int64()),
+                ("name", pa.string()),
+                ("amount", pa.int64()),
+                ("op", pa.string()),
+                ("seq", pa.int64()),
+            ]
+        )
+        rows = [{"id": i, "name": n, "amount": 1, "op": o, "seq": q} for i, n, q, o in events]
+        table = pa.Table.from_pylist(rows, schema=schema)
+        write_deltalake(lake.bronze, table, configuration={CDF: "true"})
+
+    return setup
 
 
 def _unsafe(key: str) -> Callable[[BadInputLake], object]:
@@ -535,6 +566,40 @@ CATALOGUE: list[BadInput] = [
         "remove the duplicate or null-key row",
         act=lambda lake: lake.run(),
         setup=_bronze_with_duplicate_keys,
+        spark=True,
+    ),
+    _spec_case(
+        "events_without_sequence_by",
+        "`changes: events` without `sequence_by`",
+        **{**EVENTS, "sequence_by": None},
+    ),
+    _spec_case(
+        "events_without_operations",
+        "`changes: events` without its `events:` block",
+        **{**EVENTS, "events": None},
+    ),
+    _spec_case(
+        "event_operation_both_upsert_and_delete",
+        "`events: {upserts: [c, d], deletes: [d]}` (one value in both lists)",
+        **{**EVENTS, "events": {"operation": "op", "upserts": ["c", "d"], "deletes": ["d"]}},
+    ),
+    BadInput(
+        "events_tie_in_one_commit",
+        "an event log commit holding two different events of one key with the same "
+        "`sequence_by` value",
+        DataQualityError,
+        "give `sequence_by` a column that tells them apart",
+        act=lambda lake: lake.run(lake.spec(**EVENTS)),
+        setup=_event_log((1, "ada", 5, "c"), (1, "ada-2", 5, "u")),
+        spark=True,
+    ),
+    BadInput(
+        "events_unknown_operation",
+        "an event whose operation (`op: x`) is in neither `events.upserts` nor `events.deletes`",
+        DataQualityError,
+        "add the operation value to `events.upserts` or `events.deletes`",
+        act=lambda lake: lake.run(lake.spec(**EVENTS)),
+        setup=_event_log((1, "ada", 5, "c"), (2, "bob", 6, "x")),
         spark=True,
     ),
     BadInput(
