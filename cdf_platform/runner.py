@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING
@@ -67,7 +67,7 @@ logger = logging.getLogger(__name__)
 SparkFactory = Callable[[], "SparkSession"]
 # The timed steps of an incremental run's silver write (the load log's `write_seconds` is their
 # sum); the run's other steps: plan, spark_start, read, commit_counts, control, lag_after.
-WRITE_STEPS = ("silver_check", "silver_state", "tombstones", "key_filter", "merge")
+WRITE_STEPS = ("silver_check", "silver_state", "key_filter", "merge")
 # The load log's incident code of a run that took a spec edit forward only.
 SPEC_FORWARD_ONLY = "SPEC_FORWARD_ONLY"
 
@@ -435,11 +435,6 @@ def _incremental_steps(run: _Run, plan: RunPlan) -> RunResult:
         )
         writer = SilverWriter(spark, spec.target, layout, stamp, plan.silver.generation)
         tombstones = Tombstones.of(run.control.root, spec)
-        if tombstones is not None:
-            # Before silver's MERGE: a crash between the two replays the same deletes.
-            classified(ctx, partial(tombstones.record, spark, collapsed.frame, datetime.now(UTC)))
-            collapsed = replace(collapsed, frame=tombstones.screen(spark, collapsed.frame))
-            since = run.lap("tombstones", since)
         silver_filter = None
         if writer.filters_keys:
             with interpreted(spark):
@@ -447,7 +442,11 @@ def _incremental_steps(run: _Run, plan: RunPlan) -> RunResult:
                     ctx, partial(changes_key_filter, spark, spec.target, collapsed, layout)
                 )
             since = run.lap("key_filter", since)
-        classified(ctx, partial(writer.apply_changes, collapsed, silver_filter))
+        if tombstones is not None:
+            apply = partial(tombstones.apply, spark, writer, collapsed, silver_filter=silver_filter)
+            classified(ctx, apply)
+        else:
+            classified(ctx, partial(writer.apply_changes, collapsed, silver_filter))
     finally:
         collapsed.release()
     since = run.lap("merge", since)

@@ -10,6 +10,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from cdf_platform.core.spec import DeleteMode, HistoryMode, PipelineSpec
+
 IMAGE = "STRUCT<id: INT, name: STRING, amount: INT>"
 SCHEMA = f"before {IMAGE}, after {IMAGE}, op STRING, ts_ms BIGINT"
 DEBEZIUM = {
@@ -58,29 +60,52 @@ class EventLog:
     def latest(self) -> dict[int, Event]:
         """Each key's event with the highest sequence value (ties never written here)."""
         found: dict[int, Event] = {}
-        for event in self.written:
+        for event in self.events():
             if event.id not in found or event.ts > found[event.id].ts:
                 found[event.id] = event
         return found
 
-    def scd1(self, delete_mode: str) -> list[tuple[Any, ...]]:
-        """Silver as the fold of every event: (id, name, amount, ts_ms[, _is_deleted]). A
-        soft-deleted row shows its key, the delete's sequence value and the flag (its values
-        are those it held when the delete was applied)."""
-        expected = []
-        for key, last in self.latest().items():
-            if last.op != "d":
-                row: tuple[Any, ...] = (key, last.name, last.amount, last.ts)
-                expected.append((*row, False) if delete_mode == "soft" else row)
-            elif delete_mode == "soft":
-                expected.append((key, None, None, last.ts, True))
-        return sorted(expected, key=lambda v: v[0])
+    def events(self) -> list[Event]:
+        """Every event appended, the same event delivered twice counted once."""
+        return list(dict.fromkeys(self.written))
+
+    def scd1(self) -> list[tuple[Any, ...]]:
+        """Silver's live rows as the fold of every event: (id, name, amount, ts_ms) of each key
+        whose latest event is an upsert."""
+        live = [
+            (key, last.name, last.amount, last.ts)
+            for key, last in self.latest().items()
+            if last.op != "d"
+        ]
+        return sorted(live)
+
+    def deleted(self) -> dict[int, int]:
+        """Key -> the sequence value of its latest event, for keys whose latest is a delete."""
+        return {key: last.ts for key, last in self.latest().items() if last.op == "d"}
+
+    def check(self, spark: SparkSession, spec: PipelineSpec) -> None:
+        """Assert silver at `spec.target` is the fold of every event: SCD2's versions, or SCD1's
+        live rows; a soft-deleted row is allowed only for a key whose latest event is a delete,
+        and carries that delete's sequence value (its other values are those it held when the
+        delete was applied; a key deleted before silver held it has no row)."""
+        frame = spark.read.format("delta").load(spec.target)
+        if spec.history is HistoryMode.SCD2:
+            columns = ["id", "name", "amount", "__start_at", "__end_at"]
+            found = sorted((tuple(r) for r in frame.select(*columns).collect()), key=_by_start)
+            assert found == self.scd2()
+            return
+        soft = spec.delete_mode is DeleteMode.SOFT
+        columns = ["id", "name", "amount", "ts_ms", *(["_is_deleted"] if soft else [])]
+        found = [tuple(r) for r in frame.select(*columns).collect()]
+        assert sorted(r[:4] for r in found if not soft or not r[4]) == self.scd1()
+        deleted, tombstoned = self.deleted(), {r[0]: r[3] for r in found if soft and r[4]}
+        assert all(deleted.get(key) == ts for key, ts in tombstoned.items()), (tombstoned, deleted)
 
     def scd2(self) -> list[tuple[Any, ...]]:
         """SCD2 as the fold of every event: (id, name, amount, __start_at, __end_at); every
         upsert opens a version (its `ts_ms`, a tracked column, differs), a delete closes one."""
         by_key: dict[int, list[Event]] = defaultdict(list)
-        for event in self.written:
+        for event in self.events():
             by_key[event.id].append(event)
         versions = []
         for key, events in by_key.items():
@@ -91,4 +116,8 @@ class EventLog:
                 following = ordered[index + 1] if index + 1 < len(ordered) else None
                 end = following.ts if following is not None else None
                 versions.append((key, event.name, event.amount, event.ts, end))
-        return sorted(versions, key=lambda v: (v[0], v[3]))
+        return sorted(versions, key=_by_start)
+
+
+def _by_start(version: tuple[Any, ...]) -> tuple[Any, ...]:
+    return (version[0], version[3])

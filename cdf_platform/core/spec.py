@@ -112,7 +112,7 @@ class EventSpec(BaseModel):
     tombstone_retention_hours: float = Field(
         default=168.0,
         gt=0,
-        description="`delete_mode: hard`, `history: scd1`: how long a deleted key's tombstone "
+        description="`history: scd1`: how long a deleted key's tombstone "
         "(its delete's sequence value) is kept so an older event arriving later cannot bring "
         "the key back.",
     )

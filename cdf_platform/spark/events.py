@@ -13,12 +13,13 @@ delete, and the bronze commit's version and time. An operation value neither lis
 `unknown:<value>`, which the collapse refuses as a data error naming it
 (`cdf_platform.spark.changes.collapse_changes`, `ChangeOrder.events`).
 
-Tombstones (`history: scd1`, `delete_mode: hard`): silver keeps no row of a deleted key, so an
-event older than the delete that arrives later would bring the key back. Each delete's key,
-sequence value, version and time is kept in a Delta table under the control root
-(`tombstones/<pipeline>`) for `events.tombstone_retention_hours`; an upsert no newer than its
-key's tombstone is dropped before the MERGE. Soft deletes and SCD2 keep the delete in silver
-itself (the tombstone row's sequence value, the closed version) and need none.
+Tombstones (`history: scd1`): silver keeps no row of a hard-deleted key, nor of a key deleted
+before silver ever held it, so an event older than the delete that arrives later would bring the
+key back. Each delete's key, sequence value, version and time is kept in a Delta table under the
+control root (`tombstones/<pipeline>`) for `events.tombstone_retention_hours`; an upsert no newer
+than its key's tombstone is dropped before the MERGE. A soft-deleted row also takes the delete's
+sequence value; SCD2 keeps a delete in the key's history, and joins a tombstone to the fold of
+a key it touches that does not hold it (a delete that found the key absent).
 
 Example:
     >>> changes = event_changes(spark, bronze_feed, spec)  # doctest: +SKIP
@@ -29,10 +30,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.errors import FIX_SPEC_FIELD, InvalidPipelineSpec
-from cdf_platform.core.spec import DeleteMode, HistoryMode, PipelineSpec
+from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident, sql_path, sql_string
 from cdf_platform.spark.changes import (
     CHANGE_TYPE,
@@ -55,6 +56,8 @@ from cdf_platform.state.watermark import SilverState, spec_metadata
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+
+    from cdf_platform.spark.changes import CollapsedChanges
 
 FEED_COLUMNS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
 _TOMB_SEQUENCE = "_tombstone_sequence"
@@ -161,13 +164,8 @@ class Tombstones:
 
     @classmethod
     def of(cls, control_root: str, spec: PipelineSpec) -> Tombstones | None:
-        """The tombstones `spec` keeps, or None (not an event log, soft deletes, or SCD2)."""
-        if (
-            spec.events is None
-            or spec.sequence_by is None
-            or spec.delete_mode is not DeleteMode.HARD
-            or spec.history is not HistoryMode.SCD1
-        ):
+        """The tombstones `spec` keeps, or None (not an event log)."""
+        if spec.events is None or spec.sequence_by is None:
             return None
         return cls(
             f"{control_root.rstrip('/')}/tombstones/{spec.id}",
@@ -216,6 +214,38 @@ class Tombstones:
             f"DELETE FROM {sql_path(self.path)} "
             f"WHERE _deleted_at < CAST({sql_string(cutoff)} AS TIMESTAMP)"
         ).collect()
+
+    def deletes(self, spark: SparkSession) -> DataFrame | None:
+        """The tombstones as delete change rows (keys, the sequence column, `_change_type`,
+        `_commit_version`), or None before the first."""
+        from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+        if not self._exists(spark):
+            return None
+        return (
+            spark.read.format("delta")
+            .load(self.path)
+            .select(
+                *(F.col(quote_ident(k)) for k in self.keys),
+                F.col(_TOMB_SEQUENCE).alias(self.sequence_by),
+                F.lit("delete").alias(CHANGE_TYPE),
+                F.col(_TOMB_VERSION).alias(COMMIT_VERSION),
+            )
+        )
+
+    def apply(
+        self, spark: SparkSession, writer: SilverWriter, collapsed: CollapsedChanges, **how: Any
+    ) -> None:
+        """Record `collapsed`'s deletes (before silver's MERGE: a crash between the two replays
+        the same deletes into the same tombstones), then apply `collapsed` through `writer`
+        (`how`: its `apply_changes` arguments): SCD1 without the upserts a tombstone outdates,
+        SCD2 with the tombstones joining the touched keys' folds."""
+        self.record(spark, collapsed.frame, datetime.now(UTC))
+        if writer.layout.sequenced_history:
+            writer.apply_changes(collapsed, recorded_deletes=self.deletes(spark), **how)
+        else:
+            screened = replace(collapsed, frame=self.screen(spark, collapsed.frame))
+            writer.apply_changes(screened, **how)
 
     def screen(self, spark: SparkSession, changes: DataFrame) -> DataFrame:
         """`changes` without the upserts a tombstone outdates: an upsert of a deleted key whose
@@ -313,9 +343,6 @@ def fold_events(spark: SparkSession, spec: PipelineSpec, request: FoldRequest) -
         writer = SilverWriter(spark, spec.target, layout, stamp, generation)
         unheld = classified(ctx, lambda: _unheld_keys(spark, spec, layout, collapsed.frame))
         tombstones = request.tombstones
-        if tombstones is not None:
-            classified(ctx, lambda: tombstones.record(spark, collapsed.frame, datetime.now(UTC)))
-            collapsed = replace(collapsed, frame=tombstones.screen(spark, collapsed.frame))
         if rewrite.reshape:
             live = collapsed.frame.filter(F.col(CHANGE_TYPE) != "delete").select(
                 *(quote_ident(c) for c in data_columns)
@@ -323,6 +350,12 @@ def fold_events(spark: SparkSession, spec: PipelineSpec, request: FoldRequest) -
             at = request.version_timestamp or datetime.now(UTC)
             classified(
                 ctx, lambda: writer.reconcile(live, deleted_at=at, reshape=True, exact=False)
+            )
+        elif tombstones is not None:
+            folded = collapsed
+            classified(
+                ctx,
+                lambda: tombstones.apply(spark, writer, folded, silver_filter=None, fold=True),
             )
         else:
             classified(ctx, lambda: writer.apply_changes(collapsed, None, fold=True))

@@ -311,31 +311,47 @@ def staged_sequenced_history(
     generation: int,
     *,
     skip_known: bool = False,
+    recorded_deletes: DataFrame | None = None,
 ) -> DataFrame:
     """The staged source of an incremental run from `changes` (one row per key and commit:
     data columns, `_change_type`, `_commit_version`) of source generation `generation`.
     `skip_known` (a fold of the events an event log still holds) leaves out each change whose
-    key already holds an event of the same kind and sequence value."""
-    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
-
+    key already holds an event of the same kind and sequence value. `recorded_deletes` (an
+    event log's tombstones, as delete change rows) are deletes a key may hold no version of (it
+    was absent when they arrived): each joins its key's fold when the key is touched and does
+    not hold it already, so an older event arriving later opens a version that it closes."""
     silver = spark.read.format("delta").load(target)
     shape = _Shape.of(silver.schema)
     keys = list(layout.keys)
     arriving = _change_events(changes, layout, shape, generation)
     if skip_known:
-        known = _stored_events(silver, layout).select(
-            *keys,
-            F.col(_EVENT)[EVENT_SEQUENCE].alias("_ks"),
-            F.col(_EVENT)[EVENT_KIND].alias("_kk"),
-        )
-        condition = [arriving[k] == known[k] for k in keys] + [
-            F.col(_EVENT)[EVENT_SEQUENCE] == F.col("_ks"),
-            F.col(_EVENT)[EVENT_KIND] == F.col("_kk"),
-        ]
-        arriving = arriving.join(known, on=condition, how="left_anti")
+        arriving = _not_held(arriving, _stored_events(silver, layout), keys)
     current = silver.join(arriving.select(*keys).distinct(), on=keys, how="left_semi")
-    events = _stored_events(current, layout).unionByName(arriving)
+    stored = _stored_events(current, layout)
+    if recorded_deletes is not None:
+        recorded = _change_events(recorded_deletes, layout, shape, generation).join(
+            arriving.select(*keys).distinct(), on=keys, how="left_semi"
+        )
+        arriving = arriving.unionByName(_not_held(recorded, stored.unionByName(arriving), keys))
+    events = stored.unionByName(arriving)
     return _staged(current, _versions(events, layout, shape), layout, shape)
+
+
+def _not_held(events: DataFrame, held: DataFrame, keys: list[str]) -> DataFrame:
+    """`events` but those whose key holds an event of the same kind and sequence value in
+    `held`."""
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    known = held.select(
+        *(F.col(quote_ident(k)).alias(f"_k_{k}") for k in keys),
+        F.col(_EVENT)[EVENT_SEQUENCE].alias("_ks"),
+        F.col(_EVENT)[EVENT_KIND].alias("_kk"),
+    )
+    condition = [F.col(quote_ident(k)) == F.col(f"_k_{k}") for k in keys] + [
+        F.col(_EVENT)[EVENT_SEQUENCE] == F.col("_ks"),
+        F.col(_EVENT)[EVENT_KIND] == F.col("_kk"),
+    ]
+    return events.join(known, on=condition, how="left_anti")
 
 
 def staged_sequenced_reconcile(

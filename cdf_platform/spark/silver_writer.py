@@ -94,16 +94,28 @@ class SilverWriter:
         return not self.layout.sequenced_history and self.layout.history is not HistoryMode.SCD2
 
     def apply_changes(
-        self, collapsed: CollapsedChanges, silver_filter: str | None, *, fold: bool = False
+        self,
+        collapsed: CollapsedChanges,
+        silver_filter: str | None,
+        *,
+        fold: bool = False,
+        recorded_deletes: DataFrame | None = None,
     ) -> None:
         """Apply a collapsed change set (an incremental run) in one stamped MERGE;
         `silver_filter` is the key filter of an SCD1 write (`filters_keys`), else None.
         `fold`: the changes are every event an event log still holds (its rebuild), some of
-        which silver took already: those write nothing."""
+        which silver took already: those write nothing. `recorded_deletes`: an event log's
+        tombstones, for sequenced history (`staged_sequenced_history`)."""
         spark, target, layout = self.spark, self.target, self.layout
         if layout.sequenced_history:
             staged = staged_sequenced_history(
-                spark, target, collapsed.frame, layout, self.generation, skip_known=fold
+                spark,
+                target,
+                collapsed.frame,
+                layout,
+                self.generation,
+                skip_known=fold,
+                recorded_deletes=recorded_deletes,
             )
             merge_sequenced_history(spark, target, staged, layout, self.stamp)
         elif layout.history is HistoryMode.SCD2:
