@@ -6,6 +6,7 @@ events, and a VACUUM that loses the window, repaired by folding the events bronz
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import dagster as dg
 import pytest
 from pyspark.sql import SparkSession
 
+from cdf_platform.cli import main
 from cdf_platform.core.errors import DataQualityError, InvalidPipelineSpec
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.definitions import build_defs
@@ -239,3 +241,39 @@ def test_an_event_log_runs_through_dagster_and_the_sensor_repairs_its_lost_windo
     assert not window.passed and window.metadata["state"].value == "LOST"
     repaired = sensor_run()
     assert repaired["mode"] == "rebuild"
+
+
+def test_an_event_log_runs_from_the_command_line(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`cdf-platform run` and `status` on an event-log pipeline (the CLI's entry point, in this
+    process: its SparkSession is the test's)."""
+    lake = tmp_path / "lake"
+    pipelines = tmp_path / "pipelines.yaml"
+    pipelines.write_text(
+        "pipelines:\n"
+        "  - id: accounts\n"
+        "    source: bronze/accounts_cdc\n"
+        "    target: silver/accounts\n"
+        "    keys: [id]\n"
+        "    changes: events\n"
+        "    sequence_by: ts_ms\n"
+        "    events: {operation: op, upserts: [c, u, r], deletes: [d],"
+        " row: 'coalesce(after, before)'}\n"
+    )
+    log = EventLog(spark, str(lake / "bronze" / "accounts_cdc"))
+    common = ["--pipelines", str(pipelines), "--lake-root", str(lake), "--json"]
+
+    def cli(*args: str) -> Any:
+        capsys.readouterr()
+        assert main([*args, *common]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    log.append(Event("c", 1, 100, "ada", 10), Event("u", 1, 110, "ada", 11), Event("c", 2, 100))
+    assert cli("run", "accounts")["mode"] == "initial_load"
+    log.append(Event("d", 2, 120), Event("u", 1, 105, "ada", 0))
+    second = cli("run", "accounts")
+    assert (second["mode"], second["rows_deleted"]) == ("incremental", 1)
+    assert rows(spark, str(lake / "silver" / "accounts"), "id", "amount", "ts_ms") == [(1, 11, 110)]
+    (status,) = cli("status")
+    assert (status["state"], status["version_lag"]) == ("OK", 0)
