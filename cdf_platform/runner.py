@@ -39,7 +39,13 @@ from cdf_platform.spark.changes import (
     read_changes,
 )
 from cdf_platform.spark.conform import conform_changes
-from cdf_platform.spark.events import FoldRequest, Tombstones, event_changes, fold_events
+from cdf_platform.spark.events import (
+    FoldRequest,
+    Tombstones,
+    event_changes,
+    fold_events,
+    split_truncates,
+)
 from cdf_platform.spark.failures import classified_run
 from cdf_platform.spark.history import rebuild_note
 from cdf_platform.spark.merge import changes_key_filter
@@ -403,6 +409,9 @@ def _incremental_steps(run: _Run, plan: RunPlan) -> RunResult:
         raw = event_changes(raw, spec)
     extra = ["_change_type", COMMIT_VERSION, COMMIT_TIMESTAMP]
     changes = project_columns(conform_changes(spark, raw, spec), spec, extra)
+    truncation = None
+    if spec.event_source:
+        changes, truncation = split_truncates(changes, spec, ctx)
     data_columns = [c for c in changes.columns if c not in extra]
     # The change set and silver's log state are small: built without generated code, and
     # silver's state (which the MERGE reuses) on a second thread while the changes are read.
@@ -443,7 +452,9 @@ def _incremental_steps(run: _Run, plan: RunPlan) -> RunResult:
                 )
             since = run.lap("key_filter", since)
         if tombstones is not None:
-            apply = partial(tombstones.apply, spark, writer, collapsed, silver_filter=silver_filter)
+            apply = partial(
+                tombstones.apply, spark, writer, collapsed, truncation, silver_filter=silver_filter
+            )
             classified(ctx, apply)
         else:
             classified(ctx, partial(writer.apply_changes, collapsed, silver_filter))

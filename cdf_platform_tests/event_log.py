@@ -34,6 +34,8 @@ class Event:
 
     def as_row(self) -> tuple[Any, ...]:
         image = (self.id, self.name, self.amount)
+        if self.op == "t":  # a truncate: no row
+            return (None, None, "t", self.ts)
         if self.op == "d":
             return (image, None, "d", self.ts)
         return (None, image, self.op, self.ts)
@@ -57,10 +59,18 @@ class EventLog:
         frame.write.format("delta").mode("append").save(self.path)
         self.written.extend(events)
 
+    def truncated_at(self) -> int | None:
+        """The sequence value of the latest truncate (`t`), if any."""
+        return max((e.ts for e in self.events() if e.op == "t"), default=None)
+
     def latest(self) -> dict[int, Event]:
-        """Each key's event with the highest sequence value (ties never written here)."""
+        """Each key's event with the highest sequence value (ties never written here), among
+        the events newer than the latest truncate."""
         found: dict[int, Event] = {}
+        after = self.truncated_at()
         for event in self.events():
+            if event.op == "t" or (after is not None and event.ts <= after):
+                continue
             if event.id not in found or event.ts > found[event.id].ts:
                 found[event.id] = event
         return found
@@ -80,8 +90,17 @@ class EventLog:
         return sorted(live)
 
     def deleted(self) -> dict[int, int]:
-        """Key -> the sequence value of its latest event, for keys whose latest is a delete."""
-        return {key: last.ts for key, last in self.latest().items() if last.op == "d"}
+        """Key -> the sequence value of its latest event, for keys whose latest is a delete, or
+        of the latest truncate, for keys with no event after it."""
+        truncated = self.truncated_at()
+        gone = {
+            e.id: truncated
+            for e in self.events()
+            if e.op != "t" and truncated is not None and e.ts <= truncated
+        }
+        latest = self.latest()
+        gone = {key: ts for key, ts in gone.items() if key not in latest}
+        return {**gone, **{key: last.ts for key, last in latest.items() if last.op == "d"}}
 
     def check(self, spark: SparkSession, spec: PipelineSpec) -> None:
         """Assert silver at `spec.target` is the fold of every event: SCD2's versions, or SCD1's

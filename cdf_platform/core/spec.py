@@ -102,6 +102,12 @@ class EventSpec(BaseModel):
         description="Operation values that delete the key (Debezium: `d`; DMS: `D`). Any value "
         "in neither list, or NULL, is refused as a data error.",
     )
+    truncates: list[str] = Field(
+        default_factory=list,
+        description="Operation values that empty the source table (`history: scd1` only): "
+        "every silver row whose `sequence_by` value is not newer than the truncate's leaves "
+        "silver (hard or soft), and older events arriving later are ignored.",
+    )
     row: str | None = Field(
         default=None,
         description="The row image: a Spark SQL expression giving a struct whose fields are "
@@ -126,18 +132,31 @@ class EventSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check_values(self) -> EventSpec:
-        for name, values in (("upserts", self.upserts), ("deletes", self.deletes)):
+        lists = {"upserts": self.upserts, "deletes": self.deletes, "truncates": self.truncates}
+        for name, values in lists.items():
             if len(set(values)) != len(values):
                 raise ValueError(f"events.{name} lists a value twice: {values}")
-        if both := sorted(set(self.upserts) & set(self.deletes)):
-            raise ValueError(f"operation values {both} are both upserts and deletes")
+        seen: dict[str, str] = {}
+        for name, values in lists.items():
+            for value in values:
+                if value in seen:
+                    raise ValueError(
+                        f"operation value {value!r} is in both events.{seen[value]} and "
+                        f"events.{name}"
+                    )
+                seen[value] = name
         return self
 
     def kind_of(self, operation: str | None) -> str | None:
-        """`upsert`, `delete`, or None (an unknown operation value) for `operation`."""
-        if operation in self.deletes:
-            return "delete"
-        return "upsert" if operation in self.upserts else None
+        """`upsert`, `delete`, `truncate`, or None (an unknown operation value)."""
+        for kind, values in (
+            ("delete", self.deletes),
+            ("upsert", self.upserts),
+            ("truncate", self.truncates),
+        ):
+            if operation in values:
+                return kind
+        return None
 
 
 class FallbackMode(StrEnum):
@@ -390,6 +409,11 @@ class PipelineSpec(BaseModel):
             raise ValueError(
                 "`changes: events` needs `sequence_by`: events of one key arrive in one commit "
                 "and out of order across commits, and only their sequence orders them"
+            )
+        if self.events.truncates and self.history is HistoryMode.SCD2:
+            raise ValueError(
+                "events.truncates needs `history: scd1`: a truncate says nothing about when "
+                "each key's version ended"
             )
 
     @property

@@ -405,10 +405,11 @@ def _event_problem(
     if unknown is not None and not any(row[k] is None for k in keys):
         value = unknown.removeprefix(UNKNOWN)
         return (
-            f"{where} holds an event of key ({key_text}) whose operation {value} is neither an "
-            "upsert nor a delete value of `events`",
-            "add the operation value to `events.upserts` or `events.deletes` in the pipelines "
-            "file (or correct the event in bronze), then rerun",
+            f"{where} holds an event of key ({key_text}) whose operation {value} is in no "
+            "list of `events` (upserts, deletes, truncates)",
+            "add the operation value to `events.upserts`, `events.deletes` or "
+            "`events.truncates` in the pipelines file (or correct the event in bronze), then "
+            "rerun",
         )
     if row["_survivors"] > 1 and not any(row[k] is None for k in keys):
         return (

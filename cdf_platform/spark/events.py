@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from cdf_platform.core.errors import FIX_SPEC_FIELD, InvalidPipelineSpec
+from cdf_platform.core.errors import FIX_SPEC_FIELD, DataQualityError, InvalidPipelineSpec
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident, sql_path, sql_string
 from cdf_platform.spark.changes import (
@@ -47,6 +47,7 @@ from cdf_platform.spark.changes import (
     project_columns,
 )
 from cdf_platform.spark.conform import conform_changes
+from cdf_platform.spark.merge import Truncation
 from cdf_platform.spark.rebuild import RebuildOutcome, SpecRewrite, rebuild_generation
 from cdf_platform.spark.silver_layout import END_AT, IS_DELETED, SilverLayout
 from cdf_platform.spark.silver_table import check_silver_owner, ensure_silver, set_deletion_vectors
@@ -60,6 +61,8 @@ if TYPE_CHECKING:
     from cdf_platform.spark.changes import CollapsedChanges
 
 FEED_COLUMNS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
+TRUNCATE = "truncate"
+"""The change type of an event whose operation is in `events.truncates`."""
 _TOMB_SEQUENCE = "_tombstone_sequence"
 _TOMB_VERSION = "_tombstone_version"
 
@@ -82,9 +85,10 @@ def event_changes(feed: DataFrame, spec: PipelineSpec) -> DataFrame:
     kind = F.when(F.lit(False), F.lit(None))
     if events.deletes:
         kind = F.when(operation.isin(*events.deletes), F.lit("delete"))
-    kind = kind.when(operation.isin(*events.upserts), F.lit("update_postimage")).otherwise(
-        F.concat(F.lit(UNKNOWN), F.coalesce(operation, F.lit("NULL")))
-    )
+    kind = kind.when(operation.isin(*events.upserts), F.lit("update_postimage"))
+    if events.truncates:
+        kind = kind.when(operation.isin(*events.truncates), F.lit(TRUNCATE))
+    kind = kind.otherwise(F.concat(F.lit(UNKNOWN), F.coalesce(operation, F.lit("NULL"))))
     event_columns = [c for c in appended.columns if c not in FEED_COLUMNS]
     if events.row is None:
         image = [F.col(quote_ident(c)) for c in event_columns]
@@ -146,6 +150,53 @@ def snapshot_events(snapshot: DataFrame, version: int, timestamp: datetime | Non
     )
 
 
+def split_truncates(
+    changes: DataFrame, spec: PipelineSpec, ctx: ReadContext
+) -> tuple[DataFrame, Truncation | None]:
+    """`changes` without its truncate events, and the latest of them (None without any, or
+    when `events.truncates` is empty: no row is read then).
+
+    Raises:
+        DataQualityError: a truncate event has a NULL `sequence_by` value.
+    """
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    assert spec.events is not None and spec.sequence_by is not None
+    if not spec.events.truncates:
+        return changes, None
+    is_truncate = F.col(CHANGE_TYPE) == TRUNCATE
+    seq = F.col(quote_ident(spec.sequence_by))
+    latest = classified(
+        ctx,
+        lambda: (
+            changes.filter(is_truncate)
+            .agg(
+                F.max(F.struct(seq.alias("s"), F.col(COMMIT_VERSION), F.col(COMMIT_TIMESTAMP))),
+                F.count_if(seq.isNull()),
+            )
+            .collect()[0]
+        ),
+    )
+    found, null_sequences = latest[0], latest[1]
+    if null_sequences:
+        raise DataQualityError(
+            f"a truncate event in {ctx.described} has a NULL sequence_by value "
+            f"({spec.sequence_by})",
+            pipeline_id=spec.id,
+            table=spec.source,
+            version=ctx.start_version,
+        )
+    rest = changes.filter(~is_truncate)
+    if found is None:
+        return rest, None
+    sequence_type = changes.schema[spec.sequence_by].dataType.simpleString()
+    value = found["s"]
+    text = value.isoformat() if hasattr(value, "isoformat") else str(value)
+    literal = f"CAST({sql_string(text)} AS {sequence_type})"
+    at = found[COMMIT_TIMESTAMP] or datetime.now(UTC)
+    return rest, Truncation(literal, int(found[COMMIT_VERSION]), at)
+
+
 @dataclass(frozen=True)
 class Tombstones:
     """The tombstones of a hard-deleting SCD1 pipeline over an event log (module doc).
@@ -155,29 +206,53 @@ class Tombstones:
         keys: The pipeline's keys.
         sequence_by: The column that orders events.
         retention: How long a tombstone is kept after its delete's commit.
+        truncations_path: The Delta table holding the truncates seen (their sequence values):
+            an event no newer than the latest is ignored, however late it arrives.
     """
 
     path: str
     keys: tuple[str, ...]
     sequence_by: str
     retention: timedelta
+    truncations_path: str
 
     @classmethod
     def of(cls, control_root: str, spec: PipelineSpec) -> Tombstones | None:
         """The tombstones `spec` keeps, or None (not an event log)."""
         if spec.events is None or spec.sequence_by is None:
             return None
+        root = control_root.rstrip("/")
         return cls(
-            f"{control_root.rstrip('/')}/tombstones/{spec.id}",
+            f"{root}/tombstones/{spec.id}",
             tuple(spec.keys),
             spec.sequence_by,
             timedelta(hours=spec.events.tombstone_retention_hours),
+            f"{root}/truncations/{spec.id}",
         )
 
-    def _exists(self, spark: SparkSession) -> bool:
+    def _exists(self, spark: SparkSession, path: str | None = None) -> bool:
         from delta.tables import DeltaTable
 
-        return bool(DeltaTable.isDeltaTable(spark, self.path))
+        return bool(DeltaTable.isDeltaTable(spark, path or self.path))
+
+    def _record_truncation(self, spark: SparkSession, truncation: Truncation) -> None:
+        """Keep `truncation`'s sequence value (its literal is typed as the sequence column)."""
+        row = spark.sql(
+            f"SELECT {truncation.sequence} AS sequence, "
+            f"CAST({int(truncation.version)} AS BIGINT) AS version"
+        )
+        row.write.format("delta").mode("append").save(self.truncations_path)
+
+    def _truncated_before(self, spark: SparkSession) -> Column | None:
+        """The latest truncate's sequence value, as a literal column, or None."""
+        from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+        if not self._exists(spark, self.truncations_path):
+            return None
+        (latest,) = (
+            spark.read.format("delta").load(self.truncations_path).agg(F.max("sequence")).collect()
+        )
+        return None if latest[0] is None else F.lit(latest[0])
 
     def record(self, spark: SparkSession, changes: DataFrame, now: datetime) -> None:
         """Keep a tombstone for each delete among `changes` (one change per key), the newest
@@ -234,24 +309,37 @@ class Tombstones:
         )
 
     def apply(
-        self, spark: SparkSession, writer: SilverWriter, collapsed: CollapsedChanges, **how: Any
+        self,
+        spark: SparkSession,
+        writer: SilverWriter,
+        collapsed: CollapsedChanges,
+        truncation: Truncation | None = None,
+        **how: Any,
     ) -> None:
-        """Record `collapsed`'s deletes (before silver's MERGE: a crash between the two replays
-        the same deletes into the same tombstones), then apply `collapsed` through `writer`
-        (`how`: its `apply_changes` arguments): SCD1 without the upserts a tombstone outdates,
-        SCD2 with the tombstones joining the touched keys' folds."""
+        """Record `collapsed`'s deletes and `truncation` (before silver's MERGE: a crash between
+        the two replays the same events into the same tombstones), then apply `collapsed`
+        through `writer` (`how`: its `apply_changes` arguments): SCD1 without the changes a
+        tombstone or a truncate outdates, removing the rows `truncation` empties; SCD2 with the
+        tombstones joining the touched keys' folds."""
         self.record(spark, collapsed.frame, datetime.now(UTC))
+        if truncation is not None:
+            self._record_truncation(spark, truncation)
         if writer.layout.sequenced_history:
             writer.apply_changes(collapsed, recorded_deletes=self.deletes(spark), **how)
         else:
             screened = replace(collapsed, frame=self.screen(spark, collapsed.frame))
-            writer.apply_changes(screened, **how)
+            writer.apply_changes(screened, truncation=truncation, **how)
 
     def screen(self, spark: SparkSession, changes: DataFrame) -> DataFrame:
-        """`changes` without the upserts a tombstone outdates: an upsert of a deleted key whose
-        sequence value is older than the delete's (or equal, from an earlier commit)."""
+        """`changes` without the ones a truncate outdates (not newer than the latest), and
+        without the upserts a tombstone outdates: an upsert of a deleted key whose sequence
+        value is older than the delete's (or equal, from an earlier commit)."""
         from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
+        truncated = self._truncated_before(spark)
+        seq = F.col(quote_ident(self.sequence_by))
+        if truncated is not None:
+            changes = changes.filter(seq > truncated)
         if not self._exists(spark):
             return changes
         tombs = (
@@ -259,7 +347,7 @@ class Tombstones:
             .load(self.path)
             .select(*(quote_ident(k) for k in self.keys), _TOMB_SEQUENCE, _TOMB_VERSION)
         )
-        seq, tomb = F.col(quote_ident(self.sequence_by)), F.col(_TOMB_SEQUENCE)
+        tomb = F.col(_TOMB_SEQUENCE)
         outdated = (
             (F.col(CHANGE_TYPE) != "delete")
             & tomb.isNotNull()
@@ -316,6 +404,7 @@ def fold_events(spark: SparkSession, spec: PipelineSpec, request: FoldRequest) -
     feed = snapshot_events(raw, version, request.version_timestamp)
     extra = list(FEED_COLUMNS)
     changes = project_columns(conform_changes(spark, event_changes(feed, spec), spec), spec, extra)
+    changes, truncation = split_truncates(changes, spec, ctx)
     data_columns = [c for c in changes.columns if c not in extra]
     with interpreted(spark):
         collapsed = collapse_changes(changes, spec.keys, data_columns, ctx, ChangeOrder.of(spec))
@@ -355,7 +444,9 @@ def fold_events(spark: SparkSession, spec: PipelineSpec, request: FoldRequest) -
             folded = collapsed
             classified(
                 ctx,
-                lambda: tombstones.apply(spark, writer, folded, silver_filter=None, fold=True),
+                lambda: tombstones.apply(
+                    spark, writer, folded, truncation, silver_filter=None, fold=True
+                ),
             )
         else:
             classified(ctx, lambda: writer.apply_changes(collapsed, None, fold=True))

@@ -154,8 +154,46 @@ def _insert(layout: SilverLayout, version_expr: str) -> str:
     return f"INSERT ({names}) VALUES ({', '.join(v for _, v in row)})"
 
 
+@dataclass(frozen=True)
+class Truncation:
+    """An event log's truncate (`events.truncates`): every silver row whose `sequence_by` value
+    is at or before `sequence` (a SQL literal of the column's type) leaves silver.
+
+    Attributes:
+        sequence: The truncate's sequence value, as a SQL literal.
+        version: Its bronze commit version.
+        at: Its bronze commit time (a soft delete's `_deleted_at`).
+    """
+
+    sequence: str
+    version: int
+    at: datetime
+
+    def clause(self, layout: SilverLayout) -> str:
+        """The MERGE clause deleting (or soft-deleting) the rows the changes do not reach."""
+        assert layout.sequence_by is not None
+        seq = quote_ident(layout.sequence_by)
+        older = f"t.{seq} <= {self.sequence}"
+        if not layout.soft:
+            return f"WHEN NOT MATCHED BY SOURCE AND {older} THEN DELETE"
+        at = f"CAST({sql_string(self.at.isoformat())} AS TIMESTAMP)"
+        marks = [
+            f"{IS_DELETED} = true",
+            f"{DELETED_AT} = {at}",
+            f"{SOURCE_VERSION} = {int(self.version)}",
+            f"{seq} = {self.sequence}",
+            *layout.retired_nulls(),
+        ]
+        return f"WHEN NOT MATCHED BY SOURCE AND NOT t.{IS_DELETED} AND {older} THEN {_set(marks)}"
+
+
 def merge_changes_sql(
-    target: str, layout: SilverLayout, silver_filter: str | None = None, *, quiet: bool = False
+    target: str,
+    layout: SilverLayout,
+    silver_filter: str | None = None,
+    *,
+    quiet: bool = False,
+    truncation: Truncation | None = None,
 ) -> str:
     """The incremental MERGE of a collapsed change set (view `cdf_platform_source`) into silver.
 
@@ -164,7 +202,8 @@ def merge_changes_sql(
     backwards. `silver_filter` (`cdf_platform.spark.key_filter`) is a condition on silver's keys
     that every matched row satisfies: it joins the ON clause so Delta skips files. With `quiet`
     (a fold of the events bronze still holds, which silver took before), an update that would
-    leave a live row as it is, and a delete of a row already deleted, write nothing.
+    leave a live row as it is, and a delete of a row already deleted, write nothing. A
+    `truncation` also removes every row no change reaches that it is not older than.
     """
     on = layout.on_clause() + (f" AND {silver_filter}" if silver_filter is not None else "")
     version = f"s.{COMMIT_VERSION}"
@@ -184,16 +223,15 @@ def merge_changes_sql(
         updates = f"{newer} AND NOT ({live} AND {layout.unchanged(reset=reset)})"
         if layout.soft:
             deletes = f"{newer} AND NOT t.{IS_DELETED}"
-    return _merge(
-        target,
-        on,
-        [
-            f"WHEN MATCHED AND {is_delete} AND {deletes} THEN {deleted}",
-            f"WHEN MATCHED AND NOT {is_delete} AND {updates} "
-            f"THEN {_set(_upsert(layout, version=version, reset=reset))}",
-            f"WHEN NOT MATCHED AND NOT {is_delete} THEN {_insert(layout, version)}",
-        ],
-    )
+    clauses = [
+        f"WHEN MATCHED AND {is_delete} AND {deletes} THEN {deleted}",
+        f"WHEN MATCHED AND NOT {is_delete} AND {updates} "
+        f"THEN {_set(_upsert(layout, version=version, reset=reset))}",
+        f"WHEN NOT MATCHED AND NOT {is_delete} THEN {_insert(layout, version)}",
+    ]
+    if truncation is not None:
+        clauses.append(truncation.clause(layout))
+    return _merge(target, on, clauses)
 
 
 def reconcile_sql(target: str, layout: SilverLayout, version: int, deleted_at: datetime) -> str:
@@ -257,11 +295,12 @@ def merge_changes(
     silver_filter: str | None,
     *,
     quiet: bool = False,
+    truncation: Truncation | None = None,
 ) -> None:
     """Apply a collapsed change set to silver; the commit carries `stamp` (the watermark).
     `silver_filter` is the condition on silver's rows the changes can reach
-    (`changes_key_filter`), or None; `quiet`: see `merge_changes_sql`."""
-    sql = merge_changes_sql(target, layout, silver_filter, quiet=quiet)
+    (`changes_key_filter`), or None; `quiet`, `truncation`: see `merge_changes_sql`."""
+    sql = merge_changes_sql(target, layout, silver_filter, quiet=quiet, truncation=truncation)
     run_merge(spark, collapsed.frame, sql, stamp)
 
 

@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.spec import HistoryMode
 from cdf_platform.spark.history import merge_history, staged_history, staged_reconcile
-from cdf_platform.spark.merge import TxnStamp, load_snapshot, merge_changes, reconcile_snapshot
+from cdf_platform.spark.merge import (
+    Truncation,
+    TxnStamp,
+    load_snapshot,
+    merge_changes,
+    reconcile_snapshot,
+)
 from cdf_platform.spark.sequenced_history import (
     merge_sequenced_history,
     staged_sequenced_history,
@@ -100,12 +106,14 @@ class SilverWriter:
         *,
         fold: bool = False,
         recorded_deletes: DataFrame | None = None,
+        truncation: Truncation | None = None,
     ) -> None:
         """Apply a collapsed change set (an incremental run) in one stamped MERGE;
         `silver_filter` is the key filter of an SCD1 write (`filters_keys`), else None.
         `fold`: the changes are every event an event log still holds (its rebuild), some of
         which silver took already: those write nothing. `recorded_deletes`: an event log's
-        tombstones, for sequenced history (`staged_sequenced_history`)."""
+        tombstones, for sequenced history (`staged_sequenced_history`); `truncation`: an event
+        log's truncate, for SCD1 (`merge_changes_sql`)."""
         spark, target, layout = self.spark, self.target, self.layout
         if layout.sequenced_history:
             staged = staged_sequenced_history(
@@ -122,7 +130,16 @@ class SilverWriter:
             staged = staged_history(spark, target, collapsed.frame, layout)
             merge_history(spark, target, staged, layout, self.stamp)
         else:
-            merge_changes(spark, target, collapsed, layout, self.stamp, silver_filter, quiet=fold)
+            merge_changes(
+                spark,
+                target,
+                collapsed,
+                layout,
+                self.stamp,
+                silver_filter,
+                quiet=fold,
+                truncation=truncation,
+            )
 
     def reconcile(
         self, snapshot: DataFrame, *, deleted_at: datetime, reshape: bool, exact: bool

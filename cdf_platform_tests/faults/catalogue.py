@@ -583,6 +583,15 @@ CATALOGUE: list[BadInput] = [
         "`events: {upserts: [c, d], deletes: [d]}` (one value in both lists)",
         **{**EVENTS, "events": {"operation": "op", "upserts": ["c", "d"], "deletes": ["d"]}},
     ),
+    _spec_case(
+        "event_truncates_with_history",
+        "`events: {truncates: [t]}` with `history: scd2`",
+        **{
+            **EVENTS,
+            "history": "scd2",
+            "events": {"operation": "op", "upserts": ["c"], "deletes": ["d"], "truncates": ["t"]},
+        },
+    ),
     BadInput(
         "events_tie_in_one_commit",
         "an event log commit holding two different events of one key with the same "
@@ -595,9 +604,9 @@ CATALOGUE: list[BadInput] = [
     ),
     BadInput(
         "events_unknown_operation",
-        "an event whose operation (`op: x`) is in neither `events.upserts` nor `events.deletes`",
+        "an event whose operation (`op: x`) is in no list of `events`",
         DataQualityError,
-        "add the operation value to `events.upserts` or `events.deletes`",
+        "add the operation value to `events.upserts`, `events.deletes` or `events.truncates`",
         act=lambda lake: lake.run(lake.spec(**EVENTS)),
         setup=_event_log((1, "ada", 5, "c"), (2, "bob", 6, "x")),
         spark=True,

@@ -166,8 +166,8 @@ def test_the_same_event_delivered_twice_in_one_commit_is_one_event(
 
 
 def test_an_unknown_operation_value_is_refused(spark: SparkSession, lake: Path) -> None:
-    message = _refusal(spark, lake, Event("t", 1, 200, "ada", 11))
-    assert "operation t is neither an upsert nor a delete value of `events`" in message
+    message = _refusal(spark, lake, Event("x", 1, 200, "ada", 11))
+    assert "operation x is in no list of `events` (upserts, deletes, truncates)" in message
     assert "(id=1)" in message
 
 
@@ -277,3 +277,37 @@ def test_an_event_log_runs_from_the_command_line(
     assert rows(spark, str(lake / "silver" / "accounts"), "id", "amount", "ts_ms") == [(1, 11, 110)]
     (status,) = cli("status")
     assert (status["state"], status["version_lag"]) == ("OK", 0)
+
+
+@pytest.mark.parametrize("delete_mode", ["hard", "soft"])
+def test_a_truncate_event_empties_silver_up_to_its_sequence_value(
+    spark: SparkSession, lake: Path, delete_mode: str
+) -> None:
+    """`events.truncates`: a truncate removes every row not newer than it, in the same commit
+    as the run's other changes; events before it in its own commit, and late ones arriving
+    after it, change nothing."""
+    spec = events_spec(lake, delete_mode=delete_mode, events={**DEBEZIUM, "truncates": ["t"]})
+    control = control_for(lake)
+    log = EventLog(spark, spec.source)
+
+    def run_and_check() -> Any:
+        result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+        log.check(spark, spec)
+        return result
+
+    log.append(Event("c", 1, 100, "ada", 10), Event("c", 2, 100, "bob", 20))
+    log.append(Event("c", 3, 150, "cy", 30))
+    run_and_check()
+    log.append(
+        Event("u", 1, 200, "ada", 11),
+        Event("t", 0, 250),
+        Event("c", 4, 260, "dee", 40),
+        Event("u", 2, 240, "bob", 21),
+    )
+    truncated = run_and_check()
+    assert truncated.mode is RunMode.INCREMENTAL
+    assert rows(spark, spec.target, "id", "amount") == (
+        [(4, 40)] if delete_mode == "hard" else [(1, 10), (2, 20), (3, 30), (4, 40)]
+    )
+    log.append(Event("u", 3, 120, "cy", 0), Event("c", 5, 230), Event("u", 1, 300, "ada", 12))
+    run_and_check()
