@@ -16,6 +16,9 @@ from cdf_platform.demo.definitions import defs as demo_defs
 from cdf_platform_tests.dagster_dev import DAGSTER, PROJECT_ROOT, dagster_dev
 from cdf_platform_tests.lake_platform import ORDERS, control_for
 
+# The pipelines of the repository's pipelines.yaml (the demo's) -> their bronze table.
+BRONZE_OF = {"orders": "orders", "customers": "customers", "accounts": "accounts_cdc"}
+
 
 def test_definitions_load_without_starting_spark() -> None:
     from cdf_platform.orchestration.resources import SparkResource
@@ -26,15 +29,14 @@ def test_definitions_load_without_starting_spark() -> None:
     assert isinstance(spark, SparkResource)
     assert not spark.started
     keys = loaded.resolve_asset_graph().get_all_asset_keys()
-    assert dg.AssetKey(["bronze", "orders"]) in keys
-    assert dg.AssetKey(["bronze", "customers"]) in keys
+    assert {dg.AssetKey(["bronze", table]) for table in BRONZE_OF.values()} <= keys
 
 
 def test_asset_graph_runs_bronze_to_silver_with_checks_on_silver() -> None:
     loaded = defs()
     graph = loaded.resolve_asset_graph()
-    for pipeline in ("orders", "customers"):
-        bronze = graph.get(dg.AssetKey(["bronze", pipeline]))
+    for pipeline, table in BRONZE_OF.items():
+        bronze = graph.get(dg.AssetKey(["bronze", table]))
         assert bronze.is_external and not bronze.is_materializable  # production: never written
         silver = graph.get(dg.AssetKey(["silver", pipeline]))
         assert silver.parent_keys == {bronze.key}
@@ -55,17 +57,14 @@ def test_the_overview_hangs_off_the_bronze_tables_and_not_off_silver() -> None:
     """It reads the bronze logs; below silver, a lost window (a blocking check) would stop it."""
     graph = defs().resolve_asset_graph()
     overview = graph.get(dg.AssetKey(["platform", "pipelines"]))
-    assert overview.parent_keys == {
-        dg.AssetKey(["bronze", "orders"]),
-        dg.AssetKey(["bronze", "customers"]),
-    }
+    assert overview.parent_keys == {dg.AssetKey(["bronze", table]) for table in BRONZE_OF.values()}
     assert overview.group_name == "platform"
 
 
 def test_the_demo_definitions_add_the_demo_writers_and_gold() -> None:
     graph = demo_defs().resolve_asset_graph()
-    for pipeline in ("orders", "customers"):
-        bronze = graph.get(dg.AssetKey(["bronze", pipeline]))
+    for pipeline, table in BRONZE_OF.items():
+        bronze = graph.get(dg.AssetKey(["bronze", table]))
         assert bronze.is_materializable and not bronze.is_external
         assert graph.get(dg.AssetKey(["silver", pipeline])).parent_keys == {bronze.key}
     gold = graph.get(dg.AssetKey(["gold", "customer_order_totals"]))
@@ -87,7 +86,7 @@ def test_every_job_sensor_and_schedule_resolves() -> None:
     for node in checks_job.graph.node_defs:
         assert isinstance(node, dg.OpDefinition)
         nodes[node.name] = node.required_resource_keys
-    checks = {f"silver__{pipeline}_checks" for pipeline in ("orders", "customers")}
+    checks = {f"silver__{pipeline}_checks" for pipeline in BRONZE_OF}
     assert set(nodes) == {*checks, "platform__pipelines"}
     assert set().union(*nodes.values()) == {"lake"}
     assert "spark" not in checks_job.required_resource_keys

@@ -89,7 +89,7 @@ def test_readme_is_the_front_page_and_the_site_has_every_page() -> None:
 def test_readme_example_spec_is_valid_and_uses_every_field() -> None:
     (example,) = [b for b in _blocks("yaml") if b.startswith("pipelines:")]
     specs = parse_specs(yaml.safe_load(example), origin="docs")
-    assert [spec.id for spec in specs] == ["orders", "customers_history"]
+    assert [spec.id for spec in specs] == ["orders", "customers_history", "accounts"]
     # The SCD2 fields only go with `history: scd2`: the second pipeline shows them.
     documented = {field for entry in yaml.safe_load(example)["pipelines"] for field in entry}
     assert documented == set(PipelineSpec.model_fields)

@@ -1,18 +1,38 @@
 """Demo bronze assets: the demo sources that feed the silver pipelines (materializable here,
-unlike the external bronze assets of the production definitions)."""
+unlike the external bronze assets of the production definitions): row tables whose batches
+insert, update and delete rows, and a change-event log whose batches append events."""
 
 import dagster as dg
 from pydantic import Field
 
-from cdf_platform.demo.source import DEMO_KEYS, write_demo_batch
+from cdf_platform.demo.events import EVENT_KEYS, EventBatch, write_event_batch
+from cdf_platform.demo.source import DEMO_KEYS, DemoBatch, write_demo_batch
 from cdf_platform.orchestration.keys import BRONZE_PREFIX
 from cdf_platform.orchestration.resources import LakeLayout
+
+# Every demo bronze table -> its key.
+DEMO_TABLES = {**DEMO_KEYS, **EVENT_KEYS}
+
+ROW_TABLE_DESCRIPTION = (
+    "Raw `{table}` as landed by the operational system: a CDF-enabled Delta table where each "
+    "batch inserts, updates and deletes rows in one commit (written by deltalake, without "
+    "Spark). Silver reads its change feed."
+)
+EVENT_LOG_DESCRIPTION = (
+    "Raw `{table}` as a Debezium connector lands it: an append-only, CDF-enabled Delta table "
+    "of change events (`before`/`after` row images, `op` c/u/d/r, `ts_ms`), each batch one "
+    "commit holding inserts, updates, deletes, several events of a key and late events "
+    "(written by deltalake, without Spark). Silver folds the events appended since its "
+    "watermark, per key the one with the highest `ts_ms`."
+)
 
 
 class DemoBatchConfig(dg.Config):
     """How much one materialization of a demo bronze table writes."""
 
-    batch_size: int = Field(default=1_000, ge=1, description="Rows touched by one batch.")
+    batch_size: int = Field(
+        default=1_000, ge=1, description="Rows (the event log: keys) touched by one batch."
+    )
     seed: int = Field(default=7, description="Seed of the deterministic batch generator.")
 
 
@@ -21,19 +41,24 @@ def bronze_path(lake_root: str, table: str) -> str:
     return f"{lake_root.rstrip('/')}/{BRONZE_PREFIX}/{table}"
 
 
+def write_batch(path: str, table: str, config: DemoBatchConfig) -> DemoBatch | EventBatch:
+    """One deterministic batch into the demo bronze table `table` at `path`: events for the
+    event log, row changes for the others."""
+    if table in EVENT_KEYS:
+        return write_event_batch(path, batch_size=config.batch_size, seed=config.seed)
+    return write_demo_batch(path, table, batch_size=config.batch_size, seed=config.seed)
+
+
 def demo_bronze_asset(table: str) -> dg.AssetsDefinition:
     """A bronze asset whose every materialization commits one deterministic demo batch."""
+    description = EVENT_LOG_DESCRIPTION if table in EVENT_KEYS else ROW_TABLE_DESCRIPTION
 
     @dg.asset(
         name=table,
         key_prefix=BRONZE_PREFIX,
         group_name=BRONZE_PREFIX,
         kinds={"delta"},
-        description=(
-            f"Raw `{table}` as landed by the operational system: a CDF-enabled Delta table "
-            "where each batch inserts, updates and deletes rows in one commit (written by "
-            "deltalake, without Spark). Silver reads its change feed."
-        ),
+        description=description.format(table=table),
     )
     def _bronze(
         context: dg.AssetExecutionContext,
@@ -41,20 +66,17 @@ def demo_bronze_asset(table: str) -> dg.AssetsDefinition:
         lake: LakeLayout,
     ) -> dg.MaterializeResult:
         path = bronze_path(lake.lake_root, table)
-        batch = write_demo_batch(path, table, batch_size=config.batch_size, seed=config.seed)
+        batch = write_batch(path, table, config)
         context.log.info("bronze %s: %s", table, batch)
         return dg.MaterializeResult(
             metadata={
                 "path": dg.MetadataValue.path(path),
-                "key": DEMO_KEYS[table],
-                "version": batch.version,
-                "rows_inserted": batch.inserted,
-                "rows_updated": batch.updated,
-                "rows_deleted": batch.deleted,
+                "key": DEMO_TABLES[table],
+                **batch.metadata(),
             }
         )
 
     return _bronze
 
 
-demo_bronze_assets = [demo_bronze_asset(table) for table in sorted(DEMO_KEYS)]
+demo_bronze_assets = [demo_bronze_asset(table) for table in sorted(DEMO_TABLES)]

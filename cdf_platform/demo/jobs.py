@@ -7,7 +7,8 @@ from cdf_platform.demo.bronze_assets import demo_bronze_assets
 demo_bronze_job = dg.define_asset_job(
     "demo_bronze_job",
     selection=dg.AssetSelection.assets(*demo_bronze_assets),
-    description="Commit one deterministic insert/update/delete batch to each demo bronze table.",
+    description="Commit one deterministic insert/update/delete batch to each demo bronze table "
+    "(to the event log, a batch of change events).",
 )
 
 gold_job = dg.define_asset_job(

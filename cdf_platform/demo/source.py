@@ -59,6 +59,15 @@ class DemoBatch:
     updated: int
     deleted: int
 
+    def metadata(self) -> dict[str, int]:
+        """The figures a bronze materialization records."""
+        return {
+            "version": self.version,
+            "rows_inserted": self.inserted,
+            "rows_updated": self.updated,
+            "rows_deleted": self.deleted,
+        }
+
 
 def _row(table: str, key: int, rng: random.Random, batch_index: int) -> dict[str, Any]:
     updated_at = DEMO_EPOCH + timedelta(minutes=batch_index)
