@@ -40,7 +40,6 @@ from cdf_platform.spark.changes import (
 )
 from cdf_platform.spark.conform import conform_changes
 from cdf_platform.spark.events import (
-    FoldRequest,
     Tombstones,
     event_changes,
     fold_events,
@@ -50,7 +49,7 @@ from cdf_platform.spark.failures import classified_run
 from cdf_platform.spark.history import rebuild_note
 from cdf_platform.spark.merge import changes_key_filter
 from cdf_platform.spark.metrics import commit_counts, find_run_commit, silver_commit_counts
-from cdf_platform.spark.rebuild import SpecRewrite, rebuild_silver
+from cdf_platform.spark.rebuild import RebuildRequest, SpecRewrite, rebuild_silver
 from cdf_platform.spark.session import assert_safe_spark_config, new_session
 from cdf_platform.spark.silver_layout import SilverLayout
 from cdf_platform.spark.silver_table import ensure_silver, silver_widenings
@@ -505,32 +504,21 @@ def _rebuild(
     spark = run.spark
     since = time.monotonic()
     try:
-        if spec.event_source:
-            request = FoldRequest(
-                version=version,
-                silver=plan.silver,
-                run_id=run.run_id,
-                mode=mode.value,
-                source_table_id=plan.window.table_id,
-                source_reset=isinstance(problem, SourceReset),
-                version_timestamp=plan.window.timestamp_of(version),
-                rewrite=_spec_rewrite(plan),
-                tombstones=Tombstones.of(run.control.root, spec),
-            )
-            outcome = fold_events(spark, spec, request)
+        request = RebuildRequest(
+            version=version,
+            silver=plan.silver,
+            run_id=run.run_id,
+            mode=mode.value,
+            source_table_id=plan.window.table_id,
+            source_reset=isinstance(problem, SourceReset),
+            version_timestamp=plan.window.timestamp_of(version),
+            rewrite=_spec_rewrite(plan),
+        )
+        tombstones = Tombstones.of(run.control.root, spec)
+        if tombstones is not None:
+            outcome = fold_events(spark, spec, request, tombstones)
         else:
-            outcome = rebuild_silver(
-                spark,
-                spec,
-                version=version,
-                silver=plan.silver,
-                run_id=run.run_id,
-                mode=mode.value,
-                source_table_id=plan.window.table_id,
-                source_reset=isinstance(problem, SourceReset),
-                version_timestamp=plan.window.timestamp_of(version),
-                rewrite=_spec_rewrite(plan),
-            )
+            outcome = rebuild_silver(spark, spec, request)
     except CdfPlatformError as err:
         _log_incident(run, plan, err, mode=mode)
         raise

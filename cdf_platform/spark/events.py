@@ -48,12 +48,11 @@ from cdf_platform.spark.changes import (
 )
 from cdf_platform.spark.conform import conform_changes
 from cdf_platform.spark.merge import Truncation
-from cdf_platform.spark.rebuild import RebuildOutcome, SpecRewrite, rebuild_generation
+from cdf_platform.spark.rebuild import RebuildOutcome, RebuildRequest
 from cdf_platform.spark.silver_layout import END_AT, IS_DELETED, SilverLayout
 from cdf_platform.spark.silver_table import check_silver_owner, ensure_silver, set_deletion_vectors
-from cdf_platform.spark.silver_writer import SilverWriter, silver_stamp
+from cdf_platform.spark.silver_writer import SilverWriter
 from cdf_platform.spark.small_steps import interpreted
-from cdf_platform.state.watermark import SilverState, spec_metadata
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -357,24 +356,11 @@ class Tombstones:
         return screened.select(*(quote_ident(c) for c in changes.columns))
 
 
-@dataclass(frozen=True)
-class FoldRequest:
-    """What an event log's rebuild needs besides the session and the spec: the rebuild's
-    arguments (`cdf_platform.spark.rebuild.rebuild_silver`) and the tombstones."""
-
-    version: int
-    silver: SilverState
-    run_id: str
-    mode: str
-    source_table_id: str | None
-    source_reset: bool
-    version_timestamp: datetime | None
-    rewrite: SpecRewrite
-    tombstones: Tombstones | None
-
-
-def fold_events(spark: SparkSession, spec: PipelineSpec, request: FoldRequest) -> RebuildOutcome:
-    """Rebuild silver of an event log from the events bronze still holds at `request.version`:
+def fold_events(
+    spark: SparkSession, spec: PipelineSpec, request: RebuildRequest, tombstones: Tombstones
+) -> RebuildOutcome:
+    """Rebuild silver of an event log from the events bronze still holds at `request.version`
+    (`tombstones`: the pipeline's, `Tombstones.of`):
     their fold (latest event per key, or every event for SCD2) applied as a run applies its
     changes, silver's newer rows kept, what silver already holds rewritten nowhere, and the
     watermark `version` stamped in the same commit. A key silver holds that bronze holds no
@@ -418,29 +404,17 @@ def fold_events(spark: SparkSession, spec: PipelineSpec, request: FoldRequest) -
             layout = ensure_silver(spark, spec.target, spec.id, schema, layout)
         if rewrite.deletion_vectors is not None:
             set_deletion_vectors(spark, spec.target, enabled=rewrite.deletion_vectors)
-        generation = rebuild_generation(request.silver, version, source_reset=request.source_reset)
-        stamp = silver_stamp(
-            spec.id,
-            generation=generation,
-            run_id=request.run_id,
-            mode=request.mode,
-            start_version=None,
-            end_version=version,
-            source_table_id=request.source_table_id,
-            **spec_metadata(rewrite.record),
-        )
-        writer = SilverWriter(spark, spec.target, layout, stamp, generation)
+        writer = request.writer(spark, spec.id, spec.target, layout)
         unheld = classified(ctx, lambda: _unheld_keys(spark, spec, layout, collapsed.frame))
-        tombstones = request.tombstones
         if rewrite.reshape:
             live = collapsed.frame.filter(F.col(CHANGE_TYPE) != "delete").select(
                 *(quote_ident(c) for c in data_columns)
             )
-            at = request.version_timestamp or datetime.now(UTC)
+            at = request.deleted_at
             classified(
                 ctx, lambda: writer.reconcile(live, deleted_at=at, reshape=True, exact=False)
             )
-        elif tombstones is not None:
+        else:
             folded = collapsed
             classified(
                 ctx,
@@ -448,11 +422,9 @@ def fold_events(spark: SparkSession, spec: PipelineSpec, request: FoldRequest) -
                     spark, writer, folded, truncation, silver_filter=None, fold=True
                 ),
             )
-        else:
-            classified(ctx, lambda: writer.apply_changes(collapsed, None, fold=True))
     finally:
         collapsed.release()
-    return RebuildOutcome(version, generation, stamp.app_id, layout.data_columns, unheld)
+    return request.outcome(writer, unheld)
 
 
 def _unheld_keys(

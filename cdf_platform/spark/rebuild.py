@@ -6,8 +6,9 @@ rebuild runs are left for the next incremental run, never lost. The reconcile is
 overwrite, so silver's own change feed shows only the real differences.
 
 Example:
-    >>> outcome = rebuild_silver(spark, spec, version=190, silver=state, run_id="...")
+    >>> request = RebuildRequest(190, state, run_id="r1", mode="rebuild", source_table_id="t-1")
     ... # doctest: +SKIP
+    >>> outcome = rebuild_silver(spark, spec, request)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -81,23 +82,74 @@ def rebuild_generation(silver: SilverState, version: int, *, source_reset: bool)
     return silver.generation
 
 
-def rebuild_silver(
-    spark: SparkSession,
-    spec: PipelineSpec,
-    *,
-    version: int,
-    silver: SilverState,
-    run_id: str,
-    mode: str,
-    source_table_id: str | None,
-    source_reset: bool = False,
-    version_timestamp: datetime | None = None,
-    rewrite: SpecRewrite | None = None,
-) -> RebuildOutcome:
-    """Reconcile silver with bronze `versionAsOf version`; stamp watermark `version` atomically.
+@dataclass(frozen=True)
+class RebuildRequest:
+    """What a rebuild writes: silver reconciled with bronze at `version`, under `silver`'s
+    state, stamped with `run_id` and `mode`.
 
-    `rewrite` says how silver follows an edited spec (reshape it, or reconcile exactly); its
-    record is stamped with the watermark, so silver then records the spec it was built under.
+    Attributes:
+        version: The pinned bronze version V.
+        silver: Silver's state before the rebuild (watermark, generation).
+        run_id: The run's id, stamped in the commit.
+        mode: The run's mode as the load log names it.
+        source_table_id: Bronze's table id.
+        source_reset: Bronze was reset (a new generation is opened).
+        version_timestamp: V's commit time (dates soft deletes and closed versions).
+        rewrite: How the rebuild follows an edited spec.
+    """
+
+    version: int
+    silver: SilverState
+    run_id: str
+    mode: str
+    source_table_id: str | None
+    source_reset: bool = False
+    version_timestamp: datetime | None = None
+    rewrite: SpecRewrite = SpecRewrite()
+
+    @property
+    def generation(self) -> int:
+        """The source generation the rebuild writes under (`rebuild_generation`)."""
+        return rebuild_generation(self.silver, self.version, source_reset=self.source_reset)
+
+    @property
+    def deleted_at(self) -> datetime:
+        """When a row the rebuild deletes (or closes) left bronze: V's commit time (now when
+        unknown)."""
+        return self.version_timestamp or datetime.now(UTC)
+
+    def writer(
+        self, spark: SparkSession, pipeline_id: str, target: str, layout: SilverLayout
+    ) -> SilverWriter:
+        """Silver's writer for this rebuild: its generation, and the stamp of watermark V."""
+        stamp = silver_stamp(
+            pipeline_id,
+            generation=self.generation,
+            run_id=self.run_id,
+            mode=self.mode,
+            start_version=None,
+            end_version=self.version,
+            source_table_id=self.source_table_id,
+            **spec_metadata(self.rewrite.record),
+        )
+        return SilverWriter(spark, target, layout, stamp, self.generation)
+
+    def outcome(self, writer: SilverWriter, note: str | None = None) -> RebuildOutcome:
+        """What the rebuild through `writer` wrote."""
+        return RebuildOutcome(
+            self.version, writer.generation, writer.stamp.app_id, writer.layout.data_columns, note
+        )
+
+
+def rebuild_silver(
+    spark: SparkSession, spec: PipelineSpec, request: RebuildRequest
+) -> RebuildOutcome:
+    """Reconcile silver with bronze `versionAsOf request.version`; stamp that watermark
+    atomically.
+
+    The request's `rewrite` says how silver follows an edited spec (reshape it, or reconcile
+    exactly); its record is stamped with the watermark, so silver then records the spec it was
+    built under.
 
     Raises:
         InvalidPipelineSpec: the spec's transforms are refused (`cdf_platform.spark.conform`).
@@ -105,6 +157,7 @@ def rebuild_silver(
         ReplayWindowLost, SourceNotFound, UnknownReadFailure: the snapshot cannot be read.
         TargetOwnershipConflict, IncompatibleSchemaChange: silver cannot take the snapshot.
     """
+    version = request.version
     ctx = ReadContext.at_version(
         spec.id,
         spec.source,
@@ -119,7 +172,9 @@ def rebuild_silver(
         ctx,
         lambda: spark.read.format("delta").option("versionAsOf", version).load(spec.source),
     )
-    conformed = conform_snapshot(spark, raw, spec, version=version, timestamp=version_timestamp)
+    conformed = conform_snapshot(
+        spark, raw, spec, version=version, timestamp=request.version_timestamp
+    )
     snapshot = project_columns(conformed, spec)
     layout = SilverLayout.of(spec, snapshot.schema)
     classified(
@@ -133,7 +188,7 @@ def rebuild_silver(
             sequence_by=spec.sequence_by,
         ),
     )
-    rewrite = rewrite or SpecRewrite()
+    rewrite = request.rewrite
     if rewrite.reshape:
         # The whole table is replaced, schema included: only its owner is checked.
         check_silver_owner(spec.target, spec.id)
@@ -142,21 +197,10 @@ def rebuild_silver(
     if rewrite.deletion_vectors is not None:
         set_deletion_vectors(spark, spec.target, enabled=rewrite.deletion_vectors)
     fault_point(FaultPoint.DURING_REBUILD)
-    generation = rebuild_generation(silver, version, source_reset=source_reset)
-    stamp = silver_stamp(
-        spec.id,
-        generation=generation,
-        run_id=run_id,
-        mode=mode,
-        start_version=None,
-        end_version=version,
-        source_table_id=source_table_id,
-        **spec_metadata(rewrite.record),
-    )
-    writer = SilverWriter(spark, spec.target, layout, stamp, generation)
-    deleted_at = version_timestamp or datetime.now(UTC)
+    writer = request.writer(spark, spec.id, spec.target, layout)
+    deleted_at = request.deleted_at
     reshape, exact = rewrite.reshape, rewrite.exact
     classified(
         ctx, lambda: writer.reconcile(snapshot, deleted_at=deleted_at, reshape=reshape, exact=exact)
     )
-    return RebuildOutcome(version, generation, stamp.app_id, layout.data_columns)
+    return request.outcome(writer)
