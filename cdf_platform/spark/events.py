@@ -48,7 +48,7 @@ from cdf_platform.spark.changes import (
 )
 from cdf_platform.spark.conform import conform_changes
 from cdf_platform.spark.merge import Truncation
-from cdf_platform.spark.rebuild import RebuildOutcome, RebuildRequest
+from cdf_platform.spark.rebuild import RebuildOutcome, RebuildRequest, read_pinned
 from cdf_platform.spark.silver_layout import END_AT, IS_DELETED, SilverLayout
 from cdf_platform.spark.silver_table import check_silver_owner, ensure_silver, set_deletion_vectors
 from cdf_platform.spark.silver_writer import SilverWriter
@@ -376,17 +376,7 @@ def fold_events(
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
     version = request.version
-    ctx = ReadContext.at_version(
-        spec.id,
-        spec.source,
-        version,
-        action="rerun: the rebuild pins bronze's latest version again; if that read fails the "
-        "same way, files of bronze's current version are missing: restore them first",
-    )
-    raw = classified(
-        ctx,
-        lambda: spark.read.format("delta").option("versionAsOf", version).load(spec.source),
-    )
+    ctx, raw = read_pinned(spark, spec, version)
     feed = snapshot_events(raw, version, request.version_timestamp)
     extra = list(FEED_COLUMNS)
     changes = project_columns(conform_changes(spark, event_changes(feed, spec), spec), spec, extra)

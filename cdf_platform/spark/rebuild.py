@@ -53,7 +53,7 @@ class SpecRewrite:
 
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,32 @@ class RebuildRequest:
         )
 
 
+def read_pinned(
+    spark: SparkSession, spec: PipelineSpec, version: int
+) -> tuple[ReadContext, DataFrame]:
+    """Bronze `versionAsOf version` for a rebuild, and the context its failures are classified
+    in.
+
+    Raises:
+        ReplayWindowLost, SourceNotFound, UnknownReadFailure: the snapshot cannot be read.
+    """
+    ctx = ReadContext.at_version(
+        spec.id,
+        spec.source,
+        version,
+        # A rebuild is the remedy of a lost window: when its own read fails, rebuilding again
+        # helps only from a newer version.
+        action="rerun: the rebuild pins bronze's latest version again; if that read fails the "
+        "same way, files of bronze's current version are missing: restore them (or recreate "
+        "bronze) first",
+    )
+    raw = classified(
+        ctx,
+        lambda: spark.read.format("delta").option("versionAsOf", version).load(spec.source),
+    )
+    return ctx, raw
+
+
 def rebuild_silver(
     spark: SparkSession, spec: PipelineSpec, request: RebuildRequest
 ) -> RebuildOutcome:
@@ -158,20 +184,7 @@ def rebuild_silver(
         TargetOwnershipConflict, IncompatibleSchemaChange: silver cannot take the snapshot.
     """
     version = request.version
-    ctx = ReadContext.at_version(
-        spec.id,
-        spec.source,
-        version,
-        # A rebuild is the remedy of a lost window: when its own read fails, rebuilding again
-        # helps only from a newer version.
-        action="rerun: the rebuild pins bronze's latest version again; if that read fails the "
-        "same way, files of bronze's current version are missing: restore them (or recreate "
-        "bronze) first",
-    )
-    raw = classified(
-        ctx,
-        lambda: spark.read.format("delta").option("versionAsOf", version).load(spec.source),
-    )
+    ctx, raw = read_pinned(spark, spec, version)
     conformed = conform_snapshot(
         spark, raw, spec, version=version, timestamp=request.version_timestamp
     )

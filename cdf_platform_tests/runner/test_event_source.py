@@ -7,6 +7,7 @@ events, and a VACUUM that loses the window, repaired by folding the events bronz
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from cdf_platform.definitions import build_defs
 from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform.planning.plan import RunMode
+from cdf_platform.planning.run_result import RunResult
 from cdf_platform.runner import run_pipeline
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.bronze import control_for, rows, spec_for, sql, vacuum_retain_zero
@@ -46,6 +48,20 @@ def events_spec(lake: Path, **overrides: Any) -> PipelineSpec:
     return spec_for(lake, **{**fields, **overrides})
 
 
+def checked_runs(
+    spark: SparkSession, lake: Path, spec: PipelineSpec, log: EventLog
+) -> Callable[[], RunResult]:
+    """A run of `spec` that asserts silver is the fold of `log`'s events afterwards."""
+    control = control_for(lake)
+
+    def run_and_check() -> RunResult:
+        result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+        log.check(spark, spec)
+        return result
+
+    return run_and_check
+
+
 @pytest.mark.parametrize(
     ("history", "delete_mode"), [("scd1", "hard"), ("scd1", "soft"), ("scd2", "hard")]
 )
@@ -53,13 +69,8 @@ def test_a_debezium_log_folds_into_silver_run_by_run(
     spark: SparkSession, lake: Path, history: str, delete_mode: str
 ) -> None:
     spec = events_spec(lake, history=history, delete_mode=delete_mode)
-    control = control_for(lake)
     log = EventLog(spark, spec.source)
-
-    def run_and_check() -> Any:
-        result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
-        log.check(spark, spec)
-        return result
+    run_and_check = checked_runs(spark, lake, spec, log)
 
     log.append(  # 1
         Event("r", 1, 100, "ada", 10),
@@ -287,13 +298,8 @@ def test_a_truncate_event_empties_silver_up_to_its_sequence_value(
     as the run's other changes; events before it in its own commit, and late ones arriving
     after it, change nothing."""
     spec = events_spec(lake, delete_mode=delete_mode, events={**DEBEZIUM, "truncates": ["t"]})
-    control = control_for(lake)
     log = EventLog(spark, spec.source)
-
-    def run_and_check() -> Any:
-        result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
-        log.check(spark, spec)
-        return result
+    run_and_check = checked_runs(spark, lake, spec, log)
 
     log.append(Event("c", 1, 100, "ada", 10), Event("c", 2, 100, "bob", 20))
     log.append(Event("c", 3, 150, "cy", 30))
