@@ -317,3 +317,33 @@ def test_a_truncate_event_empties_silver_up_to_its_sequence_value(
     )
     log.append(Event("u", 3, 120, "cy", 0), Event("c", 5, 230), Event("u", 1, 300, "ada", 12))
     run_and_check()
+
+
+def test_event_images_take_columns_where_and_ignore_null_updates(
+    spark: SparkSession, lake: Path
+) -> None:
+    """The row image goes through the spec's modeling like any bronze row: derived `columns`,
+    `where` (an event it drops deletes the key; it sees the event's own values, NULLs
+    included) and `ignore_null_updates` (a NULL in an upsert keeps the value before it, until
+    the key is deleted)."""
+    spec = events_spec(
+        lake,
+        columns={"doubled": "amount * 2"},
+        where="amount >= 0",
+        ignore_null_updates=True,
+    )
+    control = control_for(lake)
+    log = EventLog(spark, spec.source)
+
+    def run() -> list[tuple[Any, ...]]:
+        run_pipeline(spec, spark_factory=lambda: spark, control=control)
+        return rows(spark, spec.target, "id", "name", "amount", "doubled", "ts_ms")
+
+    log.append(Event("c", 1, 100, "ada", 10), Event("c", 2, 100, "bob", 20))
+    assert run() == [(1, "ada", 10, 20, 100), (2, "bob", 20, 40, 100)]
+    log.append(Event("u", 1, 110, None, 12), Event("u", 2, 110, None, 21))
+    assert run() == [(1, "ada", 12, 24, 110), (2, "bob", 21, 42, 110)]
+    log.append(Event("u", 1, 120, "ada", -1))  # `where` drops it: a delete of key 1
+    assert run() == [(2, "bob", 21, 42, 110)]
+    log.append(Event("u", 1, 130, None, 5))  # after the delete, its NULL stands
+    assert run() == [(1, None, 5, 10, 130), (2, "bob", 21, 42, 110)]
