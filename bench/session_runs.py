@@ -5,8 +5,10 @@ Each session (a process of its own, `local[2]`) loads `--pipelines` pipelines (t
 benchmark's bronze: 1,000 demo `orders` rows), which warms its JVM, commits `--changed-keys`
 changed keys to every bronze, then runs every pipeline once (`run_pipeline`, incremental) and
 times the runs. `--sessions 2` runs two such sessions at once, as the fleet's two drivers do.
-Results in `bench/results/session_runs.{json,md}`: seconds a pipeline (wall time of the timed
-runs over their number) per session, and the medians of the runs' own step timings.
+Results in `bench/results/session_runs.{json,md}`: seconds a pipeline (the timed runs' wall
+time over their number) per session, the medians of the runs' own step timings, and of the
+Spark jobs a run starts: how many, the seconds inside them (Spark's status store) and the rest
+of the run's time (the driver's planning, commits and Python).
 
 Usage:
     python -m bench.session_runs                   # one session, 20 pipelines x 100 keys
@@ -67,12 +69,20 @@ def one_session(workdir: Path, pipelines: int, changed_keys: int) -> dict[str, A
         run_pipeline(spec, spark_factory=lambda: spark, control=control)
     for spec in specs:
         write_demo_batch(spec.source, "orders", batch_size=changed_keys)
-    started = time.monotonic()
-    results = [run_pipeline(s, spark_factory=lambda: spark, control=control) for s in specs]
-    seconds = time.monotonic() - started
+    results, jobs, seconds = [], [], 0.0
+    known = _job_ids(spark)
+    for spec in specs:
+        started = time.monotonic()
+        results.append(run_pipeline(spec, spark_factory=lambda: spark, control=control))
+        seconds += time.monotonic() - started
+        # Read between runs, outside the timed seconds.
+        found = _job_ids(spark) - known
+        jobs.append(_job_seconds(spark, found))
+        known |= found
     spark.stop()
     timed = results[WARM_UP:]
     steps = sorted({name for r in timed for name in r.timings})
+    in_jobs = [sum(found.values()) for found in jobs[WARM_UP:]]
     return {
         "pipelines": pipelines,
         "seconds": seconds,
@@ -81,7 +91,32 @@ def one_session(workdir: Path, pipelines: int, changed_keys: int) -> dict[str, A
         "step_medians_s": {
             name: statistics.median(r.timings.get(name, 0.0) for r in timed) for name in steps
         },
+        "spark_jobs": {
+            "jobs a run": statistics.median(len(found) for found in jobs[WARM_UP:]),
+            "seconds in Spark jobs": statistics.median(in_jobs),
+            "seconds of the run outside them": statistics.median(
+                r.duration_seconds - inside for r, inside in zip(timed, in_jobs, strict=True)
+            ),
+        },
     }
+
+
+def _job_ids(spark: Any) -> set[int]:
+    """The ids of every Spark job `spark`'s context has started."""
+    return set(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
+
+
+def _job_seconds(spark: Any, ids: set[int]) -> dict[int, float]:
+    """Jobs `ids` of `spark`'s context: id -> seconds from submission to completion (Spark's
+    status store, as its UI shows them)."""
+    store = spark.sparkContext._jsc.sc().statusStore()
+    found = {}
+    for job_id in ids:
+        job = store.job(job_id)
+        submitted, completed = job.submissionTime(), job.completionTime()
+        if submitted.isDefined() and completed.isDefined():
+            found[job_id] = (completed.get().getTime() - submitted.get().getTime()) / 1000
+    return found
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -154,7 +189,15 @@ def main(argv: list[str] | None = None) -> None:
                     for n, s in enumerate(sessions)
                 }
                 for name in steps
-            ]
+            ],
+            f"Spark jobs of a run, medians after the first {WARM_UP} runs": [
+                {"figure": name}
+                | {
+                    f"session {n + 1}": f"{s['spark_jobs'][name]:.3g}"
+                    for n, s in enumerate(sessions)
+                }
+                for name in sessions[0]["spark_jobs"]
+            ],
         },
         "sessions": sessions,
     }
