@@ -1,5 +1,5 @@
 """Change-event logs (`changes: events`): bronze rows that each describe one source change, read
-as the change rows the rest of a run folds, and the tombstones that keep a hard-deleted key
+as the change rows the rest of a run folds, and the tombstones that keep a deleted key
 deleted.
 
 An event log is append-only: the events of a run are the rows bronze *appended* in the pinned
@@ -9,20 +9,21 @@ deletes (docs/design.md section 5b).
 
 Each event becomes one change row: its row image (the `events.row` struct's fields, else the
 event's own columns), `_change_type` `update_postimage` for an upsert and `delete` for a
-delete, and the bronze commit's version and time. An operation value neither list names gives
-`unknown:<value>`, which the collapse refuses as a data error naming it
+delete, `truncate` for a truncate, and the bronze commit's version and time. An operation value
+no list names gives `unknown:<value>`, which the collapse refuses as a data error naming it
 (`cdf_platform.spark.changes.collapse_changes`, `ChangeOrder.events`).
 
-Tombstones (`history: scd1`): silver keeps no row of a hard-deleted key, nor of a key deleted
-before silver ever held it, so an event older than the delete that arrives later would bring the
-key back. Each delete's key, sequence value, version and time is kept in a Delta table under the
-control root (`tombstones/<pipeline>`) for `events.tombstone_retention_hours`; an upsert no newer
-than its key's tombstone is dropped before the MERGE. A soft-deleted row also takes the delete's
-sequence value; SCD2 keeps a delete in the key's history, and joins a tombstone to the fold of
-a key it touches that does not hold it (a delete that found the key absent).
+Tombstones: silver keeps no row of a hard-deleted key, nor of a key deleted before silver ever
+held it, so an event older than the delete that arrives later would bring the key back. Each
+delete's key, sequence value, version and time is kept in a Delta table under the control root
+(`tombstones/<pipeline>`) for `events.tombstone_retention_hours`. SCD1 drops an upsert no newer
+than its key's tombstone before the MERGE (a soft-deleted row also takes the delete's sequence
+value); SCD2 keeps a delete in the key's history, and joins a tombstone to the fold of a key it
+touches that does not hold it (a delete that found the key absent). The latest truncate's
+sequence value (`truncations/<pipeline>`) outdates every change not newer than it.
 
 Example:
-    >>> changes = event_changes(spark, bronze_feed, spec)  # doctest: +SKIP
+    >>> changes = event_changes(bronze_feed, spec)  # doctest: +SKIP
     >>> tombstones = Tombstones.of(control.root, spec)  # doctest: +SKIP
 """
 
@@ -198,7 +199,7 @@ def split_truncates(
 
 @dataclass(frozen=True)
 class Tombstones:
-    """The tombstones of a hard-deleting SCD1 pipeline over an event log (module doc).
+    """The tombstones (and truncates) of a pipeline over an event log (module doc).
 
     Attributes:
         path: The Delta table holding them (`<control root>/tombstones/<pipeline id>`).
