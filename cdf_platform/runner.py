@@ -29,22 +29,14 @@ from cdf_platform.planning.plan import RunMode, RunPlan, plan_pipeline
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.spark.catalog import locate_in_catalog, register_silver
 from cdf_platform.spark.changes import (
-    COMMIT_TIMESTAMP,
-    COMMIT_VERSION,
+    FEED_COLUMNS,
     ChangeOrder,
     ReadContext,
     classified,
     collapse_changes,
-    project_columns,
     read_changes,
 )
-from cdf_platform.spark.conform import conform_changes
-from cdf_platform.spark.events import (
-    Tombstones,
-    event_changes,
-    fold_events,
-    split_truncates,
-)
+from cdf_platform.spark.events import Tombstones, change_rows, fold_events
 from cdf_platform.spark.failures import classified_run
 from cdf_platform.spark.history import rebuild_note
 from cdf_platform.spark.merge import changes_key_filter
@@ -404,14 +396,8 @@ def _incremental_steps(run: _Run, plan: RunPlan) -> RunResult:
     spark = run.spark
     since = time.monotonic()
     raw = read_changes(spark, spec.source, start, end, pipeline_id=spec.id)
-    if spec.event_source:
-        raw = event_changes(raw, spec)
-    extra = ["_change_type", COMMIT_VERSION, COMMIT_TIMESTAMP]
-    changes = project_columns(conform_changes(spark, raw, spec), spec, extra)
-    truncation = None
-    if spec.event_source:
-        changes, truncation = split_truncates(changes, spec, ctx)
-    data_columns = [c for c in changes.columns if c not in extra]
+    changes, truncation = change_rows(spark, raw, spec, ctx)
+    data_columns = [c for c in changes.columns if c not in FEED_COLUMNS]
     # The change set and silver's log state are small: built without generated code, and
     # silver's state (which the MERGE reuses) on a second thread while the changes are read.
     with interpreted(spark):

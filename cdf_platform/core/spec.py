@@ -82,8 +82,8 @@ class EventSpec(BaseModel):
     Example:
         >>> debezium = EventSpec(operation="op", upserts=["c", "u", "r"], deletes=["d"],
         ...                      row="coalesce(after, before)")
-        >>> debezium.kind_of("d")
-        'delete'
+        >>> debezium.tombstone_retention_hours
+        168.0
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -146,17 +146,6 @@ class EventSpec(BaseModel):
                     )
                 seen[value] = name
         return self
-
-    def kind_of(self, operation: str | None) -> str | None:
-        """`upsert`, `delete`, `truncate`, or None (an unknown operation value)."""
-        for kind, values in (
-            ("delete", self.deletes),
-            ("upsert", self.upserts),
-            ("truncate", self.truncates),
-        ):
-            if operation in values:
-                return kind
-        return None
 
 
 class FallbackMode(StrEnum):

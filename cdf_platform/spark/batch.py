@@ -24,9 +24,7 @@ from typing import TYPE_CHECKING
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.planning.input_plan import BatchMode, InputPlan, recompute_action
 from cdf_platform.spark.changes import (
-    CHANGE_TYPE,
-    COMMIT_TIMESTAMP,
-    COMMIT_VERSION,
+    FEED_COLUMNS,
     CollapsedChanges,
     ReadContext,
     classified,
@@ -37,9 +35,6 @@ from cdf_platform.spark.small_steps import interpreted
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-# The change feed's own columns: read with a batch's changes, never written by a consumer.
-FEED_COLUMNS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
 
 
 @dataclass

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
 from cdf_platform.core.errors import (
@@ -37,6 +38,8 @@ T = TypeVar("T")
 CHANGE_TYPE = "_change_type"
 COMMIT_VERSION = "_commit_version"
 COMMIT_TIMESTAMP = "_commit_timestamp"
+FEED_COLUMNS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
+"""The change feed's own columns, beside a change row's data columns."""
 # Priority of a change inside one commit: an overwrite, replaceWhere or RESTORE writes a delete and
 # an insert of the same key in one commit, and the row exists after that commit.
 _SURVIVOR_PRIORITY = 2
@@ -94,6 +97,20 @@ class ReadContext:
         if self.snapshot:
             return f"{self.feed} at version {self.end_version}"
         return f"{self.feed} ({self.start_version - 1}, {self.end_version}]"
+
+
+def as_change_feed(snapshot: DataFrame, version: int, timestamp: datetime | None) -> DataFrame:
+    """`snapshot`'s rows as a change feed read: each an `insert` of `version` at `timestamp`
+    (a snapshot does not say in which commit a row arrived)."""
+    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+    return snapshot.withColumns(
+        {
+            CHANGE_TYPE: F.lit("insert"),
+            COMMIT_VERSION: F.lit(version).cast("bigint"),
+            COMMIT_TIMESTAMP: F.lit(timestamp).cast("timestamp"),
+        }
+    )
 
 
 def classify_read_failure(err: BaseException, ctx: ReadContext) -> CdfPlatformError:

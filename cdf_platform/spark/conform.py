@@ -36,7 +36,7 @@ from cdf_platform.core.errors import FIX_SPEC_FIELD, InvalidPipelineSpec
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_fingerprint import import_transform
 from cdf_platform.core.sql import quote_ident
-from cdf_platform.spark.changes import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, FILTERED
+from cdf_platform.spark.changes import CHANGE_TYPE, FEED_COLUMNS, FILTERED, as_change_feed
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 
 Transform = Callable[["DataFrame"], "DataFrame"]
 
-FEED_COLUMNS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
 # Logical plan nodes that break "one output row per input row, same key" (Spark 4 names).
 _REFUSED_NODES = {
     "Aggregate": "an aggregation",
@@ -129,14 +128,7 @@ def conform_snapshot(
         return snapshot
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-    as_feed = snapshot.withColumns(
-        {
-            CHANGE_TYPE: F.lit("insert"),
-            COMMIT_VERSION: F.lit(version).cast("bigint"),
-            COMMIT_TIMESTAMP: F.lit(timestamp).cast("timestamp"),
-        }
-    )
-    conformed = conform_changes(spark, as_feed, spec)
+    conformed = conform_changes(spark, as_change_feed(snapshot, version, timestamp), spec)
     kept = [c for c in conformed.columns if c not in FEED_COLUMNS]
     surviving = conformed.filter(F.col(CHANGE_TYPE).isin(*_ROW_IMAGES))
     return surviving.select(*(quote_ident(c) for c in kept))
@@ -156,7 +148,7 @@ def _shape(frame: DataFrame, spec: PipelineSpec, function: Transform | None) -> 
     if function is not None:
         given = frame
         try:
-            frame = _analysed(spec, f"transform {spec.transform!r} fails", lambda: function(given))
+            frame = analysed(spec, f"transform {spec.transform!r} fails", lambda: function(given))
         except InvalidPipelineSpec:
             raise
         except Exception as err:
@@ -164,15 +156,15 @@ def _shape(frame: DataFrame, spec: PipelineSpec, function: Transform | None) -> 
             problem = (
                 f"transform {spec.transform!r} raised {type(err).__name__}: {_first_line(err)}"
             )
-            raise _invalid(spec, problem) from err
+            raise invalid_spec(spec, problem) from err
         if not isinstance(frame, DataFrameType) and not _is_connect_frame(frame):
-            raise _invalid(
+            raise invalid_spec(
                 spec,
                 f"transform {spec.transform!r} returned {type(frame).__name__}, not a DataFrame",
             )
     for name, expression in spec.columns.items():
         before = frame
-        frame = _analysed(
+        frame = analysed(
             spec,
             f"columns.{name} ({expression!r}) is not a valid expression over the bronze row",
             lambda: before.withColumn(name, F.expr(expression)),  # noqa: B023 (called at once)
@@ -195,10 +187,10 @@ def _mark_filtered(frame: DataFrame, spec: PipelineSpec) -> DataFrame:
         )
 
     what = f"where ({where!r}) is not a valid condition over the bronze row"
-    return _analysed(spec, what, mark)
+    return analysed(spec, what, mark)
 
 
-def _analysed(spec: PipelineSpec, what: str, build: Callable[[], DataFrame]) -> DataFrame:
+def analysed(spec: PipelineSpec, what: str, build: Callable[[], DataFrame]) -> DataFrame:
     """`build()`, analysed now (Spark Connect analyses lazily); a parse or analysis error is
     the spec's, said as `what`."""
     from pyspark.errors import AnalysisException
@@ -208,7 +200,7 @@ def _analysed(spec: PipelineSpec, what: str, build: Callable[[], DataFrame]) -> 
         if hasattr(frame, "schema"):
             frame.schema  # noqa: B018 (forces the analysis)
     except AnalysisException as err:
-        raise _invalid(spec, f"{what}: {_first_line(err)}") from err
+        raise invalid_spec(spec, f"{what}: {_first_line(err)}") from err
     return frame
 
 
@@ -236,9 +228,9 @@ def check_conforming(
                 _check_expression(spec, expressions.apply(index))
     missing = [c for c in (*spec.keys, *FEED_COLUMNS) if c not in shaped.columns]
     if missing:
-        raise _invalid(spec, f"the transform drops {missing}; keep them as they are")
+        raise invalid_spec(spec, f"the transform drops {missing}; keep them as they are")
     if spec.sequence_by is not None and spec.sequence_by not in shaped.columns:
-        raise _invalid(
+        raise invalid_spec(
             spec, f"sequence_by {spec.sequence_by!r} is neither a bronze nor a derived column"
         )
     _check_passed_through(spec, probe, shaped)
@@ -264,7 +256,7 @@ def _check_passed_through(spec: PipelineSpec, probe: DataFrame, shaped: DataFram
     for column in (*spec.keys, *FEED_COLUMNS):
         if after.get(column) != before.get(column):
             what = "key" if column in spec.keys else "change-feed column"
-            raise _invalid(
+            raise invalid_spec(
                 spec,
                 f"the transform changes the {what} {column!r}; pass it through unchanged "
                 "(a changed key breaks the one-row-per-key match between bronze and silver)",
@@ -284,7 +276,7 @@ def _check_printed_plan(frame: DataFrame, spec: PipelineSpec) -> None:
             raise _refused(spec, f"{found.group(0).rstrip('(#')}, which a rebuild would not repeat")
         for column in (*spec.keys, *FEED_COLUMNS):
             if re.search(rf"\bAS {re.escape(column)}#", line) and column != CHANGE_TYPE:
-                raise _invalid(spec, f"the transform changes {column!r}; pass it through")
+                raise invalid_spec(spec, f"the transform changes {column!r}; pass it through")
 
 
 def _jvm_plan(frame: DataFrame) -> Any | None:
@@ -337,7 +329,8 @@ def _first_line(err: BaseException) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
-def _invalid(spec: PipelineSpec, problem: str) -> InvalidPipelineSpec:
+def invalid_spec(spec: PipelineSpec, problem: str) -> InvalidPipelineSpec:
+    """The error of `problem` in `spec`'s row-shaping fields, naming the field to fix."""
     return InvalidPipelineSpec(problem, pipeline_id=spec.id, table=spec.source, action=_ACTION)
 
 
@@ -351,7 +344,7 @@ def _refused(spec: PipelineSpec, what: str) -> InvalidPipelineSpec:
         )
         if present
     ]
-    return _invalid(
+    return invalid_spec(
         spec,
         f"{'/'.join(steps)} uses {what}: silver keeps one row per bronze key, computed "
         "from that row alone, the same way in incremental runs and rebuilds",

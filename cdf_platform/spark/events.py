@@ -33,25 +33,27 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from cdf_platform.core.errors import FIX_SPEC_FIELD, DataQualityError, InvalidPipelineSpec
+from cdf_platform.core.errors import DataQualityError
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident, sql_path, sql_string
 from cdf_platform.spark.changes import (
     CHANGE_TYPE,
     COMMIT_TIMESTAMP,
     COMMIT_VERSION,
+    FEED_COLUMNS,
     UNKNOWN,
     ChangeOrder,
     ReadContext,
+    as_change_feed,
     classified,
     collapse_changes,
     project_columns,
 )
-from cdf_platform.spark.conform import conform_changes
-from cdf_platform.spark.merge import Truncation
-from cdf_platform.spark.rebuild import RebuildOutcome, RebuildRequest, read_pinned
+from cdf_platform.spark.conform import analysed, conform_changes, invalid_spec
+from cdf_platform.spark.merge import SOURCE_VIEW, Truncation, with_source_view
+from cdf_platform.spark.rebuild import RebuildOutcome, RebuildRequest, prepare_silver, read_pinned
 from cdf_platform.spark.silver_layout import END_AT, IS_DELETED, SilverLayout
-from cdf_platform.spark.silver_table import check_silver_owner, ensure_silver, set_deletion_vectors
+from cdf_platform.spark.silver_table import holds_files
 from cdf_platform.spark.silver_writer import SilverWriter
 from cdf_platform.spark.small_steps import interpreted
 
@@ -60,7 +62,6 @@ if TYPE_CHECKING:
 
     from cdf_platform.spark.changes import CollapsedChanges
 
-FEED_COLUMNS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
 TRUNCATE = "truncate"
 """The change type of an event whose operation is in `events.truncates`."""
 _TOMB_SEQUENCE = "_tombstone_sequence"
@@ -81,22 +82,24 @@ def event_changes(feed: DataFrame, spec: PipelineSpec) -> DataFrame:
     events = spec.events
     assert events is not None
     appended = feed.filter(F.col(CHANGE_TYPE) == "insert")
-    operation = _analysed(spec, "events.operation", events.operation, appended)
-    kind = F.when(F.lit(False), F.lit(None))
-    if events.deletes:
-        kind = F.when(operation.isin(*events.deletes), F.lit("delete"))
-    kind = kind.when(operation.isin(*events.upserts), F.lit("update_postimage"))
-    if events.truncates:
-        kind = kind.when(operation.isin(*events.truncates), F.lit(TRUNCATE))
-    kind = kind.otherwise(F.concat(F.lit(UNKNOWN), F.coalesce(operation, F.lit("NULL"))))
+    operation = _expression(spec, "events.operation", events.operation, appended).cast("string")
+    # Deletes first, then upserts, then truncates; a value in no list is `unknown:<value>`.
+    kind = F.concat(F.lit(UNKNOWN), F.coalesce(operation, F.lit("NULL")))
+    for values, change in (
+        (events.truncates, TRUNCATE),
+        (events.upserts, "update_postimage"),
+        (events.deletes, "delete"),
+    ):
+        if values:
+            kind = F.when(operation.isin(*values), F.lit(change)).otherwise(kind)
     event_columns = [c for c in appended.columns if c not in FEED_COLUMNS]
     if events.row is None:
         image = [F.col(quote_ident(c)) for c in event_columns]
     else:
-        row = _analysed(spec, "events.row", events.row, appended)
+        row = _expression(spec, "events.row", events.row, appended)
         row_type = appended.select(row.alias("_row")).schema["_row"].dataType
         if not isinstance(row_type, StructType):
-            raise _invalid(
+            raise invalid_spec(
                 spec,
                 f"events.row ({events.row!r}) gives a {row_type.simpleString()}, not a struct "
                 "of silver's columns",
@@ -112,42 +115,33 @@ def event_changes(feed: DataFrame, spec: PipelineSpec) -> DataFrame:
     )
 
 
-def _analysed(spec: PipelineSpec, field: str, expression: str, frame: DataFrame) -> Column:
+def _expression(spec: PipelineSpec, field: str, expression: str, frame: DataFrame) -> Column:
     """`expression` as a column over `frame`, analysed now; a parse or analysis error names
     `field`."""
-    from pyspark.errors import AnalysisException, ParseException
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-    try:
-        column = F.expr(expression)
-        frame.select(column).schema  # noqa: B018 (forces the analysis)
-    except (AnalysisException, ParseException) as err:
-        first = str(err).strip().splitlines()[0]
-        problem = f"{field} ({expression!r}) is not valid over the event row: {first}"
-        raise _invalid(spec, problem) from err
-    if field == "events.operation":
-        return column.cast("string")
-    return column
+    what = f"{field} ({expression!r}) is not valid over the event row"
+    analysed(spec, what, lambda: frame.select(F.expr(expression)))
+    return F.expr(expression)
 
 
-def _invalid(spec: PipelineSpec, problem: str) -> InvalidPipelineSpec:
-    return InvalidPipelineSpec(
-        problem, pipeline_id=spec.id, table=spec.source, action=FIX_SPEC_FIELD
-    )
+def change_rows(
+    spark: SparkSession, feed: DataFrame, spec: PipelineSpec, ctx: ReadContext
+) -> tuple[DataFrame, Truncation | None]:
+    """The change rows a run folds from `feed` (bronze rows with the change feed's columns):
+    the spec's steps (`conform_changes`) and columns (`project_columns`) applied, for an event
+    log to its events' images, its truncates set apart (`split_truncates`).
 
-
-def snapshot_events(snapshot: DataFrame, version: int, timestamp: datetime | None) -> DataFrame:
-    """An event log's snapshot at `version` as a change feed read: every event it still holds,
-    appended at `version` (a snapshot does not say in which commit an event arrived)."""
-    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
-
-    return snapshot.withColumns(
-        {
-            CHANGE_TYPE: F.lit("insert"),
-            COMMIT_VERSION: F.lit(version).cast("bigint"),
-            COMMIT_TIMESTAMP: F.lit(timestamp).cast("timestamp"),
-        }
-    )
+    Raises:
+        InvalidPipelineSpec: a step or an events expression is refused.
+        DataQualityError: a truncate event without a sequence value.
+    """
+    if spec.event_source:
+        feed = event_changes(feed, spec)
+    changes = project_columns(conform_changes(spark, feed, spec), spec, FEED_COLUMNS)
+    if not spec.event_source:
+        return changes, None
+    return split_truncates(changes, spec, ctx)
 
 
 def split_truncates(
@@ -275,15 +269,11 @@ class Tombstones:
                 f"s.{_TOMB_SEQUENCE} > t.{_TOMB_SEQUENCE} OR (s.{_TOMB_SEQUENCE} = "
                 f"t.{_TOMB_SEQUENCE} AND s.{_TOMB_VERSION} > t.{_TOMB_VERSION})"
             )
-            view = "cdf_platform_tombstones"
-            deletes.createOrReplaceTempView(view)
-            try:
-                spark.sql(
-                    f"MERGE INTO {sql_path(self.path)} AS t USING {view} AS s ON {on} "
-                    f"WHEN MATCHED AND ({newer}) THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
-                ).collect()
-            finally:
-                spark.catalog.dropTempView(view)
+            sql = (
+                f"MERGE INTO {sql_path(self.path)} AS t USING {SOURCE_VIEW} AS s ON {on} "
+                f"WHEN MATCHED AND ({newer}) THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+            )
+            with_source_view(spark, deletes, lambda: spark.sql(sql).collect())
         cutoff = (now - self.retention).isoformat()
         spark.sql(
             f"DELETE FROM {sql_path(self.path)} "
@@ -376,25 +366,16 @@ def fold_events(
     """
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-    version = request.version
-    ctx, raw = read_pinned(spark, spec, version)
-    feed = snapshot_events(raw, version, request.version_timestamp)
-    extra = list(FEED_COLUMNS)
-    changes = project_columns(conform_changes(spark, event_changes(feed, spec), spec), spec, extra)
-    changes, truncation = split_truncates(changes, spec, ctx)
-    data_columns = [c for c in changes.columns if c not in extra]
+    ctx, raw = read_pinned(spark, spec, request.version)
+    feed = as_change_feed(raw, request.version, request.version_timestamp)
+    changes, truncation = change_rows(spark, feed, spec, ctx)
+    data_columns = [c for c in changes.columns if c not in FEED_COLUMNS]
     with interpreted(spark):
         collapsed = collapse_changes(changes, spec.keys, data_columns, ctx, ChangeOrder.of(spec))
     try:
         schema = changes.select(*(quote_ident(c) for c in data_columns)).schema
-        layout = SilverLayout.of(spec, schema)
         rewrite = request.rewrite
-        if rewrite.reshape:
-            check_silver_owner(spec.target, spec.id)
-        else:
-            layout = ensure_silver(spark, spec.target, spec.id, schema, layout)
-        if rewrite.deletion_vectors is not None:
-            set_deletion_vectors(spark, spec.target, enabled=rewrite.deletion_vectors)
+        layout = prepare_silver(spark, spec, schema, rewrite)
         writer = request.writer(spark, spec.id, spec.target, layout)
         unheld = classified(ctx, lambda: _unheld_keys(spark, spec, layout, collapsed.frame))
         if rewrite.reshape:
@@ -425,8 +406,6 @@ def _unheld_keys(
     retention removed them): how many, and the first few. None when there is none (or no
     silver yet)."""
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
-
-    from cdf_platform.spark.silver_table import holds_files
 
     if not holds_files(spec.target):
         return None

@@ -125,17 +125,16 @@ def _upsert(layout: SilverLayout, *, version: str, reset: str | None) -> list[st
 
 
 def _tombstone(
-    layout: SilverLayout, *, at: str, version: str, sequenced: bool = False
+    layout: SilverLayout, *, at: str, version: str, sequence: str | None = None
 ) -> list[str]:
     """The assignments of a soft delete: values stay (a delete never rewrites them) but the
-    retired columns, which no current row holds, and with `sequenced` (an event source's
-    delete, which carries its own sequence value, where a change feed's carries the deleted
-    row's) the `sequence_by` column, which takes the delete's value: an event older than the
-    delete, arriving later, must find the key deleted."""
+    retired columns, which no current row holds, and with `sequence` (SQL: an event source's
+    delete or truncate, which carries its own sequence value, where a change feed's delete
+    carries the deleted row's) the `sequence_by` column, which takes that value: an event older
+    than the delete, arriving later, must find the key deleted."""
     marks = [f"{IS_DELETED} = true", f"{DELETED_AT} = {at}", f"{SOURCE_VERSION} = {version}"]
-    if sequenced and layout.sequence_by is not None:
-        seq = quote_ident(layout.sequence_by)
-        marks.append(f"{seq} = s.{seq}")
+    if sequence is not None and layout.sequence_by is not None:
+        marks.append(f"{quote_ident(layout.sequence_by)} = {sequence}")
     return [*marks, *layout.retired_nulls()]
 
 
@@ -177,13 +176,7 @@ class Truncation:
         if not layout.soft:
             return f"WHEN NOT MATCHED BY SOURCE AND {older} THEN DELETE"
         at = f"CAST({sql_string(self.at.isoformat())} AS TIMESTAMP)"
-        marks = [
-            f"{IS_DELETED} = true",
-            f"{DELETED_AT} = {at}",
-            f"{SOURCE_VERSION} = {int(self.version)}",
-            f"{seq} = {self.sequence}",
-            *layout.retired_nulls(),
-        ]
+        marks = _tombstone(layout, at=at, version=str(int(self.version)), sequence=self.sequence)
         return f"WHEN NOT MATCHED BY SOURCE AND NOT t.{IS_DELETED} AND {older} THEN {_set(marks)}"
 
 
@@ -210,10 +203,12 @@ def merge_changes_sql(
     newer = layout.newer(version)
     is_delete = f"s.{CHANGE_TYPE} = 'delete'"
     reset = f"s.{RESET}" if layout.ignore_null_updates else None
+    # An event's delete carries its own sequence value; a change feed's, the deleted row's.
+    sequence = None
+    if layout.events and layout.sequence_by is not None:
+        sequence = f"s.{quote_ident(layout.sequence_by)}"
     deleted = (
-        _set(
-            _tombstone(layout, at=f"s.{COMMIT_TIMESTAMP}", version=version, sequenced=layout.events)
-        )
+        _set(_tombstone(layout, at=f"s.{COMMIT_TIMESTAMP}", version=version, sequence=sequence))
         if layout.soft
         else "DELETE"
     )
@@ -272,7 +267,8 @@ def reconcile_sql(target: str, layout: SilverLayout, version: int, deleted_at: d
     return _merge(target, layout.on_clause(), clauses)
 
 
-def _with_source_view(spark: SparkSession, frame: DataFrame, action: Callable[[], T]) -> T:
+def with_source_view(spark: SparkSession, frame: DataFrame, action: Callable[[], T]) -> T:
+    """`action()` with `frame` registered as the view `cdf_platform_source` (dropped after)."""
     frame.createOrReplaceTempView(SOURCE_VIEW)
     try:
         return action()
@@ -283,7 +279,7 @@ def _with_source_view(spark: SparkSession, frame: DataFrame, action: Callable[[]
 def run_merge(spark: SparkSession, source: DataFrame, sql: str, stamp: TxnStamp) -> None:
     """Run MERGE `sql` over `source` (as view `cdf_platform_source`), stamped with `stamp`."""
     with stamped(spark, stamp):
-        _with_source_view(spark, source, lambda: spark.sql(sql).collect())
+        with_source_view(spark, source, lambda: spark.sql(sql).collect())
 
 
 def merge_changes(

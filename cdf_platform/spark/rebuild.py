@@ -54,6 +54,7 @@ class SpecRewrite:
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,27 @@ def read_pinned(
     return ctx, raw
 
 
+def prepare_silver(
+    spark: SparkSession, spec: PipelineSpec, schema: StructType, rewrite: SpecRewrite
+) -> SilverLayout:
+    """Silver ready for a rebuild of rows of `schema`: its owner checked when the rebuild
+    replaces it in a new shape, else created or evolved (`ensure_silver`); its deletion-vector
+    property set when the spec changed it. Returns silver's layout.
+
+    Raises:
+        TargetOwnershipConflict, IncompatibleSchemaChange: silver cannot take the rows.
+    """
+    layout = SilverLayout.of(spec, schema)
+    if rewrite.reshape:
+        # The whole table is replaced, schema included: only its owner is checked.
+        check_silver_owner(spec.target, spec.id)
+    else:
+        layout = ensure_silver(spark, spec.target, spec.id, schema, layout)
+    if rewrite.deletion_vectors is not None:
+        set_deletion_vectors(spark, spec.target, enabled=rewrite.deletion_vectors)
+    return layout
+
+
 def rebuild_silver(
     spark: SparkSession, spec: PipelineSpec, request: RebuildRequest
 ) -> RebuildOutcome:
@@ -189,7 +211,6 @@ def rebuild_silver(
         spark, raw, spec, version=version, timestamp=request.version_timestamp
     )
     snapshot = project_columns(conformed, spec)
-    layout = SilverLayout.of(spec, snapshot.schema)
     classified(
         ctx,
         lambda: check_snapshot_keys(
@@ -202,13 +223,7 @@ def rebuild_silver(
         ),
     )
     rewrite = request.rewrite
-    if rewrite.reshape:
-        # The whole table is replaced, schema included: only its owner is checked.
-        check_silver_owner(spec.target, spec.id)
-    else:
-        layout = ensure_silver(spark, spec.target, spec.id, snapshot.schema, layout)
-    if rewrite.deletion_vectors is not None:
-        set_deletion_vectors(spark, spec.target, enabled=rewrite.deletion_vectors)
+    layout = prepare_silver(spark, spec, snapshot.schema, rewrite)
     fault_point(FaultPoint.DURING_REBUILD)
     writer = request.writer(spark, spec.id, spec.target, layout)
     deleted_at = request.deleted_at
