@@ -15,6 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -49,6 +50,7 @@ from cdf_platform.spark.silver_writer import SilverWriter, silver_stamp
 from cdf_platform.spark.small_steps import (
     fixed_plan,
     interpreted,
+    interpreted_merge,
     load_table_state,
     loading_table_state,
 )
@@ -413,9 +415,10 @@ def _incremental_steps(run: _Run, plan: RunPlan) -> RunResult:
         layout = SilverLayout.of(spec, schema)
         layout = ensure_silver(spark, spec.target, spec.id, schema, layout)
         since = run.lap("silver_check", since)
-        if not state.loaded:  # switched off, or failed on its thread: its error, classified
+        silver_state = state.state
+        if silver_state is None:  # switched off, or failed on its thread: its error, classified
             with interpreted(spark):
-                classified(ctx, partial(load_table_state, spark, spec.target))
+                silver_state = classified(ctx, partial(load_table_state, spark, spec.target))
             since = run.lap("silver_state", since)
         stamp = silver_stamp(
             spec.id,
@@ -440,9 +443,12 @@ def _incremental_steps(run: _Run, plan: RunPlan) -> RunResult:
             apply = partial(
                 tombstones.apply, spark, writer, collapsed, truncation, silver_filter=silver_filter
             )
-            classified(ctx, apply)
         else:
-            classified(ctx, partial(writer.apply_changes, collapsed, silver_filter))
+            apply = partial(writer.apply_changes, collapsed, silver_filter)
+        # A small change set's MERGE into a small silver runs interpreted too.
+        small = plan.is_small_incremental()
+        with interpreted_merge(spark, silver_state) if small else nullcontext():
+            classified(ctx, apply)
     finally:
         collapsed.release()
     since = run.lap("merge", since)
@@ -459,7 +465,8 @@ def _incremental_steps(run: _Run, plan: RunPlan) -> RunResult:
         )
         _write_control(run, plan, RunMode.INCREMENTAL, applied, None, (0, 0, 0), start=start)
         return _result(run, plan, RunMode.INCREMENTAL, start, end, applied, (0, 0, 0))
-    counts = commit_counts(spark, spec.target, committed, spec.delete_mode)
+    with interpreted(spark):
+        counts = commit_counts(spark, spec.target, committed, spec.delete_mode)
     since = run.lap("commit_counts", since)
     fault_point(FaultPoint.BEFORE_CONTROL)
     note = _spec_note(plan, rebuilt=False)

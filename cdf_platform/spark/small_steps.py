@@ -5,12 +5,20 @@ builds for silver before its MERGE (one row per silver file). For steps of that 
 more time generating and compiling Java for each plan (whole-stage code generation, and the
 projections and predicates of every expression) than running it (bench/README.md, "Where the
 wall time goes"). `interpreted` turns code generation off for a block and restores the
-session's settings after it; the MERGE itself, which scans silver's files, keeps it.
+session's settings after it.
 
 The steps run interpreted are a pipeline's change-set read and checks, the key filter's fetch of
-the changed keys and `load_table_state`, which makes Delta build silver's state before the MERGE,
-so the MERGE reuses it (`cdf_platform.runner`), and a consumer asset's `ChangeBatch.changes()`.
+the changed keys, `load_table_state`, which makes Delta build silver's state before the MERGE,
+so the MERGE reuses it, and the count of the rows the run's commit changed (`cdf_platform.runner`),
+and a consumer asset's `ChangeBatch.changes()`.
 `spark.cdf_platform.interpretSmallSteps` set to `false` keeps code generation on for them.
+
+The MERGE of such a change set runs interpreted too when silver is small: its files take at most
+`spark.cdf_platform.interpretedMergeMaxBytes` (128 MiB by default; `0` keeps code generation
+on for every MERGE), as `load_table_state` finds them (`interpreted_merge`). A MERGE that scans a
+small silver compiles more than it runs, and in a long-lived driver (a run applying many
+pipelines) every compiled plan is more work for the JVM's own compiler (bench/README.md, "A
+fleet's runs"); a MERGE into a larger silver keeps code generation for its scans.
 
 The settings are session settings: a query another thread runs through the same session inside
 the block runs interpreted too (slower, never different).
@@ -41,6 +49,7 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import UnsafeSparkConfig
@@ -62,6 +71,10 @@ ENABLED_CONF = "spark.cdf_platform.interpretSmallSteps"
 AHEAD_CONF = "spark.cdf_platform.loadSilverStateAhead"
 FIXED_PLAN_CONF = "spark.cdf_platform.fixedPlanMaxChangeBytes"
 FIXED_PLAN_MAX_BYTES = SMALL_CHANGE_BYTES
+MERGE_CONF = "spark.cdf_platform.interpretedMergeMaxBytes"
+# Silver's bytes up to which a small change set's MERGE runs interpreted: measured no slower than
+# with generated code up to a silver of 10M rows (100 MB; bench/README.md, "A fleet's runs").
+INTERPRETED_MERGE_MAX_BYTES = 128 * 1024 * 1024
 ADAPTIVE_OFF = {"spark.sql.adaptive.enabled": "false"}
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 # Bytes of change files per shuffle partition on a fixed plan: the default of Spark's
@@ -84,6 +97,22 @@ def interpreted(spark: SparkSession) -> Iterator[None]:
         yield
 
 
+def _byte_setting(spark: SparkSession, key: str, default: int, off: str) -> int:
+    """The whole number of bytes session setting `key` holds (`default` when unset).
+
+    Raises:
+        UnsafeSparkConfig: the setting is not a whole number of bytes.
+    """
+    raw = str(spark.conf.get(key, str(default))).strip()
+    try:
+        return int(raw)
+    except ValueError:
+        raise UnsafeSparkConfig(
+            f"{key} must be a whole number of bytes, got {raw!r}",
+            action=f"set {key} to a byte count (0 {off})",
+        ) from None
+
+
 def fixed_plan_limit(spark: SparkSession) -> int:
     """The largest change set (bytes of change files) `fixed_plan` runs without adaptive
     query execution.
@@ -91,14 +120,21 @@ def fixed_plan_limit(spark: SparkSession) -> int:
     Raises:
         UnsafeSparkConfig: the setting is not a whole number of bytes.
     """
-    raw = str(spark.conf.get(FIXED_PLAN_CONF, str(FIXED_PLAN_MAX_BYTES))).strip()
-    try:
-        return int(raw)
-    except ValueError:
-        raise UnsafeSparkConfig(
-            f"{FIXED_PLAN_CONF} must be a whole number of bytes, got {raw!r}",
-            action=f"set {FIXED_PLAN_CONF} to a byte count (0 keeps adaptive execution on)",
-        ) from None
+    return _byte_setting(
+        spark, FIXED_PLAN_CONF, FIXED_PLAN_MAX_BYTES, "keeps adaptive execution on"
+    )
+
+
+def interpreted_merge_limit(spark: SparkSession) -> int:
+    """The largest silver (bytes of its files) `interpreted_merge` runs a MERGE into without
+    generated code.
+
+    Raises:
+        UnsafeSparkConfig: the setting is not a whole number of bytes.
+    """
+    return _byte_setting(
+        spark, MERGE_CONF, INTERPRETED_MERGE_MAX_BYTES, "keeps code generation on for the MERGE"
+    )
 
 
 def session_cores(spark: SparkSession) -> int | None:
@@ -133,19 +169,33 @@ def fixed_plan(spark: SparkSession, change_bytes: int | None) -> Iterator[None]:
         yield
 
 
-def load_table_state(spark: SparkSession, table: str) -> int:
+@dataclass(frozen=True)
+class TableState:
+    """What `load_table_state` found: the table's file count and their bytes."""
+
+    files: int
+    bytes: int
+
+
+def load_table_state(spark: SparkSession, table: str) -> TableState:
     """Make Delta build the state of the table at `table` (its files and their statistics) now,
     as a MERGE into it would; Delta keeps it for the table's current version, so the next
-    statement on that version reuses it. Returns the table's file count."""
-    detail = spark.sql(f"DESCRIBE DETAIL {sql_path(table)}").select("numFiles").collect()
-    return int(detail[0]["numFiles"])
+    statement on that version reuses it. Returns its file count and their bytes."""
+    detail = spark.sql(f"DESCRIBE DETAIL {sql_path(table)}").select("numFiles", "sizeInBytes")
+    found = detail.collect()[0]
+    return TableState(files=int(found["numFiles"]), bytes=int(found["sizeInBytes"]))
 
 
 class StateLoad:
-    """The outcome of `loading_table_state`: `loaded` once the table's state is built."""
+    """The outcome of `loading_table_state`: `state` once the table's state is built."""
 
     def __init__(self) -> None:
-        self.loaded = False
+        self.state: TableState | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the table's state was built."""
+        return self.state is not None
 
 
 @contextmanager
@@ -163,8 +213,7 @@ def loading_table_state(spark: SparkSession, table: str) -> Iterator[StateLoad]:
 
     def build() -> None:
         try:
-            load_table_state(spark, table)
-            load.loaded = True
+            load.state = load_table_state(spark, table)
         except Exception as err:  # the caller's own load reports it, classified
             logger.debug("building the state of %s ahead failed: %s", table, err)
 
@@ -174,3 +223,19 @@ def loading_table_state(spark: SparkSession, table: str) -> Iterator[StateLoad]:
         yield load
     finally:
         thread.join()
+
+
+@contextmanager
+def interpreted_merge(spark: SparkSession, silver: TableState) -> Iterator[None]:
+    """Code generation off (`interpreted`) for the block, a small change set's MERGE, when
+    `silver`'s files take at most `interpreted_merge_limit` bytes; else the session's settings.
+
+    Raises:
+        UnsafeSparkConfig: the limit's setting is not a whole number of bytes.
+    """
+    limit = interpreted_merge_limit(spark)
+    if limit <= 0 or silver.bytes > limit:
+        yield
+        return
+    with interpreted(spark):
+        yield

@@ -7,6 +7,7 @@ import os
 import threading
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
@@ -20,9 +21,13 @@ from cdf_platform.spark.small_steps import (
     ENABLED_CONF,
     FIXED_PLAN_CONF,
     FIXED_PLAN_MAX_BYTES,
+    INTERPRETED_MERGE_MAX_BYTES,
+    MERGE_CONF,
     PARTITION_BYTES,
+    TableState,
     fixed_plan,
     interpreted,
+    interpreted_merge,
     load_table_state,
     loading_table_state,
 )
@@ -73,8 +78,12 @@ def test_load_table_state_counts_the_tables_files(spark: SparkSession, lake: Pat
     table = str(lake / "t")
     make_bronze(spark, table, [(1, "a", 10), (2, "b", 20)])
     sql(spark, table, "INSERT INTO {t} VALUES (3, 'c', 30)")
-    # The file count Delta's state gives is the log's, as `deltalake` reads it without Spark.
-    assert load_table_state(spark, table) == len(DeltaTable(table).file_uris()) >= 2
+    # The files and bytes Delta's state gives are the log's, as `deltalake` reads them.
+    log = pa.table(DeltaTable(table).get_add_actions(flatten=True)).to_pydict()
+    assert load_table_state(spark, table) == TableState(
+        files=len(log["path"]), bytes=sum(log["size_bytes"])
+    )
+    assert len(log["path"]) >= 2
 
 
 def test_an_incremental_run_leaves_the_sessions_code_generation_as_it_was(
@@ -175,3 +184,24 @@ def test_a_plans_change_bytes_are_the_files_its_change_feed_read_scans(
     expected = sum(os.path.getsize(uri.removeprefix("file://")) for uri in inserted)
     expected += sum(os.path.getsize(path) for path in change_files)
     assert plan.change_bytes() == expected
+
+
+def test_interpreted_merge_runs_interpreted_into_a_silver_up_to_the_limit_only(
+    spark: SparkSession,
+) -> None:
+    session = _codegen_on(spark)
+    with interpreted_merge(session, TableState(files=3, bytes=INTERPRETED_MERGE_MAX_BYTES)):
+        assert _settings(session) == CODEGEN_OFF
+    assert _settings(session) == CODEGEN_ON
+    with interpreted_merge(session, TableState(files=3, bytes=INTERPRETED_MERGE_MAX_BYTES + 1)):
+        assert _settings(session) == CODEGEN_ON
+
+    session.conf.set(MERGE_CONF, "0")
+    with interpreted_merge(session, TableState(files=0, bytes=0)):
+        assert _settings(session) == CODEGEN_ON
+    session.conf.set(MERGE_CONF, "128MB")
+    with (
+        pytest.raises(UnsafeSparkConfig, match=MERGE_CONF),
+        interpreted_merge(session, TableState(files=1, bytes=1)),
+    ):
+        pass
