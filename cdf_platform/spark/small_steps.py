@@ -14,11 +14,11 @@ and a consumer asset's `ChangeBatch.changes()`.
 `spark.cdf_platform.interpretSmallSteps` set to `false` keeps code generation on for them.
 
 The MERGE of such a change set runs interpreted too when silver is small: its files take at most
-`spark.cdf_platform.interpretedMergeMaxBytes` (128 MiB by default; `0` keeps code generation
-on for every MERGE), as `load_table_state` finds them (`interpreted_merge`). A MERGE that scans a
-small silver compiles more than it runs, and in a long-lived driver (a run applying many
-pipelines) every compiled plan is more work for the JVM's own compiler (bench/README.md, "A
-fleet's runs"); a MERGE into a larger silver keeps code generation for its scans.
+`spark.cdf_platform.interpretedMergeMaxBytes` (256 KiB by default; `0` keeps code generation
+on for every MERGE), as `load_table_state` finds them (`interpreted_merge`). A MERGE into a
+silver that small compiles more than it runs, and in a long-lived driver (a run applying many
+pipelines) every compiled plan is more work for the JVM's own compiler too (docs/performance.md,
+the fleet's catch-up); a MERGE into a larger silver keeps code generation for its scans.
 
 The settings are session settings: a query another thread runs through the same session inside
 the block runs interpreted too (slower, never different).
@@ -72,9 +72,11 @@ AHEAD_CONF = "spark.cdf_platform.loadSilverStateAhead"
 FIXED_PLAN_CONF = "spark.cdf_platform.fixedPlanMaxChangeBytes"
 FIXED_PLAN_MAX_BYTES = SMALL_CHANGE_BYTES
 MERGE_CONF = "spark.cdf_platform.interpretedMergeMaxBytes"
-# Silver's bytes up to which a small change set's MERGE runs interpreted: measured no slower than
-# with generated code up to a silver of 10M rows (100 MB; bench/README.md, "A fleet's runs").
-INTERPRETED_MERGE_MAX_BYTES = 128 * 1024 * 1024
+# Silver's bytes up to which a small change set's MERGE runs interpreted. The gain is the driver's
+# compiling (docs/performance.md, the fleet's catch-up: silver of 15 KB); a 1M-row silver (10 MiB)
+# took up to twice as long per run with its MERGE interpreted in some sessions, so larger silver
+# keeps generated code. `python -m bench.merge_codegen` times single runs both ways.
+INTERPRETED_MERGE_MAX_BYTES = 256 * 1024
 ADAPTIVE_OFF = {"spark.sql.adaptive.enabled": "false"}
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 # Bytes of change files per shuffle partition on a fixed plan: the default of Spark's
