@@ -29,6 +29,7 @@ from typing import Any
 import pyspark
 import yaml
 
+from bench.probes import cpu_seconds
 from bench.report import (
     Figure,
     add_output_options,
@@ -45,11 +46,8 @@ WAYS = ("interpreted", "generated code")
 
 
 def _driver_cpu_seconds(spark: Any) -> float:
-    """CPU seconds (user + system) the driver JVM of `spark` has used, all its threads."""
-    pid = spark.sparkContext._gateway.proc.pid
-    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds the driver JVM of `spark` has used, all its threads."""
+    return cpu_seconds(spark.sparkContext._gateway.proc.pid)
 
 
 def measure(workdir: Path, sizes: list[int], changed_keys: int, rounds: int) -> dict[str, Any]:

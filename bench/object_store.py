@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.latency_proxy import LatencyProxy
-from bench.probes import cli_via_subprocess, descendants, write_pipelines_file
+from bench.probes import cli_via_subprocess, cpu_seconds, descendants, write_pipelines_file
 from bench.replay_check import create_log_table
 from bench.workload import spec_for
 from cdf_platform.core.storage_options import StoreOptions, storage_entry
@@ -110,14 +110,7 @@ def latency_check(
 def server_cpu_seconds(server: LocalS3Server) -> float:
     """CPU time (user + system) the server's processes have used so far."""
     assert server.pid is not None, "the server is not running"
-    total = 0.0
-    for pid in [server.pid, *descendants(server.pid)]:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+    return sum(cpu_seconds(pid) for pid in [server.pid, *descendants(server.pid)])
 
 
 def status_cli(

@@ -83,6 +83,17 @@ def command_arguments(pid: int) -> list[str]:
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, every thread) process `pid` has used so far; 0.0 once it is
+    gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def process_start_epoch(pid: int) -> float | None:
     """When process `pid` started, in seconds since the epoch (10 ms resolution: the kernel
     counts clock ticks since boot); None when it is gone."""
