@@ -55,7 +55,7 @@ from cdf_platform.spark.small_steps import (
     loading_table_state,
 )
 from cdf_platform.state.control import ControlTable, LoadLogEntry
-from cdf_platform.state.watermark import read_silver_state, spec_metadata
+from cdf_platform.state.watermark import advance_watermark, read_silver_state, spec_metadata
 from cdf_platform.window.replay_window import assess_consumer, compute_replay_window
 
 if TYPE_CHECKING:
@@ -326,6 +326,10 @@ def execute_plan(
         return _rebuild(run, plan, plan.problem, requested=False)
     if plan.mode.reads_snapshot:  # an initial load or a snapshot source's run: no problem here
         return _rebuild(run, plan, None, requested=False)
+    if plan.mode is RunMode.ADVANCE:
+        result = _advance(run, plan)
+        if result is not None:
+            return result
     try:
         return _incremental(run, plan)
     except CdfPlatformError as err:
@@ -382,6 +386,48 @@ def _spec_note(plan: RunPlan, *, rebuilt: bool) -> str | None:
             "until the next rebuild"
         )
     return None
+
+
+def _advance(run: _Run, plan: RunPlan) -> RunResult | None:
+    """The range changes no row: advance the watermark to its end in a silver commit of no data
+    written without Spark, stamped as an incremental commit is. None when silver's protocol
+    needs Spark to write it (the caller runs the range as an incremental run instead)."""
+    spec = plan.spec
+    assert plan.start_version is not None
+    start, end = plan.start_version, plan.end_version
+    since = time.monotonic()
+    stamp = silver_stamp(
+        spec.id,
+        generation=plan.silver.generation,
+        run_id=run.run_id,
+        mode=RunMode.ADVANCE.value,
+        start_version=start,
+        end_version=end,
+        source_table_id=plan.window.table_id,
+        **spec_metadata(plan.spec_record, plan.forward_only_after()),
+    )
+    advanced = advance_watermark(spec.target, stamp.app_id, stamp.version, stamp.metadata)
+    if advanced is None:
+        logger.info(
+            "%s: silver's protocol needs Spark to write; bronze versions %d..%d (no row "
+            "changed) run as an incremental run",
+            spec.id,
+            start,
+            end,
+        )
+        return None
+    run.lap("write", since)
+    applied = end if advanced else read_silver_state(spec.target, spec.id).watermark
+    if not advanced:
+        logger.warning(
+            "%s: a newer run already applied up to %s; nothing written", spec.id, applied
+        )
+    note = _spec_note(plan, rebuilt=False)
+    incident = SPEC_FORWARD_ONLY if note is not None and advanced else None
+    _write_control(
+        run, plan, RunMode.ADVANCE, applied, incident, (0, 0, 0), start=start, message=note
+    )
+    return _result(run, plan, RunMode.ADVANCE, start, end, applied, (0, 0, 0))
 
 
 def _incremental(run: _Run, plan: RunPlan) -> RunResult:

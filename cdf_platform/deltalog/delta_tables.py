@@ -33,7 +33,7 @@ def delta_storage_options(location: str) -> dict[str, str] | None:
 
 
 @contextmanager
-def _classified(location: str) -> Iterator[None]:
+def store_errors_classified(location: str) -> Iterator[None]:
     """An object store's refusal or silence as `StorageUnreachable`; `deltalake`'s own errors
     (no table there, a lost commit race) pass unchanged."""
     from deltalake.exceptions import DeltaError
@@ -62,7 +62,7 @@ def open_delta_table(location: str, version: int | None = None) -> DeltaTable:
     """
     from deltalake import DeltaTable
 
-    with _classified(location):
+    with store_errors_classified(location):
         return DeltaTable(
             location, version=version, storage_options=delta_storage_options(location)
         )
@@ -73,7 +73,7 @@ def create_delta_table(location: str, schema: Any, **options: Any) -> DeltaTable
     configuration, ...)."""
     from deltalake import DeltaTable
 
-    with _classified(location):
+    with store_errors_classified(location):
         return DeltaTable.create(
             location, schema, storage_options=delta_storage_options(location), **options
         )
@@ -83,5 +83,5 @@ def write_delta_table(location: str, data: Any, **options: Any) -> None:
     """`write_deltalake` to `location` with its storage options (`options`: mode, ...)."""
     from deltalake import write_deltalake
 
-    with _classified(location):
+    with store_errors_classified(location):
         write_deltalake(location, data, storage_options=delta_storage_options(location), **options)

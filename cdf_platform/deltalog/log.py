@@ -391,6 +391,29 @@ class DeltaLog:
         metadata = self.metadata_at(version)
         return metadata.schema if metadata is not None else None
 
+    def changes_no_rows(self, start: int, end: int) -> bool:
+        """Whether the commits `start..end` leave the table's rows and shape as they were at
+        `start - 1`: every commit file is present, none adds or removes a file with
+        `dataChange=true` or writes a change file (OPTIMIZE, VACUUM START/END, property and
+        protocol changes, checkpoints' companions), and the schema and partitioning at `end`
+        are those at `start - 1`. Such a range holds no change for any reader of the table.
+
+        Example:
+            >>> log.changes_no_rows(58, 60)  # doctest: +SKIP
+            True
+        """
+        if start < 1 or start > end or self.first_missing_commit(start, end) is not None:
+            return False
+        if any(self.commit(version).has_data_change for version in range(start, end + 1)):
+            return False
+        before, after = self.metadata_at(start - 1), self.metadata_at(end)
+        return (
+            before is not None
+            and after is not None
+            and before.schema == after.schema
+            and before.partition_columns == after.partition_columns
+        )
+
     def deleted_file_retention(self) -> timedelta:
         """Current `delta.deletedFileRetentionDuration` (default 7 days).
 

@@ -63,6 +63,11 @@ def describe_plan(plan: RunPlan) -> str:
     problem = f"; problem: {plan.problem.incident_code}" if plan.problem else ""
     if plan.mode is RunMode.INCREMENTAL:
         what = f"bronze versions ({plan.watermark}, {plan.end_version}]"
+    elif plan.mode is RunMode.ADVANCE:
+        what = (
+            f"bronze versions ({plan.watermark}, {plan.end_version}] change no row: the "
+            "watermark advances without Spark"
+        )
     elif plan.mode is RunMode.NOOP:
         what = f"nothing after watermark {plan.watermark}"
     else:

@@ -43,6 +43,10 @@ class RunMode(StrEnum):
     """What a pipeline run does."""
 
     NOOP = "noop"
+    ADVANCE = "advance"
+    """The pinned range holds only commits that change no row (OPTIMIZE, VACUUM START/END,
+    property changes): the watermark advances to its end in a silver commit written without
+    Spark (`cdf_platform.state.watermark.advance_watermark`)."""
     INCREMENTAL = "incremental"
     INITIAL_LOAD = "initial_load"
     REBUILD = "rebuild"
@@ -148,8 +152,8 @@ class RunPlan:
         """Whether this run may share a run (one process, one Spark driver) with other
         pipelines' runs: a small incremental run (`is_small_incremental`), or an initial load or
         a snapshot source's run (no problem to fall back on) of a snapshot of at most
-        SMALL_CHANGE_BYTES of files."""
-        if self.is_small_incremental():
+        SMALL_CHANGE_BYTES of files, or a watermark advance (no Spark at all)."""
+        if self.mode is RunMode.ADVANCE or self.is_small_incremental():
             return True
         # A rebuild is planned for a problem only, so this leaves initial loads and snapshot runs.
         if not self.mode.reads_snapshot or self.problem is not None:
@@ -203,6 +207,9 @@ def plan_from(found: PipelineAssessment) -> RunPlan:
         return make(RunMode.REBUILD, None if snapshot_only else watermark + 1)
     if watermark >= latest:
         return make(RunMode.NOOP, None)
+    if window.log.changes_no_rows(watermark + 1, latest):
+        # Whatever the source kind: no change to apply, and the snapshot is the one silver holds.
+        return make(RunMode.ADVANCE, watermark + 1)
     if found.spec.snapshot_source:
         return make(RunMode.SNAPSHOT, None)
     return make(RunMode.INCREMENTAL, watermark + 1)

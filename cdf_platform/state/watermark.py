@@ -1,4 +1,5 @@
-"""The watermark as silver's own Delta log holds it, read without a JVM.
+"""The watermark as silver's own Delta log holds it, read without a JVM (and advanced without
+one over a range that changes no row, `advance_watermark`).
 
 Every platform write to silver carries a Delta idempotent-write transaction
 (`txnAppId`, `txnVersion` = the bronze version it applies through) and commit `userMetadata`
@@ -24,7 +25,7 @@ from typing import Any
 from cdf_platform.core.errors import SourceNotFound
 from cdf_platform.core.spec_fingerprint import fingerprint_of
 from cdf_platform.deltalog.actions import TableMetadata
-from cdf_platform.deltalog.delta_tables import open_delta_table
+from cdf_platform.deltalog.delta_tables import open_delta_table, store_errors_classified
 from cdf_platform.deltalog.log import DeltaLog
 
 OWNER_PROPERTY = "cdf_platform.pipeline_id"
@@ -233,6 +234,54 @@ def _from_table_state(target: str, pipeline_id: str) -> SilverState:
         last_run=last_run,
         silver_version=int(table.version()),
     )
+
+
+def advance_watermark(target: str, app: str, version: int, metadata: str) -> bool | None:
+    """Commit the watermark `version` of txn app id `app` to silver `target` with no data, by
+    `deltalake` (no JVM): a commit of a `txn` action and `metadata` as its `userMetadata`, what
+    a Spark write of no rows would commit. For a range of bronze commits that change no row.
+
+    The txn is checked against the snapshot the commit is made on, and a concurrent commit is
+    caught by `deltalake`'s conflict check: the watermark never moves backwards.
+
+    Returns:
+        True when committed; False when silver already holds `version` or a later one for
+        `app` (a newer run applied it first: nothing is written); None when silver's protocol
+        needs a table feature `deltalake` cannot write (in-commit timestamps, row tracking,
+        type widening, ...): nothing is written and Spark must make the commit.
+
+    Raises:
+        StorageUnreachable: silver's store refused or did not answer.
+    """
+    from deltalake import CommitProperties, PostCommitHookProperties, Transaction
+    from deltalake.exceptions import CommitFailedError
+
+    table = open_delta_table(target)
+    held = table.transaction_version(app)
+    if held is not None and held >= version:
+        return False
+    try:
+        with store_errors_classified(target):
+            table.create_write_transaction(
+                [],
+                mode="append",
+                schema=table.schema(),
+                commit_properties=CommitProperties(
+                    custom_metadata={"userMetadata": metadata},
+                    app_transactions=[Transaction(app, version)],
+                ),
+                # Checkpoints and log cleanup stay Spark's (its writes and its maintenance).
+                post_commithook_properties=PostCommitHookProperties(
+                    create_checkpoint=False, cleanup_expired_logs=False
+                ),
+            )
+    except CommitFailedError as err:
+        # deltalake 1.6 refuses, before writing, a table whose protocol names a writer feature
+        # it does not implement: "Unsupported table features required: [...]".
+        if "Unsupported table features" in str(err):
+            return None
+        raise
+    return True
 
 
 def user_metadata(**fields: Any) -> str:
