@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -118,6 +119,58 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0 if all(s["state"] in ("OK", "NOT_STARTED") for s in statuses) else 1
 
 
+def _cmd_engine(args: argparse.Namespace) -> int:
+    from cdf_platform.spark.engine import (
+        DEFAULT_ENGINE_REMOTE,
+        EngineSettings,
+        engine_command,
+        engine_conf,
+        engine_environment,
+        write_properties,
+    )
+    from cdf_platform.spark.session import require_java
+
+    _, _, local = _context(args)
+    conf = dict(item.split("=", 1) for item in args.conf)
+    settings = EngineSettings(
+        remote=args.remote or local.remote or DEFAULT_ENGINE_REMOTE,
+        master=args.master or local.master,
+        driver_memory=args.driver_memory,
+        storage_locations=local.storage_locations,
+        conf=conf,
+    )
+    properties = engine_conf(settings)
+    if args.print:
+        for key, value in sorted(properties.items()):
+            shown = "*****" if _secret(key) else value
+            sys.stdout.write(f"{key}={shown}\n")
+        return 0
+    require_java()
+    command = engine_command(settings, write_properties(properties))
+    logger.info(
+        "starting the engine: Spark Connect on %s (master %s, driver memory %s)",
+        settings.remote,
+        settings.master,
+        settings.driver_memory,
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The process becomes the server's JVM (spark-submit and spark-class exec it): one PID for
+    # a supervisor to watch and to stop.
+    os.execve(command[0], command, engine_environment(settings))
+
+
+def _secret(key: str) -> bool:
+    lowered = key.lower()
+    return any(word in lowered for word in ("secret", "password", "token", "key", "sas"))
+
+
+def _conf_entry(value: str) -> str:
+    if "=" not in value or not value.split("=", 1)[0].strip():
+        raise argparse.ArgumentTypeError(f"{value!r} is not KEY=VALUE")
+    return value
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from cdf_platform.demo.story import run_demo
 
@@ -167,6 +220,38 @@ def build_parser() -> argparse.ArgumentParser:
         help="per-pipeline watermark, lag, replay window and headroom (no JVM)",
     )
     status.set_defaults(func=_cmd_status)
+    engine = sub.add_parser(
+        "engine",
+        parents=[common],
+        help="run the warm engine: a Spark Connect server with Delta for the lake's runs",
+        description="Run Spark's Spark Connect server with Delta and the lake's object-store "
+        "connectors, in the foreground (the process becomes the server's JVM). Every process "
+        "with $CDF_SPARK_REMOTE pointing at it runs its Spark work there.",
+    )
+    engine.add_argument(
+        "--remote",
+        default=None,
+        help="the URL to serve, sc://host:port (default: $CDF_SPARK_REMOTE, else "
+        "sc://127.0.0.1:15002)",
+    )
+    engine.add_argument(
+        "--master",
+        default=None,
+        help="the engine's Spark master (default: $CDF_SPARK_MASTER or local[*])",
+    )
+    engine.add_argument("--driver-memory", default="4g", help="the engine's heap (default 4g)")
+    engine.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        type=_conf_entry,
+        metavar="KEY=VALUE",
+        help="a Spark conf entry for the engine (repeatable); wins over everything else",
+    )
+    engine.add_argument(
+        "--print", action="store_true", help="print the engine's conf (secrets masked) and exit"
+    )
+    engine.set_defaults(func=_cmd_engine)
     demo = sub.add_parser("demo", help="run the end-to-end demo on a local (or local S3) lake")
     demo.add_argument("--batch-size", type=int, default=200, help="rows per bronze batch")
     demo.add_argument(

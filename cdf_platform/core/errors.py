@@ -302,6 +302,20 @@ class RuntimeEnvironmentError(CdfPlatformError):
     default_action = "install a Java 17+ runtime and put it on PATH or in JAVA_HOME"
 
 
+class EngineUnavailable(RuntimeEnvironmentError):
+    """The Spark Connect server a run uses (`CDF_SPARK_REMOTE`, the deployment's warm engine)
+    did not answer, or went away while the run used it (killed, restarted): the run's session
+    on it is gone. Nothing the run had not committed reached silver, and what it committed
+    carries its watermark, so running it again applies every change exactly once."""
+
+    incident_code = "ENGINE_UNAVAILABLE"
+    retryable = True
+    default_action = (
+        "start the engine (`cdf-platform engine`, docs/production.md) or check "
+        "$CDF_SPARK_REMOTE; the run is retried, and resumes from silver's watermark"
+    )
+
+
 REBUILDABLE = (ReplayWindowLost, SourceReset, IncompatibleSchemaChange, CdfNotEnabled)
 """The failures a read from a pinned snapshot repairs (a silver rebuild, a consumer's full
 recompute)."""

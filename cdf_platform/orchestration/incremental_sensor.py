@@ -17,11 +17,13 @@ gets a run of its own (run key
 `<reason>:<pipeline>:<key>`, e.g. `incremental:<pipeline>:<latest version>`), so it holds no
 small one back. Every run records what it asked of each pipeline (`cdf_platform/requested`).
 
-A run that died (its process killed or lost, or the run canceled) is requested again on the
-next tick: the run key then names the dead run (`...:after:<run id>`), so Dagster's run-key
-deduplication does not drop it. A pipeline whose run failed in its own code (its step failed:
-a classified error) is not asked the same thing again, since it would fail the same way; the
-next bronze version, or a person, brings its next run. Runs of one pipeline never overlap: its
+A run that died (its process killed or lost, the run canceled, or its steps failed on a
+retryable class such as the engine going away, once Dagster's retries of it are spent) is
+requested again on the next tick: the run key then names the dead run
+(`...:after:<run id>`), so Dagster's run-key deduplication does not drop it. A pipeline whose
+run failed in its own code (its step failed: a classified error) is not asked the same thing
+again, since it would fail the same way; the next bronze version, or a person, brings its next
+run. Runs of one pipeline never overlap: its
 silver asset holds the pipeline's pool (see `cdf_platform.orchestration.keys.pipeline_pool` for
 the dagster.yaml limit). A pipeline whose window is lost is seen in the same tick: under
 SNAPSHOT_REBUILD it gets one run per loss (run key `repair:<pipeline>:<watermark>:<latest>`),
@@ -52,6 +54,7 @@ import dagster as dg
 from cdf_platform.core.config import DEFAULT_PIPELINES_PER_RUN
 from cdf_platform.core.errors import CdfPlatformError, TableNameNotLocated
 from cdf_platform.core.spec import FallbackMode, PipelineSpec
+from cdf_platform.orchestration.failures import RETRY_ON_STEP_FAILURE_TAG
 from cdf_platform.orchestration.jobs import INCREMENTAL_JOB, REBUILD_JOB
 from cdf_platform.orchestration.keys import (
     AUTO_RETRY_RUN_ID_TAG,
@@ -77,6 +80,10 @@ from cdf_platform.planning.status import (
 from cdf_platform.state.control import ControlTable
 
 INCREMENTAL_SENSOR = "incremental_sensor"
+# Seconds between ticks: a bronze commit is seen within seconds (the daemon evaluates sensors at
+# most every 5 s). A tick reads every pipeline's logs without Spark (0.5 s at 500 pipelines,
+# docs/performance.md) and requests nothing for a pipeline with a run pending.
+TICK_SECONDS = 5
 # A run in one of these states is pending: it will still read the logs and apply what it finds.
 PENDING_STATUSES = [
     dg.DagsterRunStatus.NOT_STARTED,
@@ -130,9 +137,13 @@ def _requested(run: dg.DagsterRun) -> dict[str, str]:
 
 
 def _failed_in_its_code(run: dg.DagsterRun) -> bool:
-    """Whether `run` failed in its own code (a step failure: a classified error)."""
-    return run.status is dg.DagsterRunStatus.FAILURE and (
-        run.tags.get(FAILURE_REASON_TAG) in _FAILED_IN_ITS_CODE
+    """Whether `run` failed in its own code (a step failure: a classified error), not on a
+    failure that running it again may not meet (the engine restarted, a store briefly away:
+    marked `RETRY_ON_STEP_FAILURE_TAG` by the step, `mark_retryable_run`)."""
+    return (
+        run.status is dg.DagsterRunStatus.FAILURE
+        and run.tags.get(FAILURE_REASON_TAG) in _FAILED_IN_ITS_CODE
+        and run.tags.get(RETRY_ON_STEP_FAILURE_TAG) != "true"
     )
 
 
@@ -298,8 +309,10 @@ def build_incremental_sensor(
     @dg.sensor(
         name=INCREMENTAL_SENSOR,
         job_name=INCREMENTAL_JOB,
-        minimum_interval_seconds=30,
-        description="Requests a silver run when its bronze table has versions after the watermark.",
+        minimum_interval_seconds=TICK_SECONDS,
+        description="Requests a silver run when its bronze table has versions after the "
+        "watermark, and the repair of a pipeline whose replay window is lost (its run rebuilds "
+        "silver from a pinned snapshot, once per loss).",
         default_status=dg.DefaultSensorStatus.RUNNING
         if running
         else dg.DefaultSensorStatus.STOPPED,

@@ -37,7 +37,13 @@ from cdf_platform.core.spec import PipelineSpec, storage_locations
 from cdf_platform.core.spec_file import find_spec, load_specs, load_storage
 from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.orchestration.storage_options import StorageOptionsConfig
-from cdf_platform.spark.session import SparkSettings, build_spark_session
+from cdf_platform.spark.session import (
+    SparkSettings,
+    build_spark_session,
+    discard_session,
+    is_connect_session,
+    is_usable,
+)
 from cdf_platform.state.control import ControlTable
 
 if TYPE_CHECKING:
@@ -313,8 +319,25 @@ class SparkResource(LazyPySparkResource):
         )
 
     def _init_session(self, short_run: bool = False) -> None:
+        if self._spark_session is not None and not is_usable(self._spark_session):
+            self.discard_session()  # its Spark Connect server lost it: connect again
         if self._spark_session is None:
             self._spark_session = build_spark_session(self.settings(short_run=short_run))
+
+    def discard_session(self) -> None:
+        """Drop the session after its Spark Connect server went away (`EngineUnavailable`), so
+        the next use (a step's retry) connects again; a session in this process is kept."""
+        if self._spark_session is not None and is_connect_session(self._spark_session):
+            discard_session(self._spark_session)
+            self._spark_session = None
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        """At the end of a run, release its Spark Connect session on the server (its temporary
+        views and cached change sets go with it); a session in this process ends with it."""
+        session = self._spark_session
+        if session is not None and is_connect_session(session) and is_usable(session):
+            session.stop()
+            self._spark_session = None
 
     @property
     def spark_session(self) -> SparkSession:

@@ -29,7 +29,7 @@ import dagster as dg
 
 from cdf_platform.core.errors import CdfPlatformError
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.orchestration.failures import platform_failure
+from cdf_platform.orchestration.failures import mark_retryable_run, platform_failure
 from cdf_platform.orchestration.figures import duration, text
 from cdf_platform.orchestration.keys import (
     WATERMARK_IO_MANAGER_KEY,
@@ -120,6 +120,7 @@ def load_pipeline_batch(
     try:
         prepared = _runner(spark, lake).prepare(spec)
     except CdfPlatformError as err:
+        mark_retryable_run(context, err, spark)
         raise pipeline_failure(spec, err) from err
     context.log.info("%s: planned from the logs in %.2f s", spec.id, prepared.plan_seconds)
     return PipelineBatch(prepared)
@@ -145,6 +146,7 @@ def write_pipeline(
             write.prepared, force_rebuild=write.force_rebuild, shares_jvm=shared
         )
     except CdfPlatformError as err:
+        mark_retryable_run(context, err, spark)
         raise pipeline_failure(spec, err) from err
     context.log.info(
         "%s: %s, watermark %s -> %s, +%d ~%d -%d rows in %.1f s (spark started: %s)",

@@ -40,7 +40,7 @@ from pydantic import Field
 
 from cdf_platform.core.errors import CdfPlatformError, InvalidPipelineSpec
 from cdf_platform.core.spec import FallbackMode
-from cdf_platform.orchestration.failures import platform_failure
+from cdf_platform.orchestration.failures import mark_retryable_run, platform_failure
 from cdf_platform.orchestration.keys import FULL_RECOMPUTE_TAG, WATERMARK_IO_MANAGER_KEY
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.orchestration.silver_io import (
@@ -268,6 +268,7 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
         try:
             write_output(self.spark.spark_session, table, obj, stamp, consumer)
         except CdfPlatformError as err:
+            mark_retryable_run(context, err, self.spark)
             raise platform_failure(err) from err
         metadata: dict[str, Any] = {
             "written": True,

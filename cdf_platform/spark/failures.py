@@ -24,6 +24,7 @@ from cdf_platform.core.errors import (
     CdfNotEnabled,
     CdfPlatformError,
     ConcurrentWriteConflict,
+    EngineUnavailable,
     IncompatibleSchemaChange,
     ReplayWindowLost,
     SourceNotFound,
@@ -140,6 +141,23 @@ RULES: tuple[FailureRule, ...] = (
         # A snapshot read (`versionAsOf`) meets the same conditions: its data files vacuumed or
         # deleted, its commits cleaned up, or its version past the time-travel retention.
         snapshot_summary="the files can no longer be read for",
+    ),
+    # The Spark Connect server went away under the run: its channel is refused or cut
+    # (gRPC UNAVAILABLE once the client's retries are spent), or a restarted server no longer
+    # knows the run's session (INVALID_HANDLE.SESSION_*; pyspark's client then closes the
+    # session: NO_ACTIVE_SESSION, or its assertion on the server-side session id).
+    FailureRule(
+        EngineUnavailable,
+        conditions=(
+            "INVALID_HANDLE",
+            "NO_ACTIVE_SESSION",
+            "RETRIES_EXCEEDED",
+            # Texts only: a gRPC status and pyspark's assertion carry no error condition.
+            "StatusCode.UNAVAILABLE",
+            "incorrect server side session identifier",
+        ),
+        java_classes=(),
+        summary="the Spark Connect server went away while reading",
     ),
 )
 CONFLICT_RULE = RULES[0]

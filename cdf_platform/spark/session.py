@@ -20,17 +20,18 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlparse
 
 from cdf_platform.core.active_storage import storage_config_in_use
 from cdf_platform.core.config import REMOTE_ENV
-from cdf_platform.core.errors import RuntimeEnvironmentError, UnsafeSparkConfig
+from cdf_platform.core.errors import EngineUnavailable, RuntimeEnvironmentError, UnsafeSparkConfig
 from cdf_platform.spark.object_stores import (
     object_store_conf,
     object_store_schemes,
@@ -39,6 +40,7 @@ from cdf_platform.spark.object_stores import (
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +66,12 @@ SHORT_RUN_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 SUBMIT_OPTS_ENV = "SPARK_SUBMIT_OPTS"
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 _JAVA_OPTIONS_ENV = (SUBMIT_OPTS_ENV, "JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS")
-# The key in a Java properties file (`key value`, `key=value` or `key: value`).
-_DEFAULTS_DRIVER_OPTIONS = re.compile(r"^[ \t]*spark\.driver\.extraJavaOptions[ \t=:]", re.M)
+# An entry of a Java properties file (`key value`, `key=value` or `key: value`; not a comment).
+_PROPERTY = re.compile(r"^[ \t]*([^#!\s=:][^\s=:]*)[ \t]*[=:\s][ \t]*(.*)$")
+# Where a session started here keeps the default schema of its in-memory catalog, unless the
+# Spark conf or spark-defaults.conf names one (a metastore's): Spark's default, `spark-warehouse`
+# in the working directory, would litter the folder a run process starts in (a code server's).
+WAREHOUSE_CONF = "spark.sql.warehouse.dir"
 # Spark conf under this prefix is Hadoop conf (read when the context starts).
 HADOOP_PREFIX = "spark.hadoop."
 # The conf that turns a vanished `_change_data` or data file into silently skipped rows.
@@ -218,7 +224,9 @@ def spark_conf(settings: SparkSettings) -> dict[str, str]:
     """The full Spark conf for `settings`, Delta included, and the connectors of the object
     stores its locations and the storage configuration in use name (configured from the
     environment now, with the configured options of each bucket or account on top); local
-    masters get parallelism sized to their cores; `extra_conf` overrides anything.
+    masters get parallelism sized to their cores; `extra_conf` overrides anything. The
+    in-memory catalog's warehouse is a temp folder unless the conf or `spark-defaults.conf`
+    names one (`WAREHOUSE_CONF`).
 
     Raises:
         InvalidStorageConfig: the configured options cannot be scoped to their buckets.
@@ -240,6 +248,8 @@ def spark_conf(settings: SparkSettings) -> dict[str, str]:
     if cores is not None:
         conf.update(_local_conf(cores))
     conf.update(settings.extra_conf)
+    if WAREHOUSE_CONF not in conf and WAREHOUSE_CONF not in spark_defaults():
+        conf[WAREHOUSE_CONF] = str(Path(tempfile.gettempdir(), "cdf_platform", "spark-warehouse"))
     return conf
 
 
@@ -254,6 +264,13 @@ CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 # Spark Connect's port when the URL names none, and how long a first TCP connect may take.
 DEFAULT_CONNECT_PORT = 15002
 CONNECT_PROBE_SECONDS = 10.0
+# How a run's Spark Connect client retries a call the server does not answer: 6 retries,
+# 50 ms growing fourfold up to 4 s (about 12 s in all). pyspark's default waits up to 10
+# minutes, during which a run whose engine was killed hangs; failing after seconds hands the
+# outage to the run's retries (EngineUnavailable is retryable), which reconnect to the engine
+# once it is back, in a session of their own.
+CONNECT_RETRIES = 6
+CONNECT_MAX_BACKOFF_MS = 4000
 
 
 def server_command_hint() -> str:
@@ -265,6 +282,34 @@ def server_command_hint() -> str:
 def is_connect_session(spark: SparkSession) -> bool:
     """Whether `spark` is a Spark Connect client session (no JVM in this process)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _connect_client(spark: SparkSession) -> ConnectSession | None:
+    """`spark` as the Spark Connect client session it is, or None for a session in this
+    process."""
+    if not is_connect_session(spark):
+        return None
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    return cast(ConnectSession, spark)
+
+
+def is_usable(spark: SparkSession) -> bool:
+    """Whether `spark` can still run work: a Spark Connect client session is unusable once it
+    is stopped, or closed by its client after the server lost it (a restarted server); a
+    session in this process always is (its JVM lives as long as the process)."""
+    client = _connect_client(spark)
+    return client is None or not client.is_stopped
+
+
+def discard_session(spark: SparkSession) -> None:
+    """Forget a Spark Connect client session whose server went away, without asking that
+    server anything (its session is gone with it): the next `build_spark_session` opens a new
+    one. A session in this process is left alone."""
+    client = _connect_client(spark)
+    if client is not None:
+        client.release_session_on_close = False
+        client.stop()
 
 
 def new_session(spark: SparkSession) -> SparkSession:
@@ -286,10 +331,10 @@ def _require_listener(remote: str) -> None:
     try:
         socket.create_connection((host, port), timeout=CONNECT_PROBE_SECONDS).close()
     except OSError as err:
-        raise RuntimeEnvironmentError(
+        raise EngineUnavailable(
             f"cannot use the Spark Connect server at {remote}: nothing answers at "
             f"{host}:{port} ({err})",
-            action=f"check ${REMOTE_ENV} and that the server runs",
+            action=f"check ${REMOTE_ENV} and that the server runs (`cdf-platform engine`)",
         ) from err
 
 
@@ -320,8 +365,12 @@ def _connect_session(settings: SparkSettings) -> SparkSession:
     _require_listener(remote)
     try:
         from pyspark.sql import SparkSession
+        from pyspark.sql.connect.client.retries import DefaultPolicy
 
         spark = SparkSession.builder.remote(remote).getOrCreate()
+        spark.client.set_retry_policies(
+            [DefaultPolicy(max_retries=CONNECT_RETRIES, max_backoff=CONNECT_MAX_BACKOFF_MS)]
+        )
         for key, value in connect_conf(settings).items():
             spark.conf.set(key, value)
         extensions = spark.conf.get("spark.sql.extensions", "") or ""
@@ -330,10 +379,10 @@ def _connect_session(settings: SparkSettings) -> SparkSession:
             f"Spark Connect needs pyspark's client libraries: {err}",
             action="install the project with its `connect` extra (pip install -e '.[connect]')",
         ) from err
-    except Exception as err:  # grpc errors: the server is down, refuses, or speaks otherwise
-        raise RuntimeEnvironmentError(
+    except Exception as err:  # grpc errors: the server is down, restarting, or refuses
+        raise EngineUnavailable(
             f"cannot use the Spark Connect server at {remote}: {str(err).splitlines()[0]}",
-            action=f"check ${REMOTE_ENV} and that the server runs",
+            action=f"check ${REMOTE_ENV} and that the server runs (`cdf-platform engine`)",
         ) from err
     if DELTA_EXTENSION not in extensions:
         raise RuntimeEnvironmentError(
@@ -380,18 +429,33 @@ def short_run_java_options(settings: SparkSettings) -> str | None:
         os.environ.get(name, "").strip() for name in _JAVA_OPTIONS_ENV
     ):
         return None
-    conf_dir = os.environ.get("SPARK_CONF_DIR")
-    if conf_dir is None:
-        from pyspark.find_spark_home import _find_spark_home
-
-        conf_dir = os.path.join(_find_spark_home(), "conf")
-    try:
-        defaults = Path(conf_dir, "spark-defaults.conf").read_text(encoding="utf-8")
-    except OSError:
-        defaults = ""
-    if _DEFAULTS_DRIVER_OPTIONS.search(defaults):
+    if DRIVER_JAVA_OPTIONS in spark_defaults():
         return None
     return SHORT_RUN_JAVA_OPTIONS
+
+
+def spark_home() -> str:
+    """The Spark installation pyspark runs (its `bin/`, `jars/` and `conf/`)."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    return str(_find_spark_home())
+
+
+def spark_defaults() -> dict[str, str]:
+    """The entries of `spark-defaults.conf` (in `$SPARK_CONF_DIR`, else the Spark installation's
+    `conf/`), as Spark reads that Java properties file: `key value`, `key=value` or
+    `key: value` per line, `#` and `!` starting comments; empty when there is none."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or os.path.join(spark_home(), "conf")
+    try:
+        text = Path(conf_dir, "spark-defaults.conf").read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    entries: dict[str, str] = {}
+    for line in text.splitlines():
+        found = _PROPERTY.match(line)
+        if found is not None:
+            entries[found.group(1)] = found.group(2).strip()
+    return entries
 
 
 @contextmanager

@@ -4,11 +4,14 @@ pyspark ships (no Spark or Hive download), on free ports, waited for, and stoppe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -35,7 +38,7 @@ def spark_home() -> Path:
     return Path(_find_spark_home())
 
 
-def _port_open(port: int) -> bool:
+def port_open(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
         return sock.connect_ex(("127.0.0.1", port)) == 0
@@ -58,7 +61,7 @@ class _Servers:
             "SPARK_LOCAL_IP": "127.0.0.1",
             **(env or {}),
         }
-        with (self.workdir / f"{name}.log").open("wb") as log:
+        with (self.workdir / f"{name}.log").open("ab") as log:
             process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
@@ -129,7 +132,7 @@ class StandaloneCluster(_Servers):
             # No REST submission server: it would take the fixed port 6066.
             env={"SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"},
         )
-        self._wait("the Spark master", lambda: _port_open(self.port))
+        self._wait("the Spark master", lambda: port_open(self.port))
         worker = ["org.apache.spark.deploy.worker.Worker", self.master_url, "--host", "127.0.0.1"]
         sizes = ["--cores", str(self.cores), "--memory", self.memory]
         ports = ["--webui-port", str(free_port()), "--work-dir", str(self.workdir / "work")]
@@ -239,8 +242,60 @@ class ConnectServer(_Servers):
         for key, value in conf.items():
             command += ["--conf", f"{key}={value}"]
         self._start("connect", command)
-        self._wait("the Spark Connect server", lambda: _port_open(self.port))
+        self._wait("the Spark Connect server", lambda: port_open(self.port))
         return self
+
+
+# A Spark Connect client's first query: the server is up when it answers.
+CONNECT_PROBE = (
+    "import sys; from pyspark.sql import SparkSession; "
+    "s = SparkSession.builder.remote(sys.argv[1]).getOrCreate(); "
+    "assert s.sql('SELECT 1').collect()[0][0] == 1; s.stop()"
+)
+
+
+def connect_answers(url: str) -> bool:
+    """Whether a Spark Connect server at `url` runs a query (in a client process of its own:
+    a test process keeps no Connect channel open)."""
+    probe = subprocess.run(
+        [sys.executable, "-c", CONNECT_PROBE, url], capture_output=True, timeout=120, check=False
+    )
+    return probe.returncode == 0
+
+
+class Engine(_Servers):
+    """The platform's warm engine as a deployment runs it: `cdf-platform engine` (a Spark
+    Connect server with Delta), configured by `env` (the lake, its pipelines file), serving
+    `url` on a free loopback port; `kill` and `start` again restart it on the same port.
+
+    Attributes:
+        url: `sc://127.0.0.1:<port>`, what `CDF_SPARK_REMOTE` takes.
+    """
+
+    def __init__(self, workdir: Path, env: dict[str, str], memory: str = "1g") -> None:
+        super().__init__(workdir)
+        self.port = free_port()
+        self.url = f"sc://127.0.0.1:{self.port}"
+        self.env = {**env, REMOTE_ENV: self.url}
+        self.memory = memory
+
+    def client_env(self) -> dict[str, str]:
+        """The environment of a process whose Spark work runs on this engine."""
+        return {REMOTE_ENV: self.url}
+
+    def start(self) -> Engine:
+        cli = str(Path(sys.executable).parent / "cdf-platform")
+        command = [cli, "engine", "--master", "local[2]", "--driver-memory", self.memory]
+        self._start("engine", command, self.env)
+        self._wait("the engine", lambda: port_open(self.port) and connect_answers(self.url))
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the engine's process group (a crash: sessions and operations gone)."""
+        process = self.processes.pop()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
 
 
 class HiveMetastore(_Servers):
@@ -306,7 +361,7 @@ class HiveMetastore(_Servers):
         command += ["-cp", classpath]
         command += ["org.apache.hadoop.hive.metastore.HiveMetaStore", "-p", str(self.port)]
         self._start("metastore", command)
-        self._wait("the Hive metastore", lambda: _port_open(self.port))
+        self._wait("the Hive metastore", lambda: port_open(self.port))
         return self
 
     def spark_conf(self) -> dict[str, str]:

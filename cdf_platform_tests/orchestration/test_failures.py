@@ -14,7 +14,7 @@ from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.orchestration.failures import STEP_RETRY_POLICY, platform_failure
 from cdf_platform.orchestration.silver import silver_asset
 
-RETRYABLE = {"ConcurrentWriteConflict", "StorageUnreachable"}
+RETRYABLE = {"ConcurrentWriteConflict", "EngineUnavailable", "StorageUnreachable"}
 
 
 def error_classes() -> dict[str, type[CdfPlatformError]]:

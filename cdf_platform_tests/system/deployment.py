@@ -1,13 +1,16 @@
 """cdf_platform deployed as a team runs Dagster, on loopback: the repository's
-`deploy/dagster.yaml` on a PostgreSQL server, the code server (`dagster api grpc`), the daemon
-and the webserver as `deploy/workspace.yaml` wires them, each in its own process group, started,
-waited for and stopped by PID; a bronze writer committing demo batches; a watch of the run
-queue and of the deployment's memory. The system tests and the freshness benchmark
-(`bench/freshness.py`) drive it."""
+`deploy/dagster.yaml` on a PostgreSQL server, the warm engine (`cdf-platform engine`, a Spark
+Connect server every silver run sends its Spark work to), the code server (`dagster code-server
+start`, reloadable), the daemon and the webserver as `deploy/workspace.yaml` wires them, each in
+its own process group, started, waited for and stopped by PID; a bronze writer committing demo
+batches; a watch of the run queue and of the deployment's memory. The system tests and the
+freshness and fleet benchmarks (`bench/`) drive it; `warm=False` leaves the engine out (each
+run starts a driver JVM of its own, the embedded default)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import shutil
@@ -29,11 +32,13 @@ import psutil
 import yaml
 from dagster._grpc.client import DagsterGrpcClient
 
+from cdf_platform.core.config import REMOTE_ENV
 from cdf_platform.demo.local_s3 import free_port, stop_process
 from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.keys import silver_pipeline_ids
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.planning.status import PipelineStatus, pipeline_status
+from cdf_platform_tests.clusters.servers import connect_answers, port_open
 from cdf_platform_tests.system.postgres import PostgresServer
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -130,35 +135,49 @@ class Deployment:
     """
 
     def __init__(
-        self, root: Path, postgres: PostgresServer, pipelines: list[dict[str, Any]]
+        self,
+        root: Path,
+        postgres: PostgresServer,
+        pipelines: list[dict[str, Any]],
+        *,
+        warm: bool = True,
+        engine_memory: str = "3g",
     ) -> None:
         self.root, self.postgres, self.pipelines = root, postgres, pipelines
         self.lake, self.home, logs = root / "lake", root / "dagster_home", root / "logs"
         self.home.mkdir(parents=True, exist_ok=True)
         shutil.copy(DEPLOY / "dagster.yaml", self.home / "dagster.yaml")
-        pipelines_file = root / "pipelines.yaml"
-        pipelines_file.write_text(yaml.safe_dump({"pipelines": pipelines}), encoding="utf-8")
+        self.pipelines_file = root / "pipelines.yaml"
+        self.write_pipelines(pipelines)
         self.code_server_port = free_port()
         self.webserver_port = free_port()
+        self.engine_port = free_port()
+        self.warm = warm
         self.env = {
             **postgres.dagster_env(),
             "DAGSTER_HOME": str(self.home),
             "CDF_LAKE_ROOT": str(self.lake),
-            "CDF_PIPELINES_FILE": str(pipelines_file),
+            "CDF_PIPELINES_FILE": str(self.pipelines_file),
             "CDF_CODE_SERVER_HOST": "127.0.0.1",
             "CDF_CODE_SERVER_PORT": str(self.code_server_port),
             # This checkout's code, whichever cdf_platform the environment has installed.
             "PYTHONPATH": os.pathsep.join(
                 filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])
             ),
+            **({REMOTE_ENV: f"sc://127.0.0.1:{self.engine_port}"} if warm else {}),
         }
         workspace = str(DEPLOY / "workspace.yaml")
+        self.engine = Service(
+            "engine",
+            [str(BIN / "cdf-platform"), "engine", "--driver-memory", engine_memory],
+            logs / "engine.log",
+        )
         self.code_server = Service(
             "code server",
             [
                 str(BIN / "dagster"),
-                "api",
-                "grpc",
+                "code-server",
+                "start",
                 "-m",
                 "cdf_platform.definitions",
                 "--host",
@@ -190,7 +209,14 @@ class Deployment:
 
     @property
     def services(self) -> list[Service]:
-        return [self.code_server, self.daemon, self.webserver]
+        return [self.engine, self.code_server, self.daemon, self.webserver]
+
+    def write_pipelines(self, pipelines: list[dict[str, Any]]) -> None:
+        """(Re)write the deployment's pipelines file: read by the code server when it loads
+        (at its start, and on each reload)."""
+        self.pipelines = pipelines
+        text = yaml.safe_dump({"pipelines": pipelines})
+        self.pipelines_file.write_text(text, encoding="utf-8")
 
     @contextlib.contextmanager
     def environment(self) -> Iterator[None]:
@@ -211,11 +237,41 @@ class Deployment:
         return self._instance
 
     def start(self) -> None:
-        """Start the code server, then the daemon and the webserver, and wait for each."""
+        """Start the engine (when warm), the code server, then the daemon and the webserver,
+        and wait for each."""
+        if self.warm:
+            self.start_engine()
         self.start_code_server()
         self.start_daemon()
         self.webserver.start(self.env)
         self._wait(self.webserver, self._webserver_answers)
+
+    def start_engine(self) -> None:
+        """Start the engine; wait until a Spark Connect client runs a query on it."""
+        self.engine.start(self.env)
+        self._wait(self.engine, self._engine_answers)
+
+    def _engine_answers(self) -> bool:
+        url = f"sc://127.0.0.1:{self.engine_port}"
+        return port_open(self.engine_port) and connect_answers(url)
+
+    def reload_code(self) -> None:
+        """The UI's Reload of the code location, through the webserver's GraphQL API: the code
+        server loads the definitions (and the pipelines file) again, in a fresh process."""
+        query = (
+            'mutation { reloadRepositoryLocation(repositoryLocationName: "cdf_platform") '
+            "{ __typename ... on WorkspaceLocationEntry { locationOrLoadError { __typename } } } }"
+        )
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.webserver_port}/graphql",
+            data=json.dumps({"query": query}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=180) as response:
+            answer = json.load(response)
+        entry = answer["data"]["reloadRepositoryLocation"]
+        assert entry["__typename"] == "WorkspaceLocationEntry", answer
+        assert entry["locationOrLoadError"]["__typename"] == "RepositoryLocation", answer
 
     def start_code_server(self) -> None:
         self.code_server.start(self.env)
@@ -260,9 +316,9 @@ class Deployment:
             time.sleep(0.5)
 
     def stop(self) -> None:
-        """Stop every process by PID: the daemon first (no new run), then the webserver and
-        the code server with the runs it started."""
-        for service in (self.daemon, self.webserver, self.code_server):
+        """Stop every process by PID: the daemon first (no new run), then the webserver, the
+        code server with the runs it started, and the engine."""
+        for service in (self.daemon, self.webserver, self.code_server, self.engine):
             service.stop()
 
     def processes(self) -> list[psutil.Process]:
@@ -275,6 +331,17 @@ class Deployment:
             with contextlib.suppress(psutil.NoSuchProcess):
                 root = psutil.Process(service.pid)
                 found += [root, *root.children(recursive=True)]
+        return found
+
+    def run_processes(self) -> list[psutil.Process]:
+        """The run processes the code server started (its server process's children that
+        multiprocessing spawned), with or without a JVM below them."""
+        found = []
+        for process in self.processes():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                command = " ".join(process.cmdline())
+                if "spawn_main" in command and "resource_tracker" not in command:
+                    found.append(process)
         return found
 
     def run_workers(self) -> list[tuple[psutil.Process, psutil.Process]]:

@@ -1,9 +1,11 @@
-"""cdf_platform deployed as a team runs Dagster (`deploy/dagster.yaml` on PostgreSQL, the code
-server, the daemon with the queued run coordinator, the webserver), with bronze written
-continuously and processes dying: the sensors alone bring every silver table to its bronze,
-the queue never holds two runs of one pipeline, no change is lost or applied twice, a killed
-run's pipeline catches up without a person, and a destroyed replay window is repaired by one
-run a sensor requests within a tick or two."""
+"""cdf_platform deployed as a team runs Dagster (`deploy/dagster.yaml` on PostgreSQL, the warm
+engine, the reloadable code server, the daemon with the queued run coordinator, the webserver),
+with bronze written continuously and processes dying: the sensors alone bring every silver
+table to its bronze, the queue never holds two runs of one pipeline, no change is lost or
+applied twice, a killed run's pipeline catches up without a person, the engine killed under
+runs in flight (twice) costs retries only, a pipelines-file edit is taken by a reload of the
+code location, and a destroyed replay window is repaired by one run a sensor requests within a
+tick or two."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.orchestration.incremental_sensor import PENDING_STATUSES
 from cdf_platform.orchestration.jobs import CHECKS_JOB
-from cdf_platform.orchestration.keys import RUN_KEY_TAG
+from cdf_platform.orchestration.keys import QUEUE_TAG, RUN_KEY_TAG, SILVER_QUEUE
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.lake_platform import table_rows, vacuum_breaking_the_window
 from cdf_platform_tests.system.deployment import BronzeWriter, Deployment, covered, orders_pipeline
@@ -33,9 +35,10 @@ pytestmark = [pytest.mark.system, pytest.mark.timeout(1500)]
 
 WRITTEN = ["p1", "p2"]  # the writer's tables
 LOST = "p3"  # written by the test only: its window is destroyed while the daemon is down
+ADDED = "p4"  # added to the pipelines file mid-way, taken by a reload of the code location
 IDS = [*WRITTEN, LOST]
-# The sensors tick every 30 s; a tick or two, plus the daemon's start.
-TWO_TICKS_S = 90.0
+# A tick or two of the incremental sensor (5 s), plus the daemon's start.
+TWO_TICKS_S = 60.0
 T = TypeVar("T")
 
 
@@ -71,21 +74,20 @@ def _run_of_process(instance: dg.DagsterInstance, pid: int) -> dg.DagsterRun | N
 
 
 def kill_a_run_mid_way(deployment: Deployment, instance: dg.DagsterInstance) -> str:
-    """Kill (SIGKILL) the process of a run in progress and its driver JVM; return the run's id
-    once it is marked failed. A run whose last event was written just before the kill ends as
-    it was (success), as does one whose process ended between being listed and the kill: then
-    another run is killed."""
+    """Kill (SIGKILL) the process of a run in progress (its work on the engine goes on until
+    the engine drops it); return the run's id once it is marked failed. A run whose last event
+    was written just before the kill ends as it was (success), as does one whose process ended
+    between being listed and the kill: then another run is killed."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        for worker, jvm in deployment.run_workers():
+        for worker in deployment.run_processes():
             run = _run_of_process(instance, worker.pid)
             if run is None:
                 continue
-            # Either may have ended on its own since it was listed (the run finished): the
-            # wait below then sees the run as it ended, and another run is killed.
-            for process in (jvm, worker):
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    process.kill()
+            # It may have ended on its own since it was listed (the run finished): the wait
+            # below then sees the run as it ended, and another run is killed.
+            with contextlib.suppress(psutil.NoSuchProcess):
+                worker.kill()
             ended = wait_for(
                 f"run {run.run_id} ended after its process was killed",
                 lambda run_id=run.run_id: _finished(instance, run_id),
@@ -95,6 +97,37 @@ def kill_a_run_mid_way(deployment: Deployment, instance: dg.DagsterInstance) -> 
                 return run.run_id
         time.sleep(0.2)
     raise AssertionError("no run in progress to kill within 300 s")
+
+
+def restart_the_engine_under_runs(deployment: Deployment, instance: dg.DagsterInstance) -> float:
+    """Kill the engine (SIGKILL) once a silver run is in progress, and start it again at once,
+    as its supervisor would; return when it was killed."""
+    wait_for(
+        "a silver run in progress",
+        lambda: instance.get_run_records(
+            dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED], tags={QUEUE_TAG: SILVER_QUEUE})
+        ),
+        300,
+        0.2,
+    )
+    killed_at = time.time()
+    deployment.engine.kill()
+    deployment.start_engine()
+    return killed_at
+
+
+def engine_failures(instance: dg.DagsterInstance) -> list[str]:
+    """The ids of silver runs with a step that failed on the engine's loss (retried or not)."""
+    found = []
+    for record in instance.get_run_records(dg.RunsFilter(tags={QUEUE_TAG: SILVER_QUEUE})):
+        run_id = record.dagster_run.run_id
+        events = [
+            *instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE),
+            *instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_UP_FOR_RETRY),
+        ]
+        if any("EngineUnavailable" in str(event.dagster_event) for event in events):
+            found.append(run_id)
+    return found
 
 
 def _finished(instance: dg.DagsterInstance, run_id: str) -> dg.DagsterRun | None:
@@ -130,8 +163,11 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
                 300,
             )
 
-            # A run's worker and its JVM killed mid-run.
+            # A run's process killed mid-run.
             killed_ids = {kill_a_run_mid_way(deployment, instance)}
+
+            # The engine killed under a run in flight, and started again.
+            first_engine_kill = restart_the_engine_under_runs(deployment, instance)
 
             # PostgreSQL restarted under the daemon, the code server, the webserver and runs.
             postgres.restart()
@@ -144,20 +180,35 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
             vacuum_breaking_the_window(spark, str(deployment.bronze(LOST)))
             restarted_at = time.time()
             deployment.start_daemon()
-
             wait_for(
                 "a run of p3 after the restart",
                 lambda: _runs_of(instance, LOST, restarted_at),
                 TWO_TICKS_S,
             )
-            time.sleep(20)  # the writer goes on through the repair
-            writer.stop()
+
+            # A pipeline added to the pipelines file, taken by a reload (no restart).
+            writer.commit(ADDED)
+            deployment.write_pipelines([*deployment.pipelines, orders_pipeline(ADDED)])
+            reloaded_at = time.time()
+            deployment.reload_code()
             wait_for(
-                "every silver at its bronze", lambda: caught_up(deployment, instance, IDS), 400, 2
+                "the added pipeline loaded after the reload",
+                lambda: deployment.statuses()[ADDED].watermark is not None,
+                120,
             )
-            # A tick after catching up requests nothing more.
-            time.sleep(35)
-            assert caught_up(deployment, instance, IDS)
+            added_after_s = time.time() - reloaded_at
+
+            # The engine restarted a second time under load.
+            second_engine_kill = restart_the_engine_under_runs(deployment, instance)
+            time.sleep(20)  # the writer goes on through the repairs
+            writer.stop()
+            every = [*IDS, ADDED]
+            wait_for(
+                "every silver at its bronze", lambda: caught_up(deployment, instance, every), 400, 2
+            )
+            # Ticks after catching up request nothing more.
+            time.sleep(20)
+            assert caught_up(deployment, instance, every)
         finally:
             stop.set()
             writer.stop()
@@ -167,13 +218,21 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
 
         runs = [r.dagster_run for r in instance.get_run_records(dg.RunsFilter())]
         records = instance.get_run_records(dg.RunsFilter())
+        failed_on_engine = engine_failures(instance)
         instance.dispose()
     watch.join(timeout=10)
+    every = [*IDS, ADDED]
 
     # Every silver equals its bronze.
-    for pipeline_id in IDS:
+    for pipeline_id in every:
         silver, bronze = deployment.silver(pipeline_id), deployment.bronze(pipeline_id)
         assert table_rows(spark, str(silver)) == table_rows(spark, str(bronze)), pipeline_id
+
+    # Runs in flight when the engine died failed as the engine's loss, and were retried.
+    assert failed_on_engine, "no run met the engine's death"
+    assert second_engine_kill > first_engine_kill
+    # The added pipeline was loaded by the sensors within a minute or two of the reload.
+    assert added_after_s <= 120
 
     # Never two queued runs of one pipeline.
     assert seen.samples > 100
@@ -198,7 +257,7 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
     assert not [key for key, n in keys.items() if n > 1]
 
     # Runs of one pipeline never overlapped.
-    for pipeline_id in IDS:
+    for pipeline_id in every:
         spans = sorted(
             (r.start_time, r.end_time)
             for r in records
@@ -210,7 +269,7 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
     # Nothing applied twice, nothing skipped: each run started from the watermark the last
     # one left.
     control = ControlTable(deployment.lake_layout.bound().control().root)
-    for pipeline_id in IDS:
+    for pipeline_id in every:
         log = sorted(
             (row for row in control.read_log(pipeline_id) if row["outcome"] != "FAILED"),
             key=lambda row: row["finished_at"],
