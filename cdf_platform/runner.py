@@ -104,9 +104,25 @@ class _Run:
         return now
 
 
-def _control_repair_needed(control: ControlTable, plan: RunPlan) -> bool:
-    state = control.read_states().get(plan.spec.id)
-    return state is None or state.get("last_commit_version") != plan.silver.watermark
+def _repair_control(run: _Run, plan: RunPlan) -> None:
+    """Bring the control tables to silver's watermark when they lag it: a run whose process
+    ended after its silver commit (killed, or its Spark work finished on an engine after it
+    died) never recorded it. The load log gets a REPAIRED row for that commit, so every silver
+    commit has its row and each row starts where the one before ended."""
+    watermark = plan.silver.watermark
+    state = run.control.read_states().get(plan.spec.id)
+    recorded = state.get("last_commit_version") if state is not None else None
+    if watermark is None or (state is not None and recorded == watermark):
+        return
+    last = plan.silver.last_run or {}
+    note = (
+        f"silver's log holds bronze versions up to {watermark} (run {last.get('run_id')}, "
+        f"{last.get('mode')}) that the control tables did not record: that run ended after its "
+        "silver commit"
+    )
+    _write_control(
+        run, plan, RunMode.NOOP, watermark, None, (0, 0, 0), before=recorded, message=note
+    )
 
 
 @dataclass(frozen=True)
@@ -312,11 +328,10 @@ def execute_plan(
     spec = plan.spec
     run = _Run(spec, spark_factory, control)
     run.timings["plan"] = plan_seconds
+    _repair_control(run, plan)
     if force_rebuild:
         return _rebuild(run, plan, plan.problem, requested=True)
     if plan.mode is RunMode.NOOP:
-        if _control_repair_needed(control, plan):
-            _write_control(run, plan, RunMode.NOOP, plan.silver.watermark, None, (0, 0, 0))
         return _result(run, plan, RunMode.NOOP, None, None, plan.silver.watermark, (0, 0, 0))
     if plan.problem is not None:
         rebuildable = _rebuildable(plan, plan.problem)
@@ -595,7 +610,10 @@ def _write_control(
     start: int | None = None,
     message: str | None = None,
     generation: int | None = None,
+    before: int | None = -1,
 ) -> None:
+    """A load-log row for what the run did and the pipeline's state row; `before`: the
+    watermark the row starts from, when not silver's before the run (a repair's)."""
     spec = plan.spec
     if mode is not RunMode.NOOP:
         # A column this run widened in silver (bronze's type widening) is said in the load log.
@@ -614,7 +632,7 @@ def _write_control(
             message=message,
             start_version=start,
             end_version=watermark_after if mode is not RunMode.NOOP else None,
-            watermark_before=plan.silver.watermark,
+            watermark_before=plan.silver.watermark if before == -1 else before,
             watermark_after=watermark_after,
             rows_inserted=counts[0],
             rows_updated=counts[1],

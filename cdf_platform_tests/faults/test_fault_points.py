@@ -9,6 +9,7 @@ fault point. Each test then checks its own kill and rerun.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -170,11 +171,23 @@ def test_killed_after_merge_keeps_the_atomic_watermark_and_rerun_repairs_control
     # ...while the control table still holds the old watermark until a rerun repairs it.
     control = harness.control.read_states()[harness.spec.id]["last_commit_version"]
     assert control == run.control_watermark == run.watermark
-    harness.consumer_run(Op.RUN)  # no-op that repairs the control table (checked)
     assert harness.bronze is not None
-    harness.bronze.update([2, 4], amount_delta=1, name="again")
-    harness.consumer_run(Op.RUN)
-    assert harness.report.modes == {"initial_load": 1, "noop": 1, "incremental": 1}
+    if point is FaultPoint.AFTER_MERGE:
+        harness.consumer_run(Op.RUN)  # no-op that repairs the control table (checked)
+        harness.bronze.update([2, 4], amount_delta=1, name="again")
+        harness.consumer_run(Op.RUN)
+        assert harness.report.modes == {"initial_load": 1, "noop": 1, "incremental": 1}
+    else:
+        # Bronze moves before the rerun: the rerun records the killed run's commit, then its own.
+        harness.bronze.update([2, 4], amount_delta=1, name="again")
+        harness.consumer_run(Op.RUN)
+        assert harness.report.modes == {"initial_load": 1, "incremental": 1}
+    log = sorted(harness.control.read_log(harness.spec.id), key=lambda row: row["finished_at"])
+    assert [row["outcome"] for row in log] == ["SUCCESS", "REPAIRED", "SUCCESS"]
+    assert (log[1]["watermark_before"], log[1]["watermark_after"]) == (run.watermark, run.latest)
+    # Every silver commit has its row, each starting where the one before ended.
+    for previous, row in itertools.pairwise(log):
+        assert row["watermark_before"] == previous["watermark_after"], row
 
 
 def test_killed_during_rebuild_leaves_silver_untouched_and_rerun_rebuilds(
