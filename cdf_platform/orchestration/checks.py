@@ -146,7 +146,12 @@ def replay_window_result(
     target = _target(target)
     headroom = status.headroom_hours
     metadata: dict[str, dg.MetadataValue] = {
-        "earliest_replayable_version": count(status.earliest_replayable_version),
+        # None for a snapshot source, which replays no history: left out, not plotted.
+        **(
+            {"earliest_replayable_version": count(status.earliest_replayable_version)}
+            if status.earliest_replayable_version is not None or not target.snapshots
+            else {}
+        ),
         "watermark": count(status.watermark),
         # The status's own headroom (UNKNOWN while nothing waits to be replayed), and the
         # headroom bronze's next commit will start with.

@@ -162,7 +162,11 @@ def status_from(found: PipelineAssessment) -> PipelineStatus:
         version_lag=consumer.version_lag if consumer else None,
         data_version_lag=consumer.data_version_lag if consumer else None,
         lag_hours=lag_hours,
-        earliest_replayable_version=window.earliest_replayable_version if window else None,
+        # A snapshot source replays no history: no version of its window is the start of a run
+        # (the change feed may be off, which would put E past the latest version).
+        earliest_replayable_version=(
+            window.earliest_replayable_version if window and not spec.snapshot_source else None
+        ),
         replayable=problem is None and consumer is not None and consumer.replayable,
         headroom_hours=headroom_of(consumer),
         retention_horizon_hours=horizon,

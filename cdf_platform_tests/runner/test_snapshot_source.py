@@ -123,6 +123,8 @@ def test_a_snapshot_source_is_measured_and_never_holds_vacuum_back(
     status = pipeline_status(spec, control)
     assert (status.state, status.version_lag, status.headroom_hours) == (WindowState.OK, 2, None)
     assert status.lag_hours is not None and status.lag_hours > 0
+    # No history is replayed: no earliest replayable version (not one past the latest).
+    assert (status.latest_version, status.earliest_replayable_version) == (2, None)
     decision = plan_vacuum(spec.source, [spec], control=control)
     (need,) = decision.consumers
     assert (need.first_needed_version, need.needed_hours) == (None, 0.0)
@@ -168,3 +170,4 @@ def test_a_snapshot_source_runs_through_dagster_and_its_check_says_what_it_reads
         "a snapshot source: each run reconciles bronze's latest version, no history to replay"
     )
     assert window.metadata["headroom_hours"].value == -1  # the caught-up sentinel: no deadline
+    assert "earliest_replayable_version" not in window.metadata
