@@ -101,6 +101,11 @@ _FAILED_IN_ITS_CODE = frozenset({"STEP_FAILURE", "JOB_INITIALIZATION_FAILURE"})
 # How long a failed run marked for Dagster's run retries counts as pending while its retry is
 # not created yet (the retry daemon runs beside the sensors, within seconds).
 _RETRY_WAIT = datetime.timedelta(hours=1)
+# A run's failure and Dagster's decision whether to retry it (its WILL_RETRY_TAG) are two
+# writes: a failed run without the decision, when the instance retries runs, counts as pending
+# this long (the decision follows within milliseconds; the retry daemon writes it for a run
+# whose writer died between the two).
+_DECISION_WAIT = datetime.timedelta(minutes=1)
 # The platform's jobs whose run without an asset selection writes every silver table.
 _WRITE_ALL_SILVER = frozenset({INCREMENTAL_JOB, REBUILD_JOB})
 
@@ -169,9 +174,9 @@ def newest_runs(
 def pending_pipelines(instance: dg.DagsterInstance, pipeline_ids: set[str]) -> dict[str, str]:
     """Pipeline id -> the id of a silver run covering it that is not finished yet (not started,
     queued, starting, running or canceling), or failed and marked for Dagster's run retries
-    whose retry is not created yet, for the pipelines among `pipeline_ids` that have one (two
-    queries, whatever the number of pipelines): each has its run pending, and no other is
-    requested for it."""
+    whose retry is not created yet, or failed a moment ago and not yet decided on by them, for
+    the pipelines among `pipeline_ids` that have one (three queries, whatever the number of
+    pipelines): each has its run pending, and no other is requested for it."""
     if not pipeline_ids:
         return {}
     # Every pending run, whatever launched it (a sensor, the UI, a person's job): pending runs
@@ -184,8 +189,22 @@ def pending_pipelines(instance: dg.DagsterInstance, pipeline_ids: set[str]) -> d
             updated_after=datetime.datetime.now(datetime.UTC) - _RETRY_WAIT,
         )
     )
+    if instance.run_retries_enabled:
+        undecided = [
+            record
+            for record in instance.get_run_records(
+                dg.RunsFilter(
+                    statuses=[dg.DagsterRunStatus.FAILURE],
+                    tags={QUEUE_TAG: SILVER_QUEUE},
+                    updated_after=datetime.datetime.now(datetime.UTC) - _DECISION_WAIT,
+                )
+            )
+            if WILL_RETRY_TAG not in record.dagster_run.tags
+        ]
+    else:
+        undecided = []
     pending: dict[str, str] = {}
-    for record in [*runs, *retrying]:
+    for record in [*runs, *retrying, *undecided]:
         run = record.dagster_run
         if AUTO_RETRY_RUN_ID_TAG in run.tags:
             continue  # retried: the retry is the pending run, if any

@@ -164,6 +164,36 @@ def test_a_run_that_died_is_requested_again_and_one_that_failed_in_its_code_is_n
     assert retry.run_key == f"incremental:orders:1:after:{marked.run_id[:8]}"
 
 
+def test_a_run_that_just_failed_waits_for_dagsters_retry_decision(
+    spark_resource: SparkResource, lake: Path, tmp_path: Path
+) -> None:
+    """A run's failure and Dagster's decision to retry it are two writes: between them the
+    failed run still counts as pending, or the tick would request a run beside the coming
+    retry (two queued runs of one pipeline)."""
+    defs = lake_defs(spark_resource, lake, ORDERS)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    retries = {"run_retries": {"enabled": True, "max_retries": 2}}
+    # One instance storage; the writer does not retry runs: its failure carries no decision,
+    # as the instance's own does until its next write.
+    with (
+        dg.instance_for_test(temp_dir=str(home)) as writer,
+        dg.instance_for_test(temp_dir=str(home), overrides=retries) as instance,
+    ):
+        bronze_batch(defs, "orders", instance, 10)  # version 1
+        job = defs.resolve_job_def("incremental_job")
+        dead = writer.create_run_for_job(job, tags={**job.tags, PIPELINE_TAG: "orders"})
+        writer.report_run_failed(dead)
+        assert WILL_RETRY_TAG not in instance.get_run_by_id(dead.run_id).tags
+        waiting = tick(defs, instance)
+        assert not waiting.run_requests
+        assert f"orders (run {dead.run_id[:8]} pending)" in str(waiting.skip_reason)
+        # Decided (not retried): the pipeline is requested again at once.
+        instance.add_run_tags(dead.run_id, {WILL_RETRY_TAG: "false"})
+        (again,) = tick(defs, instance).run_requests
+        assert again.run_key == f"incremental:orders:1:after:{dead.run_id[:8]}"
+
+
 def test_a_lost_window_is_repaired_from_the_sensors_own_tick_and_never_twice(
     spark: SparkSession, spark_resource: SparkResource, lake: Path
 ) -> None:
