@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from cdf_platform.core.active_storage import use_storage_config
-from cdf_platform.core.config import LakeEnvironment, default_spark_log
-from cdf_platform.core.errors import CdfPlatformError
+from cdf_platform.core.config import RUN_WORKER_ENV, LakeEnvironment, default_spark_log
+from cdf_platform.core.errors import CdfPlatformError, RuntimeEnvironmentError
 from cdf_platform.core.spec import PipelineSpec, storage_locations
 from cdf_platform.core.spec_file import find_spec, load_specs, load_storage
 from cdf_platform.planning.run_result import RunResult
@@ -160,6 +160,20 @@ def _cmd_engine(args: argparse.Namespace) -> int:
     os.execve(command[0], command, engine_environment(settings))
 
 
+def _cmd_run_worker(args: argparse.Namespace) -> int:
+    from cdf_platform.orchestration.run_worker import DEFAULT_ADDRESS, parse_address, serve
+
+    address = args.address or os.environ.get(RUN_WORKER_ENV) or DEFAULT_ADDRESS
+    try:
+        parse_address(address)
+    except ValueError as err:
+        raise RuntimeEnvironmentError(
+            str(err), action=f"set ${RUN_WORKER_ENV} (or --address) to host:port"
+        ) from err
+    serve(address)
+    return 0
+
+
 def _secret(key: str) -> bool:
     lowered = key.lower()
     return any(word in lowered for word in ("secret", "password", "token", "key", "sas"))
@@ -252,6 +266,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--print", action="store_true", help="print the engine's conf (secrets masked) and exit"
     )
     engine.set_defaults(func=_cmd_engine)
+    worker = sub.add_parser(
+        "run-worker",
+        help="run the warm run worker: starts each Dagster run by forking a warm process",
+        description="Start each Dagster run that the instance's WarmRunLauncher hands it by "
+        "forking this process, which has Dagster, the platform and the Spark Connect client "
+        "imported (deploy/dagster.yaml names the launcher).",
+    )
+    worker.add_argument(
+        "--address",
+        default=None,
+        help=f"host:port to listen on (default: ${RUN_WORKER_ENV}, else 127.0.0.1:4010)",
+    )
+    worker.set_defaults(func=_cmd_run_worker)
     demo = sub.add_parser("demo", help="run the end-to-end demo on a local (or local S3) lake")
     demo.add_argument("--batch-size", type=int, default=200, help="rows per bronze batch")
     demo.add_argument(

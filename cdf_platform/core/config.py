@@ -31,6 +31,9 @@ PIPELINES_FILE_ENV = "CDF_PIPELINES_FILE"
 AUTOMATION_ENV = "CDF_AUTOMATION"
 SPARK_LOG_ENV = "CDF_SPARK_LOG"
 PIPELINES_PER_RUN_ENV = "CDF_PIPELINES_PER_RUN"
+# host:port of the warm run worker (`cdf-platform run-worker`) the deployment's run launcher
+# hands runs to.
+RUN_WORKER_ENV = "CDF_RUN_WORKER"
 # Pipelines with small runs share a silver run (one process, one Spark driver): at most this
 # many in one. A run's driver start (20-30 s of two cores) and its compiler's warm-up are paid
 # once for all of them; a bronze commit to a pipeline whose step is done waits for the run's end.

@@ -272,12 +272,14 @@ class Engine(_Servers):
         url: `sc://127.0.0.1:<port>`, what `CDF_SPARK_REMOTE` takes.
     """
 
-    def __init__(self, workdir: Path, env: dict[str, str], memory: str = "1g") -> None:
+    def __init__(
+        self, workdir: Path, env: dict[str, str], master: str = "local[2]", memory: str = "1g"
+    ) -> None:
         super().__init__(workdir)
         self.port = free_port()
         self.url = f"sc://127.0.0.1:{self.port}"
         self.env = {**env, REMOTE_ENV: self.url}
-        self.memory = memory
+        self.master, self.memory = master, memory
 
     def client_env(self) -> dict[str, str]:
         """The environment of a process whose Spark work runs on this engine."""
@@ -285,7 +287,7 @@ class Engine(_Servers):
 
     def start(self) -> Engine:
         cli = str(Path(sys.executable).parent / "cdf-platform")
-        command = [cli, "engine", "--master", "local[2]", "--driver-memory", self.memory]
+        command = [cli, "engine", "--master", self.master, "--driver-memory", self.memory]
         self._start("engine", command, self.env)
         self._wait("the engine", lambda: port_open(self.port) and connect_answers(self.url))
         return self

@@ -128,7 +128,5 @@ def test_vacuums_when_every_consumer_is_caught_up(spark: SparkSession, lake: Pat
     assert (status.version_lag, status.data_version_lag) == (2, 0)
     assert status.replayable
     # Those two versions change no row: the next run advances the watermark without Spark.
-    assert (
-        run_pipeline(spec, spark_factory=lambda: spark, control=control).mode is RunMode.ADVANCE
-    )
+    assert run_pipeline(spec, spark_factory=lambda: spark, control=control).mode is RunMode.ADVANCE
     assert pipeline_status(spec, control).state is WindowState.OK

@@ -32,11 +32,12 @@ import psutil
 import yaml
 from dagster._grpc.client import DagsterGrpcClient
 
-from cdf_platform.core.config import REMOTE_ENV
+from cdf_platform.core.config import REMOTE_ENV, RUN_WORKER_ENV
 from cdf_platform.demo.local_s3 import free_port, stop_process
 from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.keys import silver_pipeline_ids
 from cdf_platform.orchestration.resources import LakeLayout
+from cdf_platform.orchestration.run_worker import request
 from cdf_platform.planning.status import PipelineStatus, pipeline_status
 from cdf_platform_tests.clusters.servers import connect_answers, port_open
 from cdf_platform_tests.system.postgres import PostgresServer
@@ -123,6 +124,8 @@ class QueueWatch:
     memory_peak_bytes: int = 0
     samples: int = 0
     errors: int = 0
+    # The runs (id, sensor, parent) of each time two runs of one pipeline were queued at once.
+    doubles: list[list[tuple[str, str, str]]] = field(default_factory=list)
 
 
 class Deployment:
@@ -152,6 +155,7 @@ class Deployment:
         self.code_server_port = free_port()
         self.webserver_port = free_port()
         self.engine_port = free_port()
+        self.worker_port = free_port()
         self.warm = warm
         self.env = {
             **postgres.dagster_env(),
@@ -165,12 +169,17 @@ class Deployment:
                 filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])
             ),
             **({REMOTE_ENV: f"sc://127.0.0.1:{self.engine_port}"} if warm else {}),
+            # Empty: every run is launched through the code server (the launcher's fallback).
+            RUN_WORKER_ENV: f"127.0.0.1:{self.worker_port}" if warm else "",
         }
         workspace = str(DEPLOY / "workspace.yaml")
         self.engine = Service(
             "engine",
             [str(BIN / "cdf-platform"), "engine", "--driver-memory", engine_memory],
             logs / "engine.log",
+        )
+        self.run_worker = Service(
+            "run worker", [str(BIN / "cdf-platform"), "run-worker"], logs / "run_worker.log"
         )
         self.code_server = Service(
             "code server",
@@ -209,7 +218,7 @@ class Deployment:
 
     @property
     def services(self) -> list[Service]:
-        return [self.engine, self.code_server, self.daemon, self.webserver]
+        return [self.engine, self.run_worker, self.code_server, self.daemon, self.webserver]
 
     def write_pipelines(self, pipelines: list[dict[str, Any]]) -> None:
         """(Re)write the deployment's pipelines file: read by the code server when it loads
@@ -241,8 +250,13 @@ class Deployment:
         and wait for each."""
         if self.warm:
             self.start_engine()
+            self.start_run_worker()
         self.start_code_server()
         self.start_daemon()
+        self.start_webserver()
+
+    def start_webserver(self) -> None:
+        """Start the webserver; wait until it answers."""
         self.webserver.start(self.env)
         self._wait(self.webserver, self._webserver_answers)
 
@@ -250,6 +264,19 @@ class Deployment:
         """Start the engine; wait until a Spark Connect client runs a query on it."""
         self.engine.start(self.env)
         self._wait(self.engine, self._engine_answers)
+
+    def start_run_worker(self) -> None:
+        """Start the run worker; wait until it answers."""
+        self.run_worker.start(self.env)
+
+        def answers() -> bool:
+            try:
+                request(self.env[RUN_WORKER_ENV], {"op": "ping"}, timeout=2)
+            except (OSError, ValueError):
+                return False
+            return True
+
+        self._wait(self.run_worker, answers)
 
     def _engine_answers(self) -> bool:
         url = f"sc://127.0.0.1:{self.engine_port}"
@@ -318,7 +345,13 @@ class Deployment:
     def stop(self) -> None:
         """Stop every process by PID: the daemon first (no new run), then the webserver, the
         code server with the runs it started, and the engine."""
-        for service in (self.daemon, self.webserver, self.code_server, self.engine):
+        for service in (
+            self.daemon,
+            self.webserver,
+            self.code_server,
+            self.run_worker,
+            self.engine,
+        ):
             service.stop()
 
     def processes(self) -> list[psutil.Process]:
@@ -334,9 +367,12 @@ class Deployment:
         return found
 
     def run_processes(self) -> list[psutil.Process]:
-        """The run processes the code server started (its server process's children that
-        multiprocessing spawned), with or without a JVM below them."""
+        """The run processes: the run worker's children (forks), and those the code server
+        started (its server process's children that multiprocessing spawned)."""
         found = []
+        if self.run_worker.alive():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                found += psutil.Process(self.run_worker.pid).children()
         for process in self.processes():
             with contextlib.suppress(psutil.NoSuchProcess):
                 command = " ".join(process.cmdline())
@@ -409,6 +445,18 @@ class Deployment:
                     seen.max_queued_per_pipeline[pipeline_id] = max(
                         seen.max_queued_per_pipeline[pipeline_id], count
                     )
+                    if count > 1:
+                        seen.doubles.append(
+                            [
+                                (
+                                    record.dagster_run.run_id,
+                                    record.dagster_run.tags.get("dagster/sensor_name", ""),
+                                    record.dagster_run.parent_run_id or "",
+                                )
+                                for record in queued
+                                if pipeline_id in covered(record.dagster_run)
+                            ]
+                        )
                 seen.queue_peak = max(seen.queue_peak, len(queued))
                 memory = 0
                 for process in self.processes():

@@ -10,6 +10,7 @@ tick or two."""
 from __future__ import annotations
 
 import contextlib
+import datetime
 import itertools
 import threading
 import time
@@ -26,6 +27,7 @@ from pyspark.sql import SparkSession
 from cdf_platform.orchestration.incremental_sensor import PENDING_STATUSES
 from cdf_platform.orchestration.jobs import CHECKS_JOB
 from cdf_platform.orchestration.keys import QUEUE_TAG, RUN_KEY_TAG, SILVER_QUEUE
+from cdf_platform.orchestration.run_launcher import RUN_WORKER_TAG
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.lake_platform import table_rows, vacuum_breaking_the_window
 from cdf_platform_tests.system.deployment import BronzeWriter, Deployment, covered, orders_pipeline
@@ -100,8 +102,9 @@ def kill_a_run_mid_way(deployment: Deployment, instance: dg.DagsterInstance) -> 
 
 
 def restart_the_engine_under_runs(deployment: Deployment, instance: dg.DagsterInstance) -> float:
-    """Kill the engine (SIGKILL) once a silver run is in progress, and start it again at once,
-    as its supervisor would; return when it was killed."""
+    """Kill the engine (SIGKILL) once a silver run is in progress, and start it again once a
+    run has met its death (as a supervisor would, a few seconds later); return when it was
+    killed."""
     wait_for(
         "a silver run in progress",
         lambda: instance.get_run_records(
@@ -111,9 +114,50 @@ def restart_the_engine_under_runs(deployment: Deployment, instance: dg.DagsterIn
         0.2,
     )
     killed_at = time.time()
+    met_before = set(engine_failures(instance))
     deployment.engine.kill()
+    # Down until a run has met it (its step failed as the engine's loss and waits to retry).
+    wait_for(
+        "a run meeting the engine's death",
+        lambda: set(engine_failures(instance)) - met_before,
+        120,
+    )
     deployment.start_engine()
     return killed_at
+
+
+def restart_the_run_worker_under_runs(
+    deployment: Deployment, instance: dg.DagsterInstance
+) -> tuple[str, str]:
+    """Kill the run worker's process group (SIGKILL: the run processes it forked die with it)
+    once it runs a silver run; wait until a run is launched while it is down (through the code
+    server), then start it again. Returns (the run killed with it, the run launched without
+    it)."""
+
+    def forked_run() -> str | None:
+        for record in instance.get_run_records(
+            dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED], tags={QUEUE_TAG: SILVER_QUEUE})
+        ):
+            if record.dagster_run.tags.get(RUN_WORKER_TAG):
+                return record.dagster_run.run_id
+        return None
+
+    killed: str = wait_for("a silver run started by the run worker", forked_run, 300, 0.2)
+    down_at = datetime.datetime.now(datetime.UTC)
+    deployment.run_worker.kill()
+    launched = wait_for(
+        "a silver run launched while the run worker is down",
+        lambda: [
+            record.dagster_run.run_id
+            for record in instance.get_run_records(
+                dg.RunsFilter(tags={QUEUE_TAG: SILVER_QUEUE}, created_after=down_at)
+            )
+            if record.start_time is not None
+        ],
+        120,
+    )
+    deployment.start_run_worker()
+    return killed, launched[0]
 
 
 def engine_failures(instance: dg.DagsterInstance) -> list[str]:
@@ -169,6 +213,9 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
             # The engine killed under a run in flight, and started again.
             first_engine_kill = restart_the_engine_under_runs(deployment, instance)
 
+            # The run worker killed with its run processes, runs launched without it, restarted.
+            worker_killed, without_worker = restart_the_run_worker_under_runs(deployment, instance)
+
             # PostgreSQL restarted under the daemon, the code server, the webserver and runs.
             postgres.restart()
 
@@ -219,7 +266,16 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
         runs = [r.dagster_run for r in instance.get_run_records(dg.RunsFilter())]
         records = instance.get_run_records(dg.RunsFilter())
         failed_on_engine = engine_failures(instance)
+        worker_failure = " ".join(
+            str(event.message)
+            for event in instance.all_logs(worker_killed, of_type=dg.DagsterEventType.RUN_FAILURE)
+        )
+        fallback_events = [
+            str(event.message)
+            for event in instance.all_logs(without_worker, of_type=dg.DagsterEventType.ENGINE_EVENT)
+        ]
         instance.dispose()
+    by_id = {run.run_id: run for run in runs}
     watch.join(timeout=10)
     every = [*IDS, ADDED]
 
@@ -236,7 +292,10 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
 
     # Never two queued runs of one pipeline.
     assert seen.samples > 100
-    assert max(seen.max_queued_per_pipeline.values(), default=0) <= 1, seen
+    assert max(seen.max_queued_per_pipeline.values(), default=0) <= 1, (
+        seen,
+        {run_id: by_id[run_id].tags for run_id, _, _ in (seen.doubles or [[]])[0]},
+    )
 
     # Every run the sensors requested, or the checks schedule (it fires on the quarter hour),
     # or Dagster's run retries: no test launch. Each run key once.
@@ -259,12 +318,12 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
     # Runs of one pipeline never overlapped.
     for pipeline_id in every:
         spans = sorted(
-            (r.start_time, r.end_time)
+            (r.start_time, r.end_time, r.dagster_run.run_id, r.dagster_run.status.value)
             for r in records
             if pipeline_id in covered(r.dagster_run) and r.start_time and r.end_time
         )
-        for (_, end), (start, _) in itertools.pairwise(spans):
-            assert start >= end - 0.5, (pipeline_id, spans)
+        for (_, end, *earlier), (start, _, *later) in itertools.pairwise(spans):
+            assert start >= end - 0.5, (pipeline_id, earlier, later, end, start)
 
     # Nothing applied twice, nothing skipped: each run started from the watermark the last
     # one left.
@@ -276,6 +335,17 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
         )
         for previous, row in itertools.pairwise(log):
             assert row["watermark_before"] == previous["watermark_after"], (pipeline_id, row)
+
+    # The run the run worker took down with it was found dead by run monitoring (its process
+    # gone), not left running until max_runtime_seconds; runs started while the worker was down
+    # went through the code server; every other silver run was a fork of the worker.
+    (gone,) = [record for record in records if record.dagster_run.run_id == worker_killed]
+    assert gone.dagster_run.status is dg.DagsterRunStatus.FAILURE
+    assert "is gone without ending the run" in worker_failure
+    assert not by_id[without_worker].tags.get(RUN_WORKER_TAG)
+    assert any("did not answer" in message for message in fallback_events)
+    forked = [run for run in runs if run.job_name != CHECKS_JOB and run.tags.get(RUN_WORKER_TAG)]
+    assert len(forked) >= len([run for run in runs if run.job_name != CHECKS_JOB]) // 2
 
     # The killed run's pipelines caught up without a person: each has a later successful run.
     (killed,) = [run for run in runs if run.run_id in killed_ids][:1]
