@@ -572,7 +572,8 @@ def main(argv: list[str] | None = None) -> None:
                 + (
                     "each run starting a local Spark driver."
                     if args.cold
-                    else "every run's Spark work on the warm engine (`cdf-platform engine`)."
+                    else "every run's Spark work on the warm engine (`cdf-platform engine`), "
+                    "every run forked by the warm run worker (`cdf-platform run-worker`)."
                 ),
                 f"JVM-free: {m} pipelines, bronze of 20 rows, silver loaded beforehand (the "
                 "control tables hold a row per pipeline), then 20 more rows per bronze.",

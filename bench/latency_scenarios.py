@@ -60,7 +60,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("bench.latency")
 
 LOCAL, LOCAL_DEFAULT_JVM, NOOP, CONNECT = "local", "local-default-jvm", "noop", "connect"
-SCENARIOS = (LOCAL, LOCAL_DEFAULT_JVM, NOOP, CONNECT)
+# The deployment's shape: runs forked by the warm run worker, Spark on the warm engine.
+WARM, WARM_NOOP = "warm", "warm-noop"
+SCENARIOS = (LOCAL, LOCAL_DEFAULT_JVM, NOOP, CONNECT, WARM, WARM_NOOP)
+# The no-op scenarios: a caught-up pipeline, no backlog, no JVM.
+NOOPS = (NOOP, WARM_NOOP)
 # The scenarios whose run process starts its own Spark.
 LOCAL_SPARK = (LOCAL, LOCAL_DEFAULT_JVM)
 # A launch waits until the machine's CPUs were busy at most this share of half a second.
@@ -116,7 +120,8 @@ class LatencyConfig:
         reps: Timed repetitions per scenario (median, min and max reported).
         warmup: Run one untimed-for-targets repetition first in each scenario (reported apart:
             a first run after a code server or Connect server starts).
-        scenarios: Which of `local`, `noop` and `connect` to run, in that order.
+        scenarios: Which of `local`, `local-default-jvm`, `noop`, `connect`, `warm` and
+            `warm-noop` to run, in that order.
         master: `CDF_SPARK_MASTER` of the local runs, and the Connect server's master.
         quick: A smoke run (labelled so in the results).
     """
@@ -273,7 +278,7 @@ class LatencyBench:
         reps = [(f"warmup/{scenario}", "warm-up")] if self.config.warmup else []
         reps += [(scenario, str(number + 1)) for number in range(self.config.reps)]
         for sample, label in reps:
-            if scenario != NOOP:
+            if scenario not in NOOPS:
                 self.new_backlog()
             self.wait_for_quiet()
             timeline = launcher.run(
@@ -301,7 +306,7 @@ class LatencyBench:
         """Delta's own timing of the run's MERGE (`MERGE_SPLIT`, seconds, from silver's latest
         commit, read JVM-free), wherever the MERGE ran (in the run process or in the Connect
         server); NaN for the no-op, which commits nothing."""
-        if scenario == NOOP:
+        if scenario in NOOPS:
             return dict.fromkeys(MERGE_SPLIT.values(), math.nan)
         metrics = last_commit_metrics(self.spec.target)
         if metrics.get("operation") != "MERGE":
@@ -318,11 +323,11 @@ class LatencyBench:
         backlog = self.config.backlog()
         if timeline.status != "SUCCESS":
             problem = f"the run ended {timeline.status}"
-        elif scenario == NOOP:
+        elif scenario in NOOPS:
             if figures.get("mode") != "noop" or figures.get("spark_started") is not False:
                 problem = f"not a no-op without Spark: {figures}"
             elif timeline.java_below_server:
-                problem = f"a JVM ran below the code server: {timeline.java_below_server}"
+                problem = f"a JVM ran below the run's launcher: {timeline.java_below_server}"
         elif figures.get("mode") != "incremental" or (
             figures.get("rows_inserted"),
             figures.get("rows_updated"),

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -42,6 +43,7 @@ from dagster._serdes import serialize_value
 
 from bench.probes import ProcessWatch
 from cdf_platform.demo.local_s3 import free_port, stop_process
+from cdf_platform.orchestration.run_launcher import RUN_WORKER_TAG
 
 LOCATION = "cdf_platform"
 DEFINITIONS_MODULE = "cdf_platform.definitions"
@@ -182,9 +184,14 @@ class Launcher:
     """Creates and launches runs of the code server's jobs on `instance` (its default run
     launcher), one at a time, and returns their timelines."""
 
-    def __init__(self, instance: dg.DagsterInstance, server: CodeServer) -> None:
+    def __init__(
+        self, instance: dg.DagsterInstance, server: CodeServer, starter: int | None = None
+    ) -> None:
         self.instance = instance
         self.server = server
+        # The process whose children are the run processes: the code server, or the run
+        # worker when the instance's launcher is `WarmRunLauncher`.
+        self.starter = server.pid if starter is None else starter
         target = GrpcServerTarget(
             host="127.0.0.1", port=server.port, socket=None, location_name=LOCATION
         )
@@ -232,10 +239,14 @@ class Launcher:
             asset_graph=repository.asset_graph,
         )
         marks = {"created": time.time()}
-        with ProcessWatch(self.server.pid, interval=0.1) as watch:
+        with ProcessWatch(self.starter, interval=0.1) as watch:
             instance.launch_run(created.run_id, request)
             run = self._wait(created.run_id)
             pid, materialization = _read_events(instance, created.run_id, marks)
+            forked = run.tags.get(RUN_WORKER_TAG)
+            if pid is None and forked:
+                # A fork of the warm run worker: ready (imports done) as it starts.
+                pid = int(json.loads(forked)["pid"])
             # The next run starts only once this one's process (and a local JVM's parent) is
             # gone, so no process of this run is below the code server during the next.
             deadline = time.monotonic() + EXIT_TIMEOUT_SECONDS
@@ -247,6 +258,8 @@ class Launcher:
             started = watch.started.get(pid)
             if started is not None:
                 marks["process started"] = started
+                if forked:
+                    marks["process ready"] = started
         below = watch.java_below(pid) if pid is not None else []
         return RunTimeline(
             run_id=created.run_id,

@@ -43,21 +43,13 @@ from cdf_platform_tests.system.deployment import (
     Deployment,
     Service,
     orders_pipeline,
+    wait_for,
 )
 from cdf_platform_tests.system.postgres import PostgresServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 KILL_AFTER_S = 240.0
 IDS = ["s1", "s2"]
-
-
-def _wait(what: str, probe: Any, timeout: float, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := probe()):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"not within {timeout:.0f} s: {what}")
-        time.sleep(every)
-    return found
 
 
 def _group_alive(pid: int) -> bool:
@@ -123,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
             instance = deployment.instance()
             try:
                 deployment.start()
-                _wait("every silver loaded", deployment.applied, 300)
+                wait_for("every silver loaded", deployment.applied, 300)
                 writer.start()
                 for name, restart, in_flight in (
                     ("engine", deployment.start_engine, True),
@@ -136,19 +128,19 @@ def main(argv: list[str] | None = None) -> None:
                     service = {s.name: s for s in deployment.services}[name]
                     run_id = None
                     if in_flight:
-                        (record, *_) = _wait(
+                        (record, *_) = wait_for(
                             "a silver run in progress", lambda: _running_silver(instance), 300, 0.1
                         )
                         run_id = record.dagster_run.run_id
                     else:
-                        _wait(
+                        wait_for(
                             "no silver run in progress", lambda: not _running_silver(instance), 300
                         )
                     measured = sigterm(service)
                     restart()
                     outcome = None
                     if run_id is not None:
-                        outcome = _wait(
+                        outcome = wait_for(
                             "the in-flight run ended",
                             lambda run_id=run_id: (
                                 _outcome(instance, run_id)
@@ -166,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
                         }
                     )
                 writer.stop()
-                _wait("every silver at its bronze after the restarts", deployment.applied, 600)
+                wait_for("every silver at its bronze after the restarts", deployment.applied, 600)
             finally:
                 writer.stop()
                 deployment.stop()

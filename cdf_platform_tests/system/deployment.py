@@ -22,10 +22,10 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import dagster as dg
 import psutil
@@ -112,6 +112,25 @@ class Service:
         if not self.log.exists():
             return ""
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T], timeout: float, every: float = 1.0) -> T:
+    """`probe()`'s first truthy value, polled every `every` seconds for `timeout` seconds.
+
+    Raises:
+        TimeoutError: `probe()` gave none within `timeout` (the message names `what`).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not within {timeout:.0f} s: {what}")
+        time.sleep(every)
 
 
 @dataclass

@@ -15,9 +15,8 @@ import itertools
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import dagster as dg
 import psutil
@@ -30,7 +29,13 @@ from cdf_platform.orchestration.keys import QUEUE_TAG, RUN_KEY_TAG, SILVER_QUEUE
 from cdf_platform.orchestration.run_launcher import RUN_WORKER_TAG
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.lake_platform import table_rows, vacuum_breaking_the_window
-from cdf_platform_tests.system.deployment import BronzeWriter, Deployment, covered, orders_pipeline
+from cdf_platform_tests.system.deployment import (
+    BronzeWriter,
+    Deployment,
+    covered,
+    orders_pipeline,
+    wait_for,
+)
 from cdf_platform_tests.system.postgres import PostgresServer
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(1500)]
@@ -41,18 +46,6 @@ ADDED = "p4"  # added to the pipelines file mid-way, taken by a reload of the co
 IDS = [*WRITTEN, LOST]
 # A tick or two of the incremental sensor (5 s), plus the daemon's start.
 TWO_TICKS_S = 60.0
-T = TypeVar("T")
-
-
-def wait_for(what: str, probe: Callable[[], T], timeout: float, every: float = 1.0) -> T:
-    """`probe()`'s first truthy value, polled every `every` seconds for `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
-        time.sleep(every)
 
 
 def caught_up(deployment: Deployment, instance: dg.DagsterInstance, ids: list[str]) -> bool:
