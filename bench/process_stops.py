@@ -37,6 +37,7 @@ from bench.report import (
     run_info,
     scratch_folder,
 )
+from cdf_platform.demo.local_s3 import group_alive
 from cdf_platform.orchestration.keys import QUEUE_TAG, SILVER_QUEUE
 from cdf_platform_tests.system.deployment import (
     BronzeWriter,
@@ -50,14 +51,6 @@ from cdf_platform_tests.system.postgres import PostgresServer
 RESULTS = Path(__file__).resolve().parent / "results"
 KILL_AFTER_S = 240.0
 IDS = ["s1", "s2"]
-
-
-def _group_alive(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def sigterm(service: Service) -> dict[str, float | bool]:
@@ -75,9 +68,9 @@ def sigterm(service: Service) -> dict[str, float | bool]:
             os.killpg(service.pid, signal.SIGKILL)
         service.process.wait()
     exited = time.monotonic() - sent
-    while _group_alive(service.pid) and time.monotonic() - sent < KILL_AFTER_S + 30:
+    while group_alive(service.pid) and time.monotonic() - sent < KILL_AFTER_S + 30:
         time.sleep(0.05)
-    if _group_alive(service.pid):
+    if group_alive(service.pid):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(service.pid, signal.SIGKILL)
     return {

@@ -57,7 +57,7 @@ def stop_process(process: subprocess.Popen[Any], timeout: float, *, group: bool 
     SIGTERM, then SIGKILL if it has not exited within `timeout` seconds. With `group`, return
     only once no process of the group is left (a worker may outlive its parent by moments). A
     process that has exited is left alone."""
-    if process.poll() is not None and not (group and _group_alive(process.pid)):
+    if process.poll() is not None and not (group and group_alive(process.pid)):
         return
     send = os.killpg if group else os.kill
     deadline = time.monotonic() + timeout
@@ -67,7 +67,7 @@ def stop_process(process: subprocess.Popen[Any], timeout: float, *, group: bool 
     except subprocess.TimeoutExpired:
         _signal(send, process.pid, signal.SIGKILL)
         process.wait()
-    while group and _group_alive(process.pid):
+    while group and group_alive(process.pid):
         if time.monotonic() > deadline + timeout:
             return  # what is left is a zombie waiting for its new parent to reap it
         if time.monotonic() > deadline:
@@ -80,7 +80,7 @@ def _signal(send: Callable[[int, int], None], pid: int, number: int) -> None:
         send(pid, number)
 
 
-def _group_alive(group: int) -> bool:
+def group_alive(group: int) -> bool:
     """Whether a process of process group `group` still exists."""
     try:
         os.killpg(group, 0)
