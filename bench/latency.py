@@ -24,11 +24,7 @@ import argparse
 import logging
 import math
 import os
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,7 +51,7 @@ from bench.latency_scenarios import (
     LatencyBench,
     LatencyConfig,
 )
-from bench.launched_run import PROJECT_ROOT, CodeServer, Launcher
+from bench.launched_run import CodeServer, Launcher
 from bench.report import (
     Figure,
     add_output_options,
@@ -67,10 +63,8 @@ from bench.report import (
     summary_rows,
 )
 from bench.run import build_session
-from cdf_platform.core.config import REMOTE_ENV, RUN_WORKER_ENV
-from cdf_platform.demo.local_s3 import free_port, stop_process
-from cdf_platform.orchestration.run_worker import request
-from cdf_platform_tests.clusters.servers import Engine
+from cdf_platform.core.config import REMOTE_ENV
+from cdf_platform_tests.clusters.servers import Engine, RunWorker
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -190,52 +184,21 @@ def _served(
                 bench.measure(launcher, scenario)
 
 
-@contextmanager
-def run_worker(bench: LatencyBench, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    """`cdf-platform run-worker` on a free loopback port with `env`, answering; stopped (its
-    process group) on exit. `env[RUN_WORKER_ENV]` is set to its address."""
-    env[RUN_WORKER_ENV] = f"127.0.0.1:{free_port()}"
-    cli = str(Path(sys.executable).parent / "cdf-platform")
-    path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
-    begun = time.perf_counter()
-    with (bench.workdir / "run_worker.log").open("wb") as log:
-        process = subprocess.Popen(
-            [cli, "run-worker"],
-            env={**os.environ, **env, "PYTHONPATH": path},
-            cwd=PROJECT_ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                request(env[RUN_WORKER_ENV], {"op": "ping"}, timeout=2)
-                break
-            except (OSError, ValueError):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        "the run worker did not answer; see run_worker.log"
-                    ) from None
-                time.sleep(0.2)
-        bench.note_setup("run worker start", time.perf_counter() - begun)
-        yield process
-    finally:
-        stop_process(process, 30, group=True)
-
-
 def _warm(bench: LatencyBench, engine_url: str) -> None:
     """The deployment's shape: an instance whose launcher hands runs to the warm run worker
     (deploy/dagster.yaml's `WarmRunLauncher`), Spark on the engine at `engine_url`."""
     home = bench.workdir / "dagster_home_warm"
     home.mkdir(parents=True, exist_ok=True)
     env = {**bench.environment({REMOTE_ENV: engine_url}), "DAGSTER_HOME": str(home)}
-    with run_worker(bench, env) as worker:
+    with RunWorker(bench.workdir / "run_worker", env) as worker:
+        begun = time.perf_counter()
+        worker.start()
+        bench.note_setup("run worker start", time.perf_counter() - begun)
+        env = worker.env
         (home / "dagster.yaml").write_text(
             INSTANCE_YAML
             + "run_launcher:\n  module: cdf_platform.orchestration.run_launcher\n"
-            + f"  class: WarmRunLauncher\n  config:\n    worker: {env[RUN_WORKER_ENV]}\n",
+            + f"  class: WarmRunLauncher\n  config:\n    worker: {worker.address}\n",
             encoding="utf-8",
         )
         with dg.DagsterInstance.from_config(str(home)) as instance:

@@ -105,6 +105,15 @@ def request(address: str, message: dict[str, Any], timeout: float = 10.0) -> dic
     return reply
 
 
+def answers(address: str, timeout: float = 2.0) -> bool:
+    """Whether a run worker answers at `address` (a `ping` within `timeout` seconds)."""
+    try:
+        request(address, {"op": "ping"}, timeout=timeout)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 class RunWorker:
     """The worker's state: its listening socket and the run processes it forked."""
 

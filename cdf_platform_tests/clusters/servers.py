@@ -24,8 +24,9 @@ from xml.sax.saxutils import escape
 from pyspark.find_spark_home import _find_spark_home
 from pyspark.sql import SparkSession
 
-from cdf_platform.core.config import MASTER_ENV, REMOTE_ENV
+from cdf_platform.core.config import MASTER_ENV, REMOTE_ENV, RUN_WORKER_ENV
 from cdf_platform.demo.local_s3 import free_port, stop_process
+from cdf_platform.orchestration import run_worker
 from cdf_platform.spark.object_stores import ObjectStoreConf
 from cdf_platform.spark.session import CONNECT_SERVER_CLASS, delta_conf
 from cdf_platform_tests.jvm_options import SHORT_LIVED
@@ -298,6 +299,32 @@ class Engine(_Servers):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
+
+
+class RunWorker(_Servers):
+    """The platform's warm run worker as a deployment runs it: `cdf-platform run-worker`,
+    configured by `env` (the instance's DAGSTER_HOME, the lake, the engine), on a free loopback
+    port.
+
+    Attributes:
+        address: `127.0.0.1:<port>`, what `CDF_RUN_WORKER` takes.
+        pid: The worker's process (its run processes are its children).
+    """
+
+    def __init__(self, workdir: Path, env: dict[str, str]) -> None:
+        super().__init__(workdir)
+        self.address = f"127.0.0.1:{free_port()}"
+        self.env = {**env, RUN_WORKER_ENV: self.address}
+
+    @property
+    def pid(self) -> int:
+        return self.processes[-1].pid
+
+    def start(self) -> RunWorker:
+        cli = str(Path(sys.executable).parent / "cdf-platform")
+        self._start("run_worker", [cli, "run-worker"], self.env)
+        self._wait("the run worker", lambda: run_worker.answers(self.address))
+        return self
 
 
 class HiveMetastore(_Servers):

@@ -37,7 +37,7 @@ from cdf_platform.demo.local_s3 import free_port, stop_process
 from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.keys import silver_pipeline_ids
 from cdf_platform.orchestration.resources import LakeLayout
-from cdf_platform.orchestration.run_worker import request
+from cdf_platform.orchestration.run_worker import answers
 from cdf_platform.planning.status import PipelineStatus, pipeline_status
 from cdf_platform_tests.clusters.servers import connect_answers, port_open
 from cdf_platform_tests.system.postgres import PostgresServer
@@ -287,15 +287,7 @@ class Deployment:
     def start_run_worker(self) -> None:
         """Start the run worker; wait until it answers."""
         self.run_worker.start(self.env)
-
-        def answers() -> bool:
-            try:
-                request(self.env[RUN_WORKER_ENV], {"op": "ping"}, timeout=2)
-            except (OSError, ValueError):
-                return False
-            return True
-
-        self._wait(self.run_worker, answers)
+        self._wait(self.run_worker, lambda: answers(self.env[RUN_WORKER_ENV]))
 
     def _engine_answers(self) -> bool:
         url = f"sc://127.0.0.1:{self.engine_port}"
