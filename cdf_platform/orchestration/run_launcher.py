@@ -103,18 +103,12 @@ class WarmRunLauncher(dg.DefaultRunLauncher):
             self._instance.add_run_tags(run.run_id, {RUN_WORKER_TAG: ""})
         super().launch_run(context)
 
-    def _process(self, run_id: str) -> dict[str, Any] | None:
-        """The run worker's process of `run_id` (its tag), if the worker started it."""
-        run = self._instance.get_run_by_id(run_id)
-        tag = run.tags.get(RUN_WORKER_TAG) if run is not None else None
-        return json.loads(tag) if tag else None
-
     def terminate(self, run_id: str) -> bool:
-        process = self._process(run_id)
-        if process is None:
-            return super().terminate(run_id)
         run = self._instance.get_run_by_id(run_id)
-        if run is None or run.is_finished:
+        process = _process(run) if run is not None else None
+        if run is None or process is None:
+            return super().terminate(run_id)
+        if run.is_finished:
             return False
         self._instance.report_run_canceling(run)
         try:
@@ -133,12 +127,11 @@ class WarmRunLauncher(dg.DefaultRunLauncher):
         return True
 
     def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
-        tag = run.tags.get(RUN_WORKER_TAG)
-        if not tag:
+        process = _process(run)
+        if process is None:
             # Started by the code server: nothing tells here whether its process lives (run
             # monitoring's max_runtime_seconds still ends a run that never finishes).
             return CheckRunHealthResult(WorkerStatus.RUNNING, "started by the code server")
-        process = json.loads(tag)
         if process.get("host") == socket.gethostname():
             # On this machine (the deployment's usual shape): ask the process table itself, so
             # a run whose worker died with it is found while the worker is down.
@@ -157,6 +150,12 @@ class WarmRunLauncher(dg.DefaultRunLauncher):
             WorkerStatus.FAILED,
             f"the run's process (pid {process['pid']}) is gone without ending the run",
         )
+
+
+def _process(run: dg.DagsterRun) -> dict[str, Any] | None:
+    """The run worker's process of `run` (its tag), if the worker started it."""
+    tag = run.tags.get(RUN_WORKER_TAG)
+    return json.loads(tag) if tag else None
 
 
 def _identity(process: Mapping[str, Any]) -> dict[str, Any]:
