@@ -45,13 +45,30 @@ logger = logging.getLogger(__name__)
 DEFAULT_ADDRESS = "127.0.0.1:4010"
 # A request or reply larger than this is refused (they are a few dozen bytes).
 MAX_MESSAGE_BYTES = 64 * 1024
-# Modules a run needs, imported once by the worker so that no run imports them again: the
-# ones whose import starts no thread. A fork copies only the forking thread, and a lock another
-# thread held stays locked in the child for good (a forked run hung opening its Spark Connect
-# channel when the worker had imported gRPC's client). deltalake and pyarrow start allocator
-# and pool threads, pyspark's Connect client gRPC's: each run imports those itself (about
-# 0.5 s); `serve` refuses to fork from a process with more than one thread.
-PRELOAD = ("dagster", "cdf_platform.definitions", "cdf_platform.runner")
+# Modules a run needs, imported once by the worker so that no run imports them again (with
+# the modules of the instance's storage and launcher classes, `instance_modules`): the ones
+# whose import starts no thread, or none once `QUIET_LIBRARIES` is set. A fork copies only the
+# forking thread, and a lock another thread held stays locked in the child for good (a forked
+# run hung opening its Spark Connect channel when the worker had imported gRPC's client).
+# pyspark's Connect client starts gRPC's threads: each run imports it itself (about 0.5 s);
+# `serve` refuses to fork from a process with more than one thread.
+PRELOAD = (
+    "dagster",
+    "dagster._cli.api",
+    "cdf_platform.definitions",
+    "cdf_platform.runner",
+    "pyarrow",
+    "deltalake",
+)
+# Settings that keep a library's import from starting threads: the background purge threads of
+# the jemalloc that pyarrow and deltalake each bundle, and OpenBLAS's pool (numpy's, imported
+# by pyarrow; a run does no linear algebra). Set in the worker only, before its imports; a
+# forked run process inherits them.
+QUIET_LIBRARIES = {
+    "JE_ARROW_MALLOC_CONF": "background_thread:false",
+    "_RJEM_MALLOC_CONF": "background_thread:false",
+    "OPENBLAS_NUM_THREADS": "1",
+}
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -229,13 +246,33 @@ def execute_run(run_id: str) -> int:
         )
 
 
+def instance_modules() -> list[str]:
+    """The modules of the classes the instance of `DAGSTER_HOME` configures (its storages, run
+    launcher and coordinator, compute log manager): a run opens the instance first, and their
+    imports (SQLAlchemy, Alembic, each storage's dialect) cost it half a second otherwise.
+    Nothing is opened or connected here. An empty list when there is no such instance."""
+    home = os.environ.get("DAGSTER_HOME")
+    if not home or not os.path.isdir(home):
+        return []
+    from dagster._core.instance.ref import InstanceRef
+
+    ref = InstanceRef.from_dir(home)
+    names = [
+        getattr(data, "module_name", None)
+        for data in ref
+        if data is not None and not isinstance(data, dict)
+    ]
+    return [name for name in names if isinstance(name, str)]
+
+
 def os_threads() -> int:
     """How many threads this process has (the kernel's count, native threads included)."""
     return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
 
 
-def serve(address: str = DEFAULT_ADDRESS) -> None:
-    """Import what runs need, then start runs on request at `address` until stopped.
+def preload() -> tuple[str, ...]:
+    """Import what runs need (`PRELOAD` and `instance_modules`), threads kept quiet; return
+    the modules imported.
 
     Raises:
         RuntimeEnvironmentError: the process has threads besides its own after the imports
@@ -245,15 +282,29 @@ def serve(address: str = DEFAULT_ADDRESS) -> None:
 
     from cdf_platform.core.errors import RuntimeEnvironmentError
 
-    for name in PRELOAD:
+    for key, value in QUIET_LIBRARIES.items():
+        os.environ.setdefault(key, value)
+    modules = (*PRELOAD, *instance_modules())
+    for name in modules:
         importlib.import_module(name)
     if (threads := os_threads()) > 1:
         raise RuntimeEnvironmentError(
-            f"the run worker has {threads} threads after importing {', '.join(PRELOAD)}: "
+            f"the run worker has {threads} threads after importing {', '.join(modules)}: "
             "forking it is unsafe",
             action="report it; meanwhile run without the worker (CDF_RUN_WORKER empty): runs "
             "then start through the code server",
         )
+    return modules
+
+
+def serve(address: str = DEFAULT_ADDRESS) -> None:
+    """Import what runs need (`preload`), then start runs on request at `address` until
+    stopped.
+
+    Raises:
+        RuntimeEnvironmentError: from `preload`.
+    """
+    preload()
     worker = RunWorker(address)
     logger.info("run worker listening on %s (pid %d)", address, os.getpid())
     worker.serve_forever()
