@@ -25,6 +25,7 @@ def build_defs(
     bronze_written_here: Collection[dg.AssetKey] = (),
     consumers: Sequence[dg.AssetsDefinition] = (),
     automation: bool | None = None,
+    allow_destructive: bool | None = None,
 ) -> dg.Definitions:
     """The platform's definitions for the pipelines `lake` lists.
 
@@ -38,6 +39,8 @@ def build_defs(
             checks, automatic repair of a lost window and a say in VACUUM.
         automation: the incremental and rebuild sensors and the checks schedule start
             RUNNING (default: `$CDF_AUTOMATION`, on unless `off`).
+        allow_destructive: run configs that destroy history or skip a guard may run
+            (default: `$CDF_ALLOW_DESTRUCTIVE`, else no; docs/production.md).
     """
     lake = lake or LakeLayout.from_environment()
     return platform_defs(
@@ -47,6 +50,7 @@ def build_defs(
         bronze_written_here=bronze_written_here,
         consumers=consumers,
         automation=default_automation() if automation is None else automation,
+        allow_destructive=allow_destructive,
     )
 
 

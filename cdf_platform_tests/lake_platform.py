@@ -45,11 +45,17 @@ def control_for(lake: Path, *pipelines: dict[str, Any]) -> LakeLayout:
 
 
 def lake_defs(
-    spark_resource: SparkResource, lake: Path, *pipelines: dict[str, Any]
+    spark_resource: SparkResource,
+    lake: Path,
+    *pipelines: dict[str, Any],
+    allow_destructive: bool = False,
 ) -> dg.Definitions:
     """The demo's Definitions (the platform's, with the demo bronze writers and gold) on
-    `lake`, sharing the test SparkSession."""
-    return build_demo_defs(control_for(lake, *pipelines), spark_resource)
+    `lake`, sharing the test SparkSession; destructive run configs refused unless
+    `allow_destructive`."""
+    return build_demo_defs(
+        control_for(lake, *pipelines), spark_resource, allow_destructive=allow_destructive
+    )
 
 
 def materialize(
@@ -186,3 +192,14 @@ def vacuum_breaking_the_window(spark: SparkSession, bronze: str) -> None:
     ):
         spark.sql(f"VACUUM {table} RETAIN 0 HOURS")
     spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({retention} = 'interval 7 days')")
+
+
+def failure_incident(result: dg.ExecuteInProcessResult) -> str | None:
+    """The incident code of the run's (first) failed step, None when no step failed."""
+    for event in result.all_events:
+        if not event.is_step_failure:
+            continue
+        user_data = event.step_failure_data.user_failure_data
+        code = user_data.metadata.get("incident_code") if user_data else None
+        return str(code.value) if code is not None else None
+    return None

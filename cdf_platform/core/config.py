@@ -34,6 +34,9 @@ PIPELINES_PER_RUN_ENV = "CDF_PIPELINES_PER_RUN"
 # host:port of the warm run worker (`cdf-platform run-worker`) the deployment's run launcher
 # hands runs to.
 RUN_WORKER_ENV = "CDF_RUN_WORKER"
+# An operator's permission, in the environment of the code server and the run worker, for run
+# configs that destroy history or skip a guard (`allow_destructive`); off unless set.
+ALLOW_DESTRUCTIVE_ENV = "CDF_ALLOW_DESTRUCTIVE"
 # Pipelines with small runs share a silver run (one process, one Spark driver): at most this
 # many in one. A run's driver start (20-30 s of two cores) and its compiler's warm-up are paid
 # once for all of them; a bronze commit to a pipeline whose step is done waits for the run's end.
@@ -167,6 +170,26 @@ def default_pipelines_per_run() -> int:
             f"(default {DEFAULT_PIPELINES_PER_RUN})",
         )
     return int(value)
+
+
+def default_allow_destructive() -> bool:
+    """`$CDF_ALLOW_DESTRUCTIVE`: `1`, `true`, `yes` or `on` permit the run configs that destroy
+    history or skip a guard (a maintenance run's `retain_zero` or `allow_window_loss`, a
+    rebuild's `override_fail_fast`); unset, empty, `0`, `false`, `no` or `off` refuse them.
+
+    Raises:
+        RuntimeEnvironmentError: any other value (a typo must not read as either).
+    """
+    value = (os.environ.get(ALLOW_DESTRUCTIVE_ENV) or "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    raise RuntimeEnvironmentError(
+        f"{ALLOW_DESTRUCTIVE_ENV}={value!r} is neither on nor off",
+        action=f"set {ALLOW_DESTRUCTIVE_ENV} to 1 to permit destructive run configs, or unset "
+        "it (the default) to refuse them",
+    )
 
 
 def default_spark_log() -> str:

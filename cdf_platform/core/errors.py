@@ -232,7 +232,23 @@ class RebuildNeedsOverride(CdfPlatformError):
     incident_code = "REBUILD_NEEDS_OVERRIDE"
     default_action = (
         "read the incident in the load log, then rerun the rebuild with "
-        "`override_fail_fast: true` (or `cdf-platform rebuild --override-fail-fast`)"
+        "`override_fail_fast: true` (the deployment must permit it: CDF_ALLOW_DESTRUCTIVE=1), "
+        "or run `cdf-platform rebuild <id>` at a shell"
+    )
+
+
+class DestructiveActionNotPermitted(CdfPlatformError):
+    """A run config asks for an action that destroys history or skips a guard (a maintenance
+    run's `retain_zero` or `allow_window_loss`, a rebuild's `override_fail_fast`), and the
+    deployment does not permit such actions: whoever can launch a run (anyone who reaches the
+    UI) must not be able to destroy what every consumer still needs. Nothing was done."""
+
+    incident_code = "DESTRUCTIVE_ACTION_NOT_PERMITTED"
+    default_action = (
+        "an operator permits it for the deployment by setting CDF_ALLOW_DESTRUCTIVE=1 in the "
+        'environment of the code server and the run worker (docs/production.md, "Destructive '
+        'actions"), reloads, runs it, and unsets it again; at a shell, the `cdf-platform` '
+        "command needs no permission"
     )
 
 

@@ -19,13 +19,17 @@ ORDERS_PIPELINE = "orders"
 
 
 def build_demo_defs(
-    lake: LakeLayout | None = None, spark: SparkResource | None = None
+    lake: LakeLayout | None = None,
+    spark: SparkResource | None = None,
+    *,
+    allow_destructive: bool | None = None,
 ) -> dg.Definitions:
     """The platform's definitions for the pipelines `lake` lists, plus the demo's assets.
 
     Args:
         lake: pipelines file, lake root and control tables (default: from the environment).
         spark: the Spark resource (default: from the environment).
+        allow_destructive: as `build_defs`'s (default: `$CDF_ALLOW_DESTRUCTIVE`, else no).
     """
     lake = lake or LakeLayout.from_environment()
     writers = [asset.key for asset in demo_bronze_assets]
@@ -37,7 +41,13 @@ def build_demo_defs(
     )
     # Gold is a consumer of the watermark IO manager: the platform checks, repairs and
     # protects it like silver.
-    platform = build_defs(lake, spark, bronze_written_here=writers, consumers=gold)
+    platform = build_defs(
+        lake,
+        spark,
+        bronze_written_here=writers,
+        consumers=gold,
+        allow_destructive=allow_destructive,
+    )
     demo = dg.Definitions(assets=demo_bronze_assets, jobs=[demo_bronze_job, gold_job])
     return dg.Definitions.merge(platform, demo)
 

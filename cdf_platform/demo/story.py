@@ -22,6 +22,7 @@ from typing import Any
 
 import dagster as dg
 
+from cdf_platform.core.errors import DestructiveActionNotPermitted, VacuumRefused
 from cdf_platform.core.spec import ChangeSource
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.demo.bronze_assets import DEMO_TABLES
@@ -99,6 +100,27 @@ def _metadata(result: dg.ExecuteInProcessResult, key: dg.AssetKey) -> dict[str, 
     return {k: v.value for k, v in events[-1].metadata.items()} if events else {}
 
 
+NOT_PERMITTED = "not permitted"
+REFUSED = "refused"
+
+
+def _refusal(result: dg.ExecuteInProcessResult) -> str:
+    """How a failed maintenance run was refused: `not permitted` (the deployment refuses the
+    destructive run config), `refused` (the VACUUM guard), or the failure's own message."""
+    for event in result.all_events:
+        failure = event.step_failure_data if event.is_step_failure else None
+        if failure is None or failure.user_failure_data is None:
+            continue
+        code = failure.user_failure_data.metadata.get("incident_code")
+        value = getattr(code, "value", code)
+        if value == DestructiveActionNotPermitted.incident_code:
+            return NOT_PERMITTED
+        if value == VacuumRefused.incident_code:
+            return REFUSED
+        return f"failed: {failure.error.message if failure.error else value}"
+    return "failed"
+
+
 def _check_figures(
     instance: dg.DagsterInstance, key: dg.AssetKey, check: str
 ) -> tuple[bool, dict[str, Any]]:
@@ -157,7 +179,8 @@ class DemoStory:
             # Ivy's resolution report and the JVM's warnings go to a file, not the story.
             jvm_log=str(self.spark_log),
         )
-        self.defs = build_demo_defs(self.layout, self.spark_resource)
+        # As a deployment's: destructive run configs refused until the operator's step.
+        self.defs = build_demo_defs(self.layout, self.spark_resource, allow_destructive=False)
         self.instance = dg.DagsterInstance.get()
         self.specs = self.layout.specs()
 
@@ -240,8 +263,10 @@ class DemoStory:
             )
         current.figures["deletedFileRetentionDuration"] = value
 
-    def maintenance(self, current: Step, *, override: bool) -> None:
-        """VACUUM RETAIN 0 HOURS on every bronze table; refused unless `override`."""
+    def maintenance(self, current: Step, *, override: bool, expected: str) -> None:
+        """VACUUM RETAIN 0 HOURS on every bronze table (`allow_window_loss` if `override`);
+        its outcome must be `expected`: `not permitted` (the deployment refuses destructive run
+        configs), `refused` (a consumer is behind) or `done`."""
         for spec in self.specs:
             name = f"maintenance_{spec.bronze_name}_job"
             config = {"retain_zero": True, "allow_window_loss": override, "listing_parallelism": 4}
@@ -250,9 +275,22 @@ class DemoStory:
                 run_config={"ops": {f"vacuum_{spec.bronze_name}": {"config": config}}},
                 raise_on_error=False,
             )
-            if result.success is not override:
-                raise DemoFailed(f"{name}: success={result.success}, expected {override}")
-            current.figures[f"{spec.bronze_name}_vacuum"] = "done" if override else "refused"
+            outcome = "done" if result.success else _refusal(result)
+            if outcome != expected:
+                raise DemoFailed(f"{name}: {outcome}, expected {expected}")
+            current.figures[f"{spec.bronze_name}_vacuum"] = outcome
+
+    def permit_destructive(self, current: Step) -> None:
+        """The operator's step: this deployment now permits destructive run configs, as
+        `CDF_ALLOW_DESTRUCTIVE=1` in the code server's environment and a reload would."""
+        from cdf_platform.demo.definitions import build_demo_defs
+
+        _say(
+            "    the operator permits destructive actions (as CDF_ALLOW_DESTRUCTIVE=1 in the "
+            "code server's environment would); the demo's definitions are built again"
+        )
+        self.defs = build_demo_defs(self.layout, self.spark_resource, allow_destructive=True)
+        current.figures["allow_destructive"] = True
 
     def rebuild_by_sensor(self, current: Step) -> None:
         """Tick the rebuild sensor, launch what it requests, tick again (nothing new)."""
@@ -323,11 +361,22 @@ class DemoStory:
         self.step("bronze retention shortened (demo)", lambda s: self.set_retention(s, short))
         for n in (3, 4):
             self.step(f"consumer paused; bronze batch {n}", self.bronze_batch)
-        self.step("maintenance RETAIN 0: refused", lambda s: self.maintenance(s, override=False))
+        self.step(
+            "maintenance forced from the UI: not permitted",
+            lambda s: self.maintenance(s, override=True, expected=NOT_PERMITTED),
+        )
+        self.step("operator permits destructive actions", self.permit_destructive)
+        self.step(
+            "maintenance RETAIN 0: refused",
+            lambda s: self.maintenance(s, override=False, expected=REFUSED),
+        )
         wait = self.seconds_until_window_passes()
         _say(f"    waiting {wait:.1f} s: the paused consumer's first change leaves the window")
         time.sleep(wait)
-        self.step("maintenance forced by an operator", lambda s: self.maintenance(s, override=True))
+        self.step(
+            "maintenance forced by the operator",
+            lambda s: self.maintenance(s, override=True, expected="done"),
+        )
         self.step("checks: replay window LOST", lambda s: self.checks(s, expect_passed=False))
         self.step("rebuild sensor launches rebuild", self.rebuild_by_sensor)
         self.step("verify silver = bronze snapshot", self.verify)

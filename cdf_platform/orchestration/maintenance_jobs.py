@@ -7,9 +7,13 @@ IO manager registered as reading it), raises `delta.deletedFileRetentionDuration
 (up to a cap) or refuses, and only then starts Spark to vacuum. The decision, the retention
 sizing (max expected downtime + recovery buffer, from the load log) and the current setting are
 the run's metadata, and an observation on the bronze asset. A refusal fails the run, so it is
-seen: the table was not vacuumed.
+seen: the table was not vacuumed. `retain_zero` and `allow_window_loss` destroy history a
+consumer may need: they run only where the deployment permits destructive actions
+(`cdf_platform.orchestration.destructive`). Every run's decision, refusal included, is a row of
+the maintenance log, with what it destroyed.
 """
 
+import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
@@ -18,6 +22,7 @@ from pydantic import Field
 
 from cdf_platform.core.errors import VacuumRefused
 from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.orchestration.destructive import PERMITTED_BY, record, refuse_unless_permitted
 from cdf_platform.orchestration.failures import platform_failure
 from cdf_platform.orchestration.keys import BRONZE_PREFIX, silver_key
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
@@ -43,11 +48,14 @@ class MaintenanceConfig(dg.Config):
         default=24.0, ge=0, description="Added to the observed downtime in the sizing report."
     )
     retain_zero: bool = Field(
-        default=False, description="VACUUM RETAIN 0 HOURS (refused while a consumer is behind)."
+        default=False,
+        description="VACUUM RETAIN 0 HOURS (refused while a consumer is behind). Destructive: "
+        "refused unless the deployment permits it (CDF_ALLOW_DESTRUCTIVE=1).",
     )
     allow_window_loss: bool = Field(
         default=False,
-        description="Explicit override: vacuum even if a consumer loses its replay window.",
+        description="Explicit override: vacuum even if a consumer loses its replay window. "
+        "Destructive: refused unless the deployment permits it (CDF_ALLOW_DESTRUCTIVE=1).",
     )
     listing_parallelism: int | None = Field(
         default=None,
@@ -82,9 +90,12 @@ class _Vacuumed:
     location: str
 
 
-def _vacuum_op(tables: Mapping[str, _Vacuumed], specs: list[PipelineSpec]) -> dg.OpDefinition:
+def _vacuum_op(
+    tables: Mapping[str, _Vacuumed], specs: list[PipelineSpec], allow_destructive: bool
+) -> dg.OpDefinition:
     """The VACUUM op every maintenance job runs (one definition, built once: a fleet's hundreds
-    of jobs each alias it), finding its table by the job's name in `tables`."""
+    of jobs each alias it), finding its table by the job's name in `tables`; `retain_zero` and
+    `allow_window_loss` refused unless `allow_destructive`."""
 
     @dg.op(name="vacuum", tags={"kind": "delta"}, config_schema=MAINTENANCE_CONFIG_SCHEMA)
     def vacuum(
@@ -92,6 +103,23 @@ def _vacuum_op(tables: Mapping[str, _Vacuumed], specs: list[PipelineSpec]) -> dg
     ) -> dg.Output[None]:
         table = tables[context.job_name]
         config = MaintenanceConfig(**context.op_config)
+        control = lake.control()
+        requested = [
+            name
+            for name, value in (
+                ("retain_zero", config.retain_zero),
+                ("allow_window_loss", config.allow_window_loss),
+            )
+            if value
+        ]
+        refuse_unless_permitted(
+            allow_destructive,
+            requested,
+            control=control,
+            context=context,
+            table=table.location,
+            action="vacuum",
+        )
         decision = plan_vacuum(
             table.location,
             specs,
@@ -101,7 +129,7 @@ def _vacuum_op(tables: Mapping[str, _Vacuumed], specs: list[PipelineSpec]) -> dg
             recovery_buffer_hours=config.recovery_buffer_hours,
             retain_zero=config.retain_zero,
             allow_window_loss=config.allow_window_loss,
-            control=lake.control(),
+            control=control,
         )
         figures = decision.as_metadata()
         metadata: dict[str, dg.RawMetadataValue] = {
@@ -110,16 +138,46 @@ def _vacuum_op(tables: Mapping[str, _Vacuumed], specs: list[PipelineSpec]) -> dg
             if _numeric(value) or isinstance(value, str)
         }
         metadata["consumers"] = dg.MetadataValue.json(figures["consumers"])
+        destructive = decision.destroyed is not None
+        metadata["destructive"] = destructive
+        if destructive:
+            metadata["destroyed"] = str(decision.destroyed)
+            metadata["windows_cut"] = dg.MetadataValue.json(decision.windows_cut)
+            metadata["permitted_by"] = PERMITTED_BY
         context.log.info("%s: %s", decision.action.value, decision.reason)
+        log_row = {
+            "table_location": table.location,
+            "action": decision.action.value,
+            "reason": decision.reason,
+            "latest_version": decision.latest_version,
+        }
         if not decision.will_vacuum:
             context.log_event(dg.AssetObservation(asset_key=table.key, metadata=metadata))
+            record(control, context, **log_row, outcome="refused", destructive=False)
             refused = VacuumRefused(decision.reason, table=table.location)
             raise platform_failure(refused, **metadata)
-        outcome = execute_vacuum(
-            spark.spark_session, decision, listing_parallelism=config.listing_parallelism
-        )
+        if destructive:
+            context.log.warning("%s destroys %s", table.location, decision.destroyed)
+        try:
+            outcome = execute_vacuum(
+                spark.spark_session, decision, listing_parallelism=config.listing_parallelism
+            )
+        except Exception:
+            record(control, context, **log_row, outcome="failed", destructive=destructive)
+            raise
         if outcome.files_deleted is not None:
             metadata["files_deleted"] = outcome.files_deleted
+        record(
+            control,
+            context,
+            **log_row,
+            outcome="vacuumed",
+            destructive=destructive,
+            permitted_by=PERMITTED_BY if destructive else None,
+            destroyed=decision.destroyed,
+            windows_cut=json.dumps(decision.windows_cut),
+            files_deleted=outcome.files_deleted,
+        )
         context.log_event(dg.AssetObservation(asset_key=table.key, metadata=metadata))
         return dg.Output(None, metadata=metadata)
 
@@ -142,11 +200,15 @@ def _vacuum_job(
 
 
 def build_maintenance_jobs(
-    specs: list[PipelineSpec], consumed: Collection[dg.AssetKey] = ()
+    specs: list[PipelineSpec],
+    consumed: Collection[dg.AssetKey] = (),
+    *,
+    allow_destructive: bool = False,
 ) -> list[dg.JobDefinition]:
     """One maintenance job per bronze table the pipelines read (`maintenance_<table>_job`, its
     op `vacuum_<table>`), and per silver table among the asset keys `consumed`, read by
     consumer assets (`maintenance_silver_<pipeline id>_job`, op `vacuum_silver_<pipeline id>`).
+    `retain_zero` and `allow_window_loss` are refused unless `allow_destructive`.
     """
     sources: dict[str, str] = {}
     for spec in specs:
@@ -167,7 +229,7 @@ def build_maintenance_jobs(
         for spec in specs
         if silver_key(spec.id) in consumed
     ]
-    op = _vacuum_op({job: table for job, _, table in planned}, specs)
+    op = _vacuum_op({job: table for job, _, table in planned}, specs, allow_destructive)
     return [_vacuum_job(job, node, table.key, op) for job, node, table in planned]
 
 

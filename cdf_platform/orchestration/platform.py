@@ -7,7 +7,7 @@ from collections.abc import Collection, Sequence
 
 import dagster as dg
 
-from cdf_platform.core.config import default_pipelines_per_run
+from cdf_platform.core.config import default_allow_destructive, default_pipelines_per_run
 from cdf_platform.core.spec import PipelineSpec, storage_locations
 from cdf_platform.orchestration.checks import silver_checks
 from cdf_platform.orchestration.consumers import (
@@ -46,6 +46,7 @@ def platform_defs(
     consumers: Sequence[dg.AssetsDefinition] = (),
     automation: bool = True,
     pipelines_per_run: int | None = None,
+    allow_destructive: bool | None = None,
 ) -> dg.Definitions:
     """Silver assets with their checks, external bronze assets, the jobs, schedules and
     sensors, the `spark` and `lake` resources and the watermark IO manager, for `specs`
@@ -64,8 +65,13 @@ def platform_defs(
         automation: the incremental and rebuild sensors and the checks schedule start RUNNING
             (False: STOPPED, for a person to turn on).
         pipelines_per_run: at most this many pipelines with small change sets share a silver
-            run (default: `$CDF_PIPELINES_PER_RUN`, else 25).
+            run (default: `$CDF_PIPELINES_PER_RUN`, else 50).
+        allow_destructive: run configs that destroy history or skip a guard may run
+            (`cdf_platform.orchestration.destructive`; default: `$CDF_ALLOW_DESTRUCTIVE`, else
+            no). Fixed when the definitions load: no run config changes it.
     """
+    if allow_destructive is None:
+        allow_destructive = default_allow_destructive()
     bound = lake.bound()
     # The definitions' own reads (the code server's sensors and checks) use the lake's
     # object-store options from here; runs and checks put them in use again when they
@@ -75,13 +81,15 @@ def platform_defs(
         locations = storage_locations(specs, bound.lake_root, bound.control().root)
         spark = SparkResource.from_environment(storage_locations=locations)
     bronze = external_bronze_assets(specs, bronze_written_here)
-    silver = silver_assets(specs)
+    silver = silver_assets(specs, allow_destructive=allow_destructive)
     watched = [ConsumerAsset.of(asset) for asset in consumers]
     upstream_metadata = {spec.key: spec.metadata for spec in bronze}
     for asset in [*silver, *consumers]:
         upstream_metadata.update({key: s.metadata for key, s in asset.specs_by_key.items()})
     maintenance_jobs = build_maintenance_jobs(
-        specs, {key for consumer in watched for key in consumer.inputs.values()}
+        specs,
+        {key for consumer in watched for key in consumer.inputs.values()},
+        allow_destructive=allow_destructive,
     )
     checks_job = build_checks_job(consumer_check_keys(watched))
     rebuild_job = build_rebuild_job(specs)

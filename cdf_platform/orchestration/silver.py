@@ -19,6 +19,7 @@ from pydantic import Field
 from cdf_platform.core.errors import RebuildNeedsOverride
 from cdf_platform.core.spec import DeleteMode, FallbackMode, HistoryMode, PipelineSpec
 from cdf_platform.core.spec_fingerprint import spec_fingerprint
+from cdf_platform.orchestration.destructive import PERMITTED_BY, record, refuse_unless_permitted
 from cdf_platform.orchestration.failures import STEP_RETRY_POLICY, platform_failure
 from cdf_platform.orchestration.keys import (
     SILVER_PREFIX,
@@ -26,6 +27,7 @@ from cdf_platform.orchestration.keys import (
     pipeline_pool,
     silver_key,
 )
+from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.orchestration.silver_io import PipelineBatch, PipelineWrite, pipeline_input
 from cdf_platform.planning.plan import RunMode, RunPlan
 
@@ -41,7 +43,8 @@ class SilverRunConfig(dg.Config):
     override_fail_fast: bool = Field(
         default=False,
         description="Allow `force_rebuild` on a FAIL_FAST pipeline: a person has looked at the "
-        "incident and accepts a rebuild.",
+        "incident and accepts a rebuild. Skips a guard: refused unless the deployment permits "
+        "it (CDF_ALLOW_DESTRUCTIVE=1).",
     )
     repair_of: int | None = Field(
         default=None,
@@ -116,8 +119,10 @@ def freshness_window(spec: PipelineSpec) -> timedelta:
     return max(timedelta(hours=spec.max_allowed_lag_hours), timedelta(minutes=1))
 
 
-def silver_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
-    """The silver asset of `spec`: key `silver/<id>`, depending on `bronze/<bronze_name>`."""
+def silver_asset(spec: PipelineSpec, *, allow_destructive: bool = False) -> dg.AssetsDefinition:
+    """The silver asset of `spec`: key `silver/<id>`, depending on `bronze/<bronze_name>`;
+    `override_fail_fast` refused unless `allow_destructive`
+    (`cdf_platform.orchestration.destructive`)."""
 
     @dg.asset(
         key=silver_key(spec.id),
@@ -155,8 +160,21 @@ def silver_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
             ),
         },
     )
-    def _silver(context: dg.AssetExecutionContext, bronze: PipelineBatch) -> PipelineWrite:
+    def _silver(
+        context: dg.AssetExecutionContext, bronze: PipelineBatch, lake: LakeLayout
+    ) -> PipelineWrite:
         config = SilverRunConfig(**context.op_execution_context.op_config)
+        op_context = context.op_execution_context
+        refuse_unless_permitted(
+            allow_destructive,
+            ["override_fail_fast"] if config.override_fail_fast else [],
+            control=lake.control(),
+            context=op_context,
+            table=spec.target,
+            action="rebuild_overriding_fail_fast",
+            pipeline_id=spec.id,
+            metadata={"pipeline_id": spec.id},
+        )
         if (
             config.force_rebuild
             and spec.fallback_mode is FallbackMode.FAIL_FAST
@@ -181,11 +199,32 @@ def silver_asset(spec: PipelineSpec) -> dg.AssetsDefinition:
                 plan.watermark,
             )
             force = False
+        if force and spec.fallback_mode is FallbackMode.FAIL_FAST:
+            # A person's override of the FAIL_FAST guard, permitted by the deployment.
+            reason = f"rebuild of FAIL_FAST pipeline {spec.id} with override_fail_fast"
+            context.log.warning("%s (%s)", reason, describe_plan(plan))
+            record(
+                lake.control(),
+                op_context,
+                table_location=spec.target,
+                action="rebuild_overriding_fail_fast",
+                outcome="started",
+                destructive=True,
+                permitted_by=PERMITTED_BY,
+                reason=f"{reason}; incident: "
+                f"{plan.problem.incident_code if plan.problem else 'none found by the plan'}",
+                destroyed="silver's rows are replaced by bronze's snapshot at version "
+                f"{plan.end_version} without the FAIL_FAST review",
+                latest_version=plan.end_version,
+            )
+            context.add_output_metadata({"override_fail_fast": True, "permitted_by": PERMITTED_BY})
         return PipelineWrite(bronze.prepared, force_rebuild=force)
 
     return _silver
 
 
-def silver_assets(specs: list[PipelineSpec]) -> list[dg.AssetsDefinition]:
-    """One silver asset per spec."""
-    return [silver_asset(spec) for spec in specs]
+def silver_assets(
+    specs: list[PipelineSpec], *, allow_destructive: bool = False
+) -> list[dg.AssetsDefinition]:
+    """One silver asset per spec (`allow_destructive`: as `silver_asset`'s)."""
+    return [silver_asset(spec, allow_destructive=allow_destructive) for spec in specs]

@@ -113,6 +113,32 @@ class VacuumDecision:
         """Whether `execute_vacuum` deletes anything."""
         return self.action is not VacuumAction.REFUSE
 
+    @property
+    def windows_cut(self) -> list[str]:
+        """The consumers whose replay window this VACUUM deletes: every consumer behind for
+        `RETAIN 0 HOURS`, else those behind by more than the retention the VACUUM keeps (only
+        the window-loss override vacuums so)."""
+        if not self.will_vacuum:
+            return []
+        behind = [c for c in self.consumers if c.first_needed_version is not None]
+        if self.action is VacuumAction.VACUUM_RETAIN_ZERO:
+            return [c.consumer for c in behind]
+        kept = self.new_deleted_file_retention_hours or self.deleted_file_retention_hours
+        return [c.consumer for c in behind if c.lag_hours > kept]
+
+    @property
+    def destroyed(self) -> str | None:
+        """What this VACUUM destroys beyond the retention its table keeps, in words (None:
+        nothing a reader within the retention could need)."""
+        cut = self.windows_cut
+        lost = f"; consumers {cut} lose their replay window" if cut else ""
+        if self.action is VacuumAction.VACUUM_RETAIN_ZERO:
+            return (
+                f"every file version {self.latest_version} does not reference (time travel and "
+                f"change-feed replay before version {self.latest_version}){lost}"
+            )
+        return f"files a consumer still needs{lost}" if cut else None
+
     def as_metadata(self) -> dict[str, Any]:
         """Flat figures for logs and Dagster metadata."""
         data = asdict(self)

@@ -2,6 +2,8 @@
 under one control root), and, once a pipeline names a table by its catalog name, the location
 each name was found at (a third table, `table_locations`). Consumer assets of the watermark IO
 manager register which tables they read (`consumers`), so maintenance counts their watermarks.
+Every maintenance action a run asks for is recorded in `maintenance_log` (who, what, what it
+destroyed).
 
 The state mirrors the watermark that silver's own log holds; when they differ (a crash between
 the MERGE and the control write) it is repaired from silver. Reads and writes are JVM-free
@@ -99,6 +101,28 @@ CONSUMER_SCHEMA: dict[str, str] = {
     "input_table": "string",
     "registered_at": "timestamp",
 }
+# One row per maintenance action a run asked for (each VACUUM, each refusal, each rebuild that
+# overrode FAIL_FAST): who (run, job, tags), what, and what it destroyed. Append only.
+MAINTENANCE_SCHEMA: dict[str, str] = {
+    "recorded_at": "timestamp",
+    "run_id": "string",
+    "job": "string",
+    # The run's tags as a JSON object (who launched it: the UI's user tag, a schedule, a sensor).
+    "tags": "string",
+    "table_location": "string",
+    "action": "string",
+    "outcome": "string",
+    "destructive": "boolean",
+    # The deployment's permission that let a destructive action run (None: not needed).
+    "permitted_by": "string",
+    "reason": "string",
+    # What the action destroyed, in words (None: nothing).
+    "destroyed": "string",
+    # The consumers whose replay window the action cut, as a JSON list.
+    "windows_cut": "string",
+    "files_deleted": "long",
+    "latest_version": "long",
+}
 # Runs of different pipelines write the same two tables. deltalake retries a commit that lost
 # the race when the winner does not conflict (appends); a state MERGE that touched the file
 # another MERGE rewrote raises CommitFailedError and is retried here from a fresh snapshot.
@@ -180,7 +204,7 @@ _DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
 
 def arrow_table(schema: Mapping[str, str], rows: Sequence[Mapping[str, Any]]) -> Any:
     """`rows` as an Arrow table with exactly `schema`'s column types (Delta type names: string,
-    integer, long, double, timestamp, decimal(p,s)); a value a row lacks is NULL."""
+    integer, long, double, boolean, timestamp, decimal(p,s)); a value a row lacks is NULL."""
     from arro3.core import Array, DataType, Table
 
     arrow_types = {
@@ -188,6 +212,7 @@ def arrow_table(schema: Mapping[str, str], rows: Sequence[Mapping[str, Any]]) ->
         "integer": DataType.int32(),
         "long": DataType.int64(),
         "double": DataType.float64(),
+        "boolean": DataType.bool(),
     }
     columns: dict[str, Any] = {}
     for name, delta_type in schema.items():
@@ -217,7 +242,8 @@ def delta_schema(schema: Mapping[str, str]) -> Any:
 
 
 class ControlTable:
-    """The platform's control tables under `root` (`pipeline_state/` and `load_log/`)."""
+    """The platform's control tables under `root` (`pipeline_state/` and `load_log/`; the
+    others once first written)."""
 
     def __init__(self, root: str) -> None:
         self.root = root.rstrip("/")
@@ -352,6 +378,29 @@ class ControlTable:
         rows = self._query(self.consumers_path, "SELECT * FROM t ORDER BY registration")
         wanted = input_table.rstrip("/") if input_table is not None else None
         return [r for r in rows if wanted is None or str(r["input_table"]).rstrip("/") == wanted]
+
+    @property
+    def maintenance_path(self) -> str:
+        """The maintenance log (created by the first maintenance action recorded)."""
+        return f"{self.root}/maintenance_log"
+
+    def append_maintenance(self, row: Mapping[str, Any]) -> None:
+        """Append one maintenance-log row (`MAINTENANCE_SCHEMA`'s columns; `recorded_at` is
+        now). A blind append: never conflicts."""
+        if not is_delta_table(self.maintenance_path):
+            self._create(self.maintenance_path, MAINTENANCE_SCHEMA)
+        table = arrow_table(MAINTENANCE_SCHEMA, [{**row, "recorded_at": datetime.now(UTC)}])
+        _retry_on_conflict(
+            lambda: write_delta_table(self.maintenance_path, table, mode="append"),
+            "maintenance log append",
+        )
+        self._keep_compact(self.maintenance_path)
+
+    def read_maintenance_log(self, table_location: str | None = None) -> list[dict[str, Any]]:
+        """Maintenance-log rows (oldest first), optionally of one table, JVM-free."""
+        rows = self._query(self.maintenance_path, "SELECT * FROM t ORDER BY recorded_at")
+        wanted = table_location.rstrip("/") if table_location is not None else None
+        return [r for r in rows if wanted is None or str(r["table_location"]).rstrip("/") == wanted]
 
     def append_log(self, entry: LoadLogEntry) -> None:
         """Append one load-log row (a blind append: never conflicts)."""

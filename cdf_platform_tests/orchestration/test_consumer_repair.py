@@ -94,6 +94,8 @@ def test_a_consumer_is_checked_counted_by_vacuum_and_recomputed_once_its_window_
         bronze_written_here=[asset.key for asset in demo_bronze_assets],
         consumers=[customer_order_totals_asset("orders"), orders_strict_copy],
         automation=False,
+        # RETAIN 0 below meets the consumer guard, not the deployment's permission.
+        allow_destructive=True,
     )
     defs = dg.Definitions.merge(platform, dg.Definitions(assets=demo_bronze_assets))
     specs = layout.specs()

@@ -5,6 +5,7 @@ evaluation kept numeric lag and headroom."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +32,12 @@ from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.status import WindowState, pipeline_status
 from cdf_platform.state.consumer_marks import read_consumer_marks
+from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.lake_platform import (
     ORDERS,
     bronze_batch,
     expected_totals,
+    failure_incident,
     lake_defs,
     last_spark_job_id,
     materialization,
@@ -243,12 +246,45 @@ def test_lost_window_is_reported_rebuilt_once_and_passes_again(
         assert not refused.get_asset_materialization_events()
         (failure,) = [e for e in refused.all_events if e.is_step_failure]
         assert "override_fail_fast" in str(failure.step_failure_data.error)
-        overridden = rebuild_job.execute_in_process(
+        # The override is refused where the deployment does not permit it (whoever reaches the
+        # UI can set it), and nothing is written.
+        strict_rebuild = rebuild_run_config("orders_strict", override_fail_fast=True)
+        not_permitted = rebuild_job.execute_in_process(
             instance=instance,
-            run_config=rebuild_run_config("orders_strict", override_fail_fast=True),
+            run_config=strict_rebuild,
             asset_selection=[strict_key],
+            raise_on_error=False,
         )
-        assert materialization(overridden, strict_key)["mode"] == "rebuild"
+        assert not not_permitted.success
+        assert not not_permitted.get_asset_materialization_events()
+        assert failure_incident(not_permitted) == "DESTRUCTIVE_ACTION_NOT_PERMITTED"
+        strict_silver = str(lake / "silver" / "orders_strict")
+        control = ControlTable(str(lake / "_control"))
+        assert [
+            (row["run_id"], row["outcome"]) for row in control.read_maintenance_log(strict_silver)
+        ] == [(not_permitted.run_id, "not_permitted")]
+        # Permitted by the deployment, it runs, and is recorded with who asked.
+        permitted = lake_defs(spark_resource, lake, ORDERS, STRICT, allow_destructive=True)
+        overridden = permitted.resolve_job_def("rebuild_job").execute_in_process(
+            instance=instance,
+            run_config=strict_rebuild,
+            asset_selection=[strict_key],
+            tags={"dagster/user": "operator@example.com"},
+        )
+        outcome = materialization(overridden, strict_key)
+        assert (outcome["mode"], outcome["override_fail_fast"]) == ("rebuild", True)
+        assert outcome["permitted_by"] == "CDF_ALLOW_DESTRUCTIVE=1"
+        recorded = control.read_maintenance_log(strict_silver)[-1]
+        assert (recorded["run_id"], recorded["job"], recorded["outcome"]) == (
+            overridden.run_id,
+            "rebuild_job",
+            "started",
+        )
+        assert (recorded["destructive"], recorded["permitted_by"]) == (
+            True,
+            "CDF_ALLOW_DESTRUCTIVE=1",
+        )
+        assert json.loads(recorded["tags"])["dagster/user"] == "operator@example.com"
         assert table_rows(spark, str(lake / "silver" / "orders_strict")) == table_rows(
             spark, bronze
         )

@@ -173,6 +173,7 @@ class Deployment:
         self.write_pipelines(pipelines)
         self.code_server_port = free_port()
         self.webserver_port = free_port()
+        self.read_only_port = free_port()
         self.engine_port = free_port()
         self.worker_port = free_port()
         self.warm = warm
@@ -233,11 +234,33 @@ class Deployment:
             ],
             logs / "webserver.log",
         )
+        # The UI for people who watch the dashboards (docs/production.md, Security).
+        self.read_only_webserver = Service(
+            "read-only webserver",
+            [
+                str(BIN / "dagster-webserver"),
+                "-w",
+                workspace,
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.read_only_port),
+                "--read-only",
+            ],
+            logs / "read_only_webserver.log",
+        )
         self._instance: dg.DagsterInstance | None = None
 
     @property
     def services(self) -> list[Service]:
-        return [self.engine, self.run_worker, self.code_server, self.daemon, self.webserver]
+        return [
+            self.engine,
+            self.run_worker,
+            self.code_server,
+            self.daemon,
+            self.webserver,
+            self.read_only_webserver,
+        ]
 
     def write_pipelines(self, pipelines: list[dict[str, Any]]) -> None:
         """(Re)write the deployment's pipelines file: read by the code server when it loads
@@ -277,7 +300,26 @@ class Deployment:
     def start_webserver(self) -> None:
         """Start the webserver; wait until it answers."""
         self.webserver.start(self.env)
-        self._wait(self.webserver, self._webserver_answers)
+        self._wait(self.webserver, lambda: self._webserver_answers(self.webserver_port))
+
+    def start_read_only_webserver(self) -> None:
+        """Start the read-only webserver; wait until it answers."""
+        self.read_only_webserver.start(self.env)
+        self._wait(self.read_only_webserver, lambda: self._webserver_answers(self.read_only_port))
+
+    def graphql(
+        self, query: str, variables: dict[str, Any] | None = None, *, port: int | None = None
+    ) -> dict[str, Any]:
+        """The answer of a webserver's GraphQL API (the operator's UI unless `port`)."""
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port or self.webserver_port}/graphql",
+            data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=180) as response:
+            answer = json.load(response)
+        assert isinstance(answer, dict), answer
+        return answer
 
     def start_engine(self) -> None:
         """Start the engine; wait until a Spark Connect client runs a query on it."""
@@ -300,13 +342,7 @@ class Deployment:
             'mutation { reloadRepositoryLocation(repositoryLocationName: "cdf_platform") '
             "{ __typename ... on WorkspaceLocationEntry { locationOrLoadError { __typename } } } }"
         )
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.webserver_port}/graphql",
-            data=json.dumps({"query": query}).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=180) as response:
-            answer = json.load(response)
+        answer = self.graphql(query)
         entry = answer["data"]["reloadRepositoryLocation"]
         assert entry["__typename"] == "WorkspaceLocationEntry", answer
         assert entry["locationOrLoadError"]["__typename"] == "RepositoryLocation", answer
@@ -336,8 +372,8 @@ class Deployment:
 
         self._wait(self.daemon, beating)
 
-    def _webserver_answers(self) -> bool:
-        url = f"http://127.0.0.1:{self.webserver_port}/server_info"
+    def _webserver_answers(self, port: int) -> bool:
+        url = f"http://127.0.0.1:{port}/server_info"
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
                 return bool(response.status == 200)
@@ -354,11 +390,12 @@ class Deployment:
             time.sleep(0.5)
 
     def stop(self) -> None:
-        """Stop every process by PID: the daemon first (no new run), then the webserver, the
+        """Stop every process by PID: the daemon first (no new run), then the webservers, the
         code server with the runs it started, and the engine."""
         for service in (
             self.daemon,
             self.webserver,
+            self.read_only_webserver,
             self.code_server,
             self.run_worker,
             self.engine,

@@ -167,6 +167,62 @@ def engine_failures(instance: dg.DagsterInstance) -> list[str]:
     return found
 
 
+LAUNCH = """
+mutation Launch($params: ExecutionParams!) {
+  launchPipelineExecution(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on UnauthorizedError { message }
+    ... on PythonError { message }
+  }
+}
+"""
+# What anyone who reaches a UI could ask for: VACUUM RETAIN 0 HOURS cutting p1's window.
+DESTRUCTIVE_VACUUM = {
+    "params": {
+        "selector": {
+            "repositoryLocationName": "cdf_platform",
+            "repositoryName": "__repository__",
+            "jobName": "maintenance_p1_job",
+        },
+        "runConfigData": {
+            "ops": {"vacuum_p1": {"config": {"retain_zero": True, "allow_window_loss": True}}}
+        },
+    }
+}
+CHECK_FIGURES = """
+{
+  assetCheckExecutions(assetKey: {path: ["silver", "p1"]}, checkName: "consumer_lag", limit: 5) {
+    status
+    evaluation { metadataEntries { label __typename } }
+  }
+}
+"""
+
+
+def watch_and_try_to_destroy(deployment: Deployment, instance: dg.DagsterInstance) -> str:
+    """The read-only UI serves the checks' plotted figures and refuses a launch; the operator's
+    UI launches the destructive VACUUM, which the deployment (no CDF_ALLOW_DESTRUCTIVE) refuses.
+    Returns that run's id once it has ended."""
+    deployment.start_read_only_webserver()
+    port = deployment.read_only_port
+    executions = deployment.graphql(CHECK_FIGURES, port=port)["data"]["assetCheckExecutions"]
+    assert executions, "the read-only UI shows no consumer_lag evaluation"
+    plotted = {
+        (entry["label"], entry["__typename"])
+        for execution in executions
+        for entry in (execution["evaluation"] or {}).get("metadataEntries", [])
+    }
+    assert ("lag_hours", "FloatMetadataEntry") in plotted, plotted
+    at_door = deployment.graphql(LAUNCH, DESTRUCTIVE_VACUUM, port=port)
+    assert at_door["data"]["launchPipelineExecution"]["__typename"] == "UnauthorizedError", at_door
+    launched = deployment.graphql(LAUNCH, DESTRUCTIVE_VACUUM)["data"]["launchPipelineExecution"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id: str = launched["run"]["runId"]
+    wait_for("the destructive VACUUM run ended", lambda: _finished(instance, run_id), 120)
+    return run_id
+
+
 def _finished(instance: dg.DagsterInstance, run_id: str) -> dg.DagsterRun | None:
     run = instance.get_run_by_id(run_id)
     return run if run is not None and run.is_finished else None
@@ -249,6 +305,8 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
             # Ticks after catching up request nothing more.
             time.sleep(20)
             assert caught_up(deployment, instance, every)
+            bronze_files = sorted(str(f) for f in deployment.bronze("p1").rglob("*.parquet"))
+            destructive_run = watch_and_try_to_destroy(deployment, instance)
         finally:
             stop.set()
             writer.stop()
@@ -259,6 +317,17 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
         runs = [r.dagster_run for r in instance.get_run_records(dg.RunsFilter())]
         records = instance.get_run_records(dg.RunsFilter())
         failed_on_engine = engine_failures(instance)
+        refusals = [
+            str(
+                event.dagster_event.step_failure_data.user_failure_data.metadata[
+                    "incident_code"
+                ].value
+            )
+            for event in instance.all_logs(
+                destructive_run, of_type=dg.DagsterEventType.STEP_FAILURE
+            )
+            if event.dagster_event and event.dagster_event.step_failure_data.user_failure_data
+        ]
         worker_failure = " ".join(
             str(event.message)
             for event in instance.all_logs(worker_killed, of_type=dg.DagsterEventType.RUN_FAILURE)
@@ -290,12 +359,24 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
         {run_id: by_id[run_id].tags for run_id, _, _ in (seen.doubles or [[]])[0]},
     )
 
+    # The destructive VACUUM, launched through the operator's UI, was refused by the deployment
+    # (no CDF_ALLOW_DESTRUCTIVE): nothing vacuumed, the refusal in the maintenance log.
+    assert by_id[destructive_run].status is dg.DagsterRunStatus.FAILURE
+    assert refusals == ["DESTRUCTIVE_ACTION_NOT_PERMITTED"], refusals
+    assert sorted(str(f) for f in deployment.bronze("p1").rglob("*.parquet")) == bronze_files
+    maintenance = ControlTable(deployment.lake_layout.bound().control().root)
+    assert [
+        (row["run_id"], row["outcome"])
+        for row in maintenance.read_maintenance_log(str(deployment.bronze("p1")))
+    ] == [(destructive_run, "not_permitted")]
+
     # Every run the sensors requested, or the checks schedule (it fires on the quarter hour),
-    # or Dagster's run retries: no test launch. Each run key once.
+    # or Dagster's run retries: no test launch but the destructive VACUUM. Each run key once.
     launched_by_hand = [
         (run.job_name, run.tags)
         for run in runs
-        if not (
+        if run.run_id != destructive_run
+        and not (
             run.tags.get("dagster/sensor_name")
             or (run.tags.get("dagster/schedule_name") and run.job_name == CHECKS_JOB)
             or run.parent_run_id
