@@ -287,8 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--retention-seconds",
         type=int,
-        default=10,
-        help="bronze deletedFileRetentionDuration during the outage",
+        default=150,
+        help="bronze deletedFileRetentionDuration during the outage, the demo's compression of "
+        "a week: at least 120 for the headroom plot to shrink visibly (hours, 2 decimals)",
     )
     demo.add_argument(
         "--local-s3",

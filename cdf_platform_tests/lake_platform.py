@@ -203,3 +203,27 @@ def failure_incident(result: dg.ExecuteInProcessResult) -> str | None:
         code = user_data.metadata.get("incident_code") if user_data else None
         return str(code.value) if code is not None else None
     return None
+
+
+def check_figures(
+    instance: dg.DagsterInstance,
+    key: dg.AssetKey,
+    check: str,
+    name: str,
+    kind: type[dg.IntMetadataValue] | type[dg.FloatMetadataValue] | type[dg.BoolMetadataValue],
+) -> list[Any]:
+    """Figure `name` of every stored evaluation of `check` on `key`, oldest first, as the UI
+    plots them, read back from the instance; each must be of the metadata type `kind`."""
+    records = instance.event_log_storage.get_asset_check_execution_history(
+        dg.AssetCheckKey(key, check), limit=50
+    )
+    figures = []
+    for record in reversed(records):
+        evaluation = record.evaluation
+        if not isinstance(evaluation, dg.AssetCheckEvaluation):
+            continue  # planned in a run that ended before evaluating it
+        value = evaluation.metadata[name]
+        assert isinstance(value, kind), (name, value)
+        assert value.value is not None
+        figures.append(value.value)
+    return figures

@@ -5,9 +5,11 @@ Screenshots land in the test's temp folder."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,9 +19,16 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdf_platform.demo.story import sensor_run_tags
+from cdf_platform.orchestration.checks import REPLAY_WINDOW
 from cdf_platform.orchestration.resources import SparkResource
+from cdf_platform_tests.bronze import set_deleted_file_retention
 from cdf_platform_tests.dagster_dev import dagster_dev
-from cdf_platform_tests.lake_platform import bronze_batch, lake_defs, vacuum_breaking_the_window
+from cdf_platform_tests.lake_platform import (
+    bronze_batch,
+    check_figures,
+    lake_defs,
+    vacuum_breaking_the_window,
+)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # Flags for a root, sandboxed-network machine: no sandbox, no GPU, no background traffic.
@@ -48,12 +57,19 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+# Check evaluations while silver is paused, at least 0.01 h apart (a plotted figure's 2
+# decimals), on a bronze keeping 150 s of history (the demo's compression of a week).
+PAUSED_EVALUATIONS = 3
+EVALUATION_SPACING_S = 37.0
+
+
 @pytest.fixture
 def served_demo(
     spark: SparkSession, spark_resource: SparkResource, tmp_path: Path
-) -> Iterator[tuple[str, str]]:
+) -> Iterator[tuple[str, str, list[float]]]:
     """A small demo run on a persistent instance, with an outage whose lost window the rebuild
-    sensor repairs, then `dagster dev` serving it; yields the URL and the rebuild's run id."""
+    sensor repairs, then `dagster dev` serving it; yields the URL, the rebuild's run id and
+    silver/orders's plotted `headroom_hours`, oldest first."""
     lake = tmp_path / "lake"
     lake.mkdir()
     home = tmp_path / "dagster_home"
@@ -64,11 +80,18 @@ def served_demo(
         bronze_batch(defs, table, instance, 50)
     assert defs.resolve_job_def("incremental_job").execute_in_process(instance=instance).success
     assert defs.resolve_job_def("gold_job").execute_in_process(instance=instance).success
-    # An outage: orders moves on while silver is paused, VACUUM breaks its window, the checks
-    # see it, and the rebuild sensor's request is launched as the daemon launches it.
+    # An outage: orders, keeping 150 s of history, moves on while silver is paused; the checks
+    # plot its headroom running down; VACUUM breaks its window, the checks see it, and the
+    # rebuild sensor's request is launched as the daemon launches it.
+    orders = str(lake / "bronze" / "orders")
+    set_deleted_file_retention(spark, orders, "interval 150 seconds")
     bronze_batch(defs, "orders", instance, 10)
-    vacuum_breaking_the_window(spark, str(lake / "bronze" / "orders"))
     checks_job = defs.resolve_job_def("checks_job")
+    for n in range(PAUSED_EVALUATIONS):
+        if n:
+            time.sleep(EVALUATION_SPACING_S)
+        checks_job.execute_in_process(instance=instance, raise_on_error=False)
+    vacuum_breaking_the_window(spark, orders)
     assert not checks_job.execute_in_process(instance=instance, raise_on_error=False).success
     sensor = defs.resolve_sensor_def("rebuild_sensor")
     with dg.build_sensor_context(instance=instance, definitions=defs) as context:
@@ -86,6 +109,13 @@ def served_demo(
     assert defs.resolve_job_def("gold_job").execute_in_process(instance=instance).success
     for _ in range(2):  # evaluations to plot
         assert checks_job.execute_in_process(instance=instance).success
+    headroom = check_figures(
+        instance,
+        dg.AssetKey(["silver", "orders"]),
+        REPLAY_WINDOW,
+        "headroom_hours",
+        dg.FloatMetadataValue,
+    )
     instance.dispose()
 
     env = {
@@ -94,7 +124,7 @@ def served_demo(
         "CDF_PIPELINES_FILE": str(lake / "pipelines.yaml"),
     }
     with dagster_dev(env, "workspace.demo.yaml") as url:
-        yield url, rebuilt.run_id
+        yield url, rebuilt.run_id, headroom
 
 
 def _dismiss_welcome(page: Any) -> None:
@@ -108,11 +138,21 @@ def _dismiss_welcome(page: Any) -> None:
 
 
 def test_asset_graph_and_replay_window_check_in_a_real_browser(
-    served_demo: tuple[str, str], tmp_path: Path
+    served_demo: tuple[str, str, list[float]], tmp_path: Path
 ) -> None:
     from playwright.sync_api import expect, sync_playwright
 
-    url, rebuild_run_id = served_demo
+    url, rebuild_run_id, headroom = served_demo
+    # The headroom plot tells the outage: caught up, the whole retention ahead (7 days at the
+    # first runs); then, paused on a 150 s retention, strictly less at each evaluation; 0 at the
+    # loss; the whole retention again after the rebuild. Never a negative point.
+    assert all(point >= 0.0 for point in headroom), headroom
+    loss = headroom.index(0.0)
+    paused = headroom[loss - PAUSED_EVALUATIONS : loss]
+    assert headroom[0] == 168.0, headroom
+    assert len(paused) == PAUSED_EVALUATIONS and paused[-1] > 0.0, headroom
+    assert all(b < a for a, b in itertools.pairwise(paused)), headroom
+    assert headroom[-2:] == [168.0, 168.0], headroom
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)

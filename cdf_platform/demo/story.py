@@ -10,6 +10,7 @@ with the row tables; its silver is verified against the fold of the bronze event
 snapshot of rows.
 """
 
+import itertools
 import logging
 import os
 import shutil
@@ -100,6 +101,10 @@ def _metadata(result: dg.ExecuteInProcessResult, key: dg.AssetKey) -> dict[str, 
     return {k: v.value for k, v in events[-1].metadata.items()} if events else {}
 
 
+# Check evaluations while the consumer is paused, and the least time between them: 0.01 h, so
+# that each plots less headroom than the one before at 2 decimals.
+HEADROOM_EVALUATIONS = 3
+HEADROOM_STEP_SECONDS = 37.0
 NOT_PERMITTED = "not permitted"
 REFUSED = "refused"
 
@@ -244,9 +249,9 @@ class DemoStory:
                 self.instance, dg.AssetKey(["silver", spec.id]), REPLAY_WINDOW
             )
             current.figures[f"{spec.id}_window"] = figures.get("state")
-            headroom = float(figures["headroom_hours"])
-            # UNKNOWN (-1) while nothing waits to be replayed: no deadline runs yet.
-            current.figures[f"{spec.id}_headroom_h"] = "-" if headroom < 0 else round(headroom, 3)
+            # As plotted: a caught-up consumer's is the retention horizon, 0 once lost.
+            headroom = figures.get("headroom_hours")
+            current.figures[f"{spec.id}_headroom_h"] = "-" if headroom is None else headroom
             current.figures[f"{spec.id}_watermark"] = figures.get("watermark")
             current.figures[f"{spec.id}_latest"] = figures.get("latest_version")
             if passed is not expect_passed:
@@ -325,6 +330,28 @@ class DemoStory:
         if len(requests) != len(self.specs) or current.figures["second_tick_requests"]:
             raise DemoFailed(f"sensor requested {len(requests)} then {second.run_requests}")
 
+    def headroom_runs_down(self, current: Step) -> None:
+        """checks_job HEADROOM_EVALUATIONS times while the consumer is paused, each at least
+        0.01 h (a plotted figure's 2 decimals) after the one before, so `headroom_hours` plots
+        a shrinking series before the loss, as a week's retention would in days."""
+        left = self.seconds_until_window_passes()
+        spacing = max(HEADROOM_STEP_SECONDS, left / (HEADROOM_EVALUATIONS + 0.5))
+        series: dict[str, list[float]] = {spec.id: [] for spec in self.specs}
+        for n in range(HEADROOM_EVALUATIONS):
+            if n:
+                time.sleep(spacing)
+            self.run_job("checks_job", raise_on_error=False)
+            for spec in self.specs:
+                _passed, figures = _check_figures(
+                    self.instance, dg.AssetKey(["silver", spec.id]), REPLAY_WINDOW
+                )
+                series[spec.id].append(float(figures["headroom_hours"]))
+        for pipeline_id, points in series.items():
+            current.figures[f"{pipeline_id}_headroom_h"] = " > ".join(f"{p:.2f}" for p in points)
+            shrinking = all(b < a for a, b in itertools.pairwise(points))
+            if left >= HEADROOM_STEP_SECONDS * HEADROOM_EVALUATIONS and not shrinking:
+                raise DemoFailed(f"{pipeline_id}: headroom did not shrink: {points}")
+
     def seconds_until_window_passes(self) -> float:
         """How long until every paused consumer's first unapplied change is older than the
         shortened retention (its lag, from the logs), plus a second."""
@@ -351,14 +378,16 @@ class DemoStory:
                 raise DemoFailed(f"{spec.id}: silver differs from bronze@{watermark} by {diff}")
 
     def run(self) -> None:
-        """The whole story."""
+        """The whole story, on bronze tables that keep the demo's compression of a week of
+        history (`retention_seconds`), so the headroom plot moves within minutes; back to 7
+        days at the end, for the UI."""
+        week = f"interval {self.retention_seconds} seconds"
         self.step("seed bronze", self.bronze_batch)
+        self.step("bronze retention: the demo's week", lambda s: self.set_retention(s, week))
         self.step("initial silver load + gold", self.silver_and_gold)
         self.step("bronze batch 2", self.bronze_batch)
         self.step("incremental run", self.silver_and_gold)
         self.step("checks: windows healthy", lambda s: self.checks(s, expect_passed=True))
-        short = f"interval {self.retention_seconds} seconds"
-        self.step("bronze retention shortened (demo)", lambda s: self.set_retention(s, short))
         for n in (3, 4):
             self.step(f"consumer paused; bronze batch {n}", self.bronze_batch)
         self.step(
@@ -370,6 +399,7 @@ class DemoStory:
             "maintenance RETAIN 0: refused",
             lambda s: self.maintenance(s, override=False, expected=REFUSED),
         )
+        self.step("checks while paused: headroom runs down", self.headroom_runs_down)
         wait = self.seconds_until_window_passes()
         _say(f"    waiting {wait:.1f} s: the paused consumer's first change leaves the window")
         time.sleep(wait)
@@ -380,14 +410,14 @@ class DemoStory:
         self.step("checks: replay window LOST", lambda s: self.checks(s, expect_passed=False))
         self.step("rebuild sensor launches rebuild", self.rebuild_by_sensor)
         self.step("verify silver = bronze snapshot", self.verify)
-        self.step(
-            "retention restored by the operator",
-            lambda s: self.set_retention(s, "interval 7 days"),
-        )
         self.step("bronze batch 5", self.bronze_batch)
         self.step("incremental runs resume", self.silver_and_gold)
         self.step("verify silver = bronze again", self.verify)
         self.step("checks: windows healthy again", lambda s: self.checks(s, expect_passed=True))
+        self.step(
+            "bronze retention back to 7 days, for the UI",
+            lambda s: self.set_retention(s, "interval 7 days"),
+        )
 
     def summary(self) -> str:
         """The steps and their figures as a table."""

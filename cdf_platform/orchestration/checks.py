@@ -123,7 +123,7 @@ def consumer_lag_result(
             passed=False,
             severity=dg.AssetCheckSeverity.ERROR,
             description=(
-                f"{target.consumer} is {status.lag_hours:.1f} h behind {target.source} "
+                f"{target.consumer} is {status.lag_hours:.2f} h behind {target.source} "
                 f"(allowed: {target.max_allowed_lag_hours:g} h): {status.version_lag} versions, "
                 f"{status.data_version_lag} with data, after watermark {status.watermark}"
             ),
@@ -134,7 +134,7 @@ def consumer_lag_result(
         CONSUMER_LAG,
         target,
         passed=True,
-        description=f"{status.version_lag} {versions} ({status.lag_hours or 0:.1f} h) behind",
+        description=f"{status.version_lag} {versions} ({status.lag_hours or 0:.2f} h) behind",
         metadata=metadata,
     )
 
@@ -153,9 +153,14 @@ def replay_window_result(
             else {}
         ),
         "watermark": count(status.watermark),
-        # The status's own headroom (UNKNOWN while nothing waits to be replayed), and the
-        # headroom bronze's next commit will start with.
-        "headroom_hours": hours(headroom),
+        # The headroom as plotted (a caught-up consumer's is the retention horizon; left out
+        # when there is none), and the headroom bronze's next commit will start with.
+        # A snapshot source replays no history: no headroom either.
+        **(
+            {"headroom_hours": hours(plotted)}
+            if (plotted := status.plotted_headroom_hours) is not None and not target.snapshots
+            else {}
+        ),
         "retention_horizon_hours": hours(status.retention_horizon_hours),
         # Text, not plotted; the rebuild sensor's run key reads it.
         "latest_version": text(status.latest_version),
@@ -182,7 +187,7 @@ def replay_window_result(
         ),
         WindowState.LOW_HEADROOM: (
             dg.AssetCheckSeverity.WARN,
-            f"{headroom or 0:.1f} h until {target.source} version {(status.watermark or 0) + 1} "
+            f"{headroom or 0:.2f} h until {target.source} version {(status.watermark or 0) + 1} "
             f"leaves the replay window (minimum {target.min_headroom_hours:g} h): run "
             f"{target.consumer}, or raise delta.deletedFileRetentionDuration on {target.source}",
         ),

@@ -12,12 +12,14 @@ evaluations leaves holes in its plot), so a figure that does not exist at an eva
 recorded as `UNKNOWN` (-1), never dropped:
 
 - `watermark` of a pipeline that never ran (silver does not exist yet);
-- every bronze figure (lag, earliest replayable version) while the bronze table does not exist;
-- `headroom_hours` while nothing waits to be replayed (caught up, or never ran: no deadline
-  runs until bronze's next commit). `status --json` says null, the tables `-`; the check plots
-  `retention_horizon_hours` beside it, the headroom the next commit will start with.
+- every bronze figure (lag, earliest replayable version) while the bronze table does not exist.
 
-Versions and lag are never negative otherwise, so -1 cannot be mistaken for a real value. An
+Versions and lag are never negative otherwise, so -1 cannot be mistaken for a real value. Hours
+are never a placeholder: a -1 on an hours axis reads as a negative duration. So `headroom_hours`
+is plotted as what it means to the consumer (`PipelineStatus.plotted_headroom_hours`): while
+nothing waits to be replayed (caught up) the retention horizon, the headroom bronze's next
+commit will start with; 0 once the window is lost; and left out (a hole) where there is none
+(never ran, no bronze table). `status --json` says null while no deadline runs, the tables `-`. An
 absent text value reads "none" (the UI shows a null value as "null").
 """
 
@@ -40,7 +42,8 @@ def count(value: int | None) -> dg.IntMetadataValue:
 
 
 def hours(value: float | None) -> dg.FloatMetadataValue:
-    """A plotted duration in hours (2 decimals), `UNKNOWN` when absent."""
+    """A plotted duration in hours (2 decimals), `UNKNOWN` when absent (lag only: headroom is
+    left out instead, see the module docstring)."""
     return dg.FloatMetadataValue(float(UNKNOWN) if value is None else duration(value))
 
 

@@ -43,8 +43,9 @@ state (`lost_pipelines`, `blocked_pipelines`, `source_missing_pipelines`,
 `spec_changed_pipelines`, `low_headroom_pipelines`), `lag_exceeded_pipelines`, `max_lag_hours`
 and `least_headroom_hours` (measured figures, named apart from the limits `max_allowed_lag_hours`
 and `min_headroom_hours`), each on every materialization so a plot has no holes:
-`least_headroom_hours` is -1 while no pipeline has a deadline running (all caught up), as the
-checks plot it; `pipeline_count` is text (it moves only when pipelines are added).
+`least_headroom_hours` is the least headroom as the checks plot it (a caught-up pipeline's is
+its retention horizon, a lost window's 0), left out only while no pipeline has one (no bronze
+table yet); `pipeline_count` is text (it moves only when pipelines are added).
 
 The work is linear in the pipelines: the control tables are read once for all of them
 (`pipeline_statuses`), and only the rows shown are ordered (a heap of `TABLE_ROWS`).
@@ -224,9 +225,10 @@ def overview_metadata(
     specs: Sequence[PipelineSpec], statuses: Sequence[PipelineStatus]
 ) -> dict[str, dg.MetadataValue]:
     """The overview's metadata: the Markdown, the count (text), and the figures it plots, each
-    numeric on every materialization (a state without pipelines counts 0)."""
+    numeric on every materialization (a state without pipelines counts 0; the least headroom
+    left out while no pipeline has one)."""
     lags = [s.lag_hours for s in statuses if s.lag_hours is not None]
-    headrooms = [s.headroom_hours for s in statuses if s.headroom_hours is not None]
+    headrooms = [h for s in statuses if (h := s.plotted_headroom_hours) is not None]
     states = Counter(status.state for status in statuses)
     return {
         "pipelines": dg.MetadataValue.md(overview_table(specs, statuses)),
@@ -238,7 +240,7 @@ def overview_metadata(
         },
         "lag_exceeded_pipelines": dg.MetadataValue.int(sum(s.lag_exceeded for s in statuses)),
         "max_lag_hours": hours(max(lags, default=0.0)),
-        "least_headroom_hours": hours(min(headrooms) if headrooms else None),
+        **({"least_headroom_hours": hours(min(headrooms))} if headrooms else {}),
     }
 
 

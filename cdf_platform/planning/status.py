@@ -115,6 +115,20 @@ class PipelineStatus:
             problem=problem,
         )
 
+    @property
+    def plotted_headroom_hours(self) -> float | None:
+        """The headroom a plot shows: `headroom_hours` while a deadline runs; 0 once the window
+        is lost; for a caught-up consumer the retention horizon, the headroom bronze's next
+        commit will start with (the whole retention is ahead of it); None otherwise (never ran,
+        bronze missing: a point left out of the plot, never a placeholder)."""
+        if self.headroom_hours is not None:
+            return max(0.0, self.headroom_hours)
+        if self.state is WindowState.LOST:
+            return 0.0
+        if self.version_lag == 0:
+            return self.retention_horizon_hours
+        return None
+
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
         data = asdict(self)

@@ -138,7 +138,9 @@ def test_replay_window_warns_on_low_headroom_and_errors_when_lost(
 ) -> None:
     result = replay_window_result(SPEC, status)
     assert (result.passed, result.severity) == (passed, severity)
-    assert_plotted(result, WINDOW_FIGURES, ("headroom_hours", "retention_horizon_hours"))
+    # No bronze, no headroom: the point is left out, never a placeholder.
+    headroom = ("headroom_hours",) if status is not MISSING else ()
+    assert_plotted(result, WINDOW_FIGURES, (*headroom, "retention_horizon_hours"))
     assert result.metadata["state"].value == status.state.value
 
 
@@ -161,15 +163,17 @@ def test_replay_window_figures_of_a_lost_window() -> None:
     assert (healthy["replayable"].value, healthy["problem_code"].value) == (True, "none")
 
 
-def test_a_caught_up_pipeline_plots_no_headroom_and_its_retention_horizon() -> None:
-    """No deadline runs while nothing waits to be replayed: the headroom is UNKNOWN (never a 0
-    that reads as a closed window), and the horizon the next commit starts with is plotted
-    beside it."""
+def test_a_caught_up_pipeline_plots_its_retention_horizon_as_headroom() -> None:
+    """No deadline runs while nothing waits to be replayed: the headroom plotted is the horizon
+    bronze's next commit will start with (never a placeholder that reads as negative hours, nor
+    a 0 that reads as a closed window); without bronze there is none, and no point is
+    plotted."""
     figures = replay_window_result(SPEC, CAUGHT_UP).metadata
     assert (figures["headroom_hours"].value, figures["retention_horizon_hours"].value) == (
-        UNKNOWN,
+        168.0,
         168.0,
     )
     assert replay_window_result(SPEC, CAUGHT_UP).passed
     missing = replay_window_result(SPEC, MISSING).metadata
+    assert "headroom_hours" not in missing
     assert missing["retention_horizon_hours"].value == UNKNOWN

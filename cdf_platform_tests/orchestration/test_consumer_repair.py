@@ -267,7 +267,7 @@ def test_a_consumer_with_two_inputs_is_judged_by_its_worst_input_and_plots_each(
     assert (
         window.metadata["silver/a headroom_hours"].value,
         window.metadata["silver/b headroom_hours"].value,
-    ) == (100.0, -1.5)
+    ) == (100.0, 0.0)
 
 
 def test_only_assets_written_by_the_watermark_io_manager_are_consumers() -> None:

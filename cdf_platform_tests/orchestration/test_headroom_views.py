@@ -14,7 +14,6 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.sql import sql_path
 from cdf_platform.orchestration.checks import REPLAY_WINDOW
-from cdf_platform.orchestration.figures import UNKNOWN
 from cdf_platform.orchestration.jobs import rebuild_run_config
 from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
@@ -50,6 +49,10 @@ def headrooms(
     ]
     from_check = evaluation.metadata["headroom_hours"].value
     assert isinstance(from_check, float)
+    if from_status is None:
+        # Caught up: the check plots the headroom bronze's next commit will start with.
+        assert from_check == evaluation.metadata["retention_horizon_hours"].value
+        from_check = None
 
     (overview,) = checks.asset_materializations_for_node(OVERVIEW.to_python_identifier())
     table = str(overview.metadata["pipelines"].value)
@@ -58,7 +61,7 @@ def headrooms(
 
     return (
         None if from_status is None else round(from_status, 2),
-        None if from_check == UNKNOWN else from_check,
+        from_check,
         from_overview,
     )
 

@@ -26,7 +26,6 @@ from pyspark.sql import SparkSession
 from cdf_platform.core.spec_file import find_spec
 from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
 from cdf_platform.orchestration.checks import CONSUMER_LAG, REPLAY_WINDOW
-from cdf_platform.orchestration.figures import UNKNOWN
 from cdf_platform.orchestration.jobs import rebuild_run_config
 from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
@@ -36,6 +35,7 @@ from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.lake_platform import (
     ORDERS,
     bronze_batch,
+    check_figures,
     expected_totals,
     failure_incident,
     lake_defs,
@@ -65,29 +65,6 @@ def latest_evaluation(result: dg.ExecuteInProcessResult, pipeline_id: str, check
 def figures(evaluation: Any, *names: str) -> tuple[Any, ...]:
     """Metadata values of an evaluation."""
     return tuple(evaluation.metadata[name].value for name in names)
-
-
-def stored(
-    instance: dg.DagsterInstance,
-    check: str,
-    name: str,
-    kind: type[dg.IntMetadataValue] | type[dg.FloatMetadataValue] | type[dg.BoolMetadataValue],
-) -> list[float]:
-    """Figure `name` of every stored evaluation of `check` on silver/orders, oldest first,
-    read back from the instance; each must be of the metadata type `kind`."""
-    records = instance.event_log_storage.get_asset_check_execution_history(
-        dg.AssetCheckKey(silver_key("orders"), check), limit=50
-    )
-    figures = []
-    for record in reversed(records):
-        evaluation = record.evaluation
-        if not isinstance(evaluation, dg.AssetCheckEvaluation):
-            continue  # planned in a run that ended before evaluating it
-        value = evaluation.metadata[name]
-        assert isinstance(value, kind), (name, value)
-        assert value.value is not None
-        figures.append(value.value)
-    return figures
 
 
 def tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | None) -> Any:
@@ -300,20 +277,35 @@ def test_lost_window_is_reported_rebuilt_once_and_passes_again(
         # first: incremental run, healthy checks, outage checks, (blocked gold run,) rebuild run,
         # healed checks.
         int_figure, float_figure = dg.IntMetadataValue, dg.FloatMetadataValue
-        assert stored(instance, CONSUMER_LAG, "version_lag", int_figure) == [0, 0, latest - 1, 0, 0]
+        assert check_figures(
+            instance, silver_key("orders"), CONSUMER_LAG, "version_lag", int_figure
+        ) == [0, 0, latest - 1, 0, 0]
         # Two data commits behind; the ALTER TABLE and VACUUM commits are versions, not data.
-        assert stored(instance, CONSUMER_LAG, "data_version_lag", int_figure) == [0, 0, 2, 0, 0]
-        assert stored(instance, CONSUMER_LAG, "watermark", int_figure) == [1, 1, 1, latest, latest]
+        assert check_figures(
+            instance, silver_key("orders"), CONSUMER_LAG, "data_version_lag", int_figure
+        ) == [0, 0, 2, 0, 0]
+        assert check_figures(
+            instance, silver_key("orders"), CONSUMER_LAG, "watermark", int_figure
+        ) == [1, 1, 1, latest, latest]
         # Hours to 2 decimals: this outage lasts seconds, so its lag reads 0.0 h or so.
-        lag_hours = stored(instance, CONSUMER_LAG, "lag_hours", float_figure)
+        lag_hours = check_figures(
+            instance, silver_key("orders"), CONSUMER_LAG, "lag_hours", float_figure
+        )
         outage = lag_hours.pop(2)
         assert lag_hours == [0.0, 0.0, 0.0, 0.0]
         assert 0.0 <= outage == round(outage, 2)
-        headroom = stored(instance, REPLAY_WINDOW, "headroom_hours", float_figure)
-        # Caught up: no deadline runs, UNKNOWN (never a 0 that reads as a closed window); lost:
-        # 0. The horizon the next commit starts with is plotted beside it (7 days).
-        assert headroom == [UNKNOWN, UNKNOWN, 0.0, 0.0, UNKNOWN, UNKNOWN]
-        horizon = stored(instance, REPLAY_WINDOW, "retention_horizon_hours", float_figure)
+        headroom = check_figures(
+            instance, silver_key("orders"), REPLAY_WINDOW, "headroom_hours", float_figure
+        )
+        # Caught up: no deadline runs, so the headroom the next commit starts with, the horizon
+        # (7 days; never a placeholder, never a 0 that reads as a closed window); lost: 0.
+        full = DEFAULT_RETENTION_HOURS
+        assert headroom == [full, full, 0.0, 0.0, full, full]
+        horizon = check_figures(
+            instance, silver_key("orders"), REPLAY_WINDOW, "retention_horizon_hours", float_figure
+        )
         assert horizon == [DEFAULT_RETENTION_HOURS] * 6
-        replayable = stored(instance, REPLAY_WINDOW, "replayable", dg.BoolMetadataValue)
+        replayable = check_figures(
+            instance, silver_key("orders"), REPLAY_WINDOW, "replayable", dg.BoolMetadataValue
+        )
         assert replayable == [True, True, False, False, True, True]
