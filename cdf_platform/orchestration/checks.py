@@ -139,6 +139,10 @@ def consumer_lag_result(
     )
 
 
+# The states whose replay_window evaluation headroom decides.
+_JUDGED_BY_HEADROOM = (WindowState.OK, WindowState.LOW_HEADROOM, WindowState.NOT_STARTED)
+
+
 def replay_window_result(
     target: PipelineSpec | CheckTarget, status: PipelineStatus
 ) -> dg.AssetCheckResult:
@@ -164,7 +168,13 @@ def replay_window_result(
         "retention_horizon_hours": hours(status.retention_horizon_hours),
         # Text, not plotted; the rebuild sensor's run key reads it.
         "latest_version": text(status.latest_version),
-        "limit": limit("warns below", target.min_headroom_hours, "min_headroom_hours"),
+        # The headroom limit, where headroom is what the evaluation judges (not beside a lost
+        # window or a missing table, which fail for another reason).
+        **(
+            {"limit": limit("warns below", target.min_headroom_hours, "min_headroom_hours")}
+            if status.state in _JUDGED_BY_HEADROOM
+            else {}
+        ),
         "replayable": dg.MetadataValue.bool(status.replayable),
         "state": text(status.state.value),
         "problem_code": text(status.problem_code),

@@ -124,8 +124,32 @@ class PipelineAssessment:
 
 
 def window_problem(spec: PipelineSpec, window: ReplayWindow, start: int) -> CdfPlatformError | None:
-    """The classified reason a CDF read of [start, L] cannot give every change, or None."""
-    return replay_problem(spec.id, spec.source, window, start, table_role="bronze")
+    """The classified reason a CDF read of [start, L] cannot give every change, or None; a lost
+    window names the repair its `fallback_mode` gives it."""
+    problem = replay_problem(spec.id, spec.source, window, start, table_role="bronze")
+    if isinstance(problem, ReplayWindowLost):
+        problem.resolved_by(lost_window_action(spec))
+    return problem
+
+
+def lost_window_action(spec: PipelineSpec) -> str:
+    """What repairs `spec`'s lost window: the sensors' one rebuild (SNAPSHOT_REBUILD), or a
+    person's (FAIL_FAST); then a retention that covers the pause."""
+    after = (
+        "then raise delta.deletedFileRetentionDuration on the source above the consumer's "
+        "longest pause"
+    )
+    if spec.fallback_mode is FallbackMode.FAIL_FAST:
+        return (
+            "FAIL_FAST: read the incident, then rebuild silver from a pinned bronze snapshot by "
+            f"hand (`cdf-platform rebuild {spec.id}`, or rebuild_job with `override_fail_fast: "
+            f"true` where the deployment permits it); {after}"
+        )
+    return (
+        "SNAPSHOT_REBUILD: the platform repairs it with one rebuild of silver from a pinned "
+        "bronze snapshot (the sensors request it within a tick; `cdf-platform run` falls back "
+        f"to it; `cdf-platform rebuild {spec.id}` does it by hand); {after}"
+    )
 
 
 def replay_problem(
@@ -136,16 +160,18 @@ def replay_problem(
     found = window.break_for_consumer(start - 1)
     if found is None:
         return None
-    what = (
-        f"{table_role} versions {start}..{window.latest_version} cannot be replayed: {found.detail}"
-    )
+    latest = window.latest_version
+    what = f"{table_role} versions {start}..{latest} cannot be replayed: {found.detail}"
     kind: type[CdfPlatformError] = ReplayWindowLost
     if found.kind is WindowBreakKind.SCHEMA_CHANGE:
         kind = IncompatibleSchemaChange
     elif found.kind is WindowBreakKind.CDF_DISABLED:
         kind = CdfNotEnabled
-    else:
-        what += f" (earliest replayable version is {window.earliest_replayable_version})"
+    elif (earliest := window.earliest_replayable_version) > start:
+        # Where the window starts now, and which of the versions needed have left it.
+        last_gone = min(earliest - 1, latest)
+        gone = f"version {start}" if last_gone <= start else f"versions {start}..{last_gone}"
+        what += f"; the replay window now starts at version {earliest}: {gone} left it"
     return kind(what, pipeline_id=consumer, table=table, version=found.version)
 
 

@@ -153,7 +153,6 @@ def test_replay_window_figures_of_a_lost_window() -> None:
         "headroom_hours": 0.0,
         "retention_horizon_hours": 168.0,
         "latest_version": "43",
-        "limit": "warns below 48 h (min_headroom_hours)",
         "replayable": False,
         "state": "LOST",
         "problem_code": "WATERMARK_OUTSIDE_RETENTION",

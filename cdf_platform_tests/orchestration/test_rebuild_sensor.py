@@ -146,8 +146,22 @@ def test_lost_window_is_reported_rebuilt_once_and_passes_again(
             )
             # bronze's latest version is text (not plotted); the run key reads its digits.
             assert figures(lost, "watermark", "latest_version") == (1, str(latest))
-            assert lost.metadata["earliest_replayable_version"].value > 2
+            earliest = lost.metadata["earliest_replayable_version"].value
+            assert isinstance(earliest, int) and earliest > 2
             assert lost.metadata["headroom_hours"].value <= 0.0
+            # One story per state: where the window starts now, what left it, the repair this
+            # pipeline's fallback gives (and no headroom limit: headroom is not the reason).
+            description = str(lost.description)
+            assert f"the replay window now starts at version {earliest}: versions 2.." in (
+                description
+            )
+            repair = (
+                "FAIL_FAST: read the incident"
+                if pipeline_id == "orders_strict"
+                else ("SNAPSHOT_REBUILD: the platform repairs it")
+            )
+            assert repair in description
+            assert "limit" not in lost.metadata
 
         # The blocking check keeps gold from reading silver while the window is lost.
         blocked = materialize(
