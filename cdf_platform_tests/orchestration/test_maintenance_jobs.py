@@ -111,6 +111,14 @@ def test_raises_retention_then_vacuums_and_the_consumer_still_replays(
     figures = _metadata(instance)
     assert figures["action"] == "RAISE_RETENTION_AND_VACUUM"
     assert figures["new_deleted_file_retention_hours"] == 7
+    # Recorded in the maintenance log as destroying nothing.
+    (row,) = control.control().read_maintenance_log()
+    assert (row["action"], row["outcome"], row["destructive"]) == (
+        "RAISE_RETENTION_AND_VACUUM",
+        "vacuumed",
+        False,
+    )
+    assert (row["destroyed"], row["permitted_by"], row["windows_cut"]) == (None, None, "[]")
     spec = control.spec("people")
     assert _retention(spark, spec.source) == "interval 7 hours"
     after = run_pipeline(spec, spark_factory=lambda: spark, control=control.control())
@@ -184,21 +192,6 @@ def test_a_permitted_destructive_vacuum_runs_and_is_recorded_with_who_asked(
     )
     assert row["files_deleted"] == figures["files_deleted"] > 0
     assert json.loads(row["tags"])["dagster/user"] == "operator@example.com"
-
-
-def test_an_ordinary_vacuum_is_recorded_as_destroying_nothing(
-    spark: SparkSession, spark_resource: SparkResource, lake: Path
-) -> None:
-    control = _lagging_platform(spark, lake)
-    result, _instance = _run(spark_resource, lake, control, buffer_hours=6)
-    assert result.success
-    (row,) = control.control().read_maintenance_log()
-    assert (row["action"], row["outcome"], row["destructive"]) == (
-        "RAISE_RETENTION_AND_VACUUM",
-        "vacuumed",
-        False,
-    )
-    assert (row["destroyed"], row["permitted_by"], row["windows_cut"]) == (None, None, "[]")
 
 
 def test_the_permission_is_the_environments_and_a_typo_in_it_is_an_error(

@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -75,13 +75,16 @@ class Service:
     log: Path
     process: subprocess.Popen[bytes] | None = None
 
-    def start(self, env: Mapping[str, str]) -> None:
+    def start(self, env: Mapping[str, str | None]) -> None:
+        """Start it with this process's environment updated by `env` (a None value: the
+        variable is removed)."""
         self.log.parent.mkdir(parents=True, exist_ok=True)
+        merged = {**os.environ, **env}
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 self.command,
                 cwd=PROJECT_ROOT,
-                env={**os.environ, **env},
+                env={name: value for name, value in merged.items() if value is not None},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -116,6 +119,18 @@ class Service:
 
 T = TypeVar("T")
 
+LAUNCH = """
+mutation Launch($params: ExecutionParams!) {
+  launchPipelineExecution(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on UnauthorizedError { message }
+    ... on PythonError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}
+"""
+
 
 def wait_for(what: str, probe: Callable[[], T], timeout: float, every: float = 1.0) -> T:
     """`probe()`'s first truthy value, polled every `every` seconds for `timeout` seconds.
@@ -147,6 +162,12 @@ class QueueWatch:
     doubles: list[list[tuple[str, str, str]]] = field(default_factory=list)
 
 
+def _webserver(name: str, workspace: str, port: int, logs: Path, *flags: str) -> Service:
+    """A `dagster-webserver` of the deployment on loopback `port` (its log in `logs`)."""
+    command = [str(BIN / "dagster-webserver"), "-w", workspace, "-h", "127.0.0.1", "-p"]
+    return Service(name, [*command, str(port), *flags], logs / f"{name.replace(' ', '_')}.log")
+
+
 class Deployment:
     """The deployment's processes and folders under `root`.
 
@@ -164,6 +185,8 @@ class Deployment:
         *,
         warm: bool = True,
         engine_memory: str = "3g",
+        code: Sequence[str] = ("-m", "cdf_platform.definitions"),
+        env: Mapping[str, str | None] | None = None,
     ) -> None:
         self.root, self.postgres, self.pipelines = root, postgres, pipelines
         self.lake, self.home, logs = root / "lake", root / "dagster_home", root / "logs"
@@ -191,6 +214,7 @@ class Deployment:
             **({REMOTE_ENV: f"sc://127.0.0.1:{self.engine_port}"} if warm else {}),
             # Empty: every run is launched through the code server (the launcher's fallback).
             RUN_WORKER_ENV: f"127.0.0.1:{self.worker_port}" if warm else "",
+            **(env or {}),
         }
         workspace = str(DEPLOY / "workspace.yaml")
         self.engine = Service(
@@ -207,8 +231,7 @@ class Deployment:
                 str(BIN / "dagster"),
                 "code-server",
                 "start",
-                "-m",
-                "cdf_platform.definitions",
+                *code,
                 "--host",
                 "127.0.0.1",
                 "--port",
@@ -221,33 +244,10 @@ class Deployment:
         self.daemon = Service(
             "daemon", [str(BIN / "dagster-daemon"), "run", "-w", workspace], logs / "daemon.log"
         )
-        self.webserver = Service(
-            "webserver",
-            [
-                str(BIN / "dagster-webserver"),
-                "-w",
-                workspace,
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(self.webserver_port),
-            ],
-            logs / "webserver.log",
-        )
+        self.webserver = _webserver("webserver", workspace, self.webserver_port, logs)
         # The UI for people who watch the dashboards (docs/production.md, Security).
-        self.read_only_webserver = Service(
-            "read-only webserver",
-            [
-                str(BIN / "dagster-webserver"),
-                "-w",
-                workspace,
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(self.read_only_port),
-                "--read-only",
-            ],
-            logs / "read_only_webserver.log",
+        self.read_only_webserver = _webserver(
+            "read-only webserver", workspace, self.read_only_port, logs, "--read-only"
         )
         self._instance: dg.DagsterInstance | None = None
 
@@ -274,7 +274,11 @@ class Deployment:
         """This process's environment set as the deployment's (the instance reads its
         PostgreSQL settings from it), restored on exit."""
         saved = dict(os.environ)
-        os.environ.update(self.env)
+        for name, value in self.env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         try:
             yield
         finally:
@@ -320,6 +324,29 @@ class Deployment:
             answer = json.load(response)
         assert isinstance(answer, dict), answer
         return answer
+
+    def launch(
+        self,
+        job: str,
+        run_config: Mapping[str, Any],
+        *,
+        assets: Sequence[Sequence[str]] = (),
+        port: int | None = None,
+    ) -> dict[str, Any]:
+        """`launchPipelineExecution` of `job` (with `run_config`, on the asset keys `assets`)
+        through a webserver's GraphQL API (the operator's unless `port`): its answer."""
+        selector: dict[str, Any] = {
+            "repositoryLocationName": "cdf_platform",
+            "repositoryName": "__repository__",
+            "jobName": job,
+        }
+        if assets:
+            selector["assetSelection"] = [{"path": list(key)} for key in assets]
+        variables = {"params": {"selector": selector, "runConfigData": dict(run_config)}}
+        answer = self.graphql(LAUNCH, variables, port=port)
+        launched = answer["data"]["launchPipelineExecution"]
+        assert isinstance(launched, dict), answer
+        return launched
 
     def start_engine(self) -> None:
         """Start the engine; wait until a Spark Connect client runs a query on it."""

@@ -167,28 +167,9 @@ def engine_failures(instance: dg.DagsterInstance) -> list[str]:
     return found
 
 
-LAUNCH = """
-mutation Launch($params: ExecutionParams!) {
-  launchPipelineExecution(executionParams: $params) {
-    __typename
-    ... on LaunchRunSuccess { run { runId } }
-    ... on UnauthorizedError { message }
-    ... on PythonError { message }
-  }
-}
-"""
 # What anyone who reaches a UI could ask for: VACUUM RETAIN 0 HOURS cutting p1's window.
 DESTRUCTIVE_VACUUM = {
-    "params": {
-        "selector": {
-            "repositoryLocationName": "cdf_platform",
-            "repositoryName": "__repository__",
-            "jobName": "maintenance_p1_job",
-        },
-        "runConfigData": {
-            "ops": {"vacuum_p1": {"config": {"retain_zero": True, "allow_window_loss": True}}}
-        },
-    }
+    "ops": {"vacuum_p1": {"config": {"retain_zero": True, "allow_window_loss": True}}}
 }
 CHECK_FIGURES = """
 {
@@ -214,9 +195,9 @@ def watch_and_try_to_destroy(deployment: Deployment, instance: dg.DagsterInstanc
         for entry in (execution["evaluation"] or {}).get("metadataEntries", [])
     }
     assert ("lag_hours", "FloatMetadataEntry") in plotted, plotted
-    at_door = deployment.graphql(LAUNCH, DESTRUCTIVE_VACUUM, port=port)
-    assert at_door["data"]["launchPipelineExecution"]["__typename"] == "UnauthorizedError", at_door
-    launched = deployment.graphql(LAUNCH, DESTRUCTIVE_VACUUM)["data"]["launchPipelineExecution"]
+    at_door = deployment.launch("maintenance_p1_job", DESTRUCTIVE_VACUUM, port=port)
+    assert at_door["__typename"] == "UnauthorizedError", at_door
+    launched = deployment.launch("maintenance_p1_job", DESTRUCTIVE_VACUUM)
     assert launched["__typename"] == "LaunchRunSuccess", launched
     run_id: str = launched["run"]["runId"]
     wait_for("the destructive VACUUM run ended", lambda: _finished(instance, run_id), 120)
