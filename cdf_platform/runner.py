@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import CdfPlatformError, SourceReset, SpecChanged
 from cdf_platform.core.faults import FaultPoint, fault_point
-from cdf_platform.core.spec import FallbackMode, HistoryMode, PipelineSpec
+from cdf_platform.core.spec import ChangeSource, FallbackMode, HistoryMode, PipelineSpec
 from cdf_platform.core.spec_fingerprint import EXACT_FIELDS, fingerprint_of, shaping_fields
 from cdf_platform.planning.assessment import REBUILDABLE
 from cdf_platform.planning.plan import RunMode, RunPlan, plan_pipeline
@@ -583,10 +583,13 @@ def _rebuild(
     )
     message = str(problem) if problem is not None else None
     # A snapshot source's history only ever holds its snapshots: that is what it is, not a loss.
+    # An event log's rebuild folds every event bronze holds, each dated by its own sequence: its
+    # history between the watermark and V is whole.
     if (
         spec.history is HistoryMode.SCD2
         and plan.silver.watermark is not None
         and mode is not RunMode.SNAPSHOT
+        and spec.changes is not ChangeSource.EVENTS
     ):
         message = "; ".join(filter(None, (message, rebuild_note(plan.silver.watermark, version))))
     if isinstance(problem, SpecChanged):

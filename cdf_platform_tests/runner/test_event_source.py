@@ -116,6 +116,9 @@ def test_a_debezium_log_folds_into_silver_run_by_run(
     # Key 6's only event was removed by retention: the fold keeps its row and says so.
     assert "1 silver key(s) have no event left in bronze" in (repaired.incident_message or "")
     assert "(id=6)" in (repaired.incident_message or "")
+    # Every event bronze holds is folded, each dated by its sequence: an SCD2 history is whole,
+    # and no note says changes are missing from it.
+    assert "not in the history" not in (repaired.incident_message or "")
 
     # After the repair, incremental runs go on.
     log.append(Event("u", 6, 500, "fay", 66), Event("u", 5, 390, "eve", 0))  # 8
