@@ -14,17 +14,22 @@ import datetime
 import itertools
 import threading
 import time
+import urllib.request
+import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import psutil
 import pytest
+import yaml
 from pyspark.sql import SparkSession
 
+from cdf_platform.demo.local_s3 import LocalS3Server
 from cdf_platform.orchestration.incremental_sensor import PENDING_STATUSES
-from cdf_platform.orchestration.jobs import CHECKS_JOB
+from cdf_platform.orchestration.jobs import CHECKS_JOB, rebuild_run_config
 from cdf_platform.orchestration.keys import QUEUE_TAG, RUN_KEY_TAG, SILVER_QUEUE
 from cdf_platform.orchestration.run_launcher import RUN_WORKER_TAG
 from cdf_platform.state.control import ControlTable
@@ -37,6 +42,20 @@ from cdf_platform_tests.system.deployment import (
     wait_for,
 )
 from cdf_platform_tests.system.postgres import PostgresServer
+from cdf_platform_tests.system.secret_search import (
+    BUCKET_A,
+    BUCKET_B,
+    DEFINITIONS,
+    NO_AMBIENT_CREDENTIALS,
+    database_hits,
+    file_hits,
+    lake_hits,
+    orders_table,
+    runs_of_instance,
+    s3_options,
+    table_version,
+    write_bronze,
+)
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(1500)]
 
@@ -212,6 +231,16 @@ def _finished(instance: dg.DagsterInstance, run_id: str) -> dg.DagsterRun | None
 @pytest.fixture(scope="module")
 def postgres() -> Any:
     with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[LocalS3Server]:
+    """The secrets test's S3 server, with its two buckets."""
+    with LocalS3Server(bucket=BUCKET_A) as server:
+        request = urllib.request.Request(f"{server.endpoint}/{BUCKET_B}", method="PUT")
+        with urllib.request.urlopen(request, timeout=10):
+            pass
         yield server
 
 
@@ -441,3 +470,133 @@ def _runs_of(instance: dg.DagsterInstance, pipeline_id: str, after: float) -> li
 def _created(records: list[Any], run_id: str) -> float:
     (record,) = [r for r in records if r.dagster_run.run_id == run_id]
     return float(record.create_timestamp.timestamp())
+
+
+def test_no_secret_reaches_a_log_a_table_or_the_lake(
+    s3: LocalS3Server, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """See `cdf_platform_tests.system.secret_search`: a deployment of its own (and its own
+    PostgreSQL: every table of it is searched), in this file so that it never runs beside the
+    deployment above (each test file runs in one test process)."""
+    root: Path = tmp_path_factory.mktemp("secrets")
+    secrets = {
+        "the pipelines file's {env:} secret": f"envsecret-{uuid.uuid4().hex}",
+        "the lake resource's dg.EnvVar secret": f"envvarsecret-{uuid.uuid4().hex}",
+    }
+    secret_a, secret_b = secrets.values()
+    key_a, key_b = f"keya{uuid.uuid4().hex[:12]}", f"keyb{uuid.uuid4().hex[:12]}"
+    options_a = s3_options(s3, key_a, secret_a)
+    options_b = s3_options(s3, key_b, secret_b)
+
+    # Bronze: p1 in bucket a, p2 in bucket b, and `dupes` (bucket a) with a key twice in one
+    # commit: its run fails (DATA_QUALITY).
+    write_bronze(f"s3://{BUCKET_A}/bronze/p1", orders_table(list(range(1, 21)), 10), options_a)
+    write_bronze(f"s3://{BUCKET_B}/bronze/p2", orders_table(list(range(1, 21)), 20), options_b)
+    write_bronze(f"s3://{BUCKET_A}/bronze/dupes", orders_table([1, 1, 2], 30), options_a)
+    pipelines = {
+        "storage": {
+            f"s3://{BUCKET_A}": {
+                "endpoint": s3.endpoint,
+                "region": "us-east-1",
+                "allow_http": True,
+                "access_key_id": {"env": "CDF_TEST_KEY_A"},
+                "secret_access_key": {"env": "CDF_TEST_SECRET_A"},
+            }
+        },
+        "pipelines": [
+            {
+                "id": pipeline_id,
+                "source": f"s3://{bucket}/bronze/{pipeline_id}",
+                "target": f"s3://{bucket}/silver/{pipeline_id}",
+                "keys": ["order_id"],
+            }
+            for pipeline_id, bucket in (("p1", BUCKET_A), ("p2", BUCKET_B), ("dupes", BUCKET_A))
+        ],
+    }
+    silvers = {
+        f"s3://{BUCKET_A}/silver/p1": options_a,
+        f"s3://{BUCKET_B}/silver/p2": options_b,
+    }
+    definitions = root / "secret_location.py"
+    definitions.write_text(DEFINITIONS, encoding="utf-8")
+    postgres = PostgresServer().start()
+    deployment = Deployment(
+        root,
+        postgres,
+        [],
+        warm=False,
+        code=["-f", str(definitions)],
+        env={
+            **NO_AMBIENT_CREDENTIALS,
+            "CDF_LAKE_ROOT": f"s3://{BUCKET_A}/lake",
+            "CDF_TEST_S3_ENDPOINT": s3.endpoint,
+            "CDF_TEST_KEY_A": key_a,
+            "CDF_TEST_SECRET_A": secret_a,
+            "CDF_TEST_KEY_B": key_b,
+            "CDF_TEST_SECRET_B": secret_b,
+            "CDF_SPARK_LOG": str(root / "logs" / "spark.log"),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+        },
+    )
+    deployment.pipelines_file.write_text(yaml.safe_dump(pipelines), encoding="utf-8")
+
+    with deployment.environment():
+        instance = deployment.instance()
+        try:
+            deployment.start()
+
+            def loaded() -> bool:
+                failed = [
+                    r for r in runs_of_instance(instance) if r.status is dg.DagsterRunStatus.FAILURE
+                ]
+                return bool(failed) and all(
+                    table_version(uri, options) >= 1 for uri, options in silvers.items()
+                )
+
+            wait_for("p1 and p2 loaded, and a run of dupes failed", loaded, 400, 2)
+            launched = deployment.launch(
+                "rebuild_job",
+                rebuild_run_config("p1").to_config_dict(),
+                assets=[("silver", "p1")],
+            )
+            assert launched["__typename"] == "LaunchRunSuccess", launched
+            rebuild = str(launched["run"]["runId"])
+
+            def rebuilt() -> dg.DagsterRun | None:
+                run = instance.get_run_by_id(rebuild)
+                return run if run is not None and run.is_finished else None
+
+            finished = wait_for("the rebuild of p1", rebuilt, 300, 2)
+            assert finished.status is dg.DagsterRunStatus.SUCCESS
+            time.sleep(5)  # the sensors' next ticks, with their logs
+        finally:
+            deployment.stop()
+        assert not deployment.processes()
+
+        incidents = [
+            str(failure.user_failure_data.metadata["incident_code"].value)
+            for run in runs_of_instance(instance)
+            if run.status is dg.DagsterRunStatus.FAILURE
+            for event in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+            if event.dagster_event is not None
+            and (failure := event.dagster_event.step_failure_data).user_failure_data is not None
+        ]
+        assert "DATA_QUALITY" in incidents, incidents
+        instance.dispose()
+
+    # Silver was written with those credentials (bucket b's came from the dg.EnvVar only),
+    # p1 twice more by its rebuild.
+    assert table_version(f"s3://{BUCKET_A}/silver/p1", options_a) >= 2
+
+    # Searched: the database, the lake, and every file of the deployment's folder: the
+    # instance's compute logs (each step's stdout and stderr, Spark's console among them), the
+    # processes' logs, the pipelines file and the code location (which name the variables).
+    compute_logs = [p for p in (root / "dagster_home").rglob("*") if p.is_file()]
+    assert any("spark" in p.read_text(errors="replace").lower() for p in compute_logs)
+    try:
+        found = database_hits(postgres, secrets)
+    finally:
+        postgres.stop()
+        postgres.cleanup()
+    found += [*lake_hits(s3, options_a, secrets), *file_hits(root, secrets)]
+    assert not found, found
