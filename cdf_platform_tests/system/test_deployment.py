@@ -5,7 +5,10 @@ table to its bronze, the queue never holds two runs of one pipeline, no change i
 applied twice, a killed run's pipeline catches up without a person, the engine killed under
 runs in flight (twice) costs retries only, a pipelines-file edit is taken by a reload of the
 code location, and a destroyed replay window is repaired by one run a sensor requests within a
-tick or two."""
+tick or two. A read-only webserver serves the checks' figures and refuses launches, and a
+destructive run config launched from the operator's UI is refused by the deployment. A second
+deployment, on S3 with credentials from `{env:}` and `dg.EnvVar`, writes no secret anywhere
+(`cdf_platform_tests.system.secret_search`)."""
 
 from __future__ import annotations
 
