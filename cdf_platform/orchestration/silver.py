@@ -165,10 +165,11 @@ def silver_asset(spec: PipelineSpec, *, allow_destructive: bool = False) -> dg.A
     ) -> PipelineWrite:
         config = SilverRunConfig(**context.op_execution_context.op_config)
         op_context = context.op_execution_context
+        control = lake.control()
         refuse_unless_permitted(
             allow_destructive,
             ["override_fail_fast"] if config.override_fail_fast else [],
-            control=lake.control(),
+            control=control,
             context=op_context,
             table=spec.target,
             action="rebuild_overriding_fail_fast",
@@ -204,7 +205,7 @@ def silver_asset(spec: PipelineSpec, *, allow_destructive: bool = False) -> dg.A
             reason = f"rebuild of FAIL_FAST pipeline {spec.id} with override_fail_fast"
             context.log.warning("%s (%s)", reason, describe_plan(plan))
             record(
-                lake.control(),
+                control,
                 op_context,
                 table_location=spec.target,
                 action="rebuild_overriding_fail_fast",
