@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 CLI = str(Path(sys.executable).parent / "cdf-platform")
 
@@ -24,3 +26,20 @@ def run_cli(
         env={**os.environ, **(env or {})},
         cwd=cwd,
     )
+
+
+def python_json(code: str, *args: str, env: dict[str, str], timeout: float = 300) -> dict[str, Any]:
+    """Run `code` (with `args` as its argv) in a fresh interpreter with exactly `env`; the JSON
+    object its last line of output prints. Fails the test, with its stderr, on a non-zero exit."""
+    completed = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    parsed = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert isinstance(parsed, dict), parsed
+    return parsed

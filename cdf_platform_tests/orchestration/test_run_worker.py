@@ -4,14 +4,13 @@ thread's held lock would be held for good in every run)."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from cdf_platform_tests.cli_process import python_json
 
 DEPLOY_INSTANCE = Path(__file__).resolve().parents[2] / "deploy" / "dagster.yaml"
 
@@ -43,18 +42,7 @@ def _preload_in_fresh_interpreter(home: Path) -> dict[str, object]:
     }
     for name in ("JE_ARROW_MALLOC_CONF", "_RJEM_MALLOC_CONF", "OPENBLAS_NUM_THREADS"):
         env.pop(name, None)
-    done = subprocess.run(
-        [sys.executable, "-c", _PRELOAD],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert isinstance(result, dict)
-    return result
+    return python_json(_PRELOAD, env=env, timeout=120)
 
 
 def test_preload_imports_the_deployments_storage_and_stays_single_threaded(

@@ -4,10 +4,7 @@ options are set anywhere else, and never for a rebuild, a first load or a large 
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +22,7 @@ from cdf_platform.spark.session import (
     submit_opts,
 )
 from cdf_platform_tests.bronze import control_for, make_bronze, spec_for, sql
+from cdf_platform_tests.cli_process import python_json
 
 LEAN = SHORT_RUN_JAVA_OPTIONS.split()
 
@@ -60,17 +58,7 @@ print(json.dumps({
 
 def _run_process(lake: Path, lean: str) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_SUBMIT_OPTS", "SPARK_CONF_DIR")}
-    completed = subprocess.run(
-        [sys.executable, "-c", RUN_PROCESS, str(lake), lean],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    parsed: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
-    return parsed
+    return python_json(RUN_PROCESS, str(lake), lean, env=env)
 
 
 def test_a_run_process_starts_its_jvm_lean_for_a_small_incremental_run_only(
