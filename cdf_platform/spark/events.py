@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from cdf_platform.core.errors import DataQualityError
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident, sql_path, sql_string
+from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.spark.changes import (
     CHANGE_TYPE,
     COMMIT_TIMESTAMP,
@@ -225,9 +226,9 @@ class Tombstones:
         )
 
     def _exists(self, spark: SparkSession, path: str | None = None) -> bool:
-        from delta.tables import DeltaTable
-
-        return bool(DeltaTable.isDeltaTable(spark, path or self.path))
+        # From the log, without Spark: Delta's `DeltaTable.isDeltaTable` needs Delta's Connect
+        # plugin on a Spark Connect server, which the warm engine does not load.
+        return is_delta_table(path or self.path)
 
     def _record_truncation(self, spark: SparkSession, truncation: Truncation) -> None:
         """Keep `truncation`'s sequence value (its literal is typed as the sequence column)."""
