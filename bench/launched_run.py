@@ -42,7 +42,7 @@ from dagster._grpc.client import DagsterGrpcClient
 from dagster._serdes import serialize_value
 
 from bench.probes import ProcessWatch
-from cdf_platform.demo.local_s3 import free_port, stop_process
+from cdf_platform.demo.services import free_port, stop_process
 from cdf_platform.orchestration.run_launcher import RUN_WORKER_TAG
 
 LOCATION = "cdf_platform"

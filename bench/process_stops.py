@@ -37,7 +37,7 @@ from bench.report import (
     run_info,
     scratch_folder,
 )
-from cdf_platform.demo.local_s3 import group_alive
+from cdf_platform.demo.services import group_alive
 from cdf_platform.orchestration.keys import QUEUE_TAG, SILVER_QUEUE
 from cdf_platform_tests.system.deployment import (
     BronzeWriter,

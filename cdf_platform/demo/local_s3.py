@@ -23,12 +23,9 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +39,7 @@ from types import TracebackType
 from typing import Any
 
 from cdf_platform.core.errors import RuntimeEnvironmentError
+from cdf_platform.demo.services import answers_http, free_port, stop_process
 
 START_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 10.0
@@ -50,61 +48,6 @@ DUMMY_KEY_ID = "cdf-platform-local"
 DUMMY_SECRET = "cdf-platform-local-secret"
 # The access-log line `create_app` writes per request: `"GET /bucket/key HTTP/1.1" 200`.
 _REQUEST_LINE = re.compile(r'"(?:GET|PUT|HEAD|POST|DELETE) /')
-
-
-def stop_process(process: subprocess.Popen[Any], timeout: float, *, group: bool = False) -> None:
-    """Stop `process` by its PID (its whole process group with `group`, which `process` leads):
-    SIGTERM, then SIGKILL if it has not exited within `timeout` seconds. With `group`, return
-    only once no process of the group is left (a worker may outlive its parent by moments). A
-    process that has exited is left alone."""
-    if process.poll() is not None and not (group and group_alive(process.pid)):
-        return
-    send = os.killpg if group else os.kill
-    deadline = time.monotonic() + timeout
-    _signal(send, process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _signal(send, process.pid, signal.SIGKILL)
-        process.wait()
-    while group and group_alive(process.pid):
-        if time.monotonic() > deadline + timeout:
-            return  # what is left is a zombie waiting for its new parent to reap it
-        if time.monotonic() > deadline:
-            _signal(send, process.pid, signal.SIGKILL)
-        time.sleep(0.02)
-
-
-def _signal(send: Callable[[int, int], None], pid: int, number: int) -> None:
-    with contextlib.suppress(ProcessLookupError):  # already gone
-        send(pid, number)
-
-
-def group_alive(group: int) -> bool:
-    """Whether a process of process group `group` still exists."""
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def answers_http(endpoint: str) -> bool:
-    """Whether an HTTP server answers at `endpoint` (any status: an error page is an answer)."""
-    try:
-        with urllib.request.urlopen(f"{endpoint}/", timeout=1):
-            return True
-    except urllib.error.HTTPError:
-        return True
-    except OSError:
-        return False
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _require(module: str) -> None:

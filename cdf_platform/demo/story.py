@@ -3,17 +3,21 @@
 Seed bronze, run silver and gold incrementally, pause the consumer while bronze moves on, let
 maintenance destroy the replay window (the platform refuses first; an operator then forces it),
 watch the `replay_window` check fail, let the rebuild sensor launch the rebuild, verify silver
-against the pinned bronze snapshot, resume incremental runs and verify silver again. Every step
-is a real Dagster run on a real instance (SQLite under `<workdir>/dagster_home`), so the UI shows
-the same story. The event log (`bronze/accounts_cdc`, `changes: events`) goes through every step
-with the row tables; its silver is verified against the fold of the bronze events instead of a
-snapshot of rows.
+against the pinned bronze snapshot, resume incremental runs and verify silver again. The story
+runs on the demo's deployment (`cdf_platform.demo.deployment`: the warm engine, the run worker,
+the code server and the daemon, on Dagster's SQLite instance under `<workdir>/dagster_home`):
+each job is launched through the code location as the UI's Launchpad launches it, and the
+sensors are started and stopped as a user does on their pages, so the UI shows every run, tick
+and check evaluation of the story where it shows a deployment's. The event log
+(`bronze/accounts_cdc`, `changes: events`) goes through every step with the row tables; its
+silver is verified against the fold of the bronze events instead of a snapshot of rows.
 """
 
 import itertools
 import logging
 import os
 import shutil
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -22,29 +26,30 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from dagster._core.scheduler.instigation import InstigatorTick
 
+from cdf_platform.core.config import ALLOW_DESTRUCTIVE_ENV
 from cdf_platform.core.errors import DestructiveActionNotPermitted, VacuumRefused
 from cdf_platform.core.spec import ChangeSource
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.demo.bronze_assets import DEMO_TABLES
+from cdf_platform.demo.deployment import (
+    RUN_TIMEOUT_SECONDS,
+    DemoDeployment,
+    DeploymentFailed,
+    RunResult,
+    wait_for,
+)
 from cdf_platform.demo.events import folded_rows
 from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
 from cdf_platform.orchestration.checks import REPLAY_WINDOW
-from cdf_platform.orchestration.keys import RUN_KEY_TAG, SENSOR_NAME_TAG
+from cdf_platform.orchestration.incremental_sensor import INCREMENTAL_SENSOR
+from cdf_platform.orchestration.rebuild_sensor import REBUILD_SENSOR
 from cdf_platform.planning.status import pipeline_status
 
 logger = logging.getLogger(__name__)
 
 DEMO_DIR = ".demo"
-DEMO_INSTANCE_YAML = """\
-# The demo's instance (`cdf-platform demo` writes it; the demo folder is wiped on each run).
-concurrency:
-  pools:
-    granularity: run
-    default_limit: 1
-telemetry:
-  enabled: false
-"""
 
 
 @dataclass
@@ -54,16 +59,6 @@ class Step:
     name: str
     seconds: float = 0.0
     figures: dict[str, Any] = field(default_factory=dict)
-
-
-def sensor_run_tags(sensor_name: str, request: dg.RunRequest) -> dict[str, str]:
-    """The tags of a run launched as the daemon launches a sensor's request: the request's own,
-    the sensor's name and the run key, so the run's page in the UI names the sensor."""
-    return {
-        **(request.tags or {}),
-        SENSOR_NAME_TAG: sensor_name,
-        RUN_KEY_TAG: str(request.run_key),
-    }
 
 
 class DemoFailed(RuntimeError):
@@ -96,11 +91,6 @@ def _rows(
     return Counter(zip(*values, strict=True))
 
 
-def _metadata(result: dg.ExecuteInProcessResult, key: dg.AssetKey) -> dict[str, Any]:
-    events = result.asset_materializations_for_node(key.to_python_identifier())
-    return {k: v.value for k, v in events[-1].metadata.items()} if events else {}
-
-
 # Check evaluations while the consumer is paused, and the least time between them: 0.01 h, so
 # that each plots less headroom than the one before at 2 decimals.
 HEADROOM_EVALUATIONS = 3
@@ -109,21 +99,24 @@ NOT_PERMITTED = "not permitted"
 REFUSED = "refused"
 
 
-def _refusal(result: dg.ExecuteInProcessResult) -> str:
+def _refusal(result: RunResult) -> str:
     """How a failed maintenance run was refused: `not permitted` (the deployment refuses the
     destructive run config), `refused` (the VACUUM guard), or the failure's own message."""
-    for event in result.all_events:
-        failure = event.step_failure_data if event.is_step_failure else None
-        if failure is None or failure.user_failure_data is None:
-            continue
-        code = failure.user_failure_data.metadata.get("incident_code")
-        value = getattr(code, "value", code)
-        if value == DestructiveActionNotPermitted.incident_code:
+    for code, message in result.failures():
+        if code == DestructiveActionNotPermitted.incident_code:
             return NOT_PERMITTED
-        if value == VacuumRefused.incident_code:
+        if code == VacuumRefused.incident_code:
             return REFUSED
-        return f"failed: {failure.error.message if failure.error else value}"
+        return f"failed: {message or code}"
     return "failed"
+
+
+def _latest_metadata(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[str, Any]:
+    """The metadata values of `key`'s latest materialization ({} if none)."""
+    event = instance.get_latest_materialization_event(key)
+    if event is None or event.asset_materialization is None:
+        return {}
+    return {k: v.value for k, v in event.asset_materialization.metadata.items()}
 
 
 def _check_figures(
@@ -137,7 +130,7 @@ def _check_figures(
 
 
 class DemoStory:
-    """The demo's state: work folder, Definitions, instance, and the steps run so far."""
+    """The demo's state: work folder, deployment, instance, and the steps run so far."""
 
     def __init__(
         self,
@@ -153,41 +146,30 @@ class DemoStory:
         self.steps: list[Step] = []
         # A clean start: the demo owns this folder (never the user's DAGSTER_HOME or lake).
         shutil.rmtree(self.workdir, ignore_errors=True)
-        self.home = self.workdir / "dagster_home"
-        self.home.mkdir(parents=True)
-        # The demo's own throwaway instance: one run per pipeline at a time (docs/production.md,
-        # Configuration), and no first-use telemetry banner in the story's output.
-        (self.home / "dagster.yaml").write_text(DEMO_INSTANCE_YAML, encoding="utf-8")
-        self.spark_log = self.workdir / "spark.log"
+        self.workdir.mkdir(parents=True)
         if lake_root is None:
             (self.workdir / "lake").mkdir()
         self.lake = lake_root or str(self.workdir / "lake")
+        self.deployment = DemoDeployment(self.workdir)
+        self.home = self.deployment.home
         os.environ["DAGSTER_HOME"] = str(self.home)
         os.environ["CDF_LAKE_ROOT"] = self.lake
-        from cdf_platform.demo.definitions import build_demo_defs
-        from cdf_platform.orchestration.resources import LakeLayout, SparkResource
+        from cdf_platform.orchestration.resources import LakeLayout
 
         self.layout = LakeLayout.from_environment().bound()
         self.layout.use_storage()
         self.control = self.layout.control()
-        self.spark_resource = SparkResource.from_environment(
-            shuffle_partitions=1,
-            storage_locations=self.layout.storage_locations(),
-            # Laptop-sized: Delta replays its log with 50 tasks and VACUUM lists files with
-            # 10,000 by default, which is most of the time spent on tables this small.
-            spark_config={
-                "spark.databricks.delta.snapshotPartitions": "2",
-                "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
-                "spark.default.parallelism": "4",
-                "spark.sql.adaptive.enabled": "false",
-            },
-            # Ivy's resolution report and the JVM's warnings go to a file, not the story.
-            jvm_log=str(self.spark_log),
-        )
-        # As a deployment's: destructive run configs refused until the operator's step.
-        self.defs = build_demo_defs(self.layout, self.spark_resource, allow_destructive=False)
-        self.instance = dg.DagsterInstance.get()
         self.specs = self.layout.specs()
+        self._instance: dg.DagsterInstance | None = None
+        self.sensor_started: dict[str, float] = {}
+        self.rebuild_tick = 0.0
+        self.rebuild_runs: list[str] = []
+
+    @property
+    def instance(self) -> dg.DagsterInstance:
+        if self._instance is None:
+            raise DemoFailed("the demo's deployment is not started")
+        return self._instance
 
     def step(self, name: str, action: Callable[[Step], None]) -> None:
         """Run one step, timing it and keeping its figures."""
@@ -200,34 +182,49 @@ class DemoStory:
         shown = ", ".join(f"{k}={v}" for k, v in current.figures.items())
         _say(f"    done in {current.seconds:.1f} s: {shown}")
 
-    def run_job(self, name: str, **kwargs: Any) -> dg.ExecuteInProcessResult:
-        """Execute the definitions' job `name` on the demo instance.
-
-        Run logs stay in the instance (the UI shows them); the console shows the story.
-        """
-        job = self.defs.resolve_job_def(name)
-        run_config = kwargs.pop("run_config", None) or {}
-        if isinstance(run_config, dg.RunConfig):
-            run_config = run_config.to_config_dict()
-        run_config = {**run_config, "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
-        return job.execute_in_process(instance=self.instance, run_config=run_config, **kwargs)
+    def start_deployment(self, current: Step) -> None:
+        """The engine, run worker, code server and daemon, each waited for."""
+        self._instance = self.deployment.start()
+        for service in (
+            self.deployment.engine,
+            self.deployment.run_worker,
+            self.deployment.code_server,
+            self.deployment.daemon,
+        ):
+            current.figures[service.name.replace(" ", "_")] = f"pid {service.pid}"
 
     def bronze_batch(self, current: Step) -> None:
-        """One deterministic batch into every demo bronze table."""
+        """One deterministic batch into every demo bronze table (demo_bronze_job)."""
         config = {"config": {"batch_size": self.batch_size}}
-        result = self.run_job(
+        result = self.deployment.run(
             "demo_bronze_job",
-            run_config={"ops": {f"bronze__{table}": config for table in DEMO_TABLES}},
+            {"ops": {f"bronze__{table}": config for table in DEMO_TABLES}},
         )
+        if not result.success:
+            raise DemoFailed(f"demo_bronze_job failed: run {result.run_id}")
         for table in DEMO_TABLES:
-            figures = _metadata(result, dg.AssetKey(["bronze", table]))
+            figures = result.metadata(dg.AssetKey(["bronze", table]))
             current.figures[f"bronze_{table}_version"] = figures.get("version")
 
-    def silver_and_gold(self, current: Step) -> None:
-        """incremental_job (silver + checks), then gold from silver's change feed (its mode)."""
-        result = self.run_job("incremental_job")
+    def silver_by_sensor(self, current: Step) -> None:
+        """incremental_sensor (started if it is not) brings every silver to its bronze's
+        latest version; then gold_job reads silver's change feed (its mode)."""
+        since = time.time()
+        if INCREMENTAL_SENSOR not in self.sensor_started:
+            self.sensor_started[INCREMENTAL_SENSOR] = self.deployment.start_sensor(
+                INCREMENTAL_SENSOR
+            )
+
+        def caught_up() -> bool:
+            failed = self.deployment.failed_runs(since)
+            if failed:
+                raise DemoFailed(f"runs failed: {', '.join(failed)}")
+            return all(pipeline_status(spec, self.control).version_lag == 0 for spec in self.specs)
+
+        wait_for("every silver caught up by incremental_sensor", caught_up, RUN_TIMEOUT_SECONDS)
+        self.deployment.wait_idle()
         for spec in self.specs:
-            figures = _metadata(result, dg.AssetKey(["silver", spec.id]))
+            figures = _latest_metadata(self.instance, dg.AssetKey(["silver", spec.id]))
             current.figures[f"{spec.id}_mode"] = figures.get("mode")
             current.figures[f"{spec.id}_rows"] = "+{}/~{}/-{}".format(
                 figures.get("rows_inserted"),
@@ -235,15 +232,24 @@ class DemoStory:
                 figures.get("rows_deleted"),
             )
             current.figures[f"{spec.id}_watermark"] = figures.get("watermark_after")
-        gold = self.run_job("gold_job")
+        gold = self.deployment.run("gold_job")
         current.figures["gold_ok"] = gold.success
         # full on the first run, then incremental: silver's rebuild is a MERGE, so its change
         # feed (gold's input) stays readable across the outage.
-        current.figures["gold_mode"] = _metadata(gold, CUSTOMER_ORDER_TOTALS_KEY).get("mode")
+        current.figures["gold_mode"] = gold.metadata(CUSTOMER_ORDER_TOTALS_KEY).get("mode")
+        if not gold.success:
+            raise DemoFailed(f"gold_job failed: run {gold.run_id}")
+
+    def pause_consumer(self, current: Step) -> None:
+        """Stop incremental_sensor, as a user does on its page: silver stops following."""
+        self.deployment.stop_sensor(INCREMENTAL_SENSOR)
+        self.sensor_started.pop(INCREMENTAL_SENSOR, None)
+        self.deployment.wait_idle()
+        current.figures[INCREMENTAL_SENSOR] = "stopped"
 
     def checks(self, current: Step, *, expect_passed: bool) -> None:
         """checks_job; record each pipeline's replay_window figures."""
-        self.run_job("checks_job", raise_on_error=False)
+        self.deployment.run("checks_job")
         for spec in self.specs:
             passed, figures = _check_figures(
                 self.instance, dg.AssetKey(["silver", spec.id]), REPLAY_WINDOW
@@ -269,66 +275,56 @@ class DemoStory:
         current.figures["deletedFileRetentionDuration"] = value
 
     def maintenance(self, current: Step, *, override: bool, expected: str) -> None:
-        """VACUUM RETAIN 0 HOURS on every bronze table (`allow_window_loss` if `override`);
-        its outcome must be `expected`: `not permitted` (the deployment refuses destructive run
-        configs), `refused` (a consumer is behind) or `done`."""
+        """VACUUM RETAIN 0 HOURS on every bronze table (`allow_window_loss` if `override`),
+        launched as from the UI's Launchpad; its outcome must be `expected`: `not permitted`
+        (the deployment refuses destructive run configs), `refused` (a consumer is behind) or
+        `done`."""
         for spec in self.specs:
             name = f"maintenance_{spec.bronze_name}_job"
             config = {"retain_zero": True, "allow_window_loss": override, "listing_parallelism": 4}
-            result = self.run_job(
-                name,
-                run_config={"ops": {f"vacuum_{spec.bronze_name}": {"config": config}}},
-                raise_on_error=False,
+            result = self.deployment.run(
+                name, {"ops": {f"vacuum_{spec.bronze_name}": {"config": config}}}
             )
             outcome = "done" if result.success else _refusal(result)
             if outcome != expected:
-                raise DemoFailed(f"{name}: {outcome}, expected {expected}")
+                raise DemoFailed(f"{name}: {outcome}, expected {expected} (run {result.run_id})")
             current.figures[f"{spec.bronze_name}_vacuum"] = outcome
 
     def permit_destructive(self, current: Step) -> None:
-        """The operator's step: this deployment now permits destructive run configs, as
-        `CDF_ALLOW_DESTRUCTIVE=1` in the code server's environment and a reload would."""
-        from cdf_platform.demo.definitions import build_demo_defs
-
+        """The operator's step: `CDF_ALLOW_DESTRUCTIVE=1` in the environment of the code
+        server and the run worker, both restarted, as a deployment changes a setting."""
         _say(
-            "    the operator permits destructive actions (as CDF_ALLOW_DESTRUCTIVE=1 in the "
-            "code server's environment would); the demo's definitions are built again"
+            "    the operator sets CDF_ALLOW_DESTRUCTIVE=1 for the code server and the run "
+            "worker and restarts them"
         )
-        self.defs = build_demo_defs(self.layout, self.spark_resource, allow_destructive=True)
+        self.deployment.restart_code({ALLOW_DESTRUCTIVE_ENV: "1"})
         current.figures["allow_destructive"] = True
 
     def rebuild_by_sensor(self, current: Step) -> None:
-        """Tick the rebuild sensor, launch what it requests, tick again (nothing new)."""
-        sensor = self.defs.resolve_sensor_def("rebuild_sensor")
+        """Start rebuild_sensor: the daemon's tick requests one rebuild per lost window; wait
+        for that tick and its runs."""
+        started = self.deployment.start_sensor(REBUILD_SENSOR)
+        self.sensor_started[REBUILD_SENSOR] = started
 
-        def tick(cursor: str | None) -> dg.SensorResult:
-            with dg.build_sensor_context(
-                instance=self.instance,
-                cursor=cursor,
-                definitions=self.defs,
-            ) as context:
-                result = sensor(context)
-                assert isinstance(result, dg.SensorResult)
-                return result
+        def requested() -> InstigatorTick | None:
+            for tick in self.deployment.ticks(REBUILD_SENSOR, started - 1):
+                if tick.run_ids:
+                    return tick
+            return None
 
-        first = tick(None)
-        requests = list(first.run_requests or [])
-        current.figures["first_tick_requests"] = len(requests)
-        for request in requests:
-            result = self.run_job(
-                "rebuild_job",
-                run_config=request.run_config,
-                asset_selection=list(request.asset_selection or []),
-                tags=sensor_run_tags(sensor.name, request),
-            )
-            for key in request.asset_selection or []:
-                figures = _metadata(result, key)
-                current.figures[f"{key.path[-1]}_rebuilt_at"] = figures.get("watermark_after")
-                current.figures[f"{key.path[-1]}_incident"] = figures.get("incident_code")
-        second = tick(first.cursor)
-        current.figures["second_tick_requests"] = len(second.run_requests or [])
-        if len(requests) != len(self.specs) or current.figures["second_tick_requests"]:
-            raise DemoFailed(f"sensor requested {len(requests)} then {second.run_requests}")
+        tick = wait_for("rebuild_sensor's requests", requested, RUN_TIMEOUT_SECONDS)
+        current.figures["tick_requests"] = len(tick.run_ids)
+        results = [self.deployment.wait(run_id) for run_id in tick.run_ids]
+        failed = [result.run_id for result in results if not result.success]
+        if len(tick.run_ids) != len(self.specs) or failed:
+            raise DemoFailed(f"rebuild_sensor requested {len(tick.run_ids)} runs; failed {failed}")
+        self.rebuild_tick = tick.timestamp
+        self.rebuild_runs = list(tick.run_ids)
+        for spec in self.specs:
+            key = dg.AssetKey(["silver", spec.id])
+            figures = next((r.metadata(key) for r in results if r.metadata(key)), {})
+            current.figures[f"{spec.id}_rebuilt_at"] = figures.get("watermark_after")
+            current.figures[f"{spec.id}_incident"] = figures.get("incident_code")
 
     def headroom_runs_down(self, current: Step) -> None:
         """checks_job HEADROOM_EVALUATIONS times while the consumer is paused, each at least
@@ -340,7 +336,7 @@ class DemoStory:
         for n in range(HEADROOM_EVALUATIONS):
             if n:
                 time.sleep(spacing)
-            self.run_job("checks_job", raise_on_error=False)
+            self.deployment.run("checks_job")
             for spec in self.specs:
                 _passed, figures = _check_figures(
                     self.instance, dg.AssetKey(["silver", spec.id]), REPLAY_WINDOW
@@ -377,19 +373,46 @@ class DemoStory:
             if diff:
                 raise DemoFailed(f"{spec.id}: silver differs from bronze@{watermark} by {diff}")
 
+    def repaired_once(self, current: Step) -> None:
+        """rebuild_sensor's ticks after its repair requested nothing: the loss was repaired
+        once. The story leaves incremental_sensor and rebuild_sensor running; the sensors and
+        the schedule it never touched start as the definitions say (`make dev`: running,
+        maintenance schedules stopped)."""
+        ticks = [
+            tick
+            for tick in self.deployment.ticks(REBUILD_SENSOR, self.rebuild_tick - 1)
+            if tick.timestamp > self.rebuild_tick
+        ]
+        again = [tick for tick in ticks if tick.run_ids]
+        if again:
+            raise DemoFailed(f"rebuild_sensor requested again: {[t.run_ids for t in again]}")
+        current.figures["later_ticks"] = len(ticks)
+        current.figures["later_requests"] = 0
+
+    def tell(self) -> None:
+        """`run()`, then stop the deployment however the story ends."""
+        try:
+            self.run()
+        finally:
+            self.deployment.stop()
+
     def run(self) -> None:
         """The whole story, on bronze tables that keep the demo's compression of a week of
-        history (`retention_seconds`), so the headroom plot moves within minutes; back to 7
-        days at the end, for the UI."""
+        history (`retention_seconds`), so the headroom plot moves within minutes. The tables
+        keep it after the story: the UI's plots stay on the demo's scale (a caught-up
+        consumer's headroom is that whole retention), and `make dev`'s incremental sensor
+        applies a new bronze commit well within it."""
         week = f"interval {self.retention_seconds} seconds"
+        self.step("deployment: engine, run worker, code server, daemon", self.start_deployment)
         self.step("seed bronze", self.bronze_batch)
         self.step("bronze retention: the demo's week", lambda s: self.set_retention(s, week))
-        self.step("initial silver load + gold", self.silver_and_gold)
+        self.step("initial silver load (incremental_sensor) + gold", self.silver_by_sensor)
         self.step("bronze batch 2", self.bronze_batch)
-        self.step("incremental run", self.silver_and_gold)
+        self.step("incremental run (incremental_sensor) + gold", self.silver_by_sensor)
         self.step("checks: windows healthy", lambda s: self.checks(s, expect_passed=True))
+        self.step("consumer paused: incremental_sensor stopped", self.pause_consumer)
         for n in (3, 4):
-            self.step(f"consumer paused; bronze batch {n}", self.bronze_batch)
+            self.step(f"bronze batch {n}", self.bronze_batch)
         self.step(
             "maintenance forced from the UI: not permitted",
             lambda s: self.maintenance(s, override=True, expected=NOT_PERMITTED),
@@ -408,16 +431,13 @@ class DemoStory:
             lambda s: self.maintenance(s, override=True, expected="done"),
         )
         self.step("checks: replay window LOST", lambda s: self.checks(s, expect_passed=False))
-        self.step("rebuild sensor launches rebuild", self.rebuild_by_sensor)
+        self.step("rebuild_sensor started: it launches the rebuilds", self.rebuild_by_sensor)
         self.step("verify silver = bronze snapshot", self.verify)
         self.step("bronze batch 5", self.bronze_batch)
-        self.step("incremental runs resume", self.silver_and_gold)
+        self.step("incremental_sensor started again + gold", self.silver_by_sensor)
         self.step("verify silver = bronze again", self.verify)
         self.step("checks: windows healthy again", lambda s: self.checks(s, expect_passed=True))
-        self.step(
-            "bronze retention back to 7 days, for the UI",
-            lambda s: self.set_retention(s, "interval 7 days"),
-        )
+        self.step("rebuild_sensor: each loss repaired once", self.repaired_once)
 
     def summary(self) -> str:
         """The steps and their figures as a table."""
@@ -453,18 +473,25 @@ def _tell(workdir: Path, batch_size: int, retention_seconds: int, lake_root: str
     story = DemoStory(
         workdir, batch_size=batch_size, retention_seconds=retention_seconds, lake_root=lake_root
     )
+    # A SIGTERM ends the story as Ctrl-C does: the deployment's processes are stopped.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        story.run()
-    except DemoFailed as err:
-        logger.error("demo failed: %s\n%s", err, story.summary())
+        story.tell()
+    except (DemoFailed, DeploymentFailed) as err:
+        logger.error(
+            "demo failed: %s\n%s\n(the deployment's logs: %s)",
+            err,
+            story.summary(),
+            story.workdir / "logs",
+        )
         return 1
     print(story.summary())  # noqa: T201 (the demo's report is its output)
     if lake_root is not None:
         print(f"\nDemo finished in {time.monotonic() - started:.0f} s on {lake_root}.")  # noqa: T201
         return 0
     print(  # noqa: T201
-        f"\nDemo finished in {time.monotonic() - started:.0f} s. Browse the same runs, checks "
-        "and plots in the Dagster UI:\n\n"
+        f"\nDemo finished in {time.monotonic() - started:.0f} s. Browse the same runs, sensor "
+        "ticks, checks and plots in the Dagster UI:\n\n"
         f"  DAGSTER_HOME={story.home} CDF_LAKE_ROOT={story.lake} "
         ".venv/bin/dagster dev -w workspace.demo.yaml\n\n"
         "(or `make dev`), then open http://127.0.0.1:3000"

@@ -10,7 +10,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from cdf_platform.demo.local_s3 import answers_http, free_port, stop_process
+from cdf_platform.demo.services import answers_http, free_port, stop_process
 
 START_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 10.0

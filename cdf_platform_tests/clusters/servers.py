@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from pyspark.find_spark_home import _find_spark_home
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.config import MASTER_ENV, REMOTE_ENV, RUN_WORKER_ENV
-from cdf_platform.demo.local_s3 import free_port, stop_process
+from cdf_platform.demo.services import free_port, port_open, stop_process
 from cdf_platform.orchestration import run_worker
 from cdf_platform.spark.object_stores import ObjectStoreConf
 from cdf_platform.spark.session import CONNECT_SERVER_CLASS, delta_conf
@@ -37,12 +36,6 @@ START_TIMEOUT_SECONDS = 240.0
 def spark_home() -> Path:
     """The Spark installation pyspark ships (its `bin/` and `jars/`)."""
     return Path(_find_spark_home())
-
-
-def port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 class _Servers:

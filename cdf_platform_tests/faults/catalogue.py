@@ -38,7 +38,7 @@ from cdf_platform.core.errors import (
 )
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_file import find_spec, load_specs, load_storage
-from cdf_platform.demo.local_s3 import free_port
+from cdf_platform.demo.services import free_port
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.runner import run_pipeline
 from cdf_platform.spark.session import SparkSettings, build_spark_session

@@ -27,7 +27,8 @@ from cdf_platform.core.spec_file import load_storage
 from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.definitions import build_defs
 from cdf_platform.deltalog.delta_tables import create_delta_table, write_delta_table
-from cdf_platform.demo.local_s3 import LocalS3Server, free_port
+from cdf_platform.demo.local_s3 import LocalS3Server
+from cdf_platform.demo.services import free_port
 from cdf_platform.orchestration.checks import REPLAY_WINDOW
 from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource

@@ -14,8 +14,6 @@ import json
 import os
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -33,13 +31,13 @@ import yaml
 from dagster._grpc.client import DagsterGrpcClient
 
 from cdf_platform.core.config import REMOTE_ENV, RUN_WORKER_ENV
-from cdf_platform.demo.local_s3 import free_port, stop_process
+from cdf_platform.demo.services import Service, free_port, port_open
 from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.keys import silver_pipeline_ids
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.orchestration.run_worker import answers
 from cdf_platform.planning.status import PipelineStatus, pipeline_status
-from cdf_platform_tests.clusters.servers import connect_answers, port_open
+from cdf_platform_tests.clusters.servers import connect_answers
 from cdf_platform_tests.system.postgres import PostgresServer
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -64,57 +62,6 @@ def orders_pipeline(pipeline_id: str, **fields: Any) -> dict[str, Any]:
         "delete_mode": "hard",
         **fields,
     }
-
-
-@dataclass
-class Service:
-    """One long-running process of the deployment (its own process group)."""
-
-    name: str
-    command: list[str]
-    log: Path
-    process: subprocess.Popen[bytes] | None = None
-
-    def start(self, env: Mapping[str, str | None]) -> None:
-        """Start it with this process's environment updated by `env` (a None value: the
-        variable is removed)."""
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        merged = {**os.environ, **env}
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.command,
-                cwd=PROJECT_ROOT,
-                env={name: value for name, value in merged.items() if value is not None},
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None, f"{self.name} is not started"
-        return self.process.pid
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def kill(self) -> None:
-        """SIGKILL of its process group: a crash, nothing cleaned up."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, signal.SIGKILL)
-        assert self.process is not None
-        self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        """Stop its process group by PID (SIGTERM, then SIGKILL: `dagster api grpc` may ignore
-        SIGTERM)."""
-        if self.process is not None:
-            stop_process(self.process, 20, group=True)
-
-    def tail(self, lines: int = 40) -> str:
-        if not self.log.exists():
-            return ""
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
 T = TypeVar("T")
@@ -165,7 +112,12 @@ class QueueWatch:
 def _webserver(name: str, workspace: str, port: int, logs: Path, *flags: str) -> Service:
     """A `dagster-webserver` of the deployment on loopback `port` (its log in `logs`)."""
     command = [str(BIN / "dagster-webserver"), "-w", workspace, "-h", "127.0.0.1", "-p"]
-    return Service(name, [*command, str(port), *flags], logs / f"{name.replace(' ', '_')}.log")
+    return Service(
+        name,
+        [*command, str(port), *flags],
+        logs / f"{name.replace(' ', '_')}.log",
+        cwd=PROJECT_ROOT,
+    )
 
 
 class Deployment:
@@ -221,9 +173,13 @@ class Deployment:
             "engine",
             [str(BIN / "cdf-platform"), "engine", "--driver-memory", engine_memory],
             logs / "engine.log",
+            cwd=PROJECT_ROOT,
         )
         self.run_worker = Service(
-            "run worker", [str(BIN / "cdf-platform"), "run-worker"], logs / "run_worker.log"
+            "run worker",
+            [str(BIN / "cdf-platform"), "run-worker"],
+            logs / "run_worker.log",
+            cwd=PROJECT_ROOT,
         )
         self.code_server = Service(
             "code server",
@@ -240,9 +196,13 @@ class Deployment:
                 "cdf_platform",
             ],
             logs / "code_server.log",
+            cwd=PROJECT_ROOT,
         )
         self.daemon = Service(
-            "daemon", [str(BIN / "dagster-daemon"), "run", "-w", workspace], logs / "daemon.log"
+            "daemon",
+            [str(BIN / "dagster-daemon"), "run", "-w", workspace],
+            logs / "daemon.log",
+            cwd=PROJECT_ROOT,
         )
         self.webserver = _webserver("webserver", workspace, self.webserver_port, logs)
         # The UI for people who watch the dashboards (docs/production.md, Security).
@@ -408,13 +368,7 @@ class Deployment:
             return False
 
     def _wait(self, service: Service, ready: Any) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not ready():
-            if not service.alive():
-                raise RuntimeError(f"the {service.name} exited:\n{service.tail()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the {service.name} did not start:\n{service.tail()}")
-            time.sleep(0.5)
+        service.wait_until(ready, START_TIMEOUT_S)
 
     def stop(self) -> None:
         """Stop every process by PID: the daemon first (no new run), then the webservers, the

