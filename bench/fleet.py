@@ -6,9 +6,10 @@ Two parts, written to `bench/results/fleet.{json,md}`:
   silver loaded by the deployment of the system tests (`deploy/dagster.yaml` on PostgreSQL,
   the warm engine, the code server, the daemon with the run queue, the webserver; `--cold`: no
   engine, each run starts a local Spark driver), then a backlog of `--changed-keys` changed
-  keys (60% updates, 30% inserts, 10% deletes) committed to every bronze table at once, which
-  the deployment catches up on its own: measured from the first run the sensors create after
-  the backlog to every silver at its bronze's latest version: wall time, runs, Spark JVMs
+  keys (60% updates, 30% inserts, 10% deletes) committed to every bronze table while the
+  incremental sensor is stopped, which the deployment catches up on its own once the sensor is
+  started again: measured from the first run the sensors create after the backlog to every
+  silver at its bronze's latest version: wall time, runs, Spark JVMs
   started (every `java` process running SparkSubmit in the deployment, the engine's included,
   sampled every 0.2 s), the most alive at once and their peak resident memory, and every
   silver checked equal to its bronze. Then every bronze table
@@ -58,7 +59,7 @@ from bench.report import (
 from cdf_platform.core.config import DEFAULT_PIPELINES_PER_RUN
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.demo.source import write_demo_batch
-from cdf_platform.orchestration.incremental_sensor import PENDING_STATUSES
+from cdf_platform.orchestration.incremental_sensor import INCREMENTAL_SENSOR, PENDING_STATUSES
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform_tests.system.deployment import PROJECT_ROOT, Deployment, orders_pipeline
 from cdf_platform_tests.system.postgres import PostgresServer
@@ -212,12 +213,16 @@ def catch_up(
                     time.sleep(2)
                 _wait_for_runs(instance, deadline)
                 initial_load_s = time.monotonic() - loading_started
-                # The backlog, on every bronze table at once.
+                # The backlog, on every bronze table at once: written while the incremental
+                # sensor is stopped, so the catch-up starts from a whole backlog (not from the
+                # first tables written, while the writer still writes the others).
+                deployment.set_sensor(INCREMENTAL_SENSOR, running=False)
                 backlog_at = time.time()
                 for pipeline_id in ids:
                     bronze = str(deployment.bronze(pipeline_id))
                     write_demo_batch(bronze, "orders", batch_size=changed_keys)
                 waiting = {i: DeltaLog(str(deployment.bronze(i))).latest_version() for i in ids}
+                deployment.set_sensor(INCREMENTAL_SENSOR, running=True)
                 watch.start()
                 bench_cpu = time.process_time()
                 while waiting := _not_caught_up(deployment, waiting):

@@ -15,7 +15,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -48,6 +47,7 @@ from cdf_platform.spark.silver_layout import SilverLayout
 from cdf_platform.spark.silver_table import ensure_silver, silver_widenings
 from cdf_platform.spark.silver_writer import SilverWriter, silver_stamp
 from cdf_platform.spark.small_steps import (
+    copy_on_write_merge,
     fixed_plan,
     interpreted,
     interpreted_merge,
@@ -506,9 +506,12 @@ def _incremental_steps(run: _Run, plan: RunPlan) -> RunResult:
             )
         else:
             apply = partial(writer.apply_changes, collapsed, silver_filter)
-        # A small change set's MERGE into a small silver runs interpreted too.
-        small = plan.is_small_incremental()
-        with interpreted_merge(spark, silver_state) if small else nullcontext():
+        # A small change set's MERGE into a small silver runs interpreted too, and rewrites
+        # the files it touches rather than writing deletion vectors.
+        if plan.is_small_incremental():
+            with interpreted_merge(spark, silver_state), copy_on_write_merge(spark, silver_state):
+                classified(ctx, apply)
+        else:
             classified(ctx, apply)
     finally:
         collapsed.release()

@@ -23,6 +23,10 @@ the fleet's catch-up); a MERGE into a larger silver keeps code generation for it
 The settings are session settings: a query another thread runs through the same session inside
 the block runs interpreted too (slower, never different).
 
+Such a MERGE into a silver of at most `spark.cdf_platform.copyOnWriteMergeMaxBytes` (256 KiB;
+`0`: as the table says) rewrites the files it touches instead of writing deletion vectors
+(`copy_on_write_merge`): for files that small a deletion vector costs more than the rewrite.
+
 A change set of that size also runs on a fixed plan: adaptive query execution re-plans after
 every shuffle, which for small inputs costs more than it saves (bench/README.md). `fixed_plan`
 turns it off for an incremental run whose change files take at most
@@ -77,6 +81,15 @@ MERGE_CONF = "spark.cdf_platform.interpretedMergeMaxBytes"
 # took up to twice as long per run with its MERGE interpreted in some sessions, so larger silver
 # keeps generated code. `python -m bench.merge_codegen` times single runs both ways.
 INTERPRETED_MERGE_MAX_BYTES = 256 * 1024
+COPY_ON_WRITE_CONF = "spark.cdf_platform.copyOnWriteMergeMaxBytes"
+# Silver's bytes up to which a small change set's MERGE rewrites the files it touches instead of
+# marking their replaced rows in deletion vectors. Rewriting a file of a silver that small costs
+# less than a deletion vector's bookkeeping: the fleet's catch-up (100 silvers of 1,000 rows,
+# 100 changed keys each) took 112 s with its MERGEs rewriting against 151 s with deletion vectors
+# (median MERGE 0.97 s against 1.54 s; docs/performance.md).
+COPY_ON_WRITE_MAX_BYTES = 256 * 1024
+# Delta's own switch: False makes MERGE rewrite touched files even where deletion vectors are on.
+MERGE_PERSISTENT_DVS = "spark.databricks.delta.merge.deletionVectors.persistent"
 ADAPTIVE_OFF = {"spark.sql.adaptive.enabled": "false"}
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 # Bytes of change files per shuffle partition on a fixed plan: the default of Spark's
@@ -136,6 +149,21 @@ def interpreted_merge_limit(spark: SparkSession) -> int:
     """
     return _byte_setting(
         spark, MERGE_CONF, INTERPRETED_MERGE_MAX_BYTES, "keeps code generation on for the MERGE"
+    )
+
+
+def copy_on_write_limit(spark: SparkSession) -> int:
+    """The largest silver (bytes of its files) `copy_on_write_merge` runs a MERGE into by
+    rewriting the files it touches.
+
+    Raises:
+        UnsafeSparkConfig: the setting is not a whole number of bytes.
+    """
+    return _byte_setting(
+        spark,
+        COPY_ON_WRITE_CONF,
+        COPY_ON_WRITE_MAX_BYTES,
+        "keeps deletion vectors for every MERGE into a silver that has them on",
     )
 
 
@@ -240,4 +268,22 @@ def interpreted_merge(spark: SparkSession, silver: TableState) -> Iterator[None]
         yield
         return
     with interpreted(spark):
+        yield
+
+
+@contextmanager
+def copy_on_write_merge(spark: SparkSession, silver: TableState) -> Iterator[None]:
+    """A small change set's MERGE into a silver whose files take at most `copy_on_write_limit`
+    bytes rewrites the files it touches, deletion vectors on or not (Delta's
+    `merge.deletionVectors.persistent` off for the block); else the session's settings. The rows
+    and the change feed are the same either way; silver keeps its table properties.
+
+    Raises:
+        UnsafeSparkConfig: the limit's setting is not a whole number of bytes.
+    """
+    limit = copy_on_write_limit(spark)
+    if limit <= 0 or silver.bytes > limit:
+        yield
+        return
+    with scoped_conf(spark, {MERGE_PERSISTENT_DVS: "false"}):
         yield

@@ -3,9 +3,11 @@ thread before its MERGE, and a small change set's run on a fixed plan."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -18,13 +20,17 @@ from cdf_platform.runner import run_pipeline
 from cdf_platform.spark.small_steps import (
     AHEAD_CONF,
     CODEGEN_OFF,
+    COPY_ON_WRITE_CONF,
+    COPY_ON_WRITE_MAX_BYTES,
     ENABLED_CONF,
     FIXED_PLAN_CONF,
     FIXED_PLAN_MAX_BYTES,
     INTERPRETED_MERGE_MAX_BYTES,
     MERGE_CONF,
+    MERGE_PERSISTENT_DVS,
     PARTITION_BYTES,
     TableState,
+    copy_on_write_merge,
     fixed_plan,
     interpreted,
     interpreted_merge,
@@ -203,5 +209,57 @@ def test_interpreted_merge_runs_interpreted_into_a_silver_up_to_the_limit_only(
     with (
         pytest.raises(UnsafeSparkConfig, match=MERGE_CONF),
         interpreted_merge(session, TableState(files=1, bytes=1)),
+    ):
+        pass
+
+
+def _merge_one_update(spark: SparkSession, path: str, key: int, value: int) -> list[dict[str, Any]]:
+    """MERGE an update of `key` into the table at `path`; return its commit's add actions."""
+    spark.sql(
+        f"MERGE INTO delta.`{path}` t USING (SELECT {key} AS id, {value} AS v) s "
+        "ON t.id = s.id "
+        "WHEN MATCHED THEN UPDATE SET v = s.v"
+    )
+    version = DeltaTable(path).version()
+    log = Path(path, "_delta_log", f"{version:020d}.json").read_text(encoding="utf-8")
+    actions = [json.loads(line) for line in log.splitlines() if line.strip()]
+    return [action["add"] for action in actions if "add" in action]
+
+
+def test_copy_on_write_merge_rewrites_files_of_a_small_silver_only(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "silver")
+    spark.sql(
+        f"CREATE TABLE delta.`{path}` (id BIGINT, v BIGINT) USING delta "
+        "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
+    )
+    spark.range(10).selectExpr("id", "id * 10 AS v").coalesce(1).write.format("delta").mode(
+        "append"
+    ).save(path)
+    session = spark.newSession()
+    # Up to the limit: the touched file is rewritten whole, no deletion vector; the setting
+    # gets its value back after the block.
+    with copy_on_write_merge(session, TableState(files=1, bytes=COPY_ON_WRITE_MAX_BYTES)):
+        assert session.conf.get(MERGE_PERSISTENT_DVS) == "false"
+        adds = _merge_one_update(session, path, 1, 11)
+    assert session.conf.get(MERGE_PERSISTENT_DVS, None) is None
+    assert [add.get("deletionVector") for add in adds] == [None]
+    assert json.loads(adds[0]["stats"])["numRecords"] == 10
+    # Above it, and with the limit 0: the table's deletion vectors mark the replaced row (of
+    # the ten-row file: a file whose only row is replaced is removed whole either way).
+    with copy_on_write_merge(session, TableState(files=1, bytes=COPY_ON_WRITE_MAX_BYTES + 1)):
+        adds = _merge_one_update(session, path, 2, 22)
+    assert any(add.get("deletionVector") for add in adds), adds
+    session.conf.set(COPY_ON_WRITE_CONF, "0")
+    with copy_on_write_merge(session, TableState(files=0, bytes=0)):
+        adds = _merge_one_update(session, path, 3, 33)
+    assert any(add.get("deletionVector") for add in adds), adds
+    changed = {1: 11, 2: 22, 3: 33}
+    assert rows(spark, path) == [(i, changed.get(i, i * 10)) for i in range(10)]
+    session.conf.set(COPY_ON_WRITE_CONF, "1MB")
+    with (
+        pytest.raises(UnsafeSparkConfig, match=COPY_ON_WRITE_CONF),
+        copy_on_write_merge(session, TableState(files=1, bytes=1)),
     ):
         pass

@@ -251,6 +251,22 @@ class Deployment:
             self._instance = dg.DagsterInstance.from_config(str(self.home))
         return self._instance
 
+    def set_sensor(self, name: str, *, running: bool) -> None:
+        """Start or stop sensor `name` of the code location, as a user does on its page
+        (inside `environment()`)."""
+        from dagster._core.workspace.context import WorkspaceProcessContext
+        from dagster._core.workspace.load_target import WorkspaceFileTarget
+
+        instance = self.instance()
+        target = WorkspaceFileTarget(paths=[str(DEPLOY / "workspace.yaml")])
+        with WorkspaceProcessContext(instance, target) as workspace:
+            location = workspace.create_request_context().get_code_location("cdf_platform")
+            sensor = location.get_repository("__repository__").get_sensor(name)
+            if running:
+                instance.start_sensor(sensor)
+            else:
+                instance.stop_sensor(sensor.get_remote_origin_id(), sensor.selector_id, sensor)
+
     def start(self) -> None:
         """Start the engine (when warm), the code server, then the daemon and the webserver,
         and wait for each."""
