@@ -39,13 +39,21 @@ STATUS_COLUMNS = (
 )
 
 
+# Hours as every other screen writes them (the checks, the overview): 2 decimals.
+HOURS_COLUMNS = frozenset({"lag_hours", "headroom_hours"})
+
+
+def _cell(name: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{float(value):.2f}" if name in HOURS_COLUMNS else str(value)
+
+
 def render_status_table(statuses: list[dict[str, Any]]) -> str:
-    """A plain-text table of status rows, one line per pipeline, problems listed below."""
+    """A plain-text table of status rows, one line per pipeline, problems listed below; hours
+    with 2 decimals."""
     header = [title for _, title in STATUS_COLUMNS]
-    body = [
-        ["-" if row[name] is None else str(row[name]) for name, _ in STATUS_COLUMNS]
-        for row in statuses
-    ]
+    body = [[_cell(name, row[name]) for name, _ in STATUS_COLUMNS] for row in statuses]
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)) for r in [header, *body]

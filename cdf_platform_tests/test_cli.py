@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from pathlib import Path
 
@@ -114,6 +115,9 @@ def test_rebuild_run_and_status_commands(spark: SparkSession, lake: Path, tmp_pa
     assert header.split()[:3] == ["pipeline", "state", "watermark"]
     assert set(rule.replace(" ", "")) == {"-"}
     assert line.split()[:6] == ["big", "OK", "2", "3", "1", "1"]
+    # Hours as the checks and the overview write them: lag and headroom with 2 decimals.
+    lag_hours, headroom_hours = line.split()[6], line.split()[8]
+    assert re.fullmatch(r"\d+\.\d\d", lag_hours) and re.fullmatch(r"\d+\.\d\d", headroom_hours)
 
 
 def test_unknown_pipeline_and_bad_file_exit_2_with_the_fix_named(tmp_path: Path) -> None:

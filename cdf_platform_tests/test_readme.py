@@ -18,11 +18,13 @@ from deltalake.exceptions import DeltaProtocolError
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
+from bench.harness import SessionsWithConf
 from cdf_platform.cli import build_parser
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_file import parse_specs, parse_storage
 from cdf_platform.core.sql import sql_path
 from cdf_platform.runner import run_pipeline
+from cdf_platform.spark.small_steps import COPY_ON_WRITE_CONF
 from cdf_platform_tests.bronze import control_for, make_bronze, rows, spec_for, sql
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -250,7 +252,9 @@ def test_readme_deltalake_example_reads_silver_with_deletion_vectors(
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20), (3, "cy", 30)])
     run_pipeline(spec, spark_factory=lambda: spark, control=control)
     sql(spark, spec.source, "UPDATE {t} SET amount = 11 WHERE id = 1")
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    # A silver this small is rewritten by default (copyOnWriteMergeMaxBytes): 0 keeps vectors.
+    keeping = SessionsWithConf(spark, {COPY_ON_WRITE_CONF: "0"})
+    run_pipeline(spec, spark_factory=lambda: keeping, control=control)
     assert list(Path(spec.target).glob("deletion_vector_*.bin"))
     monkeypatch.chdir(lake.parent)
     namespace: dict[str, Any] = {}

@@ -215,8 +215,7 @@ _SURVIVOR = textwrap.dedent(
     from cdf_platform.core.errors import EngineUnavailable
     from cdf_platform.orchestration.resources import LakeLayout, SparkResource
     from cdf_platform.runner import PipelineRunner
-    from cdf_platform.demo.events import folded_rows, write_event_batch
-from cdf_platform.demo.source import write_demo_batch
+    from cdf_platform.demo.source import write_demo_batch
 
     lake = LakeLayout.from_environment().bound()
     spark = SparkResource(remote=os.environ["CDF_SPARK_REMOTE"])
