@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 import dagster as dg
 from dagster._core.definitions.selector import JobSubsetSelector
 from dagster._core.events import DagsterEventType
-from dagster._core.remote_representation.external import RemoteSchedule, RemoteSensor
+from dagster._core.remote_representation.external import RemoteSensor
 from dagster._core.scheduler.instigation import InstigatorTick
 from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import WorkspaceFileTarget
@@ -401,11 +401,6 @@ class DemoDeployment:
         context = self._context().create_request_context()
         repository = context.get_code_location(LOCATION).get_repository(REPOSITORY)
         return repository.get_sensor(name)
-
-    def _schedule(self, name: str) -> RemoteSchedule:
-        context = self._context().create_request_context()
-        repository = context.get_code_location(LOCATION).get_repository(REPOSITORY)
-        return repository.get_schedule(name)
 
     def start_sensor(self, name: str) -> float:
         """Start sensor `name` (the daemon evaluates it from its next loop); return when."""

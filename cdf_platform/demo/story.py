@@ -322,7 +322,7 @@ class DemoStory:
         self.rebuild_runs = list(tick.run_ids)
         for spec in self.specs:
             key = dg.AssetKey(["silver", spec.id])
-            figures = next((r.metadata(key) for r in results if r.metadata(key)), {})
+            figures = next(filter(None, (r.metadata(key) for r in results)), {})
             current.figures[f"{spec.id}_rebuilt_at"] = figures.get("watermark_after")
             current.figures[f"{spec.id}_incident"] = figures.get("incident_code")
 
