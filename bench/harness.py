@@ -27,6 +27,7 @@ from bench.workload import (
 )
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.runner import run_pipeline
+from cdf_platform_testkit.spark_conf import SessionsWithConf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -106,21 +107,6 @@ class BenchConfig:
 QUICK = BenchConfig(
     rows=100_000, scale_rows=400_000, large_rows=None, reps=1, tuning_reps=1, quick=True
 )
-
-
-class SessionsWithConf:
-    """Stands in for the session a `spark_factory` returns: the platform calls `newSession()`
-    on it, and gets a session with `conf` set (how the tuning variants reach the platform)."""
-
-    def __init__(self, spark: SparkSession, conf: Mapping[str, str]) -> None:
-        self._spark = spark
-        self._conf = dict(conf)
-
-    def newSession(self) -> SparkSession:  # noqa: N802 (SparkSession's API)
-        session = self._spark.newSession()
-        for key, value in self._conf.items():
-            session.conf.set(key, value)
-        return session
 
 
 class Bench:

@@ -64,7 +64,7 @@ from bench.report import (
 )
 from bench.run import build_session
 from cdf_platform.core.config import REMOTE_ENV
-from cdf_platform_tests.clusters.servers import Engine, RunWorker
+from cdf_platform_testkit.spark_servers import Engine, RunWorker
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

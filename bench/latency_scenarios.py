@@ -32,7 +32,7 @@ import dagster as dg
 
 from bench.harness import MERGE_SPLIT
 from bench.launched_run import Launcher, RunTimeline
-from bench.probes import wait_for_quiet, write_pipelines_file
+from bench.probes import wait_for_quiet
 from bench.workload import (
     PIPELINE_ID,
     Backlog,
@@ -53,6 +53,7 @@ from cdf_platform.orchestration.keys import PIPELINE_TAG, silver_key, silver_op_
 from cdf_platform.runner import run_pipeline
 from cdf_platform.spark.session import SHORT_RUN_JAVA_OPTIONS
 from cdf_platform.state.control import ControlTable
+from cdf_platform_testkit.lake import write_pipelines
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -220,7 +221,7 @@ class LatencyBench:
             control=ControlTable(str(self.lake / "_control")),
         )
         assert result.watermark_after == 1, result
-        write_pipelines_file(self.pipelines, self.spec)
+        write_pipelines(self.pipelines, [self.spec])
         self.note_setup("bronze and silver's first load", time.perf_counter() - started)
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "dagster.yaml").write_text(INSTANCE_YAML, encoding="utf-8")

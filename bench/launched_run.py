@@ -25,13 +25,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
 import dagster as dg
@@ -42,7 +40,7 @@ from dagster._grpc.client import DagsterGrpcClient
 from dagster._serdes import serialize_value
 
 from bench.probes import ProcessWatch
-from cdf_platform.demo.services import free_port, stop_process
+from cdf_platform.demo.services import LoopbackServer
 from cdf_platform.orchestration.run_launcher import RUN_WORKER_TAG
 
 LOCATION = "cdf_platform"
@@ -68,7 +66,7 @@ _STEP_EVENTS = (
 )
 
 
-class CodeServer:
+class CodeServer(LoopbackServer):
     """`dagster api grpc` serving `cdf_platform.definitions` on a free loopback port, with the
     command line `dagster dev` gives its code servers, in the project folder, with `env` added
     to this process's environment (the run processes it starts inherit it).
@@ -76,73 +74,53 @@ class CodeServer:
     Attributes:
         port: The port it serves on.
         log: Its console output.
+        start_seconds: How long its last start took (until it answered).
     """
+
+    name = "code server"
+    start_timeout = START_TIMEOUT_SECONDS
+    stop_timeout = 30.0
+    poll_seconds = 0.2
 
     def __init__(
         self, workdir: Path, env: Mapping[str, str], instance: dg.DagsterInstance, name: str
     ) -> None:
-        self.port = free_port()
         self.log = workdir / f"code_server_{name}.log"
+        super().__init__(self.log, cwd=PROJECT_ROOT)
         self.env = dict(env)
         self.instance_ref = serialize_value(instance.get_ref())
         self.start_seconds = 0.0
-        self._process: subprocess.Popen[bytes] | None = None
+        self._client = DagsterGrpcClient(port=self.port, host="127.0.0.1")
 
     @property
     def pid(self) -> int:
         """The server's process id."""
-        assert self._process is not None, "the code server is not started"
-        return self._process.pid
+        return self.service.pid
 
-    def start(self) -> Self:
-        """Start the server and wait until it answers (its definitions loaded)."""
+    def command(self) -> list[str]:
         command = [sys.executable, "-m", "dagster", "api", "grpc"]
         command += ["--host", "127.0.0.1", "--port", str(self.port), "--log-level", "WARNING"]
         command += ["--location-name", LOCATION, "--instance-ref", self.instance_ref]
-        command += ["--module-name", DEFINITIONS_MODULE]
+        return [*command, "--module-name", DEFINITIONS_MODULE]
+
+    def process_env(self) -> Mapping[str, str]:
         # This checkout's code, whichever cdf_platform the environment has installed.
         path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
-        env = {**os.environ, **self.env, "PYTHONPATH": path}
-        self.log.parent.mkdir(parents=True, exist_ok=True)
+        return {**self.env, "PYTHONPATH": path}
+
+    def ready(self) -> bool:
+        try:
+            self._client.ping("")
+        except Exception:  # not listening yet: dagster raises its own gRPC errors
+            return False
+        return True
+
+    def start(self) -> Self:
+        """Start the server and wait until it answers (its definitions loaded)."""
         started = time.monotonic()
-        with self.log.open("wb") as log:
-            self._process = subprocess.Popen(
-                command,
-                cwd=PROJECT_ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        client = DagsterGrpcClient(port=self.port, host="127.0.0.1")
-        while True:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"the code server exited; see {self.log}")
-            if time.monotonic() - started > START_TIMEOUT_SECONDS:
-                raise RuntimeError(f"the code server did not answer; see {self.log}")
-            try:
-                client.ping("")
-                break
-            except Exception:  # not listening yet: dagster raises its own gRPC errors
-                time.sleep(0.2)
+        super().start()
         self.start_seconds = time.monotonic() - started
         return self
-
-    def stop(self) -> None:
-        """Stop the server and every process below it."""
-        if self._process is not None:
-            stop_process(self._process, 30, group=True)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import pyspark
-import yaml
 
 from bench.probes import cpu_seconds
 from bench.report import (
@@ -57,12 +56,10 @@ def measure(workdir: Path, sizes: list[int], changed_keys: int, rounds: int) -> 
     from cdf_platform.runner import run_pipeline
     from cdf_platform.spark.session import SparkSettings, build_spark_session
     from cdf_platform.spark.small_steps import MERGE_CONF, load_table_state
-    from cdf_platform_tests.system.deployment import orders_pipeline
+    from cdf_platform_testkit.lake import orders_pipeline, write_pipelines
 
     ids = [f"rows_{n}" for n in sizes]
-    pipelines_file = workdir / "pipelines.yaml"
-    document = {"pipelines": [orders_pipeline(i) for i in ids]}
-    pipelines_file.write_text(yaml.safe_dump(document), encoding="utf-8")
+    pipelines_file = write_pipelines(workdir / "pipelines.yaml", [orders_pipeline(i) for i in ids])
     lake = LakeLayout(lake_root=str(workdir / "lake"), pipelines_file=str(pipelines_file)).bound()
     specs, control = lake.specs(), lake.control()
     spark = build_spark_session(

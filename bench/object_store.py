@@ -36,8 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.latency_proxy import LatencyProxy
-from bench.probes import cli_via_subprocess, cpu_seconds, descendants, write_pipelines_file
+from bench.probes import cli_via_subprocess, cpu_seconds
 from bench.replay_check import create_log_table
 from bench.workload import spec_for
 from cdf_platform.core.storage_options import StoreOptions, storage_entry
@@ -47,8 +46,11 @@ from cdf_platform.deltalog.storage import ObjectStorage, open_storage
 from cdf_platform.demo.local_s3 import LocalS3Server
 from cdf_platform.spark.session import SparkSettings, build_spark_session
 from cdf_platform.window.replay_window import assess_consumer, compute_replay_window
-from cdf_platform_tests.deltalog.synthetic_log import write_synthetic_commits
-from cdf_platform_tests.s3.objects import upload_folder
+from cdf_platform_testkit.lake import write_pipelines
+from cdf_platform_testkit.latency_proxy import LatencyProxy
+from cdf_platform_testkit.objects import upload_folder
+from cdf_platform_testkit.processes import descendants
+from cdf_platform_testkit.synthetic_log import write_synthetic_commits
 
 RESULTS = Path(__file__).parent / "results" / "object_store.json"
 # A GET's round trip on S3 is 20-50 ms; the latency rows put this much before every request.
@@ -150,10 +152,10 @@ def run(sizes: list[int], reps: int, out: Path) -> dict[str, Any]:
         spark.stop()
         remote = f"s3://{server.bucket}/bench/long_log"
         local_pipelines, remote_pipelines = workdir / "local.yaml", workdir / "s3.yaml"
-        write_pipelines_file(local_pipelines, spec_for(local, workdir / "silver"))
+        write_pipelines(local_pipelines, [spec_for(local, workdir / "silver")])
         remote_spec = spec_for(remote, workdir / "unused")
         remote_spec = remote_spec.model_copy(update={"target": f"{remote}_silver"})
-        write_pipelines_file(remote_pipelines, remote_spec)
+        write_pipelines(remote_pipelines, [remote_spec])
         written = 1
         caches = iter(range(1_000_000))
 

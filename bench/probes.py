@@ -19,9 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform_testkit.processes import descendants, parent_and_name, process_table
 
 
 @dataclass(frozen=True)
@@ -34,44 +32,6 @@ class NoopProbe:
     spark_started: bool | None
     java_seen: bool
     stderr_tail: str
-
-
-def _parent_and_name(pid: int) -> tuple[int, str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The name is in parentheses and may itself hold spaces or parentheses.
-    name = text[text.index("(") + 1 : text.rindex(")")]
-    state, parent = text[text.rindex(")") + 2 :].split()[:2]
-    # A zombie has exited: only its parent has yet to collect its exit status.
-    return None if state == "Z" else (int(parent), name)
-
-
-def process_table() -> dict[int, tuple[int, str]]:
-    """Every live process: pid -> (parent pid, command name)."""
-    table: dict[int, tuple[int, str]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            found = _parent_and_name(int(entry))
-            if found is not None:
-                table[int(entry)] = found
-    return table
-
-
-def descendants(root: int, table: dict[int, tuple[int, str]] | None = None) -> dict[int, str]:
-    """Every live descendant process of `root`: pid -> command name (from `table`, default a
-    fresh `process_table()`)."""
-    table = process_table() if table is None else table
-    result: dict[int, str] = {}
-    frontier = [root]
-    while frontier:
-        parent = frontier.pop()
-        for pid, (ppid, name) in table.items():
-            if ppid == parent and pid not in result:
-                result[pid] = name
-                frontier.append(pid)
-    return result
 
 
 def command_arguments(pid: int) -> list[str]:
@@ -152,7 +112,7 @@ class ProcessWatch:
     @staticmethod
     def alive(pid: int) -> bool:
         """Whether `pid` is a live process now (a zombie is not)."""
-        return _parent_and_name(pid) is not None
+        return parent_and_name(pid) is not None
 
     def below(self, pid: int) -> list[int]:
         """Every process seen below `pid` while watched (exited ones included)."""
@@ -209,12 +169,6 @@ def java_free_env() -> dict[str, str]:
     env["PATH"] = os.pathsep.join(kept)
     assert shutil.which("java", path=env["PATH"]) is None
     return env
-
-
-def write_pipelines_file(path: Path, spec: PipelineSpec) -> None:
-    """A pipelines YAML holding `spec` (absolute locations)."""
-    document = {"pipelines": [spec.model_dump(mode="json", exclude_none=True)]}
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
 
 
 def cli_via_subprocess(*args: str) -> tuple[float, int, str, str, bool]:

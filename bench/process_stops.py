@@ -1,7 +1,7 @@
 """What each process of a deployment does on SIGTERM, measured: how long until it exits, and
 what becomes of a run in flight.
 
-The deployment of the system tests (`cdf_platform_tests.system.deployment`: deploy/dagster.yaml
+The deployment of the system tests (`cdf_platform_testkit.deployment`: deploy/dagster.yaml
 on PostgreSQL, the warm engine, the run worker, `dagster code-server start`, the daemon, the
 webserver), with 2 pipelines and a writer committing to them every 4 s. Each process in turn
 gets SIGTERM (`kill <pid>`, to its own process only, as a supervisor stopping its main process
@@ -37,16 +37,15 @@ from bench.report import (
     run_info,
     scratch_folder,
 )
-from cdf_platform.demo.services import group_alive
+from cdf_platform.demo.services import group_alive, wait_for
 from cdf_platform.orchestration.keys import QUEUE_TAG, SILVER_QUEUE
-from cdf_platform_tests.system.deployment import (
+from cdf_platform_testkit.deployment import (
     BronzeWriter,
     Deployment,
     Service,
-    orders_pipeline,
-    wait_for,
 )
-from cdf_platform_tests.system.postgres import PostgresServer
+from cdf_platform_testkit.lake import orders_pipeline
+from cdf_platform_testkit.postgres import PostgresServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 KILL_AFTER_S = 240.0

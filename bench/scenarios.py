@@ -12,7 +12,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from bench.harness import Bench
-from bench.probes import noop_via_cli, status_via_cli, write_pipelines_file
+from bench.probes import noop_via_cli, status_via_cli
 from bench.replay_check import (
     clear_delta_cache,
     create_log_table,
@@ -30,7 +30,8 @@ from cdf_platform.spark.small_steps import AHEAD_CONF as SILVER_STATE_AHEAD
 from cdf_platform.spark.small_steps import ENABLED_CONF as SMALL_STEPS_ENABLED
 from cdf_platform.spark.small_steps import FIXED_PLAN_CONF
 from cdf_platform.state.control import ControlTable, LoadLogEntry
-from cdf_platform_tests.deltalog.synthetic_log import write_synthetic_commits
+from cdf_platform_testkit.lake import write_pipelines
+from cdf_platform_testkit.synthetic_log import write_synthetic_commits
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -225,7 +226,7 @@ def replay_windows(bench: Bench) -> None:
     path = str(bench.workdir / "long_log")
     create_log_table(bench.spark, path)
     pipelines = bench.workdir / "long_log_pipelines.yaml"
-    write_pipelines_file(pipelines, spec_for(path, bench.workdir / "long_log_silver"))
+    write_pipelines(pipelines, [spec_for(path, bench.workdir / "long_log_silver")])
     written = 1
     session = bench.baseline_session
     for size in bench.config.log_sizes:
@@ -256,7 +257,7 @@ def noop(bench: Bench, workload: Workload) -> dict[str, Any]:
     spec = spec_for(workload.bronze, folder / "silver")
     control = folder / "_control"
     pipelines = folder / "pipelines.yaml"
-    write_pipelines_file(pipelines, spec)
+    write_pipelines(pipelines, [spec])
     probes = [noop_via_cli(pipelines, folder, control)]  # warm-up (imports, page cache)
     for _ in range(bench.config.reps):
         probe = noop_via_cli(pipelines, folder, control)

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import pyspark
-import yaml
 
 from bench.report import (
     Figure,
@@ -52,13 +51,11 @@ def one_session(workdir: Path, pipelines: int, changed_keys: int) -> dict[str, A
     from cdf_platform.orchestration.resources import LakeLayout
     from cdf_platform.runner import run_pipeline
     from cdf_platform.spark.session import SparkSettings, build_spark_session
-    from cdf_platform_tests.system.deployment import orders_pipeline
+    from cdf_platform_testkit.lake import orders_pipeline, write_pipelines
 
     ids = [f"s{k:03d}" for k in range(1, pipelines + 1)]
     workdir.mkdir(parents=True, exist_ok=True)
-    pipelines_file = workdir / "pipelines.yaml"
-    document = {"pipelines": [orders_pipeline(i) for i in ids]}
-    pipelines_file.write_text(yaml.safe_dump(document), encoding="utf-8")
+    pipelines_file = write_pipelines(workdir / "pipelines.yaml", [orders_pipeline(i) for i in ids])
     lake = LakeLayout(lake_root=str(workdir / "lake"), pipelines_file=str(pipelines_file)).bound()
     specs, control = lake.specs(), lake.control()
     spark = build_spark_session(

@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.sql import sql_path
 from cdf_platform.state.control import ControlTable
+from cdf_platform_testkit.vacuum import vacuum_retain_zero as vacuum_retain_zero
 
 
 def make_bronze(spark: SparkSession, path: str, rows: list[tuple[Any, ...]] | None = None) -> None:
@@ -63,14 +64,6 @@ def set_deleted_file_retention(spark: SparkSession, path: str, interval: str) ->
         "ALTER TABLE {t} SET TBLPROPERTIES "
         f"('delta.deletedFileRetentionDuration' = '{interval}')",
     )
-
-
-def vacuum_retain_zero(spark: SparkSession, path: str) -> None:
-    """VACUUM every file the current version does not need (change files included), with
-    Delta's retention check off in a separate session (the shared one keeps it on)."""
-    session = spark.newSession()
-    session.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-    session.sql(f"VACUUM {sql_path(path)} RETAIN 0 HOURS")
 
 
 def commit_feed(

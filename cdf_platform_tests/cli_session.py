@@ -24,10 +24,11 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
+
+from cdf_platform_testkit.environment import environment
 
 if TYPE_CHECKING:
     from cdf_platform.spark.session import SparkSettings
@@ -133,22 +134,6 @@ def python_path() -> str:
     """PYTHONPATH with the checkout's root first (the tests are not an installed package)."""
     inherited = os.environ.get("PYTHONPATH")
     return os.pathsep.join([str(ROOT), *([inherited] if inherited else [])])
-
-
-@contextlib.contextmanager
-def environment(env: Mapping[str, str]) -> Iterator[None]:
-    """`env` set in os.environ for the block, then what was there put back (the emulator
-    fixtures use it too)."""
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _settings() -> SparkSettings:

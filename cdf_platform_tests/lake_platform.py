@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-import yaml
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.sql import sql_path
 from cdf_platform.demo.definitions import build_demo_defs
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
+from cdf_platform_testkit.lake import write_pipelines
+from cdf_platform_testkit.sensors import incremental_tick as incremental_tick
+from cdf_platform_testkit.sensors import sensor_tick as sensor_tick
 
 ORDERS = {
     "id": "orders",
@@ -38,9 +40,7 @@ CUSTOMERS = {
 
 def control_for(lake: Path, *pipelines: dict[str, Any]) -> LakeLayout:
     """A lake layout on `lake` whose pipelines file lists `pipelines`."""
-    pipelines_file = lake / "pipelines.yaml"
-    document = {"pipelines": list(pipelines or (ORDERS, CUSTOMERS))}
-    pipelines_file.write_text(yaml.safe_dump(document), encoding="utf-8")
+    pipelines_file = write_pipelines(lake / "pipelines.yaml", pipelines or (ORDERS, CUSTOMERS))
     return LakeLayout(lake_root=str(lake), pipelines_file=str(pipelines_file))
 
 
@@ -91,24 +91,6 @@ def bronze_batch(
         run_config={"ops": {f"bronze__{table}": {"config": {"batch_size": batch_size}}}},
     )
     return materialization(result, key)
-
-
-def sensor_tick(
-    defs: dg.Definitions, instance: dg.DagsterInstance, name: str, cursor: str | None = None
-) -> Any:
-    """One evaluation of the definitions' sensor `name` against `instance`, with its resources,
-    outside a code location (as a person evaluates it)."""
-    sensor = defs.resolve_sensor_def(name)
-    resources = {key: (defs.resources or {})[key] for key in sensor.required_resource_keys}
-    with dg.build_sensor_context(
-        definitions=defs, resources=resources, instance=instance, cursor=cursor
-    ) as context:
-        return sensor(context)
-
-
-def incremental_tick(defs: dg.Definitions, instance: dg.DagsterInstance) -> Any:
-    """One evaluation of the real incremental sensor against `instance`."""
-    return sensor_tick(defs, instance, "incremental_sensor")
 
 
 def run_as_daemon(

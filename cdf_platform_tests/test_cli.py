@@ -15,9 +15,9 @@ from cdf_platform.cli import main
 from cdf_platform.core.sql import sql_path
 from cdf_platform.spark.merge import TXN_APP_ID_CONF, TXN_VERSION_CONF
 from cdf_platform.state.watermark import OWNER_PROPERTY
+from cdf_platform_testkit.synthetic_log import write_synthetic_commits
 from cdf_platform_tests.bronze import make_bronze, rows, sql
 from cdf_platform_tests.cli_process import run_cli
-from cdf_platform_tests.deltalog.synthetic_log import write_synthetic_commits
 
 
 def _pipelines(tmp_path: Path, lake: Path, fallback: str = "FAIL_FAST") -> str:

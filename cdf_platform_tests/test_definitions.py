@@ -13,7 +13,7 @@ import pytest
 
 from cdf_platform.definitions import build_defs, defs
 from cdf_platform.demo.definitions import defs as demo_defs
-from cdf_platform_tests.dagster_dev import DAGSTER, PROJECT_ROOT, dagster_dev
+from cdf_platform_testkit.dagster_dev import DAGSTER, PROJECT_ROOT, dagster_dev
 from cdf_platform_tests.lake_platform import ORDERS, control_for
 
 # The pipelines of the repository's pipelines.yaml (the demo's) -> their bronze table.

@@ -18,13 +18,13 @@ from deltalake.exceptions import DeltaProtocolError
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-from bench.harness import SessionsWithConf
 from cdf_platform.cli import build_parser
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_file import parse_specs, parse_storage
 from cdf_platform.core.sql import sql_path
 from cdf_platform.runner import run_pipeline
 from cdf_platform.spark.small_steps import COPY_ON_WRITE_CONF
+from cdf_platform_testkit.spark_conf import SessionsWithConf
 from cdf_platform_tests.bronze import control_for, make_bronze, rows, spec_for, sql
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -23,7 +23,7 @@ import pytest
 from cdf_platform.demo.story import HEADROOM_EVALUATIONS, DemoStory
 from cdf_platform.orchestration.checks import REPLAY_WINDOW
 from cdf_platform.orchestration.keys import SENSOR_NAME_TAG
-from cdf_platform_tests.dagster_dev import dagster_dev
+from cdf_platform_testkit.dagster_dev import dagster_dev
 from cdf_platform_tests.lake_platform import check_figures
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -24,13 +24,12 @@ When the story ends the instance's `dagster.yaml` drops the run worker (its proc
 from __future__ import annotations
 
 import logging
-import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import dagster as dg
 from dagster._core.definitions.selector import JobSubsetSelector
@@ -46,13 +45,13 @@ from cdf_platform.core.config import (
     REMOTE_ENV,
     RUN_WORKER_ENV,
 )
-from cdf_platform.demo.services import Service, free_port, port_open
+from cdf_platform.demo import processes
+from cdf_platform.demo.services import free_port, port_open, wait_for
 from cdf_platform.orchestration.run_worker import answers
 
 # workspace.demo.yaml's code location: named after its module, as Dagster names it.
 LOCATION = "cdf_platform.demo.definitions"
 REPOSITORY = "__repository__"
-BIN = Path(sys.executable).parent
 RUN_TIMEOUT_SECONDS = 300.0
 ENDED = {
     dg.DagsterRunStatus.SUCCESS,
@@ -101,24 +100,12 @@ load_from:
       location_name: {location}
 """
 
-T = TypeVar("T")
+# How often the demo asks whether what it waits for happened.
+POLL_SECONDS = 0.25
 
 
 class DeploymentFailed(RuntimeError):
     """A process of the demo's deployment did not start, or a run did not end in time."""
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: float = 0.25) -> T:
-    """Poll `probe` until it returns something other than None or False; raise
-    DeploymentFailed naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = probe()
-        if found is not None and found is not False:
-            return found
-        if time.monotonic() > deadline:
-            raise DeploymentFailed(f"{what}: not within {timeout:.0f} s")
-        time.sleep(every)
 
 
 @dataclass(frozen=True)
@@ -186,51 +173,14 @@ class DemoDeployment:
             ALLOW_DESTRUCTIVE_ENV: None,
         }
         cwd = Path.cwd()
-        conf = [item for key, value in ENGINE_CONF.items() for item in ("--conf", f"{key}={value}")]
-        self.engine = Service(
-            "engine",
-            [
-                str(BIN / "cdf-platform"),
-                "engine",
-                "--master",
-                "local[2]",
-                "--driver-memory",
-                engine_memory,
-                *conf,
-            ],
-            logs / "engine.log",
-            cwd=cwd,
+        self.engine = processes.engine(
+            logs, cwd, engine_memory, master="local[2]", conf=ENGINE_CONF
         )
-        self.run_worker = Service(
-            "run worker",
-            [str(BIN / "cdf-platform"), "run-worker", "--address", self.worker_address],
-            logs / "run_worker.log",
-            cwd=cwd,
+        self.run_worker = processes.run_worker(logs, cwd, self.worker_address)
+        self.code_server = processes.code_server(
+            logs, cwd, port=self.code_port, location=LOCATION, code=("-m", LOCATION)
         )
-        self.code_server = Service(
-            "code server",
-            [
-                str(BIN / "dagster"),
-                "code-server",
-                "start",
-                "-m",
-                LOCATION,
-                "--location-name",
-                LOCATION,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.code_port),
-            ],
-            logs / "code_server.log",
-            cwd=cwd,
-        )
-        self.daemon = Service(
-            "daemon",
-            [str(BIN / "dagster-daemon"), "run", "-w", str(self.workspace_file)],
-            logs / "daemon.log",
-            cwd=cwd,
-        )
+        self.daemon = processes.daemon(logs, cwd, self.workspace_file)
         self._workspace: WorkspaceProcessContext | None = None
         self.instance: dg.DagsterInstance | None = None
 
@@ -375,7 +325,10 @@ class DemoDeployment:
             run = instance.get_run_by_id(run_id)
             return run if run is not None and run.status in ENDED else None
 
-        return RunResult(wait_for(f"run {run_id}", ended, RUN_TIMEOUT_SECONDS), instance)
+        found = wait_for(
+            f"run {run_id}", ended, RUN_TIMEOUT_SECONDS, POLL_SECONDS, error=DeploymentFailed
+        )
+        return RunResult(found, instance)
 
     def wait_idle(self, timeout: float = RUN_TIMEOUT_SECONDS) -> None:
         """Wait until no run is queued, starting or in progress."""
@@ -385,7 +338,7 @@ class DemoDeployment:
         def idle() -> bool:
             return not instance.get_runs(filters=dg.RunsFilter(statuses=pending), limit=1)
 
-        wait_for("the run queue to drain", idle, timeout)
+        wait_for("the run queue to drain", idle, timeout, POLL_SECONDS, error=DeploymentFailed)
 
     def failed_runs(self, since: float) -> list[str]:
         """The runs created since `since` (a timestamp) that failed, as `<job> <run id>`."""

@@ -4,7 +4,7 @@ It is moto's S3 backend (the `moto[server]` package of the dev extras), the same
 `moto_server` serves, on `granian`'s HTTP server instead of `moto_server`'s: real HTTP on a free
 loopback port, with the conditional PUT (`If-None-Match`) that `deltalake`'s commits rely on.
 Started as a child process (its own process group: granian runs a worker process), waited for,
-and stopped by its PID.
+and stopped by its PID (a `LoopbackServer`).
 
 Why not `moto_server` itself: it serves through Werkzeug's development server, which closes
 the connection after every response (a new TCP connection and a new thread per request), and
@@ -26,20 +26,16 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import threading
-import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from cdf_platform.core.errors import RuntimeEnvironmentError
-from cdf_platform.demo.services import answers_http, free_port, stop_process
+from cdf_platform.demo.services import LoopbackServer
 
 START_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 10.0
@@ -132,25 +128,25 @@ def server_command(port: int) -> list[str]:
     ]
 
 
-class LocalS3Server:
+class LocalS3Server(LoopbackServer):
     """moto's S3 application on a free loopback port, with one bucket.
 
     Args:
         bucket: The bucket created once the server answers.
     """
 
+    name = "local S3 server"
+    start_timeout = START_TIMEOUT_SECONDS
+    stop_timeout = STOP_TIMEOUT_SECONDS
+    poll_seconds = 0.1
     # What one request's line in the server's log looks like (see `command`).
     request_line = _REQUEST_LINE
 
     def __init__(self, bucket: str = "lake") -> None:
+        with tempfile.NamedTemporaryFile(prefix="moto-", suffix=".log", delete=False) as log:
+            self.log_path = Path(log.name)
+        super().__init__(self.log_path)
         self.bucket = bucket
-        self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (lives as long as the server)
-            prefix="moto-", suffix=".log", delete=False
-        )
-        self.log_path = Path(self._log.name)
-        self._process: subprocess.Popen[bytes] | None = None
 
     def env(self) -> dict[str, str]:
         """The variables that point deltalake, obstore and Spark's S3A at this server."""
@@ -164,40 +160,28 @@ class LocalS3Server:
             "SPARK_LOCAL_IP": "127.0.0.1",
         }
 
-    @property
-    def pid(self) -> int | None:
-        """The server's PID (it leads the process group of its worker); None when stopped."""
-        return self._process.pid if self._process is not None else None
-
     def command(self) -> list[str]:
         """The server's command line (`server_command` on this server's port)."""
         return server_command(self.port)
 
-    def start(self) -> LocalS3Server:
+    def start(self) -> Self:
         """Start the server, wait until it answers, create the bucket.
 
         Raises:
             RuntimeEnvironmentError: it is not installed, exited, or did not answer in time.
         """
-        self._process = subprocess.Popen(
-            self.command(),
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # granian's worker is stopped with it, by process group
-        )
-        deadline = time.monotonic() + START_TIMEOUT_SECONDS
-        while not answers_http(self.endpoint):
-            if self._process.poll() is not None or time.monotonic() > deadline:
-                tail = self.log_path.read_text(errors="replace")[-2000:]
-                self.stop()
-                raise RuntimeEnvironmentError(
-                    f"the local S3 server did not start on {self.port}: {tail}"
-                )
-            time.sleep(0.1)
+        try:
+            return super().start()
+        except RuntimeError as error:
+            raise RuntimeEnvironmentError(
+                f"the local S3 server did not start on {self.port}: {error}"
+            ) from error
+
+    def prepare(self) -> None:
+        """Create the bucket."""
         request = urllib.request.Request(f"{self.endpoint}/{self.bucket}", method="PUT")
         with urllib.request.urlopen(request, timeout=10):
             pass
-        return self
 
     def request_count(self) -> int:
         """Requests the server has answered so far (one line each in its log)."""
@@ -206,19 +190,5 @@ class LocalS3Server:
 
     def stop(self) -> None:
         """Stop the server by its PID (terminate, then kill) and remove its log."""
-        process, self._process = self._process, None
-        if process is not None:
-            stop_process(process, STOP_TIMEOUT_SECONDS, group=True)
-        self._log.close()
+        super().stop()
         self.log_path.unlink(missing_ok=True)
-
-    def __enter__(self) -> LocalS3Server:
-        return self.start()
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -34,14 +34,15 @@ from cdf_platform.core.spec import ChangeSource
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.demo.bronze_assets import DEMO_TABLES
 from cdf_platform.demo.deployment import (
+    POLL_SECONDS,
     RUN_TIMEOUT_SECONDS,
     DemoDeployment,
     DeploymentFailed,
     RunResult,
-    wait_for,
 )
 from cdf_platform.demo.events import folded_rows
 from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
+from cdf_platform.demo.services import wait_for
 from cdf_platform.orchestration.checks import REPLAY_WINDOW
 from cdf_platform.orchestration.incremental_sensor import INCREMENTAL_SENSOR
 from cdf_platform.orchestration.rebuild_sensor import REBUILD_SENSOR
@@ -221,7 +222,13 @@ class DemoStory:
                 raise DemoFailed(f"runs failed: {', '.join(failed)}")
             return all(pipeline_status(spec, self.control).version_lag == 0 for spec in self.specs)
 
-        wait_for("every silver caught up by incremental_sensor", caught_up, RUN_TIMEOUT_SECONDS)
+        wait_for(
+            "every silver caught up by incremental_sensor",
+            caught_up,
+            RUN_TIMEOUT_SECONDS,
+            POLL_SECONDS,
+            error=DeploymentFailed,
+        )
         self.deployment.wait_idle()
         for spec in self.specs:
             figures = _latest_metadata(self.instance, dg.AssetKey(["silver", spec.id]))
@@ -312,7 +319,13 @@ class DemoStory:
                     return tick
             return None
 
-        tick = wait_for("rebuild_sensor's requests", requested, RUN_TIMEOUT_SECONDS)
+        tick = wait_for(
+            "rebuild_sensor's requests",
+            requested,
+            RUN_TIMEOUT_SECONDS,
+            POLL_SECONDS,
+            error=DeploymentFailed,
+        )
         current.figures["tick_requests"] = len(tick.run_ids)
         results = [self.deployment.wait(run_id) for run_id in tick.run_ids]
         failed = [result.run_id for result in results if not result.success]

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from cdf_platform_tests.adls_gcs.azurite import AZURITE_BLOB, Azurite
-from cdf_platform_tests.adls_gcs.fake_gcs import PACKAGE, FakeGcsServer, fake_gcs_binary
+from cdf_platform_testkit.azurite import AZURITE_BLOB, Azurite
+from cdf_platform_testkit.environment import environment
+from cdf_platform_testkit.fake_gcs import PACKAGE, FakeGcsServer, fake_gcs_binary
+from cdf_platform_testkit.objects import upload_folder
 from cdf_platform_tests.adls_gcs.lake import EmulatedStore
-from cdf_platform_tests.cli_session import environment
-from cdf_platform_tests.s3.objects import upload_folder
 
 
 @pytest.fixture(scope="session")

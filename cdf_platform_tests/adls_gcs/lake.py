@@ -30,7 +30,7 @@ from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.state.control import ControlTable, arrow_table
 from cdf_platform.state.watermark import OWNER_PROPERTY, app_id, user_metadata
-from cdf_platform_tests.s3.objects import delete_object
+from cdf_platform_testkit.objects import delete_object
 
 PIPELINE = "orders"
 BRONZE_VERSIONS = 4  # 0 create, 1 insert, 2 and 3 MERGEs

@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cdf_platform.state.control import ControlTable, LoadLogEntry
-from cdf_platform_tests.adls_gcs.azurite import Azurite
+from cdf_platform_testkit.azurite import Azurite
+from cdf_platform_testkit.fake_gcs import FakeGcsServer
+from cdf_platform_testkit.objects import object_names
 from cdf_platform_tests.adls_gcs.conftest import adls_store, gcs_store
-from cdf_platform_tests.adls_gcs.fake_gcs import FakeGcsServer
-from cdf_platform_tests.s3.objects import object_names
 
 WRITERS = 4
 

@@ -18,7 +18,7 @@ from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.status import WindowState, pipeline_status
 from cdf_platform.runner import run_pipeline
 from cdf_platform.state.watermark import read_silver_state
-from cdf_platform_tests.adls_gcs.azurite import Azurite
+from cdf_platform_testkit.azurite import Azurite
 
 ORDERS = {"id": "orders", "source": "bronze/orders", "target": "silver/orders"}
 COLUMNS = ", ".join(f'"{name}"' for name in DEMO_SCHEMAS["orders"])

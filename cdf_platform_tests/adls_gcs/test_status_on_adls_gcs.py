@@ -14,7 +14,8 @@ from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.planning.status import WindowState, pipeline_status
 from cdf_platform.window.criteria import WindowBreakKind
 from cdf_platform.window.replay_window import compute_replay_window
-from cdf_platform_tests.adls_gcs.azurite import Azurite
+from cdf_platform_testkit.azurite import Azurite
+from cdf_platform_testkit.objects import delete_object
 from cdf_platform_tests.adls_gcs.conftest import adls_store
 from cdf_platform_tests.adls_gcs.lake import (
     BRONZE_VERSIONS,
@@ -25,7 +26,6 @@ from cdf_platform_tests.adls_gcs.lake import (
     write_bronze,
 )
 from cdf_platform_tests.cli_process import run_cli
-from cdf_platform_tests.s3.objects import delete_object
 
 LATEST = BRONZE_VERSIONS - 1
 

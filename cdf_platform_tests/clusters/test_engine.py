@@ -30,10 +30,10 @@ from cdf_platform.spark.engine import (
     engine_conf,
     write_properties,
 )
+from cdf_platform_testkit.lake import orders_pipeline
+from cdf_platform_testkit.spark_servers import Engine
 from cdf_platform_tests.cli_process import run_cli
-from cdf_platform_tests.clusters.servers import Engine
 from cdf_platform_tests.lake_platform import table_rows
-from cdf_platform_tests.system.deployment import orders_pipeline
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -214,7 +214,7 @@ _SURVIVOR = textwrap.dedent(
     import json, os, sys
     from cdf_platform.core.errors import EngineUnavailable
     from cdf_platform.orchestration.resources import LakeLayout, SparkResource
-    from cdf_platform.runner import PipelineRunner
+    from cdf_platform.run import PipelineRunner
     from cdf_platform.demo.source import write_demo_batch
 
     lake = LakeLayout.from_environment().bound()

@@ -59,6 +59,13 @@ from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform.spark.object_stores import object_store_conf
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import read_silver_state
+from cdf_platform_testkit.lake import orders_pipeline
+from cdf_platform_testkit.spark_servers import (
+    ConnectServer,
+    HiveMetastore,
+    StandaloneCluster,
+    s3a_jars,
+)
 from cdf_platform_tests.bronze import (
     assert_converged_after_kill,
     make_bronze,
@@ -69,12 +76,6 @@ from cdf_platform_tests.bronze import (
 )
 from cdf_platform_tests.cli_process import run_cli
 from cdf_platform_tests.cli_session import CliSession
-from cdf_platform_tests.clusters.servers import (
-    ConnectServer,
-    HiveMetastore,
-    StandaloneCluster,
-    s3a_jars,
-)
 from cdf_platform_tests.daemon_tick import dagster_home, tick_in_a_process
 from cdf_platform_tests.lake_platform import (
     control_for,
@@ -82,7 +83,6 @@ from cdf_platform_tests.lake_platform import (
     run_as_daemon,
     table_rows,
 )
-from cdf_platform_tests.system.deployment import orders_pipeline
 
 pytestmark = pytest.mark.cluster
 

@@ -16,8 +16,8 @@ from cdf_platform.core.sql import sql_path
 from cdf_platform.deltalog.actions import DeletionVector, decode_action_path, z85_decode
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.retention import parse_interval
+from cdf_platform_testkit.synthetic_log import write_synthetic_commits
 from cdf_platform_tests.bronze import make_bronze
-from cdf_platform_tests.deltalog.synthetic_log import write_synthetic_commits
 
 HOUR = 3600.0
 

@@ -44,12 +44,12 @@ from cdf_platform.runner import run_pipeline
 from cdf_platform.spark.session import SparkSettings, build_spark_session
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import OWNER_PROPERTY
-from cdf_platform_tests.faults.bronze_model import CDF, BronzeTable, arrow_table
+from cdf_platform_testkit.faults.bronze_model import CDF, BronzeTable, arrow_table
 
 PIPELINE_ID = "people"
 VALID: dict[str, Any] = {"id": PIPELINE_ID, "source": "bronze", "target": "silver", "keys": ["id"]}
 ROWS = [{"id": 1, "name": "ada", "amount": 10}, {"id": 2, "name": "bob", "amount": 20}]
-TRANSFORMS = "cdf_platform_tests.modeling.transforms"
+TRANSFORMS = "cdf_platform_testkit.transforms"
 
 
 class BadInputLake:

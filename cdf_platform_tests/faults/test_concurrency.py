@@ -29,10 +29,10 @@ from cdf_platform.runner import execute_plan, plan_pipeline, run_pipeline
 from cdf_platform.spark.silver_layout import SilverLayout
 from cdf_platform.spark.silver_table import CREATE_RACE_WAIT_S, ensure_silver
 from cdf_platform.state.watermark import read_silver_state
-from cdf_platform_tests.faults.bronze_model import BronzeTable
-from cdf_platform_tests.faults.harness import HistoryHarness
-from cdf_platform_tests.faults.history import CI_PROFILE, CONCURRENT_OPS, Op, apply_bronze_op
-from cdf_platform_tests.faults.options import hand_config
+from cdf_platform_testkit.faults.bronze_model import BronzeTable
+from cdf_platform_testkit.faults.harness import HistoryHarness
+from cdf_platform_testkit.faults.history import CI_PROFILE, CONCURRENT_OPS, Op, apply_bronze_op
+from cdf_platform_testkit.faults.options import hand_config
 
 ROWS = [{"id": k, "name": f"n{k}", "amount": k} for k in range(1, 7)]
 

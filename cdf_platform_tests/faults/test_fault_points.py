@@ -23,11 +23,11 @@ from pyspark.sql import SparkSession
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.state.watermark import read_silver_state
+from cdf_platform_testkit.faults.bronze_model import BronzeTable
+from cdf_platform_testkit.faults.harness import HistoryHarness
+from cdf_platform_testkit.faults.history import Op
+from cdf_platform_testkit.faults.options import hand_config
 from cdf_platform_tests.cli_session import CliSession, SessionEnded
-from cdf_platform_tests.faults.bronze_model import BronzeTable
-from cdf_platform_tests.faults.harness import HistoryHarness
-from cdf_platform_tests.faults.history import Op
-from cdf_platform_tests.faults.options import hand_config
 
 # The module fixture (four concurrent Spark starts) runs inside the first test's timeout.
 pytestmark = pytest.mark.timeout(1200)

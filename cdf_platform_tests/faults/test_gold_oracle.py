@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cdf_platform_tests.faults.gold_oracle import (
+from cdf_platform_testkit.faults.gold_oracle import (
     deletion_vector_files,
     expected_totals,
     gold_problems,

@@ -1,15 +1,14 @@
 """Generated bronze histories against the oracle: after every consumer run silver equals the
 oracle (computed in Python from bronze's history and the pipeline's options), the watermark is
 the pinned version, and every lost window was detected and recovered (no silent loss). The CI
-histories hold every feasible pair of option levels (`cdf_platform_tests.faults.options`).
+histories hold every feasible pair of option levels (`cdf_platform_testkit.faults.options`).
 Some of them also feed a gold consumer on the watermark IO manager, materialized with Dagster
-and checked against the gold oracle (`cdf_platform_tests.faults.gold`). Some edit the pipeline's
-spec between runs (`where`, `columns`, `keys`: `cdf_platform_tests.faults.spec_edits`); after
+and checked against the gold oracle (`cdf_platform_testkit.faults.gold`). Some edit the pipeline's
+spec between runs (`where`, `columns`, `keys`: `cdf_platform_testkit.faults.spec_edits`); after
 the next run silver is the oracle of the edited spec."""
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -21,11 +20,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
 from cdf_platform.orchestration.resources import SparkResource
-from cdf_platform_tests.faults.gold import GoldConsumer
-from cdf_platform_tests.faults.harness import Divergence, HistoryHarness, history_spec
-from cdf_platform_tests.faults.history import CI_PROFILE, RUNS, SPEC_EDITS, Op, plan_history
-from cdf_platform_tests.faults.options import COVERING, HistoryConfig, config_for, coverage_table
-from cdf_platform_tests.faults.oracle import read_silver
+from cdf_platform_testkit.faults.gold import GoldConsumer
+from cdf_platform_testkit.faults.harness import Divergence, HistoryHarness, history_spec
+from cdf_platform_testkit.faults.history import CI_PROFILE, RUNS, SPEC_EDITS, Op, plan_history
+from cdf_platform_testkit.faults.options import COVERING, HistoryConfig, config_for, coverage_table
+from cdf_platform_testkit.faults.oracle import read_silver
 
 CI_SEEDS = list(range(1, len(COVERING) + 1))
 # The CI histories that also feed the gold consumer, one per silver shape: SCD2 ordered by
@@ -273,21 +272,9 @@ def test_the_gold_oracle_catches_a_consumer_that_counts_soft_deleted_rows(
     bronze = harness.start([{"id": k, "name": "ada", "amount": k} for k in range(1, 4)])
     harness.consumer_run(Op.RUN)
     assert gold.report.modes == Counter({"full": 1})
-    monkeypatch.setattr("cdf_platform_tests.faults.gold_asset._live", lambda frame: F.lit(True))
+    monkeypatch.setattr("cdf_platform_testkit.faults.gold_asset._live", lambda frame: F.lit(True))
     bronze.delete([2])
 
     with pytest.raises(Divergence, match=r"name 'ada': gold .* \(3, 6\), oracle \(2, 4\)"):
         harness.consumer_run(Op.RUN)
     assert gold.report.modes == Counter({"full": 1, "incremental": 1})
-
-
-@pytest.mark.slow
-def test_many_generated_histories(spark: SparkSession, tmp_path: Path) -> None:
-    """`pytest -m slow`: CDF_FUZZ_SEEDS histories (default 50) with the fuzz profile."""
-    from bench.fuzz import run_seeds
-
-    count = int(os.environ.get("CDF_FUZZ_SEEDS", "50"))
-    summary = run_seeds(spark, tmp_path, range(1000, 1000 + count))
-    assert summary["divergences"] == 0
-    assert summary["silent_losses"] == 0
-    assert summary["harness_errors"] == 0

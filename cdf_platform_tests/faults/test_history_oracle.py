@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cdf_platform_tests.faults.bronze_model import Change, Row, VersionRecord
-from cdf_platform_tests.faults.history_oracle import (
+from cdf_platform_testkit.faults.bronze_model import Change, Row, VersionRecord
+from cdf_platform_testkit.faults.history_oracle import (
     END_AT,
     SOURCE_VERSION,
     START_AT,
@@ -16,7 +16,7 @@ from cdf_platform_tests.faults.history_oracle import (
     Version,
     fold,
 )
-from cdf_platform_tests.faults.options import HistoryConfig
+from cdf_platform_testkit.faults.options import HistoryConfig
 
 COLUMNS = ["id", "name", "amount", "seq"]
 # (start, end, opened by version, name, amount)

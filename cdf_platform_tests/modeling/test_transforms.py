@@ -18,7 +18,7 @@ from cdf_platform.runner import run_pipeline
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.bronze import control_for, insert, make_bronze, rows, spec_for, sql
 
-TRANSFORMS = "cdf_platform_tests.modeling.transforms"
+TRANSFORMS = "cdf_platform_testkit.transforms"
 
 
 def _pipeline(lake: Path, name: str, **fields: Any) -> PipelineSpec:

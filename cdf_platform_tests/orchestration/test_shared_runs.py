@@ -23,10 +23,10 @@ from cdf_platform.orchestration.incremental_sensor import WantedRun, run_request
 from cdf_platform.orchestration.keys import REQUESTED_TAG, silver_key
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.status import pipeline_status
-from cdf_platform_tests import jvm_options
+from cdf_platform_testkit import jvm_options
+from cdf_platform_testkit.lake import orders_pipeline
 from cdf_platform_tests.lake_platform import incremental_tick as tick
 from cdf_platform_tests.lake_platform import lake_defs, run_as_daemon, table_rows
-from cdf_platform_tests.system.deployment import orders_pipeline
 
 
 def test_small_runs_share_a_run_and_a_failing_pipeline_fails_alone(

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 from cdf_platform.state.control import ControlTable, LoadLogEntry
-from cdf_platform_tests.s3.objects import object_names
+from cdf_platform_testkit.objects import object_names
 
 WRITERS = 6
 

@@ -25,6 +25,7 @@ from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.runner import run_pipeline
 from cdf_platform.state.watermark import read_silver_state
+from cdf_platform_testkit.objects import delete_object, object_names
 from cdf_platform_tests.bronze import (
     assert_converged_after_kill,
     insert,
@@ -36,7 +37,6 @@ from cdf_platform_tests.bronze import (
 )
 from cdf_platform_tests.cli_process import run_cli
 from cdf_platform_tests.lake_platform import last_spark_job_id
-from cdf_platform_tests.s3.objects import delete_object, object_names
 
 PEOPLE = {"id": "people", "source": "bronze/people", "target": "silver/people", "keys": ["id"]}
 

@@ -17,9 +17,9 @@ from cdf_platform.demo.local_s3 import LocalS3Server
 from cdf_platform.planning.assessment import assess_pipeline
 from cdf_platform.window.criteria import WindowBreakKind
 from cdf_platform.window.replay_window import compute_replay_window
+from cdf_platform_testkit.objects import delete_object, object_names, put_object, upload_folder
+from cdf_platform_testkit.synthetic_log import write_synthetic_commits
 from cdf_platform_tests.bronze import insert, make_bronze, sql
-from cdf_platform_tests.deltalog.synthetic_log import write_synthetic_commits
-from cdf_platform_tests.s3.objects import delete_object, object_names, put_object, upload_folder
 
 
 def pages(keys: int) -> int:

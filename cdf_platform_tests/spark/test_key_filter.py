@@ -10,7 +10,6 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-from bench.harness import SessionsWithConf
 from cdf_platform.core.sql import sql_path
 from cdf_platform.runner import run_pipeline
 from cdf_platform.spark.key_filter import (
@@ -22,6 +21,7 @@ from cdf_platform.spark.key_filter import (
 )
 from cdf_platform.spark.session import scoped_conf
 from cdf_platform.spark.small_steps import COPY_ON_WRITE_CONF
+from cdf_platform_testkit.spark_conf import SessionsWithConf
 from cdf_platform_tests.bronze import control_for, make_bronze, rows, spec_for, sql
 
 

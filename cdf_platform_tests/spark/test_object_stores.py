@@ -9,7 +9,6 @@ import signal
 
 import pytest
 
-from bench.probes import descendants
 from cdf_platform.core.active_storage import use_storage_config
 from cdf_platform.core.errors import InvalidStorageConfig
 from cdf_platform.core.storage_options import StorageConfig
@@ -22,6 +21,7 @@ from cdf_platform.spark.object_stores import (
     storage_hadoop_conf,
 )
 from cdf_platform.spark.session import SparkSettings, spark_conf
+from cdf_platform_testkit.processes import descendants
 
 
 def test_a_local_lake_loads_no_connector(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -174,7 +174,7 @@ def test_a_session_gets_the_connectors_and_options_of_the_configuration_in_use()
 
 def test_the_local_s3_server_is_stopped_by_its_pid() -> None:
     server = LocalS3Server(bucket="stop-test").start()
-    process = server._process
+    process = server.service.process
     assert process is not None and process.poll() is None
     workers = list(descendants(process.pid))
     assert workers  # granian serves from a worker process

@@ -21,7 +21,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
 from cdf_platform.demo.local_s3 import LocalS3Server
-from cdf_platform_tests.system.postgres import PostgresServer
+from cdf_platform_testkit.postgres import PostgresServer
 
 BUCKET_A, BUCKET_B = "cdf-a", "cdf-b"
 # The deployment reads no AWS_* variable: every credential comes from its configuration.

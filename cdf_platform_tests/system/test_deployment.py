@@ -31,20 +31,20 @@ import yaml
 from pyspark.sql import SparkSession
 
 from cdf_platform.demo.local_s3 import LocalS3Server
+from cdf_platform.demo.services import wait_for
 from cdf_platform.orchestration.incremental_sensor import PENDING_STATUSES
 from cdf_platform.orchestration.jobs import CHECKS_JOB, rebuild_run_config
 from cdf_platform.orchestration.keys import QUEUE_TAG, RUN_KEY_TAG, SILVER_QUEUE
 from cdf_platform.orchestration.run_launcher import RUN_WORKER_TAG
 from cdf_platform.state.control import ControlTable
-from cdf_platform_tests.lake_platform import table_rows, vacuum_breaking_the_window
-from cdf_platform_tests.system.deployment import (
+from cdf_platform_testkit.deployment import (
     BronzeWriter,
     Deployment,
     covered,
-    orders_pipeline,
-    wait_for,
 )
-from cdf_platform_tests.system.postgres import PostgresServer
+from cdf_platform_testkit.lake import orders_pipeline
+from cdf_platform_testkit.postgres import PostgresServer
+from cdf_platform_tests.lake_platform import table_rows, vacuum_breaking_the_window
 from cdf_platform_tests.system.secret_search import (
     BUCKET_A,
     BUCKET_B,

@@ -13,7 +13,7 @@ import psycopg2
 import pytest
 
 from cdf_platform.orchestration.keys import QUEUE_TAG, SILVER_QUEUE
-from cdf_platform_tests.system.postgres import MAX_CONNECTIONS, PostgresServer, PostgresServerError
+from cdf_platform_testkit.postgres import MAX_CONNECTIONS, PostgresServer, PostgresServerError
 
 # The deployment's instance: its postgres_db settings come from the environment.
 DAGSTER_YAML = Path(__file__).resolve().parents[2] / "deploy" / "dagster.yaml"

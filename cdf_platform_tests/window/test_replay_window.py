@@ -27,7 +27,7 @@ from cdf_platform.window.replay_window import (
     compute_replay_window,
 )
 from cdf_platform.window.schema_compat import non_additive_changes
-from cdf_platform_tests.deltalog.synthetic_log import commit_file, write_synthetic_commits
+from cdf_platform_testkit.synthetic_log import commit_file, write_synthetic_commits
 from cdf_platform_tests.lake_platform import spark_conf
 
 HOUR = 3600.0

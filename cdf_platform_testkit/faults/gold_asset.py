@@ -23,7 +23,7 @@ import dagster as dg
 
 from cdf_platform.orchestration.watermark_io_manager import RESOURCE_KEY
 from cdf_platform.spark.batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite
-from cdf_platform_tests.faults.gold_oracle import AMOUNT, AMOUNT_TOTAL, GROUP, PEOPLE
+from cdf_platform_testkit.faults.gold_oracle import AMOUNT, AMOUNT_TOTAL, GROUP, PEOPLE
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

@@ -11,7 +11,7 @@ recreate, the time-travel limit), the value types (plain scalars, or ARRAY and M
 too), and the fallback mode. SCD2 does not take soft deletes (the spec refuses them): those
 pairs are infeasible, listed as such. SCD2 with `sequence_by` (versions ordered and dated by
 `seq`, late writes placed where they belong) is checked version by version against the history
-oracle (`cdf_platform_tests.faults.history_oracle`).
+oracle (`cdf_platform_testkit.faults.history_oracle`).
 
 Example:
     >>> config_for(1).fields()["keys"]  # doctest: +SKIP
@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cdf_platform_tests.faults.spec_edits import DERIVED, WHERE, SpecShape
+from cdf_platform_testkit.faults.spec_edits import DERIVED, WHERE, SpecShape
 
 FACTORS: dict[str, tuple[str, ...]] = {
     "history": ("scd1", "scd2"),
@@ -41,7 +41,7 @@ FACTORS: dict[str, tuple[str, ...]] = {
     "types": ("plain", "nested"),
     "fallback": ("SNAPSHOT_REBUILD", "FAIL_FAST"),
 }
-TRANSFORM = "cdf_platform_tests.modeling.transforms:conform_people"
+TRANSFORM = "cdf_platform_testkit.transforms:conform_people"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """A seeded generator of hostile bronze histories.
 
 `plan_history(seed, profile)` fixes the sequence of operation kinds for a seed (no I/O), shaped
-by the seed's option config (`cdf_platform_tests.faults.options`: which options the pipeline
+by the seed's option config (`cdf_platform_testkit.faults.options`: which options the pipeline
 uses and which kinds of operation the history must hold), and
 `apply_bronze_op` draws each operation's parameters from the model's current state with the
 same seeded generator, so a seed replays the same history (only the instant a concurrent commit
@@ -17,7 +17,7 @@ VACUUM with zero retention, VACUUM after aging under a one-second retention (wit
 behind a checkpoint), a change-feed gap, a table recreate, and consumer runs after pauses of
 varying length: plain, with a bronze commit landing during the run, or while the retention is
 shorter than the pause (time-travel limit). Between runs, some histories edit the pipeline's
-spec (`where`, `columns` or `keys`, `cdf_platform_tests.faults.spec_edits`): every later run
+spec (`where`, `columns` or `keys`, `cdf_platform_testkit.faults.spec_edits`): every later run
 uses the edited spec.
 
 Example:
@@ -31,7 +31,7 @@ import random
 from dataclasses import dataclass
 from enum import StrEnum
 
-from cdf_platform_tests.faults.bronze_model import (
+from cdf_platform_testkit.faults.bronze_model import (
     BASE_COLUMNS,
     EXTRA_COLUMN,
     KEY,
@@ -42,8 +42,8 @@ from cdf_platform_tests.faults.bronze_model import (
     Row,
     tenant_of,
 )
-from cdf_platform_tests.faults.options import HistoryConfig, config_for
-from cdf_platform_tests.faults.spec_edits import EditKind
+from cdf_platform_testkit.faults.options import HistoryConfig, config_for
+from cdf_platform_testkit.faults.spec_edits import EditKind
 
 
 class Op(StrEnum):

@@ -2,10 +2,11 @@
 `deploy/dagster.yaml` on a PostgreSQL server, the warm engine (`cdf-platform engine`, a Spark
 Connect server every silver run sends its Spark work to), the code server (`dagster code-server
 start`, reloadable), the daemon and the webserver as `deploy/workspace.yaml` wires them, each in
-its own process group, started, waited for and stopped by PID; a bronze writer committing demo
-batches; a watch of the run queue and of the deployment's memory. The system tests and the
-freshness and fleet benchmarks (`bench/`) drive it; `warm=False` leaves the engine out (each
-run starts a driver JVM of its own, the embedded default)."""
+its own process group, started, waited for and stopped by PID (their commands are the demo's,
+`cdf_platform.demo.processes`); a bronze writer committing demo batches; a watch of the run
+queue and of the deployment's memory. The system tests and the freshness and fleet benchmarks
+(`bench/`) drive it; `warm=False` leaves the engine out (each run starts a driver JVM of its
+own, the embedded default)."""
 
 from __future__ import annotations
 
@@ -14,35 +15,34 @@ import json
 import os
 import random
 import shutil
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import dagster as dg
 import psutil
-import yaml
 from dagster._grpc.client import DagsterGrpcClient
 
 from cdf_platform.core.config import REMOTE_ENV, RUN_WORKER_ENV
+from cdf_platform.demo import processes
 from cdf_platform.demo.services import Service, free_port, port_open
 from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.keys import silver_pipeline_ids
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.orchestration.run_worker import answers
 from cdf_platform.planning.status import PipelineStatus, pipeline_status
-from cdf_platform_tests.clusters.servers import connect_answers
-from cdf_platform_tests.system.postgres import PostgresServer
+from cdf_platform_testkit.lake import write_pipelines
+from cdf_platform_testkit.postgres import PostgresServer
+from cdf_platform_testkit.spark_servers import connect_answers
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = PROJECT_ROOT / "deploy"
-BIN = Path(sys.executable).parent
 START_TIMEOUT_S = 180.0
 QUEUED = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]
 
@@ -51,20 +51,6 @@ def covered(run: dg.DagsterRun) -> list[str]:
     """The pipelines whose silver `run` writes (its asset selection's silver assets)."""
     return silver_pipeline_ids(run.asset_selection or ())
 
-
-def orders_pipeline(pipeline_id: str, **fields: Any) -> dict[str, Any]:
-    """A pipeline of a demo `orders` bronze table `bronze/<id>` into `silver/<id>`."""
-    return {
-        "id": pipeline_id,
-        "source": f"bronze/{pipeline_id}",
-        "target": f"silver/{pipeline_id}",
-        "keys": ["order_id"],
-        "delete_mode": "hard",
-        **fields,
-    }
-
-
-T = TypeVar("T")
 
 LAUNCH = """
 mutation Launch($params: ExecutionParams!) {
@@ -79,22 +65,6 @@ mutation Launch($params: ExecutionParams!) {
 """
 
 
-def wait_for(what: str, probe: Callable[[], T], timeout: float, every: float = 1.0) -> T:
-    """`probe()`'s first truthy value, polled every `every` seconds for `timeout` seconds.
-
-    Raises:
-        TimeoutError: `probe()` gave none within `timeout` (the message names `what`).
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"not within {timeout:.0f} s: {what}")
-        time.sleep(every)
-
-
 @dataclass
 class QueueWatch:
     """What a thread sampling the instance saw: queued runs per pipeline, the queue's size,
@@ -107,17 +77,6 @@ class QueueWatch:
     errors: int = 0
     # The runs (id, sensor, parent) of each time two runs of one pipeline were queued at once.
     doubles: list[list[tuple[str, str, str]]] = field(default_factory=list)
-
-
-def _webserver(name: str, workspace: str, port: int, logs: Path, *flags: str) -> Service:
-    """A `dagster-webserver` of the deployment on loopback `port` (its log in `logs`)."""
-    command = [str(BIN / "dagster-webserver"), "-w", workspace, "-h", "127.0.0.1", "-p"]
-    return Service(
-        name,
-        [*command, str(port), *flags],
-        logs / f"{name.replace(' ', '_')}.log",
-        cwd=PROJECT_ROOT,
-    )
 
 
 class Deployment:
@@ -168,46 +127,24 @@ class Deployment:
             RUN_WORKER_ENV: f"127.0.0.1:{self.worker_port}" if warm else "",
             **(env or {}),
         }
-        workspace = str(DEPLOY / "workspace.yaml")
-        self.engine = Service(
-            "engine",
-            [str(BIN / "cdf-platform"), "engine", "--driver-memory", engine_memory],
-            logs / "engine.log",
-            cwd=PROJECT_ROOT,
+        workspace = DEPLOY / "workspace.yaml"
+        self.engine = processes.engine(logs, PROJECT_ROOT, engine_memory)
+        self.run_worker = processes.run_worker(logs, PROJECT_ROOT)
+        self.code_server = processes.code_server(
+            logs, PROJECT_ROOT, port=self.code_server_port, location="cdf_platform", code=code
         )
-        self.run_worker = Service(
-            "run worker",
-            [str(BIN / "cdf-platform"), "run-worker"],
-            logs / "run_worker.log",
-            cwd=PROJECT_ROOT,
+        self.daemon = processes.daemon(logs, PROJECT_ROOT, workspace)
+        self.webserver = processes.webserver(
+            "webserver", logs, PROJECT_ROOT, workspace=workspace, port=self.webserver_port
         )
-        self.code_server = Service(
-            "code server",
-            [
-                str(BIN / "dagster"),
-                "code-server",
-                "start",
-                *code,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.code_server_port),
-                "--location-name",
-                "cdf_platform",
-            ],
-            logs / "code_server.log",
-            cwd=PROJECT_ROOT,
-        )
-        self.daemon = Service(
-            "daemon",
-            [str(BIN / "dagster-daemon"), "run", "-w", workspace],
-            logs / "daemon.log",
-            cwd=PROJECT_ROOT,
-        )
-        self.webserver = _webserver("webserver", workspace, self.webserver_port, logs)
         # The UI for people who watch the dashboards (docs/production.md, Security).
-        self.read_only_webserver = _webserver(
-            "read-only webserver", workspace, self.read_only_port, logs, "--read-only"
+        self.read_only_webserver = processes.webserver(
+            "read-only webserver",
+            logs,
+            PROJECT_ROOT,
+            workspace=workspace,
+            port=self.read_only_port,
+            flags=("--read-only",),
         )
         self._instance: dg.DagsterInstance | None = None
 
@@ -226,8 +163,7 @@ class Deployment:
         """(Re)write the deployment's pipelines file: read by the code server when it loads
         (at its start, and on each reload)."""
         self.pipelines = pipelines
-        text = yaml.safe_dump({"pipelines": pipelines})
-        self.pipelines_file.write_text(text, encoding="utf-8")
+        write_pipelines(self.pipelines_file, pipelines)
 
     @contextlib.contextmanager
     def environment(self) -> Iterator[None]:

@@ -7,7 +7,7 @@ shape (`keys`; refused for an SCD2 history, whose closed versions a snapshot can
 The row-shaping part of a history's spec is a `SpecShape`: the row filter, the derived columns
 in order, and the keys. Every SQL expression an edit can put in it has a Python twin here
 (`WHERES`, `EXPRESSIONS`), which the oracles apply to bronze rows
-(`cdf_platform_tests.faults.change_oracle.conform_row`): after a run, silver is the oracle of
+(`cdf_platform_testkit.faults.change_oracle.conform_row`): after a run, silver is the oracle of
 the *new* spec applied to bronze.
 
 Edits (`SpecShape.edited`, parameters drawn from the harness's own generator):
@@ -15,7 +15,7 @@ Edits (`SpecShape.edited`, parameters drawn from the harness's own generator):
 - `columns`: a derived column's expression changed (`big`'s threshold), one added
   (`amount_x2`) or one removed;
 - `keys`: [id] -> [id, tenant], or back. `tenant` (`id % 3`,
-  `cdf_platform_tests.faults.bronze_model.tenant_of`) is a bronze column written only in
+  `cdf_platform_testkit.faults.bronze_model.tenant_of`) is a bronze column written only in
   histories that edit keys: never NULL, unique with `id`, and never changed while `id` is not
   (an UPDATE of the key column sets both), so the composite key names the same rows as `id`.
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from cdf_platform_tests.faults.bronze_model import KEY, TENANT, Row
+from cdf_platform_testkit.faults.bronze_model import KEY, TENANT, Row
 
 TENANT_KEYS = (KEY, TENANT)
 # The filter and derived columns of a history with `conform: on`, before any edit.

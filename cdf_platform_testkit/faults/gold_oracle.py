@@ -1,4 +1,4 @@
-"""The gold oracle: what the histories' gold consumer (`cdf_platform_tests.faults.gold`) must
+"""The gold oracle: what the histories' gold consumer (`cdf_platform_testkit.faults.gold`) must
 hold after each of its runs, and whether its read of silver's change feed had lost its window;
 plain Python over the rows the silver oracle expects and over silver's log and files, never
 the platform's code.
@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote
 
-from cdf_platform_tests.faults.oracle import needed_files
+from cdf_platform_testkit.faults.oracle import needed_files
 
 GROUP = "name"
 AMOUNT = "amount"

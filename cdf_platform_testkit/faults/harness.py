@@ -7,12 +7,12 @@ RunResult and the control table all equal the latest version at plan time), and 
 the oracle (SCD2 ordered by `sequence_by`: every version equal to the history oracle's). Lost
 windows are counted as actual (ground truth), detected (a rebuild with an incident, or the
 classified error under FAIL_FAST), silent (actual, not detected) and spurious (detected, not
-actual). After a spec edit (`cdf_platform_tests.faults.spec_edits`) the oracles conform rows
+actual). After a spec edit (`cdf_platform_testkit.faults.spec_edits`) the oracles conform rows
 under the edited spec and the next run must rebuild (SPEC_CHANGED, unless a lost window is the
 reason; under FAIL_FAST it raises `SpecChanged` and the operator's rebuild follows); an edit of
 `keys` rewrites silver in the new shape, and of an SCD2 history's keys is refused
 (`SpecChangeRefused`, nothing written; the operator restores the previous spec). Given a gold
-consumer (`cdf_platform_tests.faults.gold`), the harness hands it the rows the oracle expects
+consumer (`cdf_platform_testkit.faults.gold`), the harness hands it the rows the oracle expects
 live after each run, and it materializes (or skips) and checks itself against the gold oracle.
 
 Example:
@@ -49,15 +49,15 @@ from cdf_platform.planning.run_result import RunResult
 from cdf_platform.runner import execute_plan, plan_pipeline, run_pipeline
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import read_silver_state
-from cdf_platform_tests.faults.bronze_model import (
+from cdf_platform_testkit.faults.bronze_model import (
     DELETED_FILE_RETENTION,
     LONG_RETENTION,
     BronzeTable,
     Row,
 )
-from cdf_platform_tests.faults.change_oracle import ChangeOracle
-from cdf_platform_tests.faults.gold import GoldConsumer
-from cdf_platform_tests.faults.history import (
+from cdf_platform_testkit.faults.change_oracle import ChangeOracle
+from cdf_platform_testkit.faults.gold import GoldConsumer
+from cdf_platform_testkit.faults.history import (
     CI_PROFILE,
     CONCURRENT_OPS,
     RUNS,
@@ -69,14 +69,14 @@ from cdf_platform_tests.faults.history import (
     initial_rows,
     plan_history,
 )
-from cdf_platform_tests.faults.history_oracle import END_AT, HistoryOracle
-from cdf_platform_tests.faults.modeling import (
+from cdf_platform_testkit.faults.history_oracle import END_AT, HistoryOracle
+from cdf_platform_testkit.faults.modeling import (
     conform_snapshot,
     history_problems,
     sequenced_history_problems,
 )
-from cdf_platform_tests.faults.options import HistoryConfig, config_for
-from cdf_platform_tests.faults.oracle import (
+from cdf_platform_testkit.faults.options import HistoryConfig, config_for
+from cdf_platform_testkit.faults.oracle import (
     LostWindow,
     RunWindow,
     Silver,
@@ -86,7 +86,7 @@ from cdf_platform_tests.faults.oracle import (
     read_silver,
     silver_problems,
 )
-from cdf_platform_tests.faults.spec_edits import EditKind, SpecShape
+from cdf_platform_testkit.faults.spec_edits import EditKind, SpecShape
 
 # The classified error a FAIL_FAST run must raise for each ground-truth reason.
 FAIL_FAST_ERRORS: dict[str, type[CdfPlatformError]] = {
@@ -153,7 +153,7 @@ class HistoryReport:
 
 def history_spec(lake: Path, seed: int, config: HistoryConfig | None = None) -> PipelineSpec:
     """The pipeline of history `seed`: its options are the seed's config
-    (`cdf_platform_tests.faults.options.config_for`) unless `config` is given."""
+    (`cdf_platform_testkit.faults.options.config_for`) unless `config` is given."""
     return PipelineSpec(
         id=f"fuzz_{seed}",
         source=str(lake / "bronze"),

@@ -1,17 +1,15 @@
 """Real Spark servers on loopback for the cluster tests: a standalone master with one worker,
 a Spark Connect server with Delta, and a Hive metastore service, each started from the classes
-pyspark ships (no Spark or Hive download), on free ports, waited for, and stopped by PID."""
+pyspark ships (no Spark or Hive download), on free ports, waited for, and stopped by PID (each
+process a `cdf_platform.demo.services.Service`)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
@@ -24,11 +22,11 @@ from pyspark.find_spark_home import _find_spark_home
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.config import MASTER_ENV, REMOTE_ENV, RUN_WORKER_ENV
-from cdf_platform.demo.services import free_port, port_open, stop_process
+from cdf_platform.demo.services import Service, free_port, port_open
 from cdf_platform.orchestration import run_worker
 from cdf_platform.spark.object_stores import ObjectStoreConf
 from cdf_platform.spark.session import CONNECT_SERVER_CLASS, delta_conf
-from cdf_platform_tests.jvm_options import SHORT_LIVED
+from cdf_platform_testkit.jvm_options import SHORT_LIVED
 
 START_TIMEOUT_SECONDS = 240.0
 
@@ -39,44 +37,38 @@ def spark_home() -> Path:
 
 
 class _Servers:
-    """Processes started in their own session, stopped (group and all) at exit."""
+    """Processes (`Service`s, their logs `<name>.log` in `workdir`), stopped (group and all)
+    at exit."""
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self.processes: list[subprocess.Popen[bytes]] = []
+        self.services: list[Service] = []
 
-    def _start(
-        self, name: str, command: list[str], env: dict[str, str] | None = None
-    ) -> subprocess.Popen[bytes]:
+    def _start(self, name: str, command: list[str], env: dict[str, str] | None = None) -> Service:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        env = {
-            **os.environ,
-            "SPARK_HOME": str(spark_home()),
-            "SPARK_LOCAL_IP": "127.0.0.1",
-            **(env or {}),
-        }
-        with (self.workdir / f"{name}.log").open("ab") as log:
-            process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-        self.processes.append(process)
-        return process
+        service = Service(name, command, self.workdir / f"{name}.log")
+        service.start(
+            {"SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1", **(env or {})}
+        )
+        self.services.append(service)
+        return service
 
     def _wait(self, what: str, ready: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_SECONDS
-        while time.monotonic() < deadline:
-            for process in self.processes:
-                if process.poll() is not None:
-                    raise RuntimeError(f"{what} exited ({process.returncode}); see {self.workdir}")
-            if ready():
-                return
-            time.sleep(0.5)
-        raise RuntimeError(f"{what} not ready after {START_TIMEOUT_SECONDS:.0f} s")
+        """Wait until `ready()`; raise RuntimeError if any of the processes exits first."""
+
+        def all_alive_and_ready() -> bool:
+            for service in self.services:
+                if not service.alive():
+                    code = service.process.returncode if service.process else None
+                    raise RuntimeError(f"{what} exited ({code}); see {self.workdir}")
+            return ready()
+
+        self.services[-1].wait_until(all_alive_and_ready, START_TIMEOUT_SECONDS, every=0.5)
 
     def stop(self) -> None:
         """Stop every server by its process group, the last started first."""
-        for process in reversed(self.processes):
-            stop_process(process, 30, group=True)
+        for service in reversed(self.services):
+            service.stop(30)
 
     def __enter__(self) -> Self:
         return self
@@ -288,10 +280,7 @@ class Engine(_Servers):
 
     def kill(self) -> None:
         """SIGKILL the engine's process group (a crash: sessions and operations gone)."""
-        process = self.processes.pop()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
+        self.services.pop().kill()
 
 
 class RunWorker(_Servers):
@@ -311,7 +300,7 @@ class RunWorker(_Servers):
 
     @property
     def pid(self) -> int:
-        return self.processes[-1].pid
+        return self.services[-1].pid
 
     def start(self) -> RunWorker:
         cli = str(Path(sys.executable).parent / "cdf-platform")

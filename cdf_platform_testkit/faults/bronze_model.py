@@ -35,7 +35,7 @@ BASE_COLUMNS = ("id", "name", "amount")
 EXTRA_COLUMN = "note"
 RENAMED_COLUMN = "remark"
 SEQUENCE_COLUMN = "seq"
-# Written in histories that edit `keys` to [id, tenant] (`cdf_platform_tests.faults.spec_edits`):
+# Written in histories that edit `keys` to [id, tenant] (`cdf_platform_testkit.faults.spec_edits`):
 # a function of the key, so never NULL and never changed while the key is not.
 TENANT = "tenant"
 NESTED_COLUMNS = ("tags", "attrs")

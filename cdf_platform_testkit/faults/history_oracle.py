@@ -4,7 +4,7 @@ from every change of a key the pipeline has seen, never from the platform's SQL.
 
 Rules (docs/pipeline-spec.md "History (SCD type 2)", the contract the platform implements):
 1. Events. Each bronze change of a key is an event after the pipeline's conforming steps
-   (`cdf_platform_tests.faults.change_oracle.conform_row`: transform, derived columns; a row
+   (`cdf_platform_testkit.faults.change_oracle.conform_row`: transform, derived columns; a row
    `where` does not keep is a delete; an UPDATE of the key column is a delete of the old key):
    sequence value s (the row's `seq`; a delete's is the deleted row's), commit version v, kind
    insert / update / delete, and the row's values. One event per key per bronze commit
@@ -35,7 +35,7 @@ Rules (docs/pipeline-spec.md "History (SCD type 2)", the contract the platform i
    split of commits into runs.
 
 Silver after a run = every key's folded versions (`HistoryOracle.expected`), compared exactly
-(`cdf_platform_tests.faults.modeling.sequenced_history_problems`).
+(`cdf_platform_testkit.faults.modeling.sequenced_history_problems`).
 
 Example:
     >>> oracle = HistoryOracle(config)  # doctest: +SKIP
@@ -51,10 +51,10 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cdf_platform_tests.faults.bronze_model import KEY, SEQUENCE_COLUMN, Row, VersionRecord
-from cdf_platform_tests.faults.change_oracle import conform_row
-from cdf_platform_tests.faults.options import HistoryConfig
-from cdf_platform_tests.faults.oracle import SOURCE_VERSION, normalize_value
+from cdf_platform_testkit.faults.bronze_model import KEY, SEQUENCE_COLUMN, Row, VersionRecord
+from cdf_platform_testkit.faults.change_oracle import conform_row
+from cdf_platform_testkit.faults.options import HistoryConfig
+from cdf_platform_testkit.faults.oracle import SOURCE_VERSION, normalize_value
 
 START_AT = "__start_at"
 END_AT = "__end_at"

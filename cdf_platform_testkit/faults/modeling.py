@@ -1,8 +1,8 @@
 """SCD2 silver in the generated histories (`history: scd2` in the seed's config,
-`cdf_platform_tests.faults.options`), and the conforming steps applied to a snapshot.
+`cdf_platform_testkit.faults.options`), and the conforming steps applied to a snapshot.
 
 - Conforming: the oracle applies the pipeline's transform, derived columns and `where` to the
-  bronze snapshot in Python (`cdf_platform_tests.faults.change_oracle.conform_row`).
+  bronze snapshot in Python (`cdf_platform_testkit.faults.change_oracle.conform_row`).
 - SCD2 (hard deletes): silver's open versions are exactly the rows the change oracle expects of
   an SCD1 silver with hard deletes (the snapshot, unless `ignore_null_updates` kept values), on
   bronze's conformed columns; a retired column, one bronze no longer has, is NULL on them; every
@@ -10,7 +10,7 @@
   before the run is unchanged, a key's versions never overlap and at most one is open, and no
   version was opened by a commit after the watermark.
 - SCD2 with `sequence_by` (versions ordered and dated by `seq`): silver's rows are exactly the
-  history oracle's (`cdf_platform_tests.faults.history_oracle`), every version of every key,
+  history oracle's (`cdf_platform_testkit.faults.history_oracle`), every version of every key,
   `__start_at`, `__end_at` and `_source_commit_version` included (`__changes`, the changes the
   platform keeps per version, is not compared).
 """
@@ -23,11 +23,11 @@ from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
-from cdf_platform_tests.faults.bronze_model import KEY, Row
-from cdf_platform_tests.faults.change_oracle import conform_row, conformed_columns
-from cdf_platform_tests.faults.history_oracle import END_AT, START_AT
-from cdf_platform_tests.faults.options import HistoryConfig
-from cdf_platform_tests.faults.oracle import PLATFORM_COLUMNS, SOURCE_VERSION, read_rows
+from cdf_platform_testkit.faults.bronze_model import KEY, Row
+from cdf_platform_testkit.faults.change_oracle import conform_row, conformed_columns
+from cdf_platform_testkit.faults.history_oracle import END_AT, START_AT
+from cdf_platform_testkit.faults.options import HistoryConfig
+from cdf_platform_testkit.faults.oracle import PLATFORM_COLUMNS, SOURCE_VERSION, read_rows
 
 # SCD2 with `sequence_by`: the changes each version holds (the platform's, not compared).
 CHANGES = "__changes"

@@ -6,7 +6,7 @@ Rules (docs/design.md section 5, docs/pipeline-spec.md):
 - A change is the row a commit left for a key (insert, update) or the row it removed (delete);
   the pipeline's transform and derived columns apply to it, and a row `where` does not keep is
   a delete of its key. The spec is the one the run uses: after a spec edit
-  (`cdf_platform_tests.faults.spec_edits`) the edited `where` and `columns`.
+  (`cdf_platform_testkit.faults.spec_edits`) the edited `where` and `columns`.
 - An incremental run over (W, L] takes, per key, its changes in order (the `sequence_by` value,
   then the commit version) and keeps the last; with `ignore_null_updates`, each value column
   takes the last non-NULL value since the key's last insert or delete in the range (`reset`:
@@ -34,17 +34,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from cdf_platform_tests.faults.bronze_model import KEY, SEQUENCE_COLUMN, Row, VersionRecord
-from cdf_platform_tests.faults.options import HistoryConfig
-from cdf_platform_tests.faults.oracle import ExpectedRow, normalize_value
+from cdf_platform_testkit.faults.bronze_model import KEY, SEQUENCE_COLUMN, Row, VersionRecord
+from cdf_platform_testkit.faults.options import HistoryConfig
+from cdf_platform_testkit.faults.oracle import ExpectedRow, normalize_value
 
 TRANSFORM_COLUMN = "band"
 
 
 def conform_row(config: HistoryConfig, row: Row) -> tuple[Row, bool]:
     """`row` after the pipeline's transform and derived columns, and whether `where` keeps it
-    (the Python twins of `cdf_platform_tests.modeling.transforms:conform_people` and of the
-    expressions in `cdf_platform_tests.faults.spec_edits`)."""
+    (the Python twins of `cdf_platform_testkit.transforms:conform_people` and of the
+    expressions in `cdf_platform_testkit.faults.spec_edits`)."""
     out = dict(row)
     amount = out.get("amount")
     if config.on("transform"):

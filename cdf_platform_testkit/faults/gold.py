@@ -1,6 +1,6 @@
 """The gold consumer of the generated histories (`gold/totals_by_name`,
-`cdf_platform_tests.faults.gold_asset`), materialized with real Dagster after the history's
-consumer runs and checked against the gold oracle (`cdf_platform_tests.faults.gold_oracle`).
+`cdf_platform_testkit.faults.gold_asset`), materialized with real Dagster after the history's
+consumer runs and checked against the gold oracle (`cdf_platform_testkit.faults.gold_oracle`).
 
 `GoldConsumer` drives it through one Dagster instance and one asset list per history: after
 the first run, after the first rebuild (a lost window, a source reset, an operator's rebuild)
@@ -37,10 +37,14 @@ from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.orchestration.watermark_io_manager import RESOURCE_KEY, WatermarkIOManager
 from cdf_platform.state.consumer_marks import ConsumerMarks, read_consumer_marks
-from cdf_platform_tests.bronze import vacuum_retain_zero
-from cdf_platform_tests.faults.gold_asset import GOLD_KEY, totals_by_name_asset
-from cdf_platform_tests.faults.gold_oracle import expected_totals, gold_problems, silver_range_lost
-from cdf_platform_tests.faults.oracle import read_rows
+from cdf_platform_testkit.faults.gold_asset import GOLD_KEY, totals_by_name_asset
+from cdf_platform_testkit.faults.gold_oracle import (
+    expected_totals,
+    gold_problems,
+    silver_range_lost,
+)
+from cdf_platform_testkit.faults.oracle import read_rows
+from cdf_platform_testkit.vacuum import vacuum_retain_zero
 
 CONSUMER = GOLD_KEY.to_user_string()
 NODE = GOLD_KEY.to_python_identifier()

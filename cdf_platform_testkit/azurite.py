@@ -22,9 +22,9 @@ import urllib.request
 from email.utils import formatdate
 from pathlib import Path
 
-from cdf_platform_tests.adls_gcs.emulator import EmulatorProcess
+from cdf_platform_testkit.emulator import EmulatorProcess
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+REPOSITORY = Path(__file__).resolve().parents[1]
 AZURITE_BLOB = REPOSITORY / ".tools" / "node_modules" / ".bin" / "azurite-blob"
 # Azurite's built-in development account and its published key: not secrets.
 ACCOUNT = "devstoreaccount1"
@@ -112,7 +112,7 @@ class Azurite(EmulatorProcess):
         """The container as Hadoop's ABFS connector names it (`abfss://c@account.dfs...`)."""
         return f"abfss://{self.container}@{ACCOUNT_HOST}"
 
-    def _prepare(self) -> None:
+    def prepare(self) -> None:
         """Create the container (object stores write into one; deltalake does not create it)."""
         self._signed_put(
             f"{self.container}?restype=container", f"{self.container}\nrestype:container"

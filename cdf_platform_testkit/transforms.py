@@ -1,5 +1,5 @@
 """Python transforms the modeling tests and the bad-input catalogue name in their specs
-(`transform: cdf_platform_tests.modeling.transforms:<function>`)."""
+(`transform: cdf_platform_testkit.transforms:<function>`)."""
 
 from __future__ import annotations
 

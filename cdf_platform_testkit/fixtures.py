@@ -1,4 +1,6 @@
-"""Shared fixtures: one real SparkSession per test session, one lake folder per test."""
+"""The fixtures the tests and the tests of the benchmarks share (a pytest plugin, registered by
+the repository's `conftest.py`): one real SparkSession per test session, one lake folder per
+test, the local S3 server, the JVM options and commit cache of the session."""
 
 from __future__ import annotations
 
@@ -14,29 +16,10 @@ from pyspark.sql import SparkSession
 from cdf_platform.deltalog.commit_cache import CACHE_ENV
 from cdf_platform.demo.local_s3 import LocalS3Server
 from cdf_platform.orchestration.resources import SparkResource
-from cdf_platform_tests.adls_gcs.azurite import ACCOUNT_HOST
-from cdf_platform_tests.cli_session import environment
-from cdf_platform_tests.jvm_options import ENVIRONMENT, LONG_LIVED
-
-# Small local config: 2 cores here, so few partitions; no UI.
-TEST_SPARK_CONF = {
-    "spark.default.parallelism": "2",
-    "spark.databricks.delta.snapshotPartitions": "2",
-    "spark.sql.adaptive.coalescePartitions.initialPartitionNum": "2",
-    # VACUUM lists files with this many tasks (10,000 by default): seconds wasted per VACUUM.
-    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
-    # Tables of a few rows: adaptive re-planning costs more than it saves on them. Runs in
-    # subprocesses (CLI, clusters, killed runs, the bench's no-op) keep Spark's default, on.
-    "spark.sql.adaptive.enabled": "false",
-    # No generated code: on tables of a few rows, compiling it costs more than it saves. A
-    # profile of repeated small runs (JFR, 12 rounds of load, UPDATE, DELETE and incremental
-    # MERGE) had about half of the task threads' CPU in Janino and in the regex that strips
-    # comments from the generated source; interpreted, an incremental run took 2.1-2.8 s
-    # instead of 3.1-3.7. Subprocess runs keep Spark's default (codegen on), so the platform's
-    # production path is still exercised by the CLI, cluster and Dagster-run tests.
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-}
+from cdf_platform_testkit.azurite import ACCOUNT_HOST
+from cdf_platform_testkit.environment import environment
+from cdf_platform_testkit.jvm_options import ENVIRONMENT, LONG_LIVED
+from cdf_platform_testkit.spark_conf import TEST_SPARK_CONF
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

