@@ -17,7 +17,16 @@ from cdf_platform.core.sql import create_table_sql, quote_ident, sql_path
 from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.spark.batch import FEED_COLUMNS, ChangeBatch, MergeRows, TableWrite
 from cdf_platform.spark.changes import ReadContext, classified
-from cdf_platform.spark.merge import SOURCE_VIEW, TxnStamp, stamped
+from cdf_platform.spark.merge import TxnStamp, stamped
+from cdf_platform.spark.merge_sql import (
+    DELETE,
+    SOURCE_VIEW,
+    insert_values,
+    merge_statement,
+    update_set,
+    when_matched,
+    when_not_matched,
+)
 from cdf_platform.state.consumer_marks import InputMark, encode_app_id
 from cdf_platform.state.watermark import OWNER_PROPERTY
 
@@ -69,24 +78,21 @@ def merge_rows_sql(table: str, output: MergeRows, columns: Sequence[str]) -> str
     """The MERGE of `output` (view `cdf_platform_source`) into `table`."""
     on = " AND ".join(f"t.{quote_ident(k)} <=> s.{quote_ident(k)}" for k in output.keys)
     update = dict(output.update or {})
-    assignments = ", ".join(
+    assignments = [
         f"{quote_ident(c)} = {update.get(c, f's.{quote_ident(c)}')}"
         for c in columns
         if c not in output.keys
-    )
-    names = ", ".join(quote_ident(c) for c in columns)
-    values = ", ".join(f"s.{quote_ident(c)}" for c in columns)
+    ]
     clauses = []
     if output.delete_when:
-        clauses.append(f"WHEN MATCHED AND ({output.delete_when}) THEN DELETE")
+        clauses.append(when_matched(f"({output.delete_when})", DELETE))
     if output.delete_matched_when:
-        clauses.append(f"WHEN MATCHED AND ({output.delete_matched_when}) THEN DELETE")
+        clauses.append(when_matched(f"({output.delete_matched_when})", DELETE))
     if assignments:
-        clauses.append(f"WHEN MATCHED THEN UPDATE SET {assignments}")
-    kept = f" AND NOT ({output.delete_when})" if output.delete_when else ""
-    clauses.append(f"WHEN NOT MATCHED{kept} THEN INSERT ({names}) VALUES ({values})")
-    body = "\n        ".join(clauses)
-    return f"MERGE INTO {sql_path(table)} AS t USING {SOURCE_VIEW} AS s ON {on}\n        {body}"
+        clauses.append(when_matched(None, update_set(assignments)))
+    kept = f"NOT ({output.delete_when})" if output.delete_when else None
+    clauses.append(when_not_matched(kept, insert_values(columns)))
+    return merge_statement(table, on, clauses)
 
 
 def write_output(

@@ -51,7 +51,14 @@ from cdf_platform.spark.changes import (
     project_columns,
 )
 from cdf_platform.spark.conform import analysed, conform_changes, invalid_spec
-from cdf_platform.spark.merge import SOURCE_VIEW, Truncation, with_source_view
+from cdf_platform.spark.merge import Truncation, with_source_view
+from cdf_platform.spark.merge_sql import (
+    INSERT_ALL,
+    UPDATE_ALL,
+    merge_statement,
+    when_matched,
+    when_not_matched,
+)
 from cdf_platform.spark.rebuild import RebuildOutcome, RebuildRequest, prepare_silver, read_pinned
 from cdf_platform.spark.silver_layout import END_AT, IS_DELETED, SilverLayout
 from cdf_platform.spark.silver_table import holds_files
@@ -270,10 +277,8 @@ class Tombstones:
                 f"s.{_TOMB_SEQUENCE} > t.{_TOMB_SEQUENCE} OR (s.{_TOMB_SEQUENCE} = "
                 f"t.{_TOMB_SEQUENCE} AND s.{_TOMB_VERSION} > t.{_TOMB_VERSION})"
             )
-            sql = (
-                f"MERGE INTO {sql_path(self.path)} AS t USING {SOURCE_VIEW} AS s ON {on} "
-                f"WHEN MATCHED AND ({newer}) THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
-            )
+            clauses = [when_matched(f"({newer})", UPDATE_ALL), when_not_matched(None, INSERT_ALL)]
+            sql = merge_statement(self.path, on, clauses)
             with_source_view(spark, deletes, lambda: spark.sql(sql).collect())
         cutoff = (now - self.retention).isoformat()
         spark.sql(

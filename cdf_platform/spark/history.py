@@ -32,9 +32,16 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from cdf_platform.core.sql import quote_ident, sql_path
+from cdf_platform.core.sql import quote_ident
 from cdf_platform.spark.changes import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
-from cdf_platform.spark.merge import SOURCE_VIEW, TxnStamp, run_merge
+from cdf_platform.spark.merge import TxnStamp, run_merge
+from cdf_platform.spark.merge_sql import (
+    insert_values,
+    merge_statement,
+    update_set,
+    when_matched,
+    when_not_matched,
+)
 from cdf_platform.spark.silver_layout import END_AT, SOURCE_VERSION, START_AT, SilverLayout
 
 if TYPE_CHECKING:
@@ -311,16 +318,15 @@ def merge_history_sql(target: str, layout: SilverLayout) -> str:
         ]
     ]
     inserted = [*layout.data_columns, SOURCE_VERSION, START_AT, END_AT]
-    names = ", ".join(quote_ident(c) for c in inserted)
-    sources = ", ".join(f"s.{quote_ident(c)}" for c in inserted)
-    return f"""
-        MERGE INTO {sql_path(target)} AS t
-        USING {SOURCE_VIEW} AS s
-        ON s.{_ACTION} = 'current' AND t.{END_AT} IS NULL AND {layout.on_clause()}
-        WHEN MATCHED AND (s.{END_AT} IS NOT NULL OR {rewrite})
-            THEN UPDATE SET {END_AT} = s.{END_AT}{"".join(", " + a for a in in_place)}
-        WHEN NOT MATCHED AND s.{_ACTION} = 'insert' THEN INSERT ({names}) VALUES ({sources})
-    """
+    on = f"s.{_ACTION} = 'current' AND t.{END_AT} IS NULL AND {layout.on_clause()}"
+    clauses = [
+        when_matched(
+            f"(s.{END_AT} IS NOT NULL OR {rewrite})",
+            update_set([f"{END_AT} = s.{END_AT}", *in_place]),
+        ),
+        when_not_matched(f"s.{_ACTION} = 'insert'", insert_values(inserted)),
+    ]
+    return merge_statement(target, on, clauses)
 
 
 def merge_history(

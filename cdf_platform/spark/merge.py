@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
 from cdf_platform.core.errors import DataQualityError
-from cdf_platform.core.sql import quote_ident, sql_path, sql_string
+from cdf_platform.core.sql import quote_ident, sql_string
 from cdf_platform.spark.changes import (
     CHANGE_TYPE,
     COMMIT_TIMESTAMP,
@@ -29,6 +29,16 @@ from cdf_platform.spark.changes import (
     null_sequence_count,
 )
 from cdf_platform.spark.key_filter import key_filter
+from cdf_platform.spark.merge_sql import (
+    DELETE,
+    SOURCE_VIEW,
+    insert_values,
+    merge_statement,
+    update_set,
+    when_matched,
+    when_not_matched,
+    when_not_matched_by_source,
+)
 from cdf_platform.spark.silver_layout import (
     DELETED_AT,
     IS_DELETED,
@@ -44,7 +54,6 @@ T = TypeVar("T")
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
-SOURCE_VIEW = "cdf_platform_source"
 _NULL_TIMESTAMP = "CAST(NULL AS TIMESTAMP)"
 
 
@@ -90,22 +99,7 @@ def stamped(spark: SparkSession, stamp: TxnStamp) -> Iterator[None]:
                 spark.conf.unset(key)
 
 
-# -- clause builders: each returns one piece of a MERGE a reader can check on its own ----------
-
-
-def _merge(target: str, on: str, clauses: Sequence[str]) -> str:
-    """MERGE INTO silver (`t`) USING the source view (`s`) ON `on`, with `clauses` in order."""
-    body = "\n        ".join(clauses)
-    return f"""
-        MERGE INTO {sql_path(target)} AS t
-        USING {SOURCE_VIEW} AS s
-        ON {on}
-        {body}
-    """
-
-
-def _set(assignments: Sequence[str]) -> str:
-    return f"UPDATE SET {', '.join(assignments)}"
+# -- the pieces of silver's MERGEs (assembled by `cdf_platform.spark.merge_sql`) ---------------
 
 
 def _values(layout: SilverLayout, *, reset: str | None) -> list[str]:
@@ -148,9 +142,9 @@ def _new_row(layout: SilverLayout, version_expr: str) -> list[tuple[str, str]]:
 
 
 def _insert(layout: SilverLayout, version_expr: str) -> str:
+    """The INSERT of a row from source `s`, stamped `version_expr` (`_new_row`)."""
     row = _new_row(layout, version_expr)
-    names = ", ".join(quote_ident(c) for c, _ in row)
-    return f"INSERT ({names}) VALUES ({', '.join(v for _, v in row)})"
+    return insert_values([c for c, _ in row], [v for _, v in row])
 
 
 @dataclass(frozen=True)
@@ -174,10 +168,10 @@ class Truncation:
         seq = quote_ident(layout.sequence_by)
         older = f"t.{seq} <= {self.sequence}"
         if not layout.soft:
-            return f"WHEN NOT MATCHED BY SOURCE AND {older} THEN DELETE"
+            return when_not_matched_by_source(older, DELETE)
         at = f"CAST({sql_string(self.at.isoformat())} AS TIMESTAMP)"
         marks = _tombstone(layout, at=at, version=str(int(self.version)), sequence=self.sequence)
-        return f"WHEN NOT MATCHED BY SOURCE AND NOT t.{IS_DELETED} AND {older} THEN {_set(marks)}"
+        return when_not_matched_by_source(f"NOT t.{IS_DELETED} AND {older}", update_set(marks))
 
 
 def merge_changes_sql(
@@ -208,9 +202,11 @@ def merge_changes_sql(
     if layout.events and layout.sequence_by is not None:
         sequence = f"s.{quote_ident(layout.sequence_by)}"
     deleted = (
-        _set(_tombstone(layout, at=f"s.{COMMIT_TIMESTAMP}", version=version, sequence=sequence))
+        update_set(
+            _tombstone(layout, at=f"s.{COMMIT_TIMESTAMP}", version=version, sequence=sequence)
+        )
         if layout.soft
-        else "DELETE"
+        else DELETE
     )
     updates, deletes = newer, newer
     if quiet:
@@ -219,14 +215,16 @@ def merge_changes_sql(
         if layout.soft:
             deletes = f"{newer} AND NOT t.{IS_DELETED}"
     clauses = [
-        f"WHEN MATCHED AND {is_delete} AND {deletes} THEN {deleted}",
-        f"WHEN MATCHED AND NOT {is_delete} AND {updates} "
-        f"THEN {_set(_upsert(layout, version=version, reset=reset))}",
-        f"WHEN NOT MATCHED AND NOT {is_delete} THEN {_insert(layout, version)}",
+        when_matched(f"{is_delete} AND {deletes}", deleted),
+        when_matched(
+            f"NOT {is_delete} AND {updates}",
+            update_set(_upsert(layout, version=version, reset=reset)),
+        ),
+        when_not_matched(f"NOT {is_delete}", _insert(layout, version)),
     ]
     if truncation is not None:
         clauses.append(truncation.clause(layout))
-    return _merge(target, on, clauses)
+    return merge_statement(target, on, clauses)
 
 
 def reconcile_sql(target: str, layout: SilverLayout, version: int, deleted_at: datetime) -> str:
@@ -251,8 +249,8 @@ def reconcile_sql(target: str, layout: SilverLayout, version: int, deleted_at: d
         seq = quote_ident(layout.sequence_by)
         differs = f"({differs}) AND (NOT coalesce(t.{seq} > s.{seq}, false) OR {restamp})"
     clauses = [
-        f"WHEN MATCHED AND ({differs}) THEN {_set(_upsert(layout, version=stamp, reset=None))}",
-        f"WHEN NOT MATCHED THEN {_insert(layout, stamp)}",
+        when_matched(f"({differs})", update_set(_upsert(layout, version=stamp, reset=None))),
+        when_not_matched(None, _insert(layout, stamp)),
     ]
     if layout.soft:
         at = f"CAST({sql_string(deleted_at.isoformat())} AS TIMESTAMP)"
@@ -260,11 +258,11 @@ def reconcile_sql(target: str, layout: SilverLayout, version: int, deleted_at: d
         # or to clear a retired column (a later re-insert would otherwise bring that value back).
         stale = f"NOT t.{IS_DELETED} OR {restamp} OR {layout.holds_retired_value()}"
         kept_at = f"CASE WHEN t.{IS_DELETED} THEN t.{DELETED_AT} ELSE {at} END"
-        gone = _set(_tombstone(layout, at=kept_at, version=stamp))
-        clauses.append(f"WHEN NOT MATCHED BY SOURCE AND ({stale}) THEN {gone}")
+        gone = update_set(_tombstone(layout, at=kept_at, version=stamp))
+        clauses.append(when_not_matched_by_source(f"({stale})", gone))
     else:
-        clauses.append("WHEN NOT MATCHED BY SOURCE THEN DELETE")
-    return _merge(target, layout.on_clause(), clauses)
+        clauses.append(when_not_matched_by_source(None, DELETE))
+    return merge_statement(target, layout.on_clause(), clauses)
 
 
 def with_source_view(spark: SparkSession, frame: DataFrame, action: Callable[[], T]) -> T:

@@ -40,9 +40,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cdf_platform.core.sql import quote_ident, sql_path
+from cdf_platform.core.sql import quote_ident
+from cdf_platform.spark import merge_sql
 from cdf_platform.spark.changes import CHANGE_TYPE, COMMIT_VERSION
-from cdf_platform.spark.merge import SOURCE_VIEW, TxnStamp, run_merge
+from cdf_platform.spark.merge import TxnStamp, run_merge
 from cdf_platform.spark.silver_layout import (
     CHANGES,
     END_AT,
@@ -445,20 +446,19 @@ def merge_sequenced_history_sql(target: str, layout: SilverLayout, value_fields:
     """The MERGE of a staged source (view `cdf_platform_source`, `_action` per row) into silver:
     versions matched on key and opening event are deleted or rewritten, new ones inserted."""
     rewritten = [*value_fields, START_AT, END_AT, CHANGES]
-    assignments = ", ".join(f"{quote_ident(c)} = s.{quote_ident(c)}" for c in rewritten)
+    assignments = [f"{quote_ident(c)} = s.{quote_ident(c)}" for c in rewritten]
     inserted = [*layout.keys, *rewritten, SOURCE_VERSION]
-    names = ", ".join(quote_ident(c) for c in inserted)
-    sources = ", ".join(f"s.{quote_ident(c)}" for c in inserted)
-    return f"""
-        MERGE INTO {sql_path(target)} AS t
-        USING {SOURCE_VIEW} AS s
-        ON {layout.on_clause()} AND t.{SOURCE_VERSION} = s.{SOURCE_VERSION}
-            AND t.{START_AT} = s.{START_AT}
-            AND t.{CHANGES}[0].{EVENT_GENERATION} <=> s.{_OPENED_IN}
-        WHEN MATCHED AND s.{_ACTION} = 'delete' THEN DELETE
-        WHEN MATCHED AND s.{_ACTION} = 'update' THEN UPDATE SET {assignments}
-        WHEN NOT MATCHED AND s.{_ACTION} = 'insert' THEN INSERT ({names}) VALUES ({sources})
-    """
+    on = (
+        f"{layout.on_clause()} AND t.{SOURCE_VERSION} = s.{SOURCE_VERSION}"
+        f" AND t.{START_AT} = s.{START_AT}"
+        f" AND t.{CHANGES}[0].{EVENT_GENERATION} <=> s.{_OPENED_IN}"
+    )
+    clauses = [
+        merge_sql.when_matched(f"s.{_ACTION} = 'delete'", merge_sql.DELETE),
+        merge_sql.when_matched(f"s.{_ACTION} = 'update'", merge_sql.update_set(assignments)),
+        merge_sql.when_not_matched(f"s.{_ACTION} = 'insert'", merge_sql.insert_values(inserted)),
+    ]
+    return merge_sql.merge_statement(target, on, clauses)
 
 
 def merge_sequenced_history(
