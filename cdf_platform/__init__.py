@@ -28,7 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-# Public name -> the module that defines it.
+# The public face, listed once: each public name and the module that defines it, in the order
+# the API reference shows them (docs/reference.md is generated from it). `__all__`, `__getattr__`
+# and `__dir__` derive from it; the type checkers' imports at the end must name the same
+# (cdf_platform_tests/test_public_names.py checks they do).
 _HOMES = {
     "PipelineSpec": "cdf_platform.core.spec",
     "DeleteMode": "cdf_platform.core.spec",
@@ -49,80 +52,35 @@ _HOMES = {
     "pipeline_status": "cdf_platform.planning.status",
     "PipelineStatus": "cdf_platform.planning.status",
     "WindowState": "cdf_platform.planning.status",
+    # The errors, in their module's order (the taxonomy of docs/design.md section 6).
     "CdfPlatformError": "cdf_platform.core.errors",
+    "InvalidPipelineSpec": "cdf_platform.core.errors",
+    "SourceNotFound": "cdf_platform.core.errors",
+    "SourceLogDamaged": "cdf_platform.core.errors",
+    "TableNameNotLocated": "cdf_platform.core.errors",
     "CatalogManagedSource": "cdf_platform.core.errors",
     "CdfNotEnabled": "cdf_platform.core.errors",
-    "ConcurrentWriteConflict": "cdf_platform.core.errors",
-    "DataQualityError": "cdf_platform.core.errors",
-    "EngineUnavailable": "cdf_platform.core.errors",
+    "ReplayWindowLost": "cdf_platform.core.errors",
+    "SourceReset": "cdf_platform.core.errors",
     "IncompatibleSchemaChange": "cdf_platform.core.errors",
-    "InvalidPipelineSpec": "cdf_platform.core.errors",
-    "InvalidStorageConfig": "cdf_platform.core.errors",
-    "MarksLost": "cdf_platform.core.errors",
+    "DataQualityError": "cdf_platform.core.errors",
+    "SpecChanged": "cdf_platform.core.errors",
+    "SpecChangeRefused": "cdf_platform.core.errors",
+    "UnsafeSparkConfig": "cdf_platform.core.errors",
+    "UnknownReadFailure": "cdf_platform.core.errors",
+    "TargetOwnershipConflict": "cdf_platform.core.errors",
     "RebuildNeedsOverride": "cdf_platform.core.errors",
     "DestructiveActionNotPermitted": "cdf_platform.core.errors",
-    "ReplayWindowLost": "cdf_platform.core.errors",
-    "RuntimeEnvironmentError": "cdf_platform.core.errors",
-    "SourceLogDamaged": "cdf_platform.core.errors",
-    "SourceNotFound": "cdf_platform.core.errors",
-    "SourceReset": "cdf_platform.core.errors",
-    "SpecChangeRefused": "cdf_platform.core.errors",
-    "SpecChanged": "cdf_platform.core.errors",
-    "StorageUnreachable": "cdf_platform.core.errors",
-    "TableNameNotLocated": "cdf_platform.core.errors",
-    "TargetOwnershipConflict": "cdf_platform.core.errors",
-    "UnknownReadFailure": "cdf_platform.core.errors",
-    "UnsafeSparkConfig": "cdf_platform.core.errors",
     "VacuumRefused": "cdf_platform.core.errors",
+    "MarksLost": "cdf_platform.core.errors",
+    "ConcurrentWriteConflict": "cdf_platform.core.errors",
+    "InvalidStorageConfig": "cdf_platform.core.errors",
+    "StorageUnreachable": "cdf_platform.core.errors",
+    "RuntimeEnvironmentError": "cdf_platform.core.errors",
+    "EngineUnavailable": "cdf_platform.core.errors",
 }
 
-__all__ = [  # noqa: RUF022 (grouped as `_HOMES` is)
-    "__version__",
-    "PipelineSpec",
-    "DeleteMode",
-    "ChangeSource",
-    "EventSpec",
-    "HistoryMode",
-    "FallbackMode",
-    "OnSpecChange",
-    "build_defs",
-    "CdfPipelinesComponent",
-    "SparkResource",
-    "LakeLayout",
-    "WatermarkIOManager",
-    "ChangeBatch",
-    "TableWrite",
-    "MergeRows",
-    "ReplaceRows",
-    "pipeline_status",
-    "PipelineStatus",
-    "WindowState",
-    "CdfPlatformError",
-    "CatalogManagedSource",
-    "CdfNotEnabled",
-    "ConcurrentWriteConflict",
-    "DataQualityError",
-    "EngineUnavailable",
-    "IncompatibleSchemaChange",
-    "InvalidPipelineSpec",
-    "InvalidStorageConfig",
-    "MarksLost",
-    "RebuildNeedsOverride",
-    "DestructiveActionNotPermitted",
-    "ReplayWindowLost",
-    "RuntimeEnvironmentError",
-    "SourceLogDamaged",
-    "SourceNotFound",
-    "SourceReset",
-    "SpecChangeRefused",
-    "SpecChanged",
-    "StorageUnreachable",
-    "TableNameNotLocated",
-    "TargetOwnershipConflict",
-    "UnknownReadFailure",
-    "UnsafeSparkConfig",
-    "VacuumRefused",
-]
+__all__ = ["__version__", *_HOMES]
 
 
 def __getattr__(name: str) -> Any:
@@ -138,46 +96,54 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_HOMES))
 
 
+# What type checkers and editors see for each lazily imported name (nothing runs at import);
+# `X as X` is the explicit re-export every checker reads, whatever it makes of `__all__`.
 if TYPE_CHECKING:
+    from cdf_platform.core.errors import CatalogManagedSource as CatalogManagedSource
+    from cdf_platform.core.errors import CdfNotEnabled as CdfNotEnabled
+    from cdf_platform.core.errors import CdfPlatformError as CdfPlatformError
+    from cdf_platform.core.errors import ConcurrentWriteConflict as ConcurrentWriteConflict
+    from cdf_platform.core.errors import DataQualityError as DataQualityError
     from cdf_platform.core.errors import (
-        CatalogManagedSource,
-        CdfNotEnabled,
-        CdfPlatformError,
-        ConcurrentWriteConflict,
-        DataQualityError,
-        DestructiveActionNotPermitted,
-        EngineUnavailable,
-        IncompatibleSchemaChange,
-        InvalidPipelineSpec,
-        InvalidStorageConfig,
-        MarksLost,
-        RebuildNeedsOverride,
-        ReplayWindowLost,
-        RuntimeEnvironmentError,
-        SourceLogDamaged,
-        SourceNotFound,
-        SourceReset,
-        SpecChanged,
-        SpecChangeRefused,
-        StorageUnreachable,
-        TableNameNotLocated,
-        TargetOwnershipConflict,
-        UnknownReadFailure,
-        UnsafeSparkConfig,
-        VacuumRefused,
+        DestructiveActionNotPermitted as DestructiveActionNotPermitted,
     )
-    from cdf_platform.core.spec import (
-        ChangeSource,
-        DeleteMode,
-        EventSpec,
-        FallbackMode,
-        HistoryMode,
-        OnSpecChange,
-        PipelineSpec,
+    from cdf_platform.core.errors import EngineUnavailable as EngineUnavailable
+    from cdf_platform.core.errors import IncompatibleSchemaChange as IncompatibleSchemaChange
+    from cdf_platform.core.errors import InvalidPipelineSpec as InvalidPipelineSpec
+    from cdf_platform.core.errors import InvalidStorageConfig as InvalidStorageConfig
+    from cdf_platform.core.errors import MarksLost as MarksLost
+    from cdf_platform.core.errors import RebuildNeedsOverride as RebuildNeedsOverride
+    from cdf_platform.core.errors import ReplayWindowLost as ReplayWindowLost
+    from cdf_platform.core.errors import RuntimeEnvironmentError as RuntimeEnvironmentError
+    from cdf_platform.core.errors import SourceLogDamaged as SourceLogDamaged
+    from cdf_platform.core.errors import SourceNotFound as SourceNotFound
+    from cdf_platform.core.errors import SourceReset as SourceReset
+    from cdf_platform.core.errors import SpecChanged as SpecChanged
+    from cdf_platform.core.errors import SpecChangeRefused as SpecChangeRefused
+    from cdf_platform.core.errors import StorageUnreachable as StorageUnreachable
+    from cdf_platform.core.errors import TableNameNotLocated as TableNameNotLocated
+    from cdf_platform.core.errors import TargetOwnershipConflict as TargetOwnershipConflict
+    from cdf_platform.core.errors import UnknownReadFailure as UnknownReadFailure
+    from cdf_platform.core.errors import UnsafeSparkConfig as UnsafeSparkConfig
+    from cdf_platform.core.errors import VacuumRefused as VacuumRefused
+    from cdf_platform.core.spec import ChangeSource as ChangeSource
+    from cdf_platform.core.spec import DeleteMode as DeleteMode
+    from cdf_platform.core.spec import EventSpec as EventSpec
+    from cdf_platform.core.spec import FallbackMode as FallbackMode
+    from cdf_platform.core.spec import HistoryMode as HistoryMode
+    from cdf_platform.core.spec import OnSpecChange as OnSpecChange
+    from cdf_platform.core.spec import PipelineSpec as PipelineSpec
+    from cdf_platform.definitions import build_defs as build_defs
+    from cdf_platform.orchestration.component import CdfPipelinesComponent as CdfPipelinesComponent
+    from cdf_platform.orchestration.resources import LakeLayout as LakeLayout
+    from cdf_platform.orchestration.resources import SparkResource as SparkResource
+    from cdf_platform.orchestration.watermark_io_manager import (
+        WatermarkIOManager as WatermarkIOManager,
     )
-    from cdf_platform.definitions import build_defs
-    from cdf_platform.orchestration.component import CdfPipelinesComponent
-    from cdf_platform.orchestration.resources import LakeLayout, SparkResource
-    from cdf_platform.orchestration.watermark_io_manager import WatermarkIOManager
-    from cdf_platform.planning.status import PipelineStatus, WindowState, pipeline_status
-    from cdf_platform.spark.batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite
+    from cdf_platform.planning.status import PipelineStatus as PipelineStatus
+    from cdf_platform.planning.status import WindowState as WindowState
+    from cdf_platform.planning.status import pipeline_status as pipeline_status
+    from cdf_platform.spark.batch import ChangeBatch as ChangeBatch
+    from cdf_platform.spark.batch import MergeRows as MergeRows
+    from cdf_platform.spark.batch import ReplaceRows as ReplaceRows
+    from cdf_platform.spark.batch import TableWrite as TableWrite
