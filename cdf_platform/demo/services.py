@@ -115,6 +115,14 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return probe.connect_ex((host, port)) == 0
 
 
+class ServiceExited(RuntimeError):
+    """A service's process exited while it was waited for (its exit code in `returncode`)."""
+
+    def __init__(self, message: str, returncode: int | None) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+
+
 @dataclass
 class Service:
     """One long-running process (its own process group), its output in `log` (discarded when
@@ -164,7 +172,8 @@ class Service:
         deadline = time.monotonic() + timeout
         while not ready():
             if not self.alive():
-                raise RuntimeError(f"the {self.name} exited:\n{self.tail()}")
+                code = self.process.returncode if self.process is not None else None
+                raise ServiceExited(f"the {self.name} exited ({code}):\n{self.tail()}", code)
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the {self.name} did not start:\n{self.tail()}")
             time.sleep(every)
