@@ -46,6 +46,7 @@ and materializes, so Dagster's freshness and `consumer_lag` agree while bronze i
 
 import datetime
 import hashlib
+import logging
 import time
 from dataclasses import dataclass
 
@@ -53,7 +54,7 @@ import dagster as dg
 
 from cdf_platform.core.config import DEFAULT_PIPELINES_PER_RUN
 from cdf_platform.core.errors import CdfPlatformError, TableNameNotLocated
-from cdf_platform.core.spec import FallbackMode, PipelineSpec
+from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.orchestration.failures import RETRY_ON_STEP_FAILURE_TAG
 from cdf_platform.orchestration.jobs import INCREMENTAL_JOB, REBUILD_JOB
 from cdf_platform.orchestration.keys import (
@@ -72,6 +73,7 @@ from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.orchestration.silver import freshness_window
 from cdf_platform.planning.assessment import ControlReads
 from cdf_platform.planning.plan import plan_from
+from cdf_platform.planning.repair import repair_decision
 from cdf_platform.planning.status import (
     PipelineStatus,
     WindowState,
@@ -314,6 +316,55 @@ def assess(
         return status, False
 
 
+def _decide(
+    log: logging.Logger,
+    spec: PipelineSpec,
+    control: ControlTable,
+    reads: ControlReads,
+    waiting: list[str],
+) -> WantedRun | int | None:
+    """The run `spec` wants in this tick; its watermark when it is caught up (a refresh may be
+    due); None when it has no bronze version yet or is not run here (the reason appended to
+    `waiting`)."""
+    try:
+        status, small = assess(spec, control, reads)
+    except (CdfPlatformError, NotImplementedError) as err:
+        # One unreadable pipeline (e.g. a remote table the JVM-free log reader does not
+        # read yet) must not stop the others from being triggered.
+        log.warning("%s: cannot read its status: %s", spec.id, err)
+        code = getattr(err, "incident_code", type(err).__name__)
+        waiting.append(f"{spec.id} ({code})")
+        return None
+    if status.problem_code == TableNameNotLocated.incident_code:
+        # Only a run can ask Spark's catalog where a named table lives: one run locates
+        # it, and from then on this sensor reads its log like any other.
+        return WantedRun(spec, "locate", "first")
+    if status.state in _NOT_OURS:
+        waiting.append(f"{spec.id} ({status.state.value})")
+        return None
+    latest, watermark = status.latest_version, status.watermark
+    if latest is None:
+        return None
+    if status.state is WindowState.LOST:
+        decision = repair_decision(spec.fallback_mode)
+        if not decision.automatic:
+            waiting.append(f"{spec.id} (LOST, {decision.why_not})")
+            return None
+        # Seen in this tick: the run's plan meets the loss and rebuilds (its fallback),
+        # once per loss; the checks still record it.
+        log.warning("%s: replay window lost (%s)", spec.id, status.problem_code)
+        return WantedRun(spec, "repair", f"{watermark}:{latest}")
+    if status.state is WindowState.SPEC_CHANGED:
+        # The edited spec's run reconciles silver (or, FAIL_FAST, refuses and says so):
+        # one request per spec fingerprint, whether bronze moved or not.
+        log.info("%s: spec edited (%s)", spec.id, status.problem)
+        return WantedRun(spec, "spec", str(status.spec_fingerprint))
+    if watermark is None or latest > watermark:
+        log.info("%s: bronze at version %d, watermark %s", spec.id, latest, watermark)
+        return WantedRun(spec, "incremental", str(latest), shares=small)
+    return watermark
+
+
 def build_incremental_sensor(
     specs: list[PipelineSpec],
     *,
@@ -353,48 +404,11 @@ def build_incremental_sensor(
                 # Its queued or running run covers every version up to the latest at its start.
                 waiting.append(f"{spec.id} (run {pending[spec.id][:8]} pending)")
                 continue
-            try:
-                status, small = assess(spec, control, reads)
-            except (CdfPlatformError, NotImplementedError) as err:
-                # One unreadable pipeline (e.g. a remote table the JVM-free log reader does not
-                # read yet) must not stop the others from being triggered.
-                context.log.warning("%s: cannot read its status: %s", spec.id, err)
-                code = getattr(err, "incident_code", type(err).__name__)
-                waiting.append(f"{spec.id} ({code})")
-                continue
-            if status.problem_code == TableNameNotLocated.incident_code:
-                # Only a run can ask Spark's catalog where a named table lives: one run locates
-                # it, and from then on this sensor reads its log like any other.
-                wanted.append(WantedRun(spec, "locate", "first"))
-                continue
-            if status.state in _NOT_OURS:
-                waiting.append(f"{spec.id} ({status.state.value})")
-                continue
-            latest, watermark = status.latest_version, status.watermark
-            if latest is None:
-                continue
-            if status.state is WindowState.LOST:
-                if spec.fallback_mode is FallbackMode.FAIL_FAST:
-                    waiting.append(f"{spec.id} (LOST, FAIL_FAST: left for a person)")
-                    continue
-                # Seen in this tick: the run's plan meets the loss and rebuilds (its fallback),
-                # once per loss; the checks still record it.
-                context.log.warning("%s: replay window lost (%s)", spec.id, status.problem_code)
-                wanted.append(WantedRun(spec, "repair", f"{watermark}:{latest}"))
-                continue
-            if status.state is WindowState.SPEC_CHANGED:
-                # The edited spec's run reconciles silver (or, FAIL_FAST, refuses and says so):
-                # one request per spec fingerprint, whether bronze moved or not.
-                context.log.info("%s: spec edited (%s)", spec.id, status.problem)
-                wanted.append(WantedRun(spec, "spec", str(status.spec_fingerprint)))
-                continue
-            if watermark is None or latest > watermark:
-                context.log.info(
-                    "%s: bronze at version %d, watermark %s", spec.id, latest, watermark
-                )
-                wanted.append(WantedRun(spec, "incremental", str(latest), shares=small))
-                continue
-            caught_up.append((spec, watermark))
+            decided = _decide(context.log, spec, control, reads, waiting)
+            if isinstance(decided, WantedRun):
+                wanted.append(decided)
+            elif decided is not None:
+                caught_up.append((spec, decided))
         # A caught-up fleet is the usual case: one query for every last materialization.
         materialized = last_materialized(context.instance, [spec for spec, _ in caught_up])
         now = time.time()

@@ -35,7 +35,7 @@ watermark or the input moved).
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
@@ -47,6 +47,7 @@ from cdf_platform.orchestration.consumers import RECOMPUTE_JOB, ConsumerAsset
 from cdf_platform.orchestration.incremental_sensor import INCREMENTAL_SENSOR, pending_pipelines
 from cdf_platform.orchestration.jobs import REBUILD_JOB, rebuild_run_config
 from cdf_platform.orchestration.keys import INCIDENT_TAG, PIPELINE_TAG, PRIORITY_TAG, silver_key
+from cdf_platform.planning.repair import repair_decision
 from cdf_platform.planning.status import WindowState
 
 REBUILD_SENSOR = "rebuild_sensor"
@@ -107,7 +108,7 @@ class _Watched:
 
     name: str  # the cursor's key and the run key's subject
     key: dg.AssetKey
-    fail_fast: bool | None  # None: the evaluation says (a consumer's `fallback_mode` figure)
+    fallback_mode: FallbackMode | None  # None: the evaluation says (a consumer's figure)
     job_name: str
     run_config: dg.RunConfig | None
     run_key_prefix: str
@@ -118,7 +119,7 @@ def _watched(specs: list[PipelineSpec], consumers: Sequence[ConsumerAsset]) -> l
         _Watched(
             spec.id,
             silver_key(spec.id),
-            spec.fallback_mode is FallbackMode.FAIL_FAST,
+            spec.fallback_mode,
             REBUILD_JOB,
             rebuild_run_config(spec.id),
             "rebuild",
@@ -129,6 +130,149 @@ def _watched(specs: list[PipelineSpec], consumers: Sequence[ConsumerAsset]) -> l
         _Watched(consumer.id, consumer.key, None, RECOMPUTE_JOB, None, "recompute")
         for consumer in consumers
     ]
+
+
+@dataclass
+class _Tick:
+    """What one evaluation of the rebuild sensor decided, pipeline by pipeline."""
+
+    handled: dict[str, int]  # the cursor: each asset's newest evaluation already acted on
+    requests: list[dg.RunRequest] = field(default_factory=list)
+    left_for_a_person: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    left_to_incremental: list[str] = field(default_factory=list)
+    pending: dict[str, str] | None = None  # read once, when a new loss is seen
+    incremental_repairs: bool | None = None  # read once, when a new loss is seen
+
+    def result(self) -> dg.SensorResult:
+        cursor = json.dumps(self.handled, sort_keys=True)
+        if self.requests:
+            return dg.SensorResult(run_requests=self.requests, cursor=cursor)
+        reason = "no new replay_window loss"
+        if self.left_to_incremental:
+            reason += (
+                f"; repaired by {INCREMENTAL_SENSOR} (running): "
+                f"{', '.join(self.left_to_incremental)}"
+            )
+        if self.waiting:
+            reason += f"; waiting for the pending run of: {', '.join(self.waiting)}"
+        if self.left_for_a_person:
+            reason += f"; left for a person (FAIL_FAST): {', '.join(self.left_for_a_person)}"
+        return dg.SensorResult(skip_reason=dg.SkipReason(reason), cursor=cursor)
+
+
+def _fallback_mode(item: _Watched, evaluation: dg.AssetCheckEvaluation) -> FallbackMode:
+    """The watched asset's fallback: its spec's, else (a consumer) the evaluation's figure."""
+    if item.fallback_mode is not None:
+        return item.fallback_mode
+    figure = _figure(evaluation, "fallback_mode")
+    known = {mode.value: mode for mode in FallbackMode}
+    return known.get(str(figure), FallbackMode.SNAPSHOT_REBUILD)
+
+
+def _run_request(
+    item: _Watched, evaluation: dg.AssetCheckEvaluation, *, problem_code: str, by_name: bool
+) -> dg.RunRequest:
+    """The repair of `item`'s loss: once per loss (its run key), first in the queue."""
+    run_key = (
+        f"{item.run_key_prefix}:{item.name}:{_figure(evaluation, 'watermark')}:"
+        f"{_figure(evaluation, 'latest_version')}"
+    )
+    tags = {INCIDENT_TAG: problem_code, PRIORITY_TAG: "1"}
+    if item.job_name == REBUILD_JOB:
+        tags[PIPELINE_TAG] = item.name
+    run_config: dg.RunConfig | dict[str, Any] = item.run_config or {}
+    watermark = _figure(evaluation, "watermark")
+    if item.job_name == REBUILD_JOB and isinstance(watermark, int):
+        # A run that repaired this loss first (the incremental sensor's, from its own tick)
+        # makes this one a no-op: see SilverRunConfig.repair_of.
+        run_config = rebuild_run_config(item.name, repair_of=watermark)
+    return dg.RunRequest(
+        run_key=run_key,
+        job_name=item.job_name if by_name else None,
+        asset_selection=[item.key],
+        run_config=run_config,
+        tags=tags,
+    )
+
+
+@dataclass(frozen=True)
+class _Watcher:
+    """How the rebuild sensor acts on each watched asset's newest replay_window evaluation.
+
+    Attributes:
+        pipeline_ids: The silver pipelines of the code location (their pending runs).
+        running: Whether the incremental sensor is declared running (its default status).
+        by_name: Whether run requests name their job (the sensor launches several).
+    """
+
+    pipeline_ids: set[str]
+    running: bool
+    by_name: bool
+
+    def owned_elsewhere(
+        self, context: dg.SensorEvaluationContext, tick: _Tick, item: _Watched, evaluated: int
+    ) -> bool:
+        """Whether a silver loss new to this sensor (its evaluation `evaluated`) is another's
+        to repair: the running incremental sensor's (its tick saw the loss too, or will: one
+        owner, so never two repairs), or a pending run's."""
+        if tick.incremental_repairs is None:
+            tick.incremental_repairs = incremental_sensor_runs(context, declared=self.running)
+        if tick.incremental_repairs:
+            tick.handled[item.name] = evaluated
+            tick.left_to_incremental.append(item.name)
+            return True
+        if tick.pending is None:
+            tick.pending = pending_pipelines(context.instance, self.pipeline_ids)
+        if item.name in tick.pending:
+            # One pending run per pipeline: that run's plan meets the loss and rebuilds (or
+            # its checks then pass). The evaluation stays unhandled, so a later tick looks
+            # again once the run has ended.
+            tick.waiting.append(f"{item.name} (run {tick.pending[item.name][:8]} pending)")
+            return True
+        return False
+
+    def look_at(self, context: dg.SensorEvaluationContext, tick: _Tick, item: _Watched) -> None:
+        """Act on `item`'s newest replay_window evaluation, once per loss."""
+        record = _latest_evaluated(context.instance, dg.AssetCheckKey(item.key, REPLAY_WINDOW))
+        evaluation = record.evaluation if record is not None else None
+        if record is None or not isinstance(evaluation, dg.AssetCheckEvaluation):
+            return  # never evaluated yet
+        is_new = record.id > tick.handled.get(item.name, -1)
+        if evaluation.passed or _figure(evaluation, "state") != WindowState.LOST.value:
+            tick.handled[item.name] = record.id
+            return
+        decision = repair_decision(_fallback_mode(item, evaluation))
+        silver_loss = is_new and item.job_name == REBUILD_JOB and decision.automatic
+        if silver_loss and self.owned_elsewhere(context, tick, item, record.id):
+            return
+        tick.handled[item.name] = record.id
+        problem_code = str(_figure(evaluation, "problem_code"))
+        if not decision.automatic:
+            # An open incident: named on every tick until a person repairs it or the check
+            # passes.
+            tick.left_for_a_person.append(item.name)
+            if is_new:
+                context.log.warning(
+                    "%s lost its replay window (%s) but is FAIL_FAST: not repairing; run %s "
+                    "once a person has decided%s",
+                    item.name,
+                    problem_code,
+                    item.job_name,
+                    " (with override_fail_fast)" if item.job_name == REBUILD_JOB else "",
+                )
+            return
+        if is_new:
+            request = _run_request(
+                item, evaluation, problem_code=problem_code, by_name=self.by_name
+            )
+            context.log.info(
+                "%s lost its replay window (%s): requesting %s",
+                item.name,
+                problem_code,
+                request.run_key,
+            )
+            tick.requests.append(request)
 
 
 def build_rebuild_sensor(
@@ -145,7 +289,7 @@ def build_rebuild_sensor(
             consumers); by default `rebuild_job` by name.
     """
     watched = _watched(specs, consumers)
-    pipeline_ids = {spec.id for spec in specs}
+    watcher = _Watcher({spec.id for spec in specs}, running, by_name=bool(jobs))
 
     @dg.sensor(
         name=REBUILD_SENSOR,
@@ -163,97 +307,9 @@ def build_rebuild_sensor(
     )
     def _rebuild_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         """One run request per pipeline whose newest replay_window evaluation says LOST."""
-        handled = _read_cursor(context.cursor)
-        requests: list[dg.RunRequest] = []
-        left_for_a_person: list[str] = []
-        waiting: list[str] = []
-        pending: dict[str, str] | None = None  # read once, when a new loss is seen
-        incremental_repairs: bool | None = None  # read once, when a new loss is seen
-        left_to_incremental: list[str] = []
+        tick = _Tick(_read_cursor(context.cursor))
         for item in watched:
-            record = _latest_evaluated(context.instance, dg.AssetCheckKey(item.key, REPLAY_WINDOW))
-            evaluation = record.evaluation if record is not None else None
-            if record is None or not isinstance(evaluation, dg.AssetCheckEvaluation):
-                continue  # never evaluated yet
-            is_new = record.id > handled.get(item.name, -1)
-            if evaluation.passed or _figure(evaluation, "state") != WindowState.LOST.value:
-                handled[item.name] = record.id
-                continue
-            if is_new and item.job_name == REBUILD_JOB and item.fail_fast is False:
-                if incremental_repairs is None:
-                    incremental_repairs = incremental_sensor_runs(context, declared=running)
-                if incremental_repairs:
-                    # Its tick saw the loss too (or will): one owner, so never two repairs.
-                    handled[item.name] = record.id
-                    left_to_incremental.append(item.name)
-                    continue
-                if pending is None:
-                    pending = pending_pipelines(context.instance, pipeline_ids)
-                if item.name in pending:
-                    # One pending run per pipeline: that run's plan meets the loss and rebuilds
-                    # (or its checks then pass). The evaluation stays unhandled, so a later
-                    # tick looks again once the run has ended.
-                    waiting.append(f"{item.name} (run {pending[item.name][:8]} pending)")
-                    continue
-            handled[item.name] = record.id
-            problem_code = str(_figure(evaluation, "problem_code"))
-            fail_fast = item.fail_fast
-            if fail_fast is None:
-                fail_fast = _figure(evaluation, "fallback_mode") == FallbackMode.FAIL_FAST.value
-            if fail_fast:
-                # An open incident: named on every tick until a person repairs it or the check
-                # passes.
-                left_for_a_person.append(item.name)
-                if is_new:
-                    context.log.warning(
-                        "%s lost its replay window (%s) but is FAIL_FAST: not repairing; run %s "
-                        "once a person has decided%s",
-                        item.name,
-                        problem_code,
-                        item.job_name,
-                        " (with override_fail_fast)" if item.job_name == REBUILD_JOB else "",
-                    )
-                continue
-            if not is_new:
-                continue
-            run_key = (
-                f"{item.run_key_prefix}:{item.name}:{_figure(evaluation, 'watermark')}:"
-                f"{_figure(evaluation, 'latest_version')}"
-            )
-            context.log.info(
-                "%s lost its replay window (%s): requesting %s", item.name, problem_code, run_key
-            )
-            # A lost window goes first in the queue.
-            tags = {INCIDENT_TAG: problem_code, PRIORITY_TAG: "1"}
-            if item.job_name == REBUILD_JOB:
-                tags[PIPELINE_TAG] = item.name
-            run_config: dg.RunConfig | dict[str, Any] = item.run_config or {}
-            watermark = _figure(evaluation, "watermark")
-            if item.job_name == REBUILD_JOB and isinstance(watermark, int):
-                # A run that repaired this loss first (the incremental sensor's, from its own
-                # tick) makes this one a no-op: see SilverRunConfig.repair_of.
-                run_config = rebuild_run_config(item.name, repair_of=watermark)
-            requests.append(
-                dg.RunRequest(
-                    run_key=run_key,
-                    job_name=item.job_name if jobs else None,
-                    asset_selection=[item.key],
-                    run_config=run_config,
-                    tags=tags,
-                )
-            )
-        cursor = json.dumps(handled, sort_keys=True)
-        if requests:
-            return dg.SensorResult(run_requests=requests, cursor=cursor)
-        reason = "no new replay_window loss"
-        if left_to_incremental:
-            reason += (
-                f"; repaired by {INCREMENTAL_SENSOR} (running): {', '.join(left_to_incremental)}"
-            )
-        if waiting:
-            reason += f"; waiting for the pending run of: {', '.join(waiting)}"
-        if left_for_a_person:
-            reason += f"; left for a person (FAIL_FAST): {', '.join(left_for_a_person)}"
-        return dg.SensorResult(skip_reason=dg.SkipReason(reason), cursor=cursor)
+            watcher.look_at(context, tick, item)
+        return tick.result()
 
     return _rebuild_sensor

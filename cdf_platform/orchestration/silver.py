@@ -8,7 +8,7 @@ asset body decides the policy (a requested rebuild, the FAIL_FAST refusal) and r
 `PipelineWrite`; the IO manager's output side carries it out (incremental MERGE, snapshot
 rebuild, or nothing at all), writing silver and its watermark in one commit (docs/design.md
 section 3), and records what the run did as the materialization's metadata. `cdf-platform run`
-calls the same two halves without Dagster (`cdf_platform.runner`).
+calls the same two halves without Dagster (`cdf_platform.run`).
 """
 
 from datetime import timedelta
@@ -30,6 +30,7 @@ from cdf_platform.orchestration.keys import (
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.orchestration.silver_io import PipelineBatch, PipelineWrite, pipeline_input
 from cdf_platform.planning.plan import RunMode, RunPlan
+from cdf_platform.planning.repair import already_repaired
 
 
 class SilverRunConfig(dg.Config):
@@ -76,12 +77,6 @@ def describe_plan(plan: RunPlan) -> str:
     else:
         what = f"bronze snapshot at version {plan.end_version}"
     return f"{plan.spec.id}: {plan.mode.value}, {what}{problem}"
-
-
-def already_repaired(plan: RunPlan, repair_of: int | None) -> bool:
-    """Whether a rebuild requested for the loss at watermark `repair_of` finds it repaired:
-    silver's watermark moved since, and the plan meets no problem."""
-    return repair_of is not None and plan.watermark != repair_of and plan.problem is None
 
 
 def _description(spec: PipelineSpec) -> str:

@@ -33,6 +33,7 @@ from cdf_platform.core.errors import (
 )
 from cdf_platform.core.spec import FallbackMode
 from cdf_platform.planning.assessment import replay_problem
+from cdf_platform.planning.repair import repair_decision
 from cdf_platform.state.consumer_marks import ConsumerMarks
 from cdf_platform.window.replay_window import (
     ConsumerAssessment,
@@ -177,6 +178,6 @@ def plan_input(
             return plan(BatchMode.INCREMENTAL)
     if isinstance(problem, REBUILDABLE):
         problem = problem.resolved_by(recompute_action(consumer))
-    if fallback is FallbackMode.FAIL_FAST:
+    if not repair_decision(fallback, problem).automatic:
         raise problem
     return plan(BatchMode.FULL, str(problem), problem)
