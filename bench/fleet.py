@@ -171,13 +171,13 @@ def _not_caught_up(deployment: Deployment, waiting: dict[str, int]) -> dict[str,
 def load_silver(spark: SparkSession, lake: LakeLayout) -> float:
     """Every pipeline of `lake` loaded (its initial load) in this process's Spark session;
     the seconds it took."""
-    from cdf_platform.runner import run_pipeline
+    from cdf_platform.run import PipelineRunner
 
     bound = lake.bound()
     control = bound.control()
     started = time.monotonic()
     for spec in bound.specs():
-        run_pipeline(spec, spark_factory=lambda: spark, control=control)
+        PipelineRunner.on(control, lambda: spark).run(spec)
     return time.monotonic() - started
 
 

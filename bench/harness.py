@@ -26,7 +26,7 @@ from bench.workload import (
     last_commit_metrics,
 )
 from cdf_platform.planning.run_result import RunResult
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform_testkit.spark_conf import SessionsWithConf
 
 if TYPE_CHECKING:
@@ -198,7 +198,7 @@ class Bench:
         target = SessionsWithConf(self.spark, conf) if conf is not None else self.spark
         factory = cast("Callable[[], SparkSession]", lambda: target)
         started = time.perf_counter()
-        result = run_pipeline(spec, spark_factory=factory, control=control, force_rebuild=rebuild)
+        result = PipelineRunner.on(control, factory).run(spec, force_rebuild=rebuild)
         seconds = time.perf_counter() - started
         assert result.watermark_after == workload.end_version, result
         if not rebuild and name is None and workload.name == str(self.config.rows):

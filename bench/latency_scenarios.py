@@ -50,7 +50,7 @@ from cdf_platform.core.config import (
 )
 from cdf_platform.orchestration.jobs import INCREMENTAL_JOB
 from cdf_platform.orchestration.keys import PIPELINE_TAG, silver_key, silver_op_name
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.spark.session import SHORT_RUN_JAVA_OPTIONS
 from cdf_platform.state.control import ControlTable
 from cdf_platform_testkit.lake import write_pipelines
@@ -215,11 +215,9 @@ class LatencyBench:
         instance (a `dagster.yaml` of its own under `workdir`)."""
         started = time.perf_counter()
         write_bronze(self.spark, self.bronze, self.config.rows)
-        result = run_pipeline(
-            self.spec,
-            spark_factory=lambda: self.spark,
-            control=ControlTable(str(self.lake / "_control")),
-        )
+        result = PipelineRunner.on(
+            ControlTable(str(self.lake / "_control")), lambda: self.spark
+        ).run(self.spec)
         assert result.watermark_after == 1, result
         write_pipelines(self.pipelines, [self.spec])
         self.note_setup("bronze and silver's first load", time.perf_counter() - started)

@@ -53,7 +53,7 @@ def measure(workdir: Path, sizes: list[int], changed_keys: int, rounds: int) -> 
     """Load a pipeline per size, then `rounds` rounds of changes and runs, ways alternating."""
     from cdf_platform.demo.source import write_demo_batch
     from cdf_platform.orchestration.resources import LakeLayout
-    from cdf_platform.runner import run_pipeline
+    from cdf_platform.run import PipelineRunner
     from cdf_platform.spark.session import SparkSettings, build_spark_session
     from cdf_platform.spark.small_steps import MERGE_CONF, load_table_state
     from cdf_platform_testkit.lake import orders_pipeline, write_pipelines
@@ -68,7 +68,7 @@ def measure(workdir: Path, sizes: list[int], changed_keys: int, rounds: int) -> 
     silver_bytes = {}
     for rows, spec in zip(sizes, specs, strict=True):
         write_demo_batch(spec.source, "orders", batch_size=rows)
-        run_pipeline(spec, spark_factory=lambda: spark, control=control)
+        PipelineRunner.on(control, lambda: spark).run(spec)
         silver_bytes[rows] = load_table_state(spark, spec.target).bytes
     samples: dict[tuple[int, str], list[tuple[float, float]]] = {}
     for round_ in range(rounds):
@@ -77,7 +77,7 @@ def measure(workdir: Path, sizes: list[int], changed_keys: int, rounds: int) -> 
         for rows, spec in zip(sizes, specs, strict=True):
             write_demo_batch(spec.source, "orders", batch_size=changed_keys)
             cpu, started = _driver_cpu_seconds(spark), time.monotonic()
-            result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+            result = PipelineRunner.on(control, lambda: spark).run(spec)
             wall, cpu = time.monotonic() - started, _driver_cpu_seconds(spark) - cpu
             assert result.mode.value == "incremental", result.mode
             if round_ >= WARM_UP_ROUNDS:

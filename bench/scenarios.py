@@ -22,7 +22,7 @@ from bench.replay_check import (
 from bench.workload import DATA_COLUMNS, KEY, Workload, spec_for
 from cdf_platform.core.spec import DeleteMode
 from cdf_platform.core.sql import sql_path
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.spark.metrics import silver_commit_counts
 from cdf_platform.spark.silver_layout import SilverLayout
 from cdf_platform.spark.silver_table import ensure_silver
@@ -269,7 +269,7 @@ def noop(bench: Bench, workload: Workload) -> dict[str, Any]:
 
     for _ in range(bench.config.reps):
         started = time.perf_counter()
-        result = run_pipeline(spec, spark_factory=no_spark, control=ControlTable(str(control)))
+        result = PipelineRunner.on(ControlTable(str(control)), no_spark).run(spec)
         bench.record("noop_in_process", time.perf_counter() - started)
         assert result.mode.value == "noop" and not result.spark_started, result
     last = probes[-1]

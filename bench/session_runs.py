@@ -49,7 +49,7 @@ def one_session(workdir: Path, pipelines: int, changed_keys: int) -> dict[str, A
     """Load, then time one incremental run of each pipeline, in this process's session."""
     from cdf_platform.demo.source import write_demo_batch
     from cdf_platform.orchestration.resources import LakeLayout
-    from cdf_platform.runner import run_pipeline
+    from cdf_platform.run import PipelineRunner
     from cdf_platform.spark.session import SparkSettings, build_spark_session
     from cdf_platform_testkit.lake import orders_pipeline, write_pipelines
 
@@ -63,14 +63,14 @@ def one_session(workdir: Path, pipelines: int, changed_keys: int) -> dict[str, A
     )
     for spec in specs:
         write_demo_batch(spec.source, "orders", batch_size=INITIAL_ROWS)
-        run_pipeline(spec, spark_factory=lambda: spark, control=control)
+        PipelineRunner.on(control, lambda: spark).run(spec)
     for spec in specs:
         write_demo_batch(spec.source, "orders", batch_size=changed_keys)
     results, jobs, seconds = [], [], 0.0
     known = _job_ids(spark)
     for spec in specs:
         started = time.monotonic()
-        results.append(run_pipeline(spec, spark_factory=lambda: spark, control=control))
+        results.append(PipelineRunner.on(control, lambda: spark).run(spec))
         seconds += time.monotonic() - started
         # Read between runs, outside the timed seconds.
         found = _job_ids(spark) - known

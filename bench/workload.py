@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.sql import sql_path
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable
 
 if TYPE_CHECKING:
@@ -239,10 +239,8 @@ def build_workload(
         shutil.copytree(base / "pristine", pristine)
     else:
         write_bronze(spark, bronze, rows)
-        result = run_pipeline(
-            spec_for(bronze, pristine / "silver"),
-            spark_factory=lambda: spark,
-            control=ControlTable(str(pristine / "_control")),
+        result = PipelineRunner.on(ControlTable(str(pristine / "_control")), lambda: spark).run(
+            spec_for(bronze, pristine / "silver")
         )
         assert result.watermark_after == 1, result
         if base is not None:

@@ -19,7 +19,7 @@ from cdf_platform.core.spec import PipelineSpec, storage_locations
 from cdf_platform.core.spec_file import find_spec, load_specs, load_storage
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.planning.status import pipeline_statuses
-from cdf_platform.runner import PipelineRunner
+from cdf_platform.run import PipelineRunner
 from cdf_platform.spark.session import SparkSettings, build_spark_session
 from cdf_platform.state.control import ControlTable
 

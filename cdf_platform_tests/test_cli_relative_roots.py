@@ -10,7 +10,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.bronze import insert, make_bronze, rows, sql
 from cdf_platform_tests.cli_process import run_cli
@@ -84,7 +84,7 @@ def test_a_run_failing_outside_the_classifier_exits_2_with_a_classified_error(
     bronze = lake / "bronze" / "m"
     make_bronze(spark, str(bronze), [(1, "ada", 10)])
     spec = PipelineSpec(id="m", source=str(bronze), target=str(lake / "silver" / "m"), keys=["id"])
-    run_pipeline(spec, spark_factory=lambda: spark, control=ControlTable(str(lake / "_control")))
+    PipelineRunner.on(ControlTable(str(lake / "_control")), lambda: spark).run(spec)
     (tmp_path / "pipelines.yaml").write_text(PIPELINES)
     (tmp_path / "in_the_way").write_text("not a folder")
 

@@ -19,7 +19,7 @@ from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.overview import OVERVIEW_KEY
 from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform.planning.plan import RunMode
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.state.watermark import HISTORY_SCAN, read_silver_state
 from cdf_platform_tests.bronze import make_bronze, rows
 from cdf_platform_tests.lake_platform import control_for
@@ -39,7 +39,7 @@ def test_after_bronze_is_recreated_status_checks_and_run_all_report_the_source_r
     layout = control_for(lake, PEOPLE)
     spec, control = layout.spec("people"), layout.control()
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20)])
-    first = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    first = PipelineRunner.on(control, lambda: spark).run(spec)
     assert (first.mode, first.watermark_after) == (RunMode.INITIAL_LOAD, 1)
     silver = DeltaTable(spec.target)
     for n in range(HISTORY_SCAN):  # another writer's commits (here: table properties)
@@ -77,6 +77,6 @@ def test_after_bronze_is_recreated_status_checks_and_run_all_report_the_source_r
     assert "| people | LOST |" in table and table.endswith("- people: SOURCE_RESET")
     assert overview.metadata["unhealthy_pipelines"].value == 1
 
-    result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    result = PipelineRunner.on(control, lambda: spark).run(spec)
     assert (result.mode, result.incident_code) == (RunMode.REBUILD, "SOURCE_RESET")
     assert rows(spark, spec.target) == [(7, "eve", 70)]

@@ -22,7 +22,7 @@ from cdf_platform.cli import build_parser
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_file import parse_specs, parse_storage
 from cdf_platform.core.sql import sql_path
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.spark.small_steps import COPY_ON_WRITE_CONF
 from cdf_platform_testkit.spark_conf import SessionsWithConf
 from cdf_platform_tests.bronze import control_for, make_bronze, rows, spec_for, sql
@@ -250,11 +250,11 @@ def test_readme_deltalake_example_reads_silver_with_deletion_vectors(
     )
     control = control_for(lake)
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20), (3, "cy", 30)])
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     sql(spark, spec.source, "UPDATE {t} SET amount = 11 WHERE id = 1")
     # A silver this small is rewritten by default (copyOnWriteMergeMaxBytes): 0 keeps vectors.
     keeping = SessionsWithConf(spark, {COPY_ON_WRITE_CONF: "0"})
-    run_pipeline(spec, spark_factory=lambda: keeping, control=control)
+    PipelineRunner.on(control, lambda: keeping).run(spec)
     assert list(Path(spec.target).glob("deletion_vector_*.bin"))
     monkeypatch.chdir(lake.parent)
     namespace: dict[str, Any] = {}

@@ -56,7 +56,7 @@ PRELOAD = (
     "dagster",
     "dagster._cli.api",
     "cdf_platform.definitions",
-    "cdf_platform.runner",
+    "cdf_platform.run",
     "pyarrow",
     "deltalake",
 )

@@ -4,7 +4,7 @@ run plan, its output side is the run.
 The silver asset takes bronze as an input loaded by `WatermarkIOManager`; the input carries the
 pipeline's spec (`pipeline_input`), which tells the IO manager that the consumer is a
 pipeline's silver. For it, `load_pipeline_batch` does not read bronze: it plans the run from the
-logs exactly as `cdf-platform run` does (`cdf_platform.runner.PipelineRunner.prepare`: the
+logs exactly as `cdf-platform run` does (`cdf_platform.run.PipelineRunner.prepare`: the
 catalog located first when the pipeline names tables, then the JVM-free plan) and hands the
 asset a `PipelineBatch` holding the pinned `RunPlan`. Its watermark is silver's own, in silver's
 log and the control table (docs/design.md section 3), not a consumer's marks. The asset decides
@@ -40,7 +40,7 @@ from cdf_platform.orchestration.keys import (
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.plan import RunPlan
 from cdf_platform.planning.run_result import RunResult
-from cdf_platform.runner import PipelineRunner, PreparedRun
+from cdf_platform.run import PipelineRunner, PreparedRun
 
 PIPELINE_SPEC = "cdf_platform/pipeline_spec"
 """The input metadata entry holding the pipeline's spec (JSON): it marks a pipeline's silver."""

@@ -15,6 +15,19 @@ from cdf_platform.window.replay_window import ConsumerAssessment
 
 
 @dataclass(frozen=True)
+class RowCounts:
+    """The silver rows one commit inserted, updated and deleted (a soft delete counts as
+    deleted)."""
+
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+
+
+NO_ROWS = RowCounts()
+
+
+@dataclass(frozen=True)
 class RunResult:
     """What one pipeline run did, for logs, Dagster metadata and the CLI."""
 

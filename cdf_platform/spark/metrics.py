@@ -12,13 +12,12 @@ from typing import TYPE_CHECKING
 
 from cdf_platform.core.spec import DeleteMode
 from cdf_platform.deltalog.delta_tables import open_delta_table
+from cdf_platform.planning.run_result import NO_ROWS, RowCounts
 from cdf_platform.spark.changes import read_changes
 from cdf_platform.state.watermark import HISTORY_SCAN, parse_user_metadata
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-Counts = tuple[int, int, int]
 
 
 def find_run_commit(target: str, pipeline_id: str, run_id: str) -> dict[str, object] | None:
@@ -32,23 +31,23 @@ def find_run_commit(target: str, pipeline_id: str, run_id: str) -> dict[str, obj
 
 def silver_commit_counts(
     spark: SparkSession, target: str, pipeline_id: str, run_id: str, delete_mode: DeleteMode
-) -> Counts:
-    """(inserted, updated, deleted) rows of the silver commit of `run_id` ((0, 0, 0) if none)."""
+) -> RowCounts:
+    """The rows the silver commit of `run_id` changed (none if there is no such commit)."""
     entry = find_run_commit(target, pipeline_id, run_id)
-    return (0, 0, 0) if entry is None else commit_counts(spark, target, entry, delete_mode)
+    return NO_ROWS if entry is None else commit_counts(spark, target, entry, delete_mode)
 
 
 def commit_counts(
     spark: SparkSession, target: str, entry: Mapping[str, object], delete_mode: DeleteMode
-) -> Counts:
-    """(inserted, updated, deleted) rows of the silver commit whose history entry is `entry`
-    (a MERGE, or the append of a first load: `cdf_platform.spark.merge.load_snapshot`)."""
+) -> RowCounts:
+    """The rows changed by the silver commit whose history entry is `entry` (a MERGE, or the
+    append of a first load: `cdf_platform.spark.merge.load_snapshot`)."""
     raw = entry.get("operationMetrics")
     metrics = raw if isinstance(raw, dict) else {}
     if entry.get("operation") == "WRITE":
-        return (int(metrics.get("numOutputRows", 0)), 0, 0)
+        return RowCounts(inserted=int(metrics.get("numOutputRows", 0)))
     if delete_mode is DeleteMode.HARD:
-        return (
+        return RowCounts(
             int(metrics.get("numTargetRowsInserted", 0)),
             int(metrics.get("numTargetRowsUpdated", 0)),
             int(metrics.get("numTargetRowsDeleted", 0)),
@@ -63,4 +62,4 @@ def commit_counts(
         F.count_if(postimage & ~F.col("_is_deleted")).alias("updated"),
         F.count_if(postimage & F.col("_is_deleted")).alias("deleted"),
     ).collect()[0]
-    return (int(row["inserted"] or 0), int(row["updated"] or 0), int(row["deleted"] or 0))
+    return RowCounts(int(row["inserted"] or 0), int(row["updated"] or 0), int(row["deleted"] or 0))

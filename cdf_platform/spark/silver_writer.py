@@ -2,7 +2,7 @@
 initial load or a rebuild) reach silver, for SCD1, SCD2 and sequenced SCD2, each write carrying
 the watermark stamp (`silver_stamp`) in its one commit.
 
-The incremental run (`cdf_platform.runner`) and the rebuild (`cdf_platform.spark.rebuild`) both
+The incremental run (`cdf_platform.run`) and the rebuild (`cdf_platform.spark.rebuild`) both
 write through `SilverWriter`, so a layout's staging and MERGE are chosen in one place.
 
 Example:

@@ -9,7 +9,7 @@ session's settings after it.
 
 The steps run interpreted are a pipeline's change-set read and checks, the key filter's fetch of
 the changed keys, `load_table_state`, which makes Delta build silver's state before the MERGE,
-so the MERGE reuses it, and the count of the rows the run's commit changed (`cdf_platform.runner`),
+so the MERGE reuses it, and the count of the rows the run's commit changed (`cdf_platform.run`),
 and a consumer asset's `ChangeBatch.changes()`.
 `spark.cdf_platform.interpretSmallSteps` set to `false` keeps code generation on for them.
 

@@ -46,7 +46,7 @@ from cdf_platform.core.errors import (
 from cdf_platform.core.spec import FallbackMode, PipelineSpec
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.run_result import RunResult
-from cdf_platform.runner import execute_plan, plan_pipeline, run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_testkit.faults.bronze_model import (
@@ -278,7 +278,7 @@ class HistoryHarness:
             raise self._fail("a refused spec edit started Spark")
 
         try:
-            run_pipeline(edited, spark_factory=no_spark, control=self.control)
+            PipelineRunner.on(self.control, no_spark).run(edited)
         except SpecChangeRefused as err:
             if "What to do" not in str(err):
                 raise self._fail(f"message without the action: {err}") from err
@@ -334,11 +334,8 @@ class HistoryHarness:
             # The operator's answer to a FAIL_FAST incident: a requested rebuild.
             latest = bronze.version
             plan_at = datetime.now(UTC).replace(tzinfo=None)
-            result = run_pipeline(
-                self.spec,
-                spark_factory=lambda: self.spark,
-                control=self.control,
-                force_rebuild=True,
+            result = PipelineRunner.on(self.control, lambda: self.spark).run(
+                self.spec, force_rebuild=True
             )
             truth = None
             self._check_result(result, latest, truth, requested=True, edited=edited)
@@ -352,7 +349,7 @@ class HistoryHarness:
 
     def _run_engine(self, op: Op, latest: int) -> RunResult:
         if op is not Op.RUN_WITH_COMMIT:
-            return run_pipeline(self.spec, spark_factory=lambda: self.spark, control=self.control)
+            return PipelineRunner.on(self.control, lambda: self.spark).run(self.spec)
         assert self.bronze is not None
         bronze = self.bronze
         concurrent = self.rng.choice(CONCURRENT_OPS)
@@ -368,12 +365,14 @@ class HistoryHarness:
                     fired.append(apply_bronze_op(concurrent, bronze, op_rng, self.profile))
                 return self.spark
 
-            result = run_pipeline(self.spec, spark_factory=factory, control=self.control)
+            result = PipelineRunner.on(self.control, factory).run(self.spec)
             if not fired:  # a no-op never starts Spark: commit after it instead
                 apply_bronze_op(concurrent, bronze, op_rng, self.profile)
             return result
         # Lands at a random instant of the run, from another thread.
-        plan = plan_pipeline(self.spec, self.control)
+        runner = PipelineRunner.on(self.control, lambda: self.spark)
+        prepared = runner.prepare(self.spec)
+        plan = prepared.plan
         if plan.end_version != latest:
             raise Divergence(f"plan pinned {plan.end_version}, bronze latest was {latest}")
 
@@ -384,7 +383,7 @@ class HistoryHarness:
         writer = threading.Thread(target=commit)
         writer.start()
         try:
-            return execute_plan(plan, spark_factory=lambda: self.spark, control=self.control)
+            return runner.finish(prepared)
         finally:
             writer.join()
 

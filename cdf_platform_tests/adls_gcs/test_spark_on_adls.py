@@ -16,7 +16,7 @@ from cdf_platform.demo.source import DEMO_SCHEMAS, write_demo_batch
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.status import WindowState, pipeline_status
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_testkit.azurite import Azurite
 
@@ -45,10 +45,10 @@ def test_a_pipeline_runs_on_adls_through_spark_and_status_reads_it(
     assert spec.source.startswith("abfs://") and control.root.startswith("abfs://")
 
     write_demo_batch(spec.source, "orders", batch_size=20)  # 0 create, 1 insert
-    first = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    first = PipelineRunner.on(control, lambda: spark).run(spec)
     assert (first.mode, first.end_version) == (RunMode.INITIAL_LOAD, 1)
     write_demo_batch(spec.source, "orders", batch_size=20)  # 2: updates, inserts, deletes
-    second = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    second = PipelineRunner.on(control, lambda: spark).run(spec)
     assert (second.mode, second.start_version, second.end_version) == (RunMode.INCREMENTAL, 2, 2)
     assert second.rows_deleted > 0
     assert _rows(spec.target) == _rows(spec.source)

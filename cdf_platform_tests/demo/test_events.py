@@ -20,7 +20,7 @@ from cdf_platform.demo.events import (
     read_events,
     write_event_batch,
 )
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.bronze import rows
 
@@ -119,9 +119,7 @@ def test_the_fold_is_what_the_platform_makes_of_the_demo_event_log(
 
     def write_run_and_compare(force_rebuild: bool = False) -> None:
         write_event_batch(spec.source, batch_size=40)
-        run_pipeline(
-            spec, spark_factory=lambda: spark, control=control, force_rebuild=force_rebuild
-        )
+        PipelineRunner.on(control, lambda: spark).run(spec, force_rebuild=force_rebuild)
         expected = sorted(folded_rows(spec.source, columns).elements())
         assert rows(spark, spec.target, *columns) == expected
 

@@ -40,7 +40,7 @@ from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_file import find_spec, load_specs, load_storage
 from cdf_platform.demo.services import free_port
 from cdf_platform.planning.run_result import RunResult
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.spark.session import SparkSettings, build_spark_session
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import OWNER_PROPERTY
@@ -88,7 +88,7 @@ class BadInputLake:
     def run(self, spec: PipelineSpec | None = None) -> RunResult:
         """One run of `spec` (default: the valid pipeline)."""
         spec = spec or self.spec()
-        return run_pipeline(spec, spark_factory=self.spark_factory, control=self.control)
+        return PipelineRunner.on(self.control, self.spark_factory).run(spec)
 
     def make_bronze(self, rows: list[dict[str, Any]] = ROWS, *, cdf: bool = True) -> BronzeTable:
         """Bronze (id, name, amount) with `rows`, written with delta-rs."""
@@ -284,7 +284,7 @@ def _unsafe(key: str) -> Callable[[BadInputLake], object]:
     def act(lake: BadInputLake) -> object:
         assert lake.spark is not None
         sessions: Any = _UnsafeSessions(lake.spark, key)
-        return run_pipeline(lake.spec(), spark_factory=lambda: sessions, control=lake.control)
+        return PipelineRunner.on(lake.control, lambda: sessions).run(lake.spec())
 
     return act
 
@@ -305,9 +305,7 @@ def _remote_nobody_listens(lake: BadInputLake) -> RunResult:
     """A run whose Spark is a Spark Connect URL on a free loopback port: refused before any
     session exists (so this process never turns into a Connect client)."""
     settings = SparkSettings(remote=f"sc://127.0.0.1:{free_port()}")
-    return run_pipeline(
-        lake.spec(), spark_factory=lambda: build_spark_session(settings), control=lake.control
-    )
+    return PipelineRunner.on(lake.control, lambda: build_spark_session(settings)).run(lake.spec())
 
 
 def _fresh_schema(lake: BadInputLake) -> str:

@@ -25,7 +25,7 @@ from cdf_platform.core.errors import (
 from cdf_platform.core.spec import DeleteMode
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.run_result import RunResult
-from cdf_platform.runner import execute_plan, plan_pipeline, run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.spark.silver_layout import SilverLayout
 from cdf_platform.spark.silver_table import CREATE_RACE_WAIT_S, ensure_silver
 from cdf_platform.state.watermark import read_silver_state
@@ -115,7 +115,7 @@ def test_two_runs_of_one_pipeline_at_once_end_serialized_or_with_one_classified_
     plan_at = _now()
 
     results, classified, others = _race(
-        2, lambda: run_pipeline(harness.spec, spark_factory=lambda: spark, control=harness.control)
+        2, lambda: PipelineRunner.on(harness.control, lambda: spark).run(harness.spec)
     )
 
     outcome = (
@@ -148,15 +148,16 @@ def test_a_stale_run_finishing_after_a_newer_one_never_moves_the_watermark_back(
     bronze = harness.start(ROWS)
     harness.consumer_run(Op.RUN)
     _changes(bronze)
-    stale = plan_pipeline(harness.spec, harness.control)
+    runner = PipelineRunner.on(harness.control, lambda: spark)
+    stale = runner.prepare(harness.spec)
     bronze.update([3, 5], amount_delta=7, name="late")
     bronze.delete([6])
     newer_at = _now()
-    newer = run_pipeline(harness.spec, spark_factory=lambda: spark, control=harness.control)
+    newer = PipelineRunner.on(harness.control, lambda: spark).run(harness.spec)
     newest = bronze.version
     assert newer.watermark_after == newest
 
-    result = execute_plan(stale, spark_factory=lambda: spark, control=harness.control)
+    result = runner.finish(stale)
     assert read_silver_state(harness.spec.target, harness.spec.id).watermark == newest
     harness.verify_silver(RunMode.INCREMENTAL, None, newest, newer_at)
     control = harness.control.read_states()[harness.spec.id]["last_commit_version"]
@@ -193,8 +194,10 @@ def test_bronze_commits_made_during_consumer_runs_are_never_lost(
             while len(commits) == seen and time.monotonic() < deadline:
                 time.sleep(0.05)
             plan_at = _now()
-            plan = plan_pipeline(harness.spec, harness.control)
-            result = execute_plan(plan, spark_factory=lambda: spark, control=harness.control)
+            runner = PipelineRunner.on(harness.control, lambda: spark)
+            prepared = runner.prepare(harness.spec)
+            plan = prepared.plan
+            result = runner.finish(prepared)
             assert result.watermark_after == plan.end_version
             harness.verify_silver(result.mode, result.incident_code, plan.end_version, plan_at)
     finally:

@@ -19,7 +19,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdf_platform.planning.plan import RunMode
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform_tests.bronze import control_for, rows, spec_for, sql
 from cdf_platform_tests.event_log import DEBEZIUM, Event, EventLog
 from cdf_platform_tests.lake_platform import vacuum_breaking_the_window
@@ -100,7 +100,7 @@ def test_a_generated_event_log_folds_exactly_after_every_run_and_rebuild(
             log.append(*source.commit())
             sql(spark, spec.source, "OPTIMIZE {t}")
             vacuum_breaking_the_window(spark, spec.source)
-        result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+        result = PipelineRunner.on(control, lambda: spark).run(spec)
         modes.append(result.mode)
         log.check(spark, spec)
     assert modes[0] is RunMode.INITIAL_LOAD
@@ -122,7 +122,7 @@ def test_generated_dumps_of_a_snapshot_source_reach_silver_exactly(
                 dump[key] = (key, rng.choice(NAMES), rng.randrange(100))
         frame = spark.createDataFrame(list(dump.values()), "id BIGINT, name STRING, amount INT")
         frame.write.format("delta").mode("overwrite").save(spec.source)
-        run_pipeline(spec, spark_factory=lambda: spark, control=control)
+        PipelineRunner.on(control, lambda: spark).run(spec)
         live = rows(spark, spec.target, "id", "name", "amount", "_is_deleted")
         assert [r[:3] for r in live if not r[3]] == sorted(dump.values())
         assert {r[0] for r in live if r[3]}.isdisjoint(dump)

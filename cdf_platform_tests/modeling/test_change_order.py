@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from cdf_platform.core.errors import DataQualityError
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.sql import sql_path
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.bronze import control_for, make_bronze, rows, sql
 
@@ -20,7 +20,7 @@ from cdf_platform_tests.bronze import control_for, make_bronze, rows, sql
 def _run(
     spark: SparkSession, spec: PipelineSpec, control: ControlTable, *, rebuild: bool = False
 ) -> None:
-    run_pipeline(spec, spark_factory=lambda: spark, control=control, force_rebuild=rebuild)
+    PipelineRunner.on(control, lambda: spark).run(spec, force_rebuild=rebuild)
 
 
 def test_sequence_by_keeps_the_newest_business_version(spark: SparkSession, lake: Path) -> None:

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.planning.plan import RunMode
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.bronze import control_for, make_bronze, spec_for, sql
 
@@ -44,7 +44,7 @@ def _spec(lake: Path, name: str) -> PipelineSpec:
 
 
 def _run(spark: SparkSession, spec: PipelineSpec, control: ControlTable, **kwargs: Any) -> RunMode:
-    return run_pipeline(spec, spark_factory=lambda: spark, control=control, **kwargs).mode
+    return PipelineRunner.on(control, lambda: spark).run(spec, **kwargs).mode
 
 
 def _commit_times(spark: SparkSession, path: str) -> dict[datetime, int]:

@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from cdf_platform.core.errors import SpecChangeRefused
 from cdf_platform.core.sql import sql_path
 from cdf_platform.planning.plan import RunMode
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform_tests.bronze import control_for, drop_column, spec_for, sql
 
 # Bronze commits 2..8 (version 1 seeds ada and bob at seq 10); only `name` is tracked.
@@ -61,7 +61,7 @@ def _versions(spark: SparkSession, path: str) -> list[tuple[Any, ...]]:
 
 def _run(spark: SparkSession, spec: Any, lake: Path, **kwargs: Any) -> RunMode:
     control = control_for(lake)
-    return run_pipeline(spec, spark_factory=lambda: spark, control=control, **kwargs).mode
+    return PipelineRunner.on(control, lambda: spark).run(spec, **kwargs).mode
 
 
 def test_late_changes_land_in_place_however_the_runs_split_them(

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.planning.plan import RunMode
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.bronze import control_for, insert, make_bronze, rows, spec_for, sql
 
@@ -26,7 +26,7 @@ def _pipeline(lake: Path, name: str, **fields: Any) -> PipelineSpec:
 
 
 def _run(spark: SparkSession, spec: PipelineSpec, control: ControlTable) -> RunMode:
-    return run_pipeline(spec, spark_factory=lambda: spark, control=control).mode
+    return PipelineRunner.on(control, lambda: spark).run(spec).mode
 
 
 # Bronze commits after the seed insert (version 1), in the runs that apply them.

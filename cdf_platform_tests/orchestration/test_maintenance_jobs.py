@@ -16,7 +16,7 @@ from cdf_platform.core.errors import RuntimeEnvironmentError
 from cdf_platform.core.sql import sql_path
 from cdf_platform.orchestration.maintenance_jobs import build_maintenance_jobs, maintenance_job_name
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform_tests.bronze import insert, make_bronze, set_deleted_file_retention, sql
 from cdf_platform_tests.lake_platform import failure_incident
 
@@ -31,7 +31,7 @@ def _lagging_platform(spark: SparkSession, lake: Path) -> LakeLayout:
     spec = control.spec("people")
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20)])
     set_deleted_file_retention(spark, spec.source, "interval 1 hours")
-    run_pipeline(spec, spark_factory=lambda: spark, control=control.control())
+    PipelineRunner.on(control.control(), lambda: spark).run(spec)
     sql(spark, spec.source, "UPDATE {t} SET amount = amount + 1")
     insert(spark, spec.source, [(3, "cy", 30)])
     return control
@@ -121,7 +121,7 @@ def test_raises_retention_then_vacuums_and_the_consumer_still_replays(
     assert (row["destroyed"], row["permitted_by"], row["windows_cut"]) == (None, None, "[]")
     spec = control.spec("people")
     assert _retention(spark, spec.source) == "interval 7 hours"
-    after = run_pipeline(spec, spark_factory=lambda: spark, control=control.control())
+    after = PipelineRunner.on(control.control(), lambda: spark).run(spec)
     assert after.mode.value == "incremental"
 
 
@@ -130,7 +130,7 @@ def test_vacuums_when_every_consumer_is_safe(
 ) -> None:
     control = _lagging_platform(spark, lake)
     spec = control.spec("people")
-    run_pipeline(spec, spark_factory=lambda: spark, control=control.control())
+    PipelineRunner.on(control.control(), lambda: spark).run(spec)
     result, instance = _run(spark_resource, lake, control, buffer_hours=0.5)
     assert result.success
     figures = _metadata(instance)

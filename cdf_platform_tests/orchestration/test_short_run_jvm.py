@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform.planning.plan import RunMode, plan_run
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.spark.session import (
     SHORT_RUN_JAVA_OPTIONS,
     SUBMIT_OPTS_ENV,
@@ -75,7 +75,7 @@ def test_a_run_process_starts_its_jvm_lean_for_a_small_incremental_run_only(
 
     sql(spark, spec.source, "UPDATE {t} SET amount = 21 WHERE id = 2")
     # The first load is this process's; the run process gets an incremental run of one change.
-    run_pipeline(spec, spark_factory=lambda: spark, control=control_for(lake))
+    PipelineRunner.on(control_for(lake), lambda: spark).run(spec)
     sql(spark, spec.source, "UPDATE {t} SET amount = 22 WHERE id = 2")
     plan = plan_run(spec)
     assert plan.mode is RunMode.INCREMENTAL and plan.is_small_incremental()

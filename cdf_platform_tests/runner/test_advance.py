@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from cdf_platform.core.sql import sql_path
 from cdf_platform.planning.plan import RunMode, plan_pipeline
 from cdf_platform.planning.status import pipeline_status
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_tests.bronze import control_for, insert, make_bronze, rows, spec_for, sql
 
@@ -39,11 +39,11 @@ def test_commits_without_data_advance_the_watermark_without_spark_and_later_runs
     control = control_for(lake)
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20)])
     insert(spark, spec.source, [(3, "cy", 30)])
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     silver_before = int(DeltaTable(spec.target).version())
     latest = _maintenance(spark, spec.source)
 
-    advanced = run_pipeline(spec, spark_factory=_no_spark, control=control)
+    advanced = PipelineRunner.on(control, _no_spark).run(spec)
     assert (advanced.mode, advanced.spark_started) == (RunMode.ADVANCE, False)
     assert (advanced.start_version, advanced.end_version, advanced.watermark_after) == (
         3,
@@ -73,7 +73,7 @@ def test_commits_without_data_advance_the_watermark_without_spark_and_later_runs
     insert(spark, spec.source, [(4, "dee", 40)])
     sql(spark, spec.source, "UPDATE {t} SET amount = 11 WHERE id = 1")
     latest = _maintenance(spark, spec.source, vacuum=False)
-    applied = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    applied = PipelineRunner.on(control, lambda: spark).run(spec)
     assert (applied.mode, applied.watermark_after) == (RunMode.INCREMENTAL, latest)
     assert (applied.rows_inserted, applied.rows_updated) == (1, 1)
     assert rows(spark, spec.target) == rows(spark, spec.source)
@@ -84,11 +84,11 @@ def test_a_schema_change_without_rows_still_runs_on_spark(spark: SparkSession, l
     spec = spec_for(lake)
     control = control_for(lake)
     make_bronze(spark, spec.source, [(1, "ada", 10)])
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     sql(spark, spec.source, "ALTER TABLE {t} ADD COLUMNS (note STRING)")
     sql(spark, spec.source, "OPTIMIZE {t}")
 
-    result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    result = PipelineRunner.on(control, lambda: spark).run(spec)
     assert result.mode is RunMode.INCREMENTAL
     assert result.watermark_after == int(DeltaTable(spec.source).version())
 
@@ -99,7 +99,7 @@ def test_a_silver_protocol_deltalake_cannot_write_takes_the_range_through_spark(
     spec = spec_for(lake)
     control = control_for(lake)
     make_bronze(spark, spec.source, [(1, "ada", 10)])
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     spark.sql(
         f"ALTER TABLE {sql_path(spec.target)} SET TBLPROPERTIES "
         "('delta.enableInCommitTimestamps' = 'true')"
@@ -109,7 +109,7 @@ def test_a_silver_protocol_deltalake_cannot_write_takes_the_range_through_spark(
     latest = int(DeltaTable(spec.source).version())
     assert plan_pipeline(spec, control).mode is RunMode.ADVANCE
 
-    result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    result = PipelineRunner.on(control, lambda: spark).run(spec)
     assert (result.mode, result.spark_started, result.watermark_after) == (
         RunMode.INCREMENTAL,
         True,

@@ -29,7 +29,7 @@ from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.status import WindowState, pipeline_status
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.spark.catalog import plain_location
 from cdf_platform_tests.bronze import control_for
 from cdf_platform_tests.cli_process import run_cli
@@ -90,7 +90,7 @@ def test_a_named_pipeline_runs_registers_silver_and_answers_status_without_a_jvm
     assert before.problem_code == "TABLE_NAME_NOT_LOCATED"
     assert "cdf-platform run orders" in str(before.problem)
 
-    first = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    first = PipelineRunner.on(control, lambda: spark).run(spec)
     assert (first.mode, first.watermark_after) == (RunMode.INITIAL_LOAD, 1)
     assert spark.catalog.tableExists(silver)
     assert _rows(spark, silver) == _rows(spark, bronze)
@@ -107,7 +107,7 @@ def test_a_named_pipeline_runs_registers_silver_and_answers_status_without_a_jvm
     spark.sql(f"UPDATE {bronze} SET amount = 11 WHERE id = 1")
     spark.sql(f"DELETE FROM {bronze} WHERE id = 2")
     spark.sql(f"INSERT INTO {bronze} VALUES (4, 'dee', 40)")
-    second = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    second = PipelineRunner.on(control, lambda: spark).run(spec)
     assert (second.mode, second.watermark_after) == (RunMode.INCREMENTAL, 4)
     assert _rows(spark, silver) == [(1, "ada", 11), (3, "cy", 30), (4, "dee", 40)]
 
@@ -134,14 +134,14 @@ def test_a_source_name_recreated_elsewhere_is_a_source_reset_and_rebuilt(
     spark.sql(f"INSERT INTO {bronze} VALUES (1, 'ada', 10), (2, 'bob', 20)")
     spec = PipelineSpec(id="orders", source=bronze, target=silver, keys=["id"])
     control = control_for(lake)
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
 
     # Dropped (an external table: its files stay, and nothing new lands there) and created
     # again elsewhere with other rows.
     spark.sql(f"DROP TABLE {bronze}")
     _bronze_table(spark, bronze, str(lake / "bronze_second"))
     spark.sql(f"INSERT INTO {bronze} VALUES (7, 'gus', 70)")
-    rebuilt = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    rebuilt = PipelineRunner.on(control, lambda: spark).run(spec)
 
     assert rebuilt.mode is RunMode.REBUILD
     assert rebuilt.incident_code == "SOURCE_RESET"

@@ -25,7 +25,7 @@ from cdf_platform.definitions import build_defs
 from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform.planning.plan import RunMode
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_tests.bronze import control_for, spec_for
@@ -163,7 +163,7 @@ def _story(
 
     def run_all(expected: RunMode, **kwargs: Any) -> None:
         for spec in specs.values():
-            mode = run_pipeline(spec, spark_factory=lambda: spark, control=control, **kwargs).mode
+            mode = PipelineRunner.on(control, lambda: spark).run(spec, **kwargs).mode
             assert mode is expected, spec.id
             _assert_silver_is_snapshot(spark, spec)
 
@@ -211,7 +211,7 @@ def test_a_key_spark_cannot_match_on_is_refused(
     value = "map('a', 1)" if key_type.startswith("MAP") else "parse_json('1')"
     _sql(spark, spec.source, f"INSERT INTO {{t}} VALUES ({value}, 1)")
     with pytest.raises(InvalidPipelineSpec, match="cannot be keys") as caught:
-        run_pipeline(spec, spark_factory=lambda: spark, control=ControlTable(str(lake / "c")))
+        PipelineRunner.on(ControlTable(str(lake / "c")), lambda: spark).run(spec)
     assert "What to do" in str(caught.value)
 
 

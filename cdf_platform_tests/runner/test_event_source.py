@@ -23,7 +23,7 @@ from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.run_result import RunResult
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.bronze import control_for, rows, spec_for, sql, vacuum_retain_zero
 from cdf_platform_tests.event_log import DEBEZIUM, Event, EventLog
@@ -55,7 +55,7 @@ def checked_runs(
     control = control_for(lake)
 
     def run_and_check() -> RunResult:
-        result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+        result = PipelineRunner.on(control, lambda: spark).run(spec)
         log.check(spark, spec)
         return result
 
@@ -135,7 +135,7 @@ def test_a_late_event_after_the_tombstone_retention_brings_the_key_back(
     log = EventLog(spark, spec.source)
 
     def run() -> None:
-        run_pipeline(spec, spark_factory=lambda: spark, control=control)
+        PipelineRunner.on(control, lambda: spark).run(spec)
 
     log.append(Event("c", 1, 100, "ada", 10))
     run()
@@ -151,10 +151,10 @@ def _refusal(spark: SparkSession, lake: Path, *events: Event, **overrides: Any) 
     control: ControlTable = control_for(lake)
     log = EventLog(spark, spec.source)
     log.append(Event("c", 1, 100, "ada", 10))
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     log.append(*events)
     with pytest.raises((DataQualityError, InvalidPipelineSpec)) as raised:
-        run_pipeline(spec, spark_factory=lambda: spark, control=control)
+        PipelineRunner.on(control, lambda: spark).run(spec)
     assert rows(spark, spec.target, "id", "amount") == [(1, 10)]  # nothing half-written
     assert control.read_log(spec.id)[-1]["outcome"] == "FAILED"
     return str(raised.value)
@@ -175,7 +175,7 @@ def test_the_same_event_delivered_twice_in_one_commit_is_one_event(
     control = control_for(lake)
     log = EventLog(spark, spec.source)
     log.append(Event("c", 1, 100, "ada", 10), Event("c", 1, 100, "ada", 10))
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     assert rows(spark, spec.target, "id", "amount", "ts_ms") == [(1, 10, 100)]
 
 
@@ -189,7 +189,7 @@ def test_an_events_row_that_is_not_a_struct_is_refused(spark: SparkSession, lake
     spec = events_spec(lake, fallback_mode="FAIL_FAST", events={**DEBEZIUM, "row": "op"})
     EventLog(spark, spec.source).append(Event("c", 1, 100, "ada", 10))
     with pytest.raises(InvalidPipelineSpec, match=r"events.row \('op'\) gives a string, not a"):
-        run_pipeline(spec, spark_factory=lambda: spark, control=control_for(lake))
+        PipelineRunner.on(control_for(lake), lambda: spark).run(spec)
     assert not (lake / "silver").exists()
 
 
@@ -339,7 +339,7 @@ def test_event_images_take_columns_where_and_ignore_null_updates(
     log = EventLog(spark, spec.source)
 
     def run() -> list[tuple[Any, ...]]:
-        run_pipeline(spec, spark_factory=lambda: spark, control=control)
+        PipelineRunner.on(control, lambda: spark).run(spec)
         return rows(spark, spec.target, "id", "name", "amount", "doubled", "ts_ms")
 
     log.append(Event("c", 1, 100, "ada", 10), Event("c", 2, 100, "bob", 20))

@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import DataQualityError, InvalidPipelineSpec
 from cdf_platform.planning.plan import RunMode
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_tests.bronze import control_for, insert, make_bronze, rows, spec_for, sql
 
@@ -30,7 +30,7 @@ def test_initial_load_then_incremental_upserts_and_hard_deletes(
     control = control_for(lake)
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20), (3, "cy", 30)])
 
-    first = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    first = PipelineRunner.on(control, lambda: spark).run(spec)
     assert first.mode is RunMode.INITIAL_LOAD
     assert (first.watermark_before, first.watermark_after) == (None, 1)
     assert first.rows_inserted == 3
@@ -39,7 +39,7 @@ def test_initial_load_then_incremental_upserts_and_hard_deletes(
     sql(spark, spec.source, "UPDATE {t} SET amount = 11 WHERE id = 1")
     sql(spark, spec.source, "DELETE FROM {t} WHERE id = 2")
     insert(spark, spec.source, [(4, "dee", 40)])
-    second = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    second = PipelineRunner.on(control, lambda: spark).run(spec)
     assert second.mode is RunMode.INCREMENTAL
     assert (second.start_version, second.end_version, second.watermark_after) == (2, 4, 4)
     assert (second.rows_inserted, second.rows_updated, second.rows_deleted) == (1, 1, 1)
@@ -51,7 +51,7 @@ def test_initial_load_then_incremental_upserts_and_hard_deletes(
     assert state["last_commit_version"] == 4
     assert [r["mode"] for r in control.read_log(spec.id)] == ["initial_load", "incremental"]
 
-    third = run_pipeline(spec, spark_factory=_no_spark, control=control)
+    third = PipelineRunner.on(control, _no_spark).run(spec)
     assert third.mode is RunMode.NOOP
     assert not third.spark_started
     assert third.watermark_after == 4
@@ -61,10 +61,10 @@ def test_soft_delete_marks_rows_and_reinsert_revives_them(spark: SparkSession, l
     spec = spec_for(lake, delete_mode="soft")
     control = control_for(lake)
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20)])
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
 
     sql(spark, spec.source, "DELETE FROM {t} WHERE id = 2")
-    deleted = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    deleted = PipelineRunner.on(control, lambda: spark).run(spec)
     assert (deleted.rows_inserted, deleted.rows_updated, deleted.rows_deleted) == (0, 0, 1)
     delete_ts = (
         spark.sql(f"DESCRIBE HISTORY delta.`{spec.source}`")
@@ -77,7 +77,7 @@ def test_soft_delete_marks_rows_and_reinsert_revives_them(spark: SparkSession, l
     ]
 
     insert(spark, spec.source, [(2, "bob", 21)])
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     assert rows(spark, spec.target, "id", "amount", "_is_deleted", "_deleted_at") == [
         (1, 10, False, None),
         (2, 21, False, None),
@@ -90,7 +90,7 @@ def test_latest_change_per_key_wins_inside_one_range(spark: SparkSession, lake: 
     spec = spec_for(lake)
     control = control_for(lake)
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20), (3, "cy", 30)])
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
 
     for amount in (11, 12, 13):
         sql(spark, spec.source, f"UPDATE {{t}} SET amount = {amount} WHERE id = 1")
@@ -101,7 +101,7 @@ def test_latest_change_per_key_wins_inside_one_range(spark: SparkSession, lake: 
         "delta"
     ).mode("overwrite").option("replaceWhere", "id = 3").save(spec.source)
 
-    result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    result = PipelineRunner.on(control, lambda: spark).run(spec)
     assert result.mode is RunMode.INCREMENTAL
     assert rows(spark, spec.target) == [(1, "ada", 13), (2, "bob-again", 22), (3, "cy", 33)]
     assert rows(spark, spec.target) == rows(spark, spec.source)
@@ -113,11 +113,11 @@ def test_insert_then_delete_inside_the_range_still_advances_the_watermark(
     spec = spec_for(lake)
     control = control_for(lake)
     make_bronze(spark, spec.source, [(1, "ada", 10)])
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     insert(spark, spec.source, [(9, "ghost", 0)])
     sql(spark, spec.source, "DELETE FROM {t} WHERE id = 9")
 
-    result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    result = PipelineRunner.on(control, lambda: spark).run(spec)
     assert result.watermark_after == _latest_version(spark, spec.source) == 3
     assert read_silver_state(spec.target, spec.id).watermark == 3
     assert rows(spark, spec.target) == [(1, "ada", 10)]
@@ -137,12 +137,12 @@ def test_bad_keys_in_one_commit_raise_a_data_error_naming_key_and_version(
     spec = spec_for(lake)
     control = control_for(lake)
     make_bronze(spark, spec.source, [(1, "ada", 10)])
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     silver_version = _latest_version(spark, spec.target)
     insert(spark, spec.source, batch)
 
     with pytest.raises(DataQualityError, match=message) as caught:
-        run_pipeline(spec, spark_factory=lambda: spark, control=control)
+        PipelineRunner.on(control, lambda: spark).run(spec)
     assert caught.value.version == 2
     assert "What to do" in str(caught.value)
     assert _latest_version(spark, spec.target) == silver_version
@@ -154,9 +154,7 @@ def test_key_missing_from_the_source_is_a_spec_error(spark: SparkSession, lake: 
     spec = spec_for(lake)
     make_bronze(spark, spec.source, [(1, "ada", 10)])
     with pytest.raises(InvalidPipelineSpec, match="customer_id"):
-        run_pipeline(
-            spec.model_copy(update={"keys": ["customer_id"]}),
-            spark_factory=lambda: spark,
-            control=control_for(lake),
+        PipelineRunner.on(control_for(lake), lambda: spark).run(
+            spec.model_copy(update={"keys": ["customer_id"]})
         )
     assert not (lake / "silver").exists()

@@ -16,7 +16,7 @@ from cdf_platform.core.spec import FallbackMode
 from cdf_platform.core.sql import sql_path
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.status import WindowState, pipeline_status
-from cdf_platform.runner import execute_plan, plan_pipeline, run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_tests.bronze import (
     commit_feed,
@@ -44,7 +44,7 @@ def test_classic_outage_timeline_is_detected_before_any_read_and_rebuilt_exactly
         "ALTER TABLE {t} SET TBLPROPERTIES ('delta.deletedFileRetentionDuration' = "
         "'interval 1 seconds', 'delta.enableDeletionVectors' = 'false')",
     )
-    first = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    first = PipelineRunner.on(control, lambda: spark).run(spec)
     watermark = first.watermark_after
     assert watermark == 2
 
@@ -68,11 +68,13 @@ def test_classic_outage_timeline_is_detected_before_any_read_and_rebuilt_exactly
     status = pipeline_status(spec, control)
     assert status.state is WindowState.LOST
     assert status.problem_code == "WATERMARK_OUTSIDE_RETENTION"
-    plan = plan_pipeline(spec, control)
+    runner = PipelineRunner.on(control, lambda: spark)
+    prepared = runner.prepare(spec)
+    plan = prepared.plan
     assert plan.mode is RunMode.REBUILD  # decided from the logs, before any read
     assert plan.problem is not None and plan.problem.incident_code == status.problem_code
 
-    result = execute_plan(plan, spark_factory=lambda: spark, control=control)
+    result = runner.finish(prepared)
     assert result.mode is RunMode.REBUILD
     assert result.watermark_after == latest
     assert read_silver_state(spec.target, spec.id).watermark == latest
@@ -86,7 +88,7 @@ def test_classic_outage_timeline_is_detected_before_any_read_and_rebuilt_exactly
     assert (incident["watermark_before"], incident["watermark_after"]) == (watermark, latest)
 
     insert(spark, spec.source, [(500, "new", 5)])
-    after = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    after = PipelineRunner.on(control, lambda: spark).run(spec)
     assert after.mode is RunMode.INCREMENTAL
     assert (after.start_version, after.end_version) == (latest + 1, latest + 1)
     assert rows(spark, spec.target) == rows(spark, spec.source)
@@ -98,18 +100,19 @@ def test_commit_landing_after_the_pinned_version_waits_for_the_next_run(
     spec = spec_for(lake)
     control = control_for(lake)
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20)])
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     sql(spark, spec.source, "UPDATE {t} SET amount = 11 WHERE id = 1")  # 2
 
-    plan = plan_pipeline(spec, control)  # pins V = 2
-    assert plan.end_version == 2
+    runner = PipelineRunner.on(control, lambda: spark)
+    prepared = runner.prepare(spec)  # pins V = 2
+    assert prepared.plan.end_version == 2
     insert(spark, spec.source, [(3, "cy", 30)])  # 3: lands in the gap
     sql(spark, spec.source, "DELETE FROM {t} WHERE id = 2")  # 4
-    rebuilt = execute_plan(plan, spark_factory=lambda: spark, control=control, force_rebuild=True)
+    rebuilt = runner.finish(prepared, force_rebuild=True)
     assert rebuilt.watermark_after == 2
     assert rows(spark, spec.target) == [(1, "ada", 11), (2, "bob", 20)]
 
-    after = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    after = PipelineRunner.on(control, lambda: spark).run(spec)
     assert (after.mode, after.start_version, after.end_version) == (RunMode.INCREMENTAL, 3, 4)
     assert rows(spark, spec.target) == [(1, "ada", 11), (3, "cy", 30)]
 
@@ -121,14 +124,14 @@ def test_a_failed_snapshot_read_names_the_snapshot_not_a_change_feed_range(
     spec = spec_for(lake)
     control = control_for(lake)
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20)])
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)  # watermark 1
+    PipelineRunner.on(control, lambda: spark).run(spec)  # watermark 1
     sql(spark, spec.source, "UPDATE {t} SET amount = 11 WHERE id = 1")  # 2
     silver_version = DeltaTable(spec.target).version()
     for data_file in Path(spec.source).glob("*.parquet"):
         data_file.unlink()
 
     with pytest.raises(ReplayWindowLost) as failed:
-        run_pipeline(spec, spark_factory=lambda: spark, control=control, force_rebuild=True)
+        PipelineRunner.on(control, lambda: spark).run(spec, force_rebuild=True)
     problem = failed.value.problem
     assert problem.startswith(
         "the files can no longer be read for bronze snapshot at version 2 ("
@@ -147,9 +150,9 @@ def test_rebuild_writes_only_real_differences_to_silver_change_feed(
     spec = spec_for(lake, delete_mode=delete_mode)
     control = control_for(lake)
     make_bronze(spark, spec.source, [(i, f"n{i}", i) for i in range(1, 11)])
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
 
-    quiet = run_pipeline(spec, spark_factory=lambda: spark, control=control, force_rebuild=True)
+    quiet = PipelineRunner.on(control, lambda: spark).run(spec, force_rebuild=True)
     assert quiet.mode is RunMode.REBUILD
     assert commit_feed(spark, spec.target, DeltaTable(spec.target).version()) == []
     assert (quiet.rows_inserted, quiet.rows_updated, quiet.rows_deleted) == (0, 0, 0)
@@ -157,7 +160,7 @@ def test_rebuild_writes_only_real_differences_to_silver_change_feed(
     # k = 3 real differences: silver drifted on two rows and lost one.
     sql(spark, spec.target, "UPDATE {t} SET amount = -1 WHERE id IN (3, 4)")
     sql(spark, spec.target, "DELETE FROM {t} WHERE id = 5")
-    fixed = run_pipeline(spec, spark_factory=lambda: spark, control=control, force_rebuild=True)
+    fixed = PipelineRunner.on(control, lambda: spark).run(spec, force_rebuild=True)
     changes = commit_feed(spark, spec.target, DeltaTable(spec.target).version())
     assert [c for c in changes if c[1] != "update_preimage"] == [
         (3, "update_postimage"),
@@ -173,7 +176,7 @@ def test_recreated_bronze_table_is_a_source_reset(spark: SparkSession, lake: Pat
     control = control_for(lake)
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20)])
     sql(spark, spec.source, "UPDATE {t} SET amount = 11 WHERE id = 1")
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     silver_version = DeltaTable(spec.target).version()
 
     shutil.rmtree(spec.source)
@@ -181,13 +184,13 @@ def test_recreated_bronze_table_is_a_source_reset(spark: SparkSession, lake: Pat
     sql(spark, spec.source, "UPDATE {t} SET amount = 71 WHERE id = 7")
     sql(spark, spec.source, "INSERT INTO {t} VALUES (8, 'newer', 80)")  # latest 3 > watermark 2
     with pytest.raises(SourceReset, match="table id changed"):
-        run_pipeline(spec, spark_factory=lambda: spark, control=control)
+        PipelineRunner.on(control, lambda: spark).run(spec)
     assert DeltaTable(spec.target).version() == silver_version
     last = control.read_log(spec.id)[-1]
     assert (last["outcome"], last["incident_code"]) == ("FAILED", "SOURCE_RESET")
 
     rebuild_spec = spec.model_copy(update={"fallback_mode": FallbackMode.SNAPSHOT_REBUILD})
-    result = run_pipeline(rebuild_spec, spark_factory=lambda: spark, control=control)
+    result = PipelineRunner.on(control, lambda: spark).run(rebuild_spec)
     assert (result.mode, result.incident_code, result.watermark_after) == (
         RunMode.REBUILD,
         "SOURCE_RESET",
@@ -196,9 +199,7 @@ def test_recreated_bronze_table_is_a_source_reset(spark: SparkSession, lake: Pat
     assert rows(spark, spec.target) == [(7, "new", 71), (8, "newer", 80)]
     # The reset opened a new generation: later changes apply over rows from the old table.
     sql(spark, spec.source, "UPDATE {t} SET amount = 72 WHERE id = 7")
-    assert run_pipeline(rebuild_spec, spark_factory=lambda: spark, control=control).mode is (
-        RunMode.INCREMENTAL
-    )
+    assert PipelineRunner.on(control, lambda: spark).run(rebuild_spec).mode is (RunMode.INCREMENTAL)
     assert rows(spark, spec.target) == [(7, "new", 72), (8, "newer", 80)]
 
 
@@ -213,19 +214,19 @@ def test_bronze_behind_the_watermark_is_a_source_reset(
     shutil.copytree(spec.source, backup)
     sql(spark, spec.source, "UPDATE {t} SET amount = 11 WHERE id = 1")
     sql(spark, spec.source, "DELETE FROM {t} WHERE id = 2")
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)  # watermark 3
+    PipelineRunner.on(control, lambda: spark).run(spec)  # watermark 3
     silver_version = DeltaTable(spec.target).version()
 
     shutil.rmtree(spec.source)
     shutil.copytree(backup, spec.source)  # latest version 1, same table id
     spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
     with pytest.raises(SourceReset, match="below the watermark 3"):
-        run_pipeline(spec, spark_factory=lambda: spark, control=control)
+        PipelineRunner.on(control, lambda: spark).run(spec)
     assert DeltaTable(spec.target).version() == silver_version
     assert control.read_log(spec.id)[-1]["incident_code"] == "SOURCE_RESET"
 
     rebuild_spec = spec.model_copy(update={"fallback_mode": FallbackMode.SNAPSHOT_REBUILD})
-    result = run_pipeline(rebuild_spec, spark_factory=lambda: spark, control=control)
+    result = PipelineRunner.on(control, lambda: spark).run(rebuild_spec)
     assert (result.mode, result.watermark_before, result.watermark_after) == (RunMode.REBUILD, 3, 1)
     assert read_silver_state(spec.target, spec.id).watermark == 1
     assert rows(spark, spec.target) == [(1, "ada", 10), (2, "bob", 20)]
@@ -235,12 +236,12 @@ def test_added_column_flows_to_silver(spark: SparkSession, lake: Path) -> None:
     spec = spec_for(lake)
     control = control_for(lake)
     make_bronze(spark, spec.source, [(1, "ada", 10)])
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     sql(spark, spec.source, "ALTER TABLE {t} ADD COLUMNS (tier STRING)")
     sql(spark, spec.source, "INSERT INTO {t} VALUES (2, 'bob', 20, 'gold')")
     sql(spark, spec.source, "UPDATE {t} SET tier = 'silver' WHERE id = 1")
 
-    result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    result = PipelineRunner.on(control, lambda: spark).run(spec)
     assert result.mode is RunMode.INCREMENTAL
     assert rows(spark, spec.target) == [(1, "ada", 10, "silver"), (2, "bob", 20, "gold")]
 
@@ -254,7 +255,7 @@ def test_column_dropped_in_the_first_version_after_the_watermark_is_not_replayed
     spec = spec_for(lake, fallback_mode="SNAPSHOT_REBUILD")
     control = control_for(lake)
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20)])
-    watermark = run_pipeline(spec, spark_factory=lambda: spark, control=control).watermark_after
+    watermark = PipelineRunner.on(control, lambda: spark).run(spec).watermark_after
     narrower = spark.createDataFrame([(1, "ada2"), (2, "bob")], "id BIGINT, name STRING")
     narrower.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(
         spec.source
@@ -264,7 +265,7 @@ def test_column_dropped_in_the_first_version_after_the_watermark_is_not_replayed
     assert watermark is not None
 
     assert pipeline_status(spec, control).state is WindowState.LOST
-    result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    result = PipelineRunner.on(control, lambda: spark).run(spec)
     assert (result.mode, result.incident_code) == (RunMode.REBUILD, "INCOMPATIBLE_SCHEMA_CHANGE")
     assert rows(spark, spec.target, "id", "name", "amount") == [
         (1, "ada2", None),
@@ -281,11 +282,11 @@ def test_dropped_column_falls_back_to_a_rebuild_that_retires_it(
     spec = spec_for(lake, fallback_mode="SNAPSHOT_REBUILD")
     control = control_for(lake)
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20)])
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     drop_column(spark, spec.source, "amount")
     sql(spark, spec.source, "UPDATE {t} SET name = 'ada2' WHERE id = 1")
 
-    result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    result = PipelineRunner.on(control, lambda: spark).run(spec)
     assert (result.mode, result.incident_code) == (RunMode.REBUILD, "INCOMPATIBLE_SCHEMA_CHANGE")
     assert rows(spark, spec.target, "id", "name", "amount") == [(1, "ada2", None), (2, "bob", None)]
 
@@ -298,20 +299,18 @@ def test_a_soft_deleted_key_reinserted_after_a_column_is_retired_does_not_revive
     spec = spec_for(lake, fallback_mode="SNAPSHOT_REBUILD", delete_mode="soft")
     control = control_for(lake)
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20)])
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     sql(spark, spec.source, "DELETE FROM {t} WHERE id = 2")
-    assert run_pipeline(spec, spark_factory=lambda: spark, control=control).mode is (
-        RunMode.INCREMENTAL
-    )
+    assert PipelineRunner.on(control, lambda: spark).run(spec).mode is (RunMode.INCREMENTAL)
     drop_column(spark, spec.source, "amount")
 
-    rebuilt = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    rebuilt = PipelineRunner.on(control, lambda: spark).run(spec)
     assert (rebuilt.mode, rebuilt.incident_code) == (RunMode.REBUILD, "INCOMPATIBLE_SCHEMA_CHANGE")
     columns = ("id", "name", "amount", "_is_deleted")
     assert rows(spark, spec.target, *columns) == [(1, "ada", None, False), (2, "bob", None, True)]
 
     sql(spark, spec.source, "INSERT INTO {t} VALUES (2, 'bob again')")
-    result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    result = PipelineRunner.on(control, lambda: spark).run(spec)
     assert result.mode is RunMode.INCREMENTAL
     assert rows(spark, spec.target, *columns) == [
         (1, "ada", None, False),

@@ -21,7 +21,7 @@ from cdf_platform.core.errors import (
 )
 from cdf_platform.core.spec import FallbackMode
 from cdf_platform.planning.plan import RunMode
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform.window.replay_window import WindowBreakKind, compute_replay_window
 from cdf_platform_tests.bronze import (
@@ -140,7 +140,7 @@ def test_window_break_is_classified_before_any_write_and_rebuild_recovers(
     spec = spec_for(lake, fallback_mode="FAIL_FAST")
     control = control_for(lake)
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20), (3, "cy", 30)])
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     silver_before = rows(spark, spec.target)
     silver_version = DeltaTable(spec.target).version()
 
@@ -151,7 +151,7 @@ def test_window_break_is_classified_before_any_write_and_rebuild_recovers(
     assert (found.kind, found.version) == (kind, break_version)
 
     with pytest.raises(error) as caught:
-        run_pipeline(spec, spark_factory=lambda: spark, control=control)
+        PipelineRunner.on(control, lambda: spark).run(spec)
     assert caught.value.version == break_version
     assert "What to do" in str(caught.value)
     assert DeltaTable(spec.target).version() == silver_version
@@ -161,7 +161,7 @@ def test_window_break_is_classified_before_any_write_and_rebuild_recovers(
     assert (last["outcome"], last["incident_code"]) == ("FAILED", error.incident_code)
 
     rebuild_spec = spec.model_copy(update={"fallback_mode": FallbackMode.SNAPSHOT_REBUILD})
-    result = run_pipeline(rebuild_spec, spark_factory=lambda: spark, control=control)
+    result = PipelineRunner.on(control, lambda: spark).run(rebuild_spec)
     assert result.mode is RunMode.REBUILD
     assert result.incident_code == error.incident_code
     latest = window.latest_version
@@ -172,6 +172,6 @@ def test_window_break_is_classified_before_any_write_and_rebuild_recovers(
     assert control.read_log(spec.id)[-1]["incident_code"] == error.incident_code
 
     _append(spark, spec.source, bronze_columns)
-    after = run_pipeline(rebuild_spec, spark_factory=lambda: spark, control=control)
+    after = PipelineRunner.on(control, lambda: spark).run(rebuild_spec)
     assert after.mode is RunMode.INCREMENTAL
     assert rows(spark, spec.target, *bronze_columns) == rows(spark, spec.source)

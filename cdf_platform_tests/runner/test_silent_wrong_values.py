@@ -13,13 +13,13 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.planning.plan import RunMode
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.bronze import control_for, drop_column, make_bronze, rows, spec_for, sql
 
 
 def _run(spark: SparkSession, spec: PipelineSpec, control: ControlTable, **kw: Any) -> RunMode:
-    return run_pipeline(spec, spark_factory=lambda: spark, control=control, **kw).mode
+    return PipelineRunner.on(control, lambda: spark).run(spec, **kw).mode
 
 
 def _pipelines(lake: Path, **fields: Any) -> list[PipelineSpec]:

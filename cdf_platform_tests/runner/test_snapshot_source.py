@@ -21,7 +21,7 @@ from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.status import WindowState, pipeline_status
 from cdf_platform.planning.vacuum import plan_vacuum
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform_tests.bronze import commit_feed, control_for, rows, spec_for
 from cdf_platform_tests.lake_platform import control_for as lake_control_for
 from cdf_platform_tests.lake_platform import (
@@ -55,7 +55,7 @@ def test_an_overwritten_bronze_without_cdf_is_reconciled_run_by_run(
     control = control_for(lake)
 
     def run() -> Any:
-        return run_pipeline(spec, spark_factory=lambda: spark, control=control)
+        return PipelineRunner.on(control, lambda: spark).run(spec)
 
     overwrite(spark, spec.source, [(1, "ada", 10), (2, "bob", 20), (3, "cy", 30)])  # 0
     assert "delta.enableChangeDataFeed" not in DeltaTable(spec.source).metadata().configuration
@@ -114,9 +114,9 @@ def test_a_snapshot_source_is_measured_and_never_holds_vacuum_back(
     overwrite(spark, spec.source, [(1, "ada", 10)])
     cdf = spec.model_copy(update={"changes": ChangeSource.CDF})
     with pytest.raises(CdfNotEnabled) as refused:
-        run_pipeline(cdf, spark_factory=lambda: spark, control=control)
+        PipelineRunner.on(control, lambda: spark).run(cdf)
     assert "set `changes: snapshots` on the pipeline" in str(refused.value.action)
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     overwrite(spark, spec.source, [(1, "ada", 11)])
     overwrite(spark, spec.source, [(1, "ada", 12)])
 

@@ -20,7 +20,7 @@ from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_fingerprint import spec_fingerprint, spec_record, transform_code
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.status import SpecState, WindowState, pipeline_status
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.bronze import control_for, sql
 
@@ -67,14 +67,14 @@ def _edit_and_run(
     """Load with `before`, edit to `after`, commit the unrelated UPDATE, check `status` shows
     the edit, run once; return the edited spec and the run's result."""
     first = _spec(lake, **before)
-    run_pipeline(first, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(first)
     assert pipeline_status(first, control).spec_state is SpecState.OK
     sql(spark, first.source, "UPDATE {t} SET amount = 11 WHERE id = 1")
     edited = _spec(lake, **after)
     shown = pipeline_status(edited, control)
     assert shown.state is WindowState.SPEC_CHANGED, shown
     assert shown.spec_state is SpecState.CHANGED
-    result = run_pipeline(edited, spark_factory=lambda: spark, control=control)
+    result = PipelineRunner.on(control, lambda: spark).run(edited)
     after_run = pipeline_status(edited, control)
     assert (after_run.state, after_run.spec_state) == (WindowState.OK, SpecState.OK)
     assert after_run.spec_fingerprint == spec_fingerprint(edited)
@@ -160,9 +160,7 @@ def test_a_key_change_rewrites_silver_on_the_new_keys_never_a_merge_on_other_key
     assert "rewrote silver in the new shape" in control.read_log("orders")[-1]["message"]
     # The next incremental run merges on the new keys.
     sql(spark, edited.source, "UPDATE {t} SET region = 'ap' WHERE id = 2")
-    assert run_pipeline(edited, spark_factory=lambda: spark, control=control).mode is (
-        RunMode.INCREMENTAL
-    )
+    assert PipelineRunner.on(control, lambda: spark).run(edited).mode is (RunMode.INCREMENTAL)
     assert _silver(spark, edited, "id", "region") == [(1, "eu"), (2, "ap"), (3, "eu"), (4, "us")]
 
 
@@ -174,7 +172,7 @@ def test_a_delete_mode_change_rewrites_silver_with_the_new_columns(
     edited, _ = _edit_and_run(spark, lake, {}, {"delete_mode": "soft"}, control)
     assert _silver(spark, edited, "id", "_is_deleted") == [(i, False) for i in (1, 2, 3, 4)]
     sql(spark, edited.source, "DELETE FROM {t} WHERE id = 3")
-    run_pipeline(edited, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(edited)
     frame = spark.read.format("delta").load(edited.target)
     assert frame.filter("_is_deleted").select("id").collect()[0][0] == 3
 
@@ -185,16 +183,16 @@ def test_an_scd2_key_change_is_refused_and_nothing_is_written(
     _bronze(spark, lake)
     control = control_for(lake)
     first = _spec(lake, history="scd2")
-    run_pipeline(first, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(first)
     edited = _spec(lake, history="scd2", keys=["id", "region"])
     shown = pipeline_status(edited, control)
     assert (shown.state, shown.spec_state) == (WindowState.BLOCKED, SpecState.REFUSED)
     assert shown.spec_changed_fields == ("keys",)
     version = spark.sql(f"DESCRIBE HISTORY delta.`{first.target}` LIMIT 1").collect()[0][0]
     with pytest.raises(SpecChangeRefused, match="move the silver table"):
-        run_pipeline(edited, spark_factory=lambda: spark, control=control)
+        PipelineRunner.on(control, lambda: spark).run(edited)
     with pytest.raises(SpecChangeRefused):
-        run_pipeline(edited, spark_factory=lambda: spark, control=control, force_rebuild=True)
+        PipelineRunner.on(control, lambda: spark).run(edited, force_rebuild=True)
     after = spark.sql(f"DESCRIBE HISTORY delta.`{first.target}` LIMIT 1").collect()[0][0]
     assert after == version
 
@@ -205,15 +203,15 @@ def test_fail_fast_refuses_the_edit_until_the_rebuild_it_names(
     _bronze(spark, lake)
     control = control_for(lake)
     first = _spec(lake, fallback_mode="FAIL_FAST")
-    run_pipeline(first, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(first)
     edited = _spec(lake, fallback_mode="FAIL_FAST", where="status != 'TEST'")
     with pytest.raises(SpecChanged, match="cdf-platform rebuild orders") as refused:
-        run_pipeline(edited, spark_factory=lambda: spark, control=control)
+        PipelineRunner.on(control, lambda: spark).run(edited)
     assert refused.value.problem.startswith("the pipeline's where changed")
     assert _silver(spark, edited, "id") == [(1,), (2,), (3,), (4,)]
     assert control.read_log("orders")[-1]["incident_code"] == "SPEC_CHANGED"
     # What to do works: the rebuild the message names.
-    run_pipeline(edited, spark_factory=lambda: spark, control=control, force_rebuild=True)
+    PipelineRunner.on(control, lambda: spark).run(edited, force_rebuild=True)
     assert _silver(spark, edited, "id") == [(1,), (2,), (4,)]
     assert pipeline_status(edited, control).spec_state is SpecState.OK
 
@@ -224,12 +222,12 @@ def test_forward_only_applies_the_edit_to_new_changes_and_stays_visible_until_a_
     _bronze(spark, lake)
     control = control_for(lake)
     first = _spec(lake, columns={"amount_x": "amount * 2"})
-    run_pipeline(first, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(first)
     edited = _spec(lake, columns={"amount_x": "amount * 3"}, on_spec_change="forward_only")
     pending = pipeline_status(edited, control)
     assert (pending.state, pending.spec_state) == (WindowState.OK, SpecState.FORWARD_ONLY)
     sql(spark, first.source, "UPDATE {t} SET amount = 11 WHERE id = 1")
-    result = run_pipeline(edited, spark_factory=lambda: spark, control=control)
+    result = PipelineRunner.on(control, lambda: spark).run(edited)
     assert (result.mode, result.incident_code) == (RunMode.INCREMENTAL, None)
     assert _silver(spark, edited, "id", "amount_x") == [(1, 33), (2, 40), (3, 60), (4, 80)]
     shown = pipeline_status(edited, control)
@@ -243,9 +241,9 @@ def test_forward_only_applies_the_edit_to_new_changes_and_stays_visible_until_a_
     assert "up to bronze version 1" in entry["message"]
     # Still visible on later runs, then cleared by a rebuild that reconciles the old rows.
     sql(spark, first.source, "UPDATE {t} SET amount = 21 WHERE id = 2")
-    run_pipeline(edited, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(edited)
     assert pipeline_status(edited, control).spec_state is SpecState.FORWARD_ONLY
-    run_pipeline(edited, spark_factory=lambda: spark, control=control, force_rebuild=True)
+    PipelineRunner.on(control, lambda: spark).run(edited, force_rebuild=True)
     assert _silver(spark, edited, "id", "amount_x") == [(1, 33), (2, 63), (3, 90), (4, 120)]
     assert pipeline_status(edited, control).spec_state is SpecState.OK
     # A key change is never taken forward only.
@@ -256,7 +254,7 @@ def test_forward_only_applies_the_edit_to_new_changes_and_stays_visible_until_a_
         keys=["id", "region"],
     )
     with pytest.raises(SpecChangeRefused, match="forward_only"):
-        run_pipeline(rekeyed, spark_factory=lambda: spark, control=control)
+        PipelineRunner.on(control, lambda: spark).run(rekeyed)
 
 
 def test_fields_that_shape_no_row_are_not_part_of_the_fingerprint(tmp_path: Path) -> None:

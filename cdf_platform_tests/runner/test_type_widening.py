@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 from cdf_platform.core.errors import IncompatibleSchemaChange
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.status import WindowState, pipeline_status
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable
 from cdf_platform.window.replay_window import compute_replay_window
 from cdf_platform_tests.bronze import control_for, rows, spec_for, sql
@@ -53,7 +53,7 @@ def test_bronze_type_widening_widens_silver_and_the_pipeline_carries_on(
         "INSERT INTO {t} VALUES (1, 10, named_struct('w', 1)), "
         "(2, 20, named_struct('w', 2)), (3, 30, named_struct('w', 3))",
     )  # 1
-    assert run_pipeline(spec, spark_factory=lambda: spark, control=control).watermark_after == 1
+    assert PipelineRunner.on(control, lambda: spark).run(spec).watermark_after == 1
 
     sql(
         spark,
@@ -76,7 +76,7 @@ def test_bronze_type_widening_widens_silver_and_the_pipeline_carries_on(
     assert (status.state, status.problem_code) == (WindowState.LOST, "INCOMPATIBLE_SCHEMA_CHANGE")
     assert "column qty widened int -> bigint" in str(status.problem)
 
-    widened = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    widened = PipelineRunner.on(control, lambda: spark).run(spec)
     assert (widened.mode, widened.watermark_after) == (RunMode.REBUILD, 6)
     assert _types(spec.target)["qty"] == "long"
     assert rows(spark, spec.target) == [(1, 5_000_000_000, (1,)), (3, 30, (3,)), (4, 40, (4,))]
@@ -91,7 +91,7 @@ def test_bronze_type_widening_widens_silver_and_the_pipeline_carries_on(
         "UPDATE {t} SET qty = qty * 2, dims = named_struct('w', 70000) WHERE id IN (1, 3)",
     )  # 8
     assert pipeline_status(spec, control).state is WindowState.OK
-    again = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    again = PipelineRunner.on(control, lambda: spark).run(spec)
     assert (again.mode, again.start_version, again.watermark_after) == (RunMode.INCREMENTAL, 7, 8)
     assert _types(spec.target)["dims"]["fields"][0]["type"] == "integer"
     assert rows(spark, spec.target) == rows(spark, spec.source)
@@ -108,14 +108,14 @@ def test_a_type_change_silver_cannot_follow_is_refused_with_fixes_that_work(
     control = control_for(lake)
     frame = spark.createDataFrame([(1, 10), (2, 20)], "id BIGINT, qty BIGINT")
     frame.write.format("delta").option("delta.enableChangeDataFeed", "true").save(spec.source)
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     narrower = spark.createDataFrame([(1, 11), (2, 20), (3, 30)], "id BIGINT, qty INT")
     narrower.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(
         spec.source
     )
 
     with pytest.raises(IncompatibleSchemaChange) as refused:
-        run_pipeline(spec, spark_factory=lambda: spark, control=control)
+        PipelineRunner.on(control, lambda: spark).run(spec)
     message = str(refused.value)
     assert "column qty changed type from bigint to int" in message
     cast = 'qty: "CAST(qty AS bigint)"'
@@ -124,7 +124,7 @@ def test_a_type_change_silver_cannot_follow_is_refused_with_fixes_that_work(
 
     # Fix 1: keep silver's type with the cast the message names.
     kept = spec_for(lake, fallback_mode="SNAPSHOT_REBUILD", columns={"qty": "CAST(qty AS bigint)"})
-    result = run_pipeline(kept, spark_factory=lambda: spark, control=control)
+    result = PipelineRunner.on(control, lambda: spark).run(kept)
     assert result.mode is RunMode.REBUILD
     assert _types(spec.target)["qty"] == "long"
     assert rows(spark, spec.target) == [(1, 11), (2, 20), (3, 30)]
@@ -132,7 +132,7 @@ def test_a_type_change_silver_cannot_follow_is_refused_with_fixes_that_work(
     # Fix 2: take bronze's type: move silver away, then `cdf-platform rebuild people` (the
     # command runs exactly this).
     shutil.move(spec.target, str(lake / "silver_before_int"))
-    rebuilt = run_pipeline(spec, spark_factory=lambda: spark, control=control, force_rebuild=True)
+    rebuilt = PipelineRunner.on(control, lambda: spark).run(spec, force_rebuild=True)
     assert rebuilt.mode is RunMode.REBUILD
     assert _types(spec.target)["qty"] == "integer"
     assert rows(spark, spec.target) == [(1, 11), (2, 20), (3, 30)]

@@ -23,7 +23,7 @@ from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.maintenance_jobs import build_maintenance_jobs
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.plan import RunMode
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_testkit.objects import delete_object, object_names
 from cdf_platform_tests.bronze import (
@@ -66,13 +66,13 @@ def test_load_increment_lose_the_window_and_rebuild_on_s3(
     spec, control = layout.spec("people"), layout.control()
     assert spec.source.startswith("s3://") and control.root.startswith("s3://")
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20), (3, "cy", 30)])  # 0, 1
-    first = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    first = PipelineRunner.on(control, lambda: spark).run(spec)
     assert (first.mode, first.end_version) == (RunMode.INITIAL_LOAD, 1)
 
     sql(spark, spec.source, "UPDATE {t} SET amount = 11 WHERE id = 1")  # 2
     sql(spark, spec.source, "DELETE FROM {t} WHERE id = 2")  # 3
     insert(spark, spec.source, [(4, "dee", 40)])  # 4
-    second = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    second = PipelineRunner.on(control, lambda: spark).run(spec)
     assert (second.mode, second.start_version, second.end_version) == (RunMode.INCREMENTAL, 2, 4)
     assert rows(spark, spec.target) == rows(spark, spec.source)
 
@@ -92,7 +92,7 @@ def test_load_increment_lose_the_window_and_rebuild_on_s3(
     assert figures["earliest_replayable_version"] > 5
     assert "_change_data" in figures["problem"]
 
-    rebuilt = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    rebuilt = PipelineRunner.on(control, lambda: spark).run(spec)
     assert (rebuilt.mode, rebuilt.end_version) == (RunMode.REBUILD, 6)
     assert rebuilt.incident_code == "WATERMARK_OUTSIDE_RETENTION"
     assert rows(spark, spec.target) == rows(spark, spec.source) == [(1, "ada", 11), (3, "cy", 31)]
@@ -111,7 +111,7 @@ def test_a_run_killed_after_the_merge_on_s3_converges_exactly(
     layout = _layout(s3_lake, tmp_path, delete_mode="soft", fallback_mode="FAIL_FAST")
     spec, control = layout.spec("people"), layout.control()
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20)])  # 0, 1
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     sql(spark, spec.source, "UPDATE {t} SET amount = 11 WHERE id = 1")  # 2
     sql(spark, spec.source, "DELETE FROM {t} WHERE id = 2")  # 3
 
@@ -127,7 +127,7 @@ def test_a_run_killed_after_the_merge_on_s3_converges_exactly(
     assert read_silver_state(spec.target, spec.id).watermark == 3  # atomic with the MERGE
     assert control.read_states()["people"]["last_commit_version"] == 1
 
-    rerun = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    rerun = PipelineRunner.on(control, lambda: spark).run(spec)
     assert rerun.mode is RunMode.NOOP
     assert_converged_after_kill(spark, spec, control)
 
@@ -138,7 +138,7 @@ def test_a_commit_deleted_inside_the_range_on_s3_is_caught_before_the_read(
     layout = _layout(s3_lake, tmp_path, fallback_mode="FAIL_FAST")
     spec, control = layout.spec("people"), layout.control()
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20)])  # 0, 1
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     insert(spark, spec.source, [(3, "cy", 30)])  # 2
     insert(spark, spec.source, [(4, "dee", 40)])  # 3
     insert(spark, spec.source, [(5, "eve", 50)])  # 4
@@ -158,7 +158,7 @@ def test_a_commit_deleted_inside_the_range_on_s3_is_caught_before_the_read(
 
     before = rows(spark, spec.target)
     with pytest.raises(ReplayWindowLost, match=r"00000000000000000003\.json is gone"):
-        run_pipeline(spec, spark_factory=lambda: spark, control=control)
+        PipelineRunner.on(control, lambda: spark).run(spec)
     assert rows(spark, spec.target) == before
     assert read_silver_state(spec.target, spec.id).watermark == 1
 

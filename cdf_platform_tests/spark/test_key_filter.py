@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
 from cdf_platform.core.sql import sql_path
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.spark.key_filter import (
     ENABLED_CONF,
     files_skipped,
@@ -87,7 +87,7 @@ def test_first_load_is_ordered_by_key_and_a_clustered_backlog_skips_the_other_fi
     make_bronze(spark, spec.source, seeded)
     # The platform runs in a session of its own: the cap reaches it as a Spark resource's conf.
     capped = SessionsWithConf(spark, {"spark.sql.files.maxRecordsPerFile": "100"})
-    first = run_pipeline(spec, spark_factory=lambda: capped, control=control)
+    first = PipelineRunner.on(control, lambda: capped).run(spec)
     assert first.mode.value == "initial_load" and first.rows_inserted == 1000
 
     silver = spark.read.format("delta").load(spec.target)
@@ -114,7 +114,7 @@ def test_first_load_is_ordered_by_key_and_a_clustered_backlog_skips_the_other_fi
 
     # Deletion vectors kept for this small silver (0: not rewritten), as a large one keeps them.
     keeping = SessionsWithConf(spark, {COPY_ON_WRITE_CONF: "0"})
-    second = run_pipeline(spec, spark_factory=lambda: keeping, control=control)
+    second = PipelineRunner.on(control, lambda: keeping).run(spec)
     assert second.mode.value == "incremental" and second.rows_updated == 20
     # The MERGE marked the replaced rows of the one or two files holding those keys.
     metrics = DeltaTable(spec.target).history(1)[0]["operationMetrics"]

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import UnsafeSparkConfig
 from cdf_platform.planning.plan import RunMode, plan_run
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.spark.small_steps import (
     AHEAD_CONF,
     CODEGEN_OFF,
@@ -100,11 +100,11 @@ def test_an_incremental_run_leaves_the_sessions_code_generation_as_it_was(
     spec = spec_for(lake)
     control = control_for(lake)
     make_bronze(session, spec.source, [(1, "a", 10), (2, "b", 20), (3, "c", 30)])
-    run_pipeline(spec, spark_factory=lambda: session, control=control)
+    PipelineRunner.on(control, lambda: session).run(spec)
     sql(session, spec.source, "UPDATE {t} SET amount = 21 WHERE id = 2")
     sql(session, spec.source, "DELETE FROM {t} WHERE id = 3")
 
-    result = run_pipeline(spec, spark_factory=lambda: session, control=control)
+    result = PipelineRunner.on(control, lambda: session).run(spec)
 
     assert result.mode.value == "incremental" and result.watermark_after == 3
     assert {"read", "silver_state", "key_filter", "merge"} <= set(result.timings)
@@ -172,7 +172,7 @@ def test_a_plans_change_bytes_are_the_files_its_change_feed_read_scans(
 ) -> None:
     spec = spec_for(lake)
     make_bronze(spark, spec.source, [(1, "a", 10), (2, "b", 20), (3, "c", 30)])
-    run_pipeline(spec, spark_factory=lambda: spark, control=control_for(lake))
+    PipelineRunner.on(control_for(lake), lambda: spark).run(spec)
     assert plan_run(spec).change_bytes() is None  # caught up: no range
     data_files = set(DeltaTable(spec.source).file_uris())
     sql(spark, spec.source, "INSERT INTO {t} VALUES (4, 'd', 40)")

@@ -12,7 +12,7 @@ from cdf_platform.core.sql import sql_path
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.status import WindowState, pipeline_status
 from cdf_platform.planning.vacuum import RetentionPolicy, VacuumAction, plan_vacuum
-from cdf_platform.runner import run_pipeline
+from cdf_platform.run import PipelineRunner
 from cdf_platform.spark.vacuum import execute_vacuum
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.bronze import control_for, insert, make_bronze, rows, spec_for, sql
@@ -30,7 +30,7 @@ def _lagging_consumer(spark: SparkSession, lake: Path) -> tuple[PipelineSpec, Co
         "ALTER TABLE {t} SET TBLPROPERTIES ('delta.deletedFileRetentionDuration' = "
         "'interval 1 hours')",
     )
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     sql(spark, spec.source, "UPDATE {t} SET amount = amount + 1")
     sql(spark, spec.source, "DELETE FROM {t} WHERE id = 2")
     insert(spark, spec.source, [(4, "dee", 40)])
@@ -69,7 +69,7 @@ def test_raise_policy_extends_retention_then_vacuums_without_cutting_the_window(
     # Replayable, with ~7 h of headroom: below the spec's 24 h minimum, so it warns.
     assert status.state is WindowState.LOW_HEADROOM
     assert status.headroom_hours is not None and 6.5 < status.headroom_hours <= 7
-    result = run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    result = PipelineRunner.on(control, lambda: spark).run(spec)
     assert result.mode is RunMode.INCREMENTAL
     assert rows(spark, spec.target) == rows(spark, spec.source)
 
@@ -118,7 +118,7 @@ def test_retain_zero_is_refused_while_a_consumer_is_behind_and_cuts_the_window_w
 
 def test_vacuums_when_every_consumer_is_caught_up(spark: SparkSession, lake: Path) -> None:
     spec, control = _lagging_consumer(spark, lake)
-    run_pipeline(spec, spark_factory=lambda: spark, control=control)
+    PipelineRunner.on(control, lambda: spark).run(spec)
     decision = plan_vacuum(spec.source, [spec], buffer_hours=0.5, control=control)
     assert decision.action is VacuumAction.VACUUM
     assert decision.consumers[0].first_needed_version is None
@@ -128,5 +128,5 @@ def test_vacuums_when_every_consumer_is_caught_up(spark: SparkSession, lake: Pat
     assert (status.version_lag, status.data_version_lag) == (2, 0)
     assert status.replayable
     # Those two versions change no row: the next run advances the watermark without Spark.
-    assert run_pipeline(spec, spark_factory=lambda: spark, control=control).mode is RunMode.ADVANCE
+    assert PipelineRunner.on(control, lambda: spark).run(spec).mode is RunMode.ADVANCE
     assert pipeline_status(spec, control).state is WindowState.OK

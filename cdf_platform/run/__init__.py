@@ -1,0 +1,23 @@
+"""Running a pipeline: planned and pinned from the logs (JVM-free), then a no-op, an advance, an
+incremental run, an initial load, a snapshot source's run or a rebuild, with the fallback
+policy, the control tables and the load log. `PipelineRunner` is the one entry.
+
+Where each concern lives:
+
+- `runner`: `PipelineRunner` (prepare, finish, run) and the choice of what a plan leads to;
+- `strategy`: how a pipeline's changes reach silver, chosen once from its spec;
+- `incremental`, `snapshot`, `advance`: the three kinds of write;
+- `tuning`: the Spark settings a run changes for its own steps;
+- `record`: the load-log and state rows, and the run's result;
+- `context`: one run in progress and what it did.
+
+Example:
+    >>> runner = PipelineRunner.on(ControlTable(root), lambda: spark)  # doctest: +SKIP
+    >>> result = runner.run(spec)  # doctest: +SKIP
+    >>> result.mode, result.end_version  # doctest: +SKIP
+    (<RunMode.INCREMENTAL: 'incremental'>, 57)
+"""
+
+from cdf_platform.run.runner import PipelineRunner, PreparedRun, SessionFor
+
+__all__ = ["PipelineRunner", "PreparedRun", "SessionFor"]

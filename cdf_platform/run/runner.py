@@ -1,0 +1,207 @@
+"""`PipelineRunner`: the one way a pipeline run is carried out, by the command line, the silver
+asset, the tests and the benchmarks. It plans and pins the run (`prepare`, JVM-free unless a
+table is named in the catalog), then carries it out (`finish`): no-op, advance, incremental,
+initial load, snapshot or rebuild, each failure classified as a platform error naming the
+pipeline. What a problem the run meets leads to is asked of `repair_decision`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from cdf_platform.core.errors import CdfPlatformError
+from cdf_platform.planning.plan import RunMode, RunPlan, plan_pipeline
+from cdf_platform.planning.repair import repair_decision
+from cdf_platform.planning.run_result import RunResult
+from cdf_platform.run.advance import run_advance
+from cdf_platform.run.context import RunContext, RunOutcome, SparkFactory
+from cdf_platform.run.incremental import run_incremental
+from cdf_platform.run.record import record_incident, repair_control, result
+from cdf_platform.run.snapshot import run_snapshot
+from cdf_platform.run.strategy import WriteStrategy
+from cdf_platform.spark.catalog import locate_in_catalog, register_silver
+from cdf_platform.spark.failures import classified_run
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from cdf_platform.core.spec import PipelineSpec
+    from cdf_platform.state.control import ControlTable
+
+SessionFor = Callable[[bool], "SparkSession"]
+"""The SparkSession a run uses, given whether the run is short (`PreparedRun.is_short`): a
+driver JVM that a short run starts may start lean (`SparkSettings.short_run`)."""
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A pipeline run planned and pinned, not yet carried out (`PipelineRunner.prepare`;
+    `PipelineRunner.finish` carries it out).
+
+    Attributes:
+        spec: The pipeline as declared (catalog names kept, to register silver under its name).
+        plan: The pinned plan; its spec names the tables' locations.
+        plan_seconds: How long locating and planning took.
+    """
+
+    spec: PipelineSpec
+    plan: RunPlan
+    plan_seconds: float = 0.0
+
+    def is_short(self, *, force_rebuild: bool = False) -> bool:
+        """Whether carrying this out is a short run: a small incremental one
+        (`RunPlan.is_small_incremental`), not a forced rebuild. A driver JVM that such a run
+        starts can start lean (`SparkSettings.short_run`)."""
+        return not force_rebuild and self.plan.is_small_incremental()
+
+
+def _run_command(spec: PipelineSpec) -> str:
+    return f"`cdf-platform run {spec.id}`"
+
+
+@dataclass(frozen=True)
+class PipelineRunner:
+    """The one way a pipeline run is carried out (module doc).
+
+    The silver asset calls the two halves apart (its IO manager's load plans, its output
+    writes); `run` calls both.
+
+    Attributes:
+        control: The control tables (state and load log).
+        session_for: The session a run uses, given whether the run is short.
+        rerun: How to run a pipeline again, for an unexpected failure's action.
+
+    Example:
+        >>> runner = PipelineRunner(control, lambda short: spark)  # doctest: +SKIP
+        >>> runner.run(spec).mode  # doctest: +SKIP
+        <RunMode.INCREMENTAL: 'incremental'>
+    """
+
+    control: ControlTable
+    session_for: SessionFor
+    rerun: Callable[[PipelineSpec], str] = _run_command
+
+    @classmethod
+    def on(cls, control: ControlTable, spark_factory: SparkFactory) -> PipelineRunner:
+        """A runner whose every run uses the session `spark_factory` gives, short or not."""
+        return cls(control, lambda _short: spark_factory())
+
+    def prepare(self, spec: PipelineSpec, *, now: datetime | None = None) -> PreparedRun:
+        """Plan `spec`'s next run from the logs and pin its change set.
+
+        A pipeline that names a table by its catalog name starts Spark to ask the catalog where
+        it lives now (the plan reads the logs there); a pipeline of paths plans without a JVM.
+
+        Raises:
+            CdfPlatformError: a problem a person must fix (bronze missing, a name not in the
+                catalog, a target owned by another pipeline, ...).
+        """
+        with classified_run(spec.id, rerun=self.rerun(spec)):
+            started = time.monotonic()
+            if spec.table_names:
+                locate_in_catalog(self.session_for(False), spec, self.control)
+            plan = plan_pipeline(spec, self.control, now=now)
+            return PreparedRun(spec, plan, time.monotonic() - started)
+
+    def finish(
+        self, prepared: PreparedRun, *, force_rebuild: bool = False, shares_jvm: bool = False
+    ) -> RunResult:
+        """Carry out a prepared run, then register silver under its catalog name once it
+        exists, when the pipeline names its target so. Its session is asked for as short when
+        the run is short and `shares_jvm` is false (no other run shares this process's JVM).
+
+        `force_rebuild` reconciles from the snapshot at the plan's end version whatever the
+        state.
+
+        Raises:
+            CdfPlatformError: the classified failure (FAIL_FAST, bad input, a read failure).
+        """
+        short = not shares_jvm and prepared.is_short(force_rebuild=force_rebuild)
+
+        def session() -> SparkSession:
+            return self.session_for(short)
+
+        with classified_run(prepared.spec.id, rerun=self.rerun(prepared.spec)):
+            run = RunContext(prepared.plan.spec, session, self.control)
+            run.timings["plan"] = prepared.plan_seconds
+            repair_control(run, prepared.plan)
+            outcome = _carry_out(run, prepared.plan, force_rebuild=force_rebuild)
+            run_result = result(run, prepared.plan, outcome)
+            if "target" in prepared.spec.table_names:
+                register_silver(
+                    session(),
+                    prepared.spec.target,
+                    prepared.plan.spec.target,
+                    self.control,
+                    prepared.spec.id,
+                    created=not prepared.plan.silver.exists,
+                )
+            return run_result
+
+    def run(
+        self,
+        spec: PipelineSpec,
+        *,
+        now: datetime | None = None,
+        force_rebuild: bool = False,
+        on_plan: Callable[[RunPlan], None] | None = None,
+    ) -> RunResult:
+        """Plan and run `spec` once: no-op, initial load, incremental, snapshot or rebuild per the
+        fallback policy.
+
+        Args:
+            on_plan: called with the plan before it is carried out (to log the change set).
+
+        Raises:
+            CdfPlatformError: the classified failure (FAIL_FAST, bad input, a read failure).
+        """
+        prepared = self.prepare(spec, now=now)
+        if on_plan is not None:
+            on_plan(prepared.plan)
+        return self.finish(prepared, force_rebuild=force_rebuild)
+
+
+def _carry_out(run: RunContext, plan: RunPlan, *, force_rebuild: bool) -> RunOutcome:
+    """No-op, advance, incremental, initial load, snapshot or rebuild, per the plan and the
+    fallback policy.
+
+    A no-op (no bronze version after the watermark) never starts Spark. A problem that a
+    rebuild repairs (lost window, source reset, incompatible schema change, CDF gap) runs the
+    rebuild when `repair_decision` says so and raises otherwise; either way the incident is
+    written to the load log. Nothing is written to silver before the problem is known.
+    """
+    strategy = WriteStrategy.of(plan.spec, run.control.root)
+    if force_rebuild:
+        return run_snapshot(run, plan, strategy, plan.problem, requested=True)
+    if plan.mode is RunMode.NOOP:
+        return RunOutcome(RunMode.NOOP, plan.silver.watermark)
+    if plan.problem is not None:
+        _repair_or_raise(run, plan, plan.problem)
+        return run_snapshot(run, plan, strategy, plan.problem, requested=False)
+    if plan.mode.reads_snapshot:  # an initial load or a snapshot source's run: no problem here
+        return run_snapshot(run, plan, strategy, None, requested=False)
+    if plan.mode is RunMode.ADVANCE:
+        advanced = run_advance(run, plan)
+        if advanced is not None:
+            return advanced
+    try:
+        return run_incremental(run, plan, strategy)
+    except CdfPlatformError as err:
+        # The read itself re-checks the window: a failure classified as a lost window is handled
+        # exactly like one found by the plan.
+        _repair_or_raise(run, plan, err)
+        return run_snapshot(run, plan, strategy, err, requested=False)
+
+
+def _repair_or_raise(run: RunContext, plan: RunPlan, problem: CdfPlatformError) -> None:
+    """Return when a rebuild repairs `problem` now; else write its incident and raise it."""
+    spec = plan.spec
+    # A snapshot source's rebuild is its every run: it needs no change feed.
+    change_feed_on = plan.window.cdf_enabled_at_latest or spec.snapshot_source
+    if not repair_decision(spec.fallback_mode, problem, change_feed_on=change_feed_on).automatic:
+        record_incident(run, plan, problem)
+        raise problem

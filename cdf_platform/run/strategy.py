@@ -1,0 +1,76 @@
+"""How a pipeline's changes reach silver, chosen once from its spec: its source kind (a change
+feed or a snapshot, or an event log with its tombstones) decides how change rows are read, how
+a change set is applied and how silver is reconciled with a snapshot; its layout (SCD1, SCD2,
+sequenced SCD2) decides the staging and the MERGE, inside `SilverWriter`.
+
+Example:
+    >>> strategy = WriteStrategy.of(spec, control_root)  # doctest: +SKIP
+    >>> strategy.apply(spark, writer, collapsed, truncation, silver_filter=None)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cdf_platform.spark.events import Tombstones, change_rows, fold_events
+from cdf_platform.spark.rebuild import rebuild_silver
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from cdf_platform.core.spec import PipelineSpec
+    from cdf_platform.spark.changes import CollapsedChanges, ReadContext
+    from cdf_platform.spark.merge import Truncation
+    from cdf_platform.spark.rebuild import RebuildOutcome, RebuildRequest
+    from cdf_platform.spark.silver_writer import SilverWriter
+
+
+@dataclass(frozen=True)
+class WriteStrategy:
+    """The write strategy of one pipeline (module doc).
+
+    Attributes:
+        spec: The pipeline.
+        tombstones: An event log's tombstones and truncates (None: a change feed or snapshot
+            source, whose deletes are rows of the feed itself).
+    """
+
+    spec: PipelineSpec
+    tombstones: Tombstones | None
+
+    @classmethod
+    def of(cls, spec: PipelineSpec, control_root: str) -> WriteStrategy:
+        """The strategy of `spec`, whose control tables live under `control_root`."""
+        return cls(spec, Tombstones.of(control_root, spec))
+
+    def change_rows(
+        self, spark: SparkSession, feed: DataFrame, ctx: ReadContext
+    ) -> tuple[DataFrame, Truncation | None]:
+        """The change rows of bronze's feed (an event log's as its events' images) and an
+        event log's latest truncate (`cdf_platform.spark.events.change_rows`)."""
+        return change_rows(spark, feed, self.spec, ctx)
+
+    def apply(
+        self,
+        spark: SparkSession,
+        writer: SilverWriter,
+        collapsed: CollapsedChanges,
+        truncation: Truncation | None,
+        *,
+        silver_filter: str | None,
+    ) -> None:
+        """Apply an incremental run's collapsed change set to silver in one stamped commit; an
+        event log's deletes and truncate are recorded first (`Tombstones.apply`)."""
+        if self.tombstones is not None:
+            self.tombstones.apply(spark, writer, collapsed, truncation, silver_filter=silver_filter)
+        else:
+            writer.apply_changes(collapsed, silver_filter)
+
+    def reconcile(self, spark: SparkSession, request: RebuildRequest) -> RebuildOutcome:
+        """Make silver bronze's snapshot at `request.version` (an initial load, a snapshot
+        source's run, a rebuild): an event log by folding every event it holds, any other
+        source by reconciling with the snapshot."""
+        if self.tombstones is not None:
+            return fold_events(spark, self.spec, request, self.tombstones)
+        return rebuild_silver(spark, self.spec, request)
