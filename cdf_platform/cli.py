@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.active_storage import use_storage_config
 from cdf_platform.core.config import RUN_WORKER_ENV, LakeEnvironment, default_spark_log
@@ -22,6 +22,10 @@ from cdf_platform.planning.status import pipeline_statuses
 from cdf_platform.run import PipelineRunner
 from cdf_platform.spark.session import SparkSettings, build_spark_session
 from cdf_platform.state.control import ControlTable
+
+if TYPE_CHECKING:
+    # What `add_subparsers` returns: the collection each command's parser is added to.
+    _Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 logger = logging.getLogger("cdf_platform")
 
@@ -204,13 +208,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of `cdf-platform`."""
-    parser = argparse.ArgumentParser(
-        prog="cdf-platform",
-        description="Keep Delta silver tables in step with bronze through Change Data Feed.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+def _lake_options() -> argparse.ArgumentParser:
+    """The options every command on the lake's pipelines takes: where the pipelines file, the
+    lake and the control tables are, and whether to print JSON."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--pipelines",
@@ -229,6 +229,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="control tables folder (default: $CDF_CONTROL_ROOT or <lake root>/_control)",
     )
     common.add_argument("--json", action="store_true", help="print JSON")
+    return common
+
+
+def _add_pipeline_commands(sub: _Commands, common: argparse.ArgumentParser) -> None:
+    """`run`, `rebuild` (one pipeline) and `status` (every pipeline)."""
     for name, text in (
         ("run", "one incremental run of a pipeline, with its configured fallback"),
         ("rebuild", "reconcile silver from a pinned bronze snapshot and stamp that watermark"),
@@ -242,6 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="per-pipeline watermark, lag, replay window and headroom (no JVM)",
     )
     status.set_defaults(func=_cmd_status)
+
+
+def _add_engine_command(sub: _Commands, common: argparse.ArgumentParser) -> None:
+    """`engine`: the warm Spark Connect server."""
     engine = sub.add_parser(
         "engine",
         parents=[common],
@@ -274,6 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--print", action="store_true", help="print the engine's conf (secrets masked) and exit"
     )
     engine.set_defaults(func=_cmd_engine)
+
+
+def _add_run_worker_command(sub: _Commands) -> None:
+    """`run-worker`: the warm run worker Dagster's runs are forked from."""
     worker = sub.add_parser(
         "run-worker",
         help="run the warm run worker: starts each Dagster run by forking a warm process",
@@ -287,6 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"host:port to listen on (default: ${RUN_WORKER_ENV}, else 127.0.0.1:4010)",
     )
     worker.set_defaults(func=_cmd_run_worker)
+
+
+def _add_demo_command(sub: _Commands) -> None:
+    """`demo`: the end-to-end demo on a lake of its own."""
     demo = sub.add_parser("demo", help="run the end-to-end demo on a local (or local S3) lake")
     demo.add_argument("--batch-size", type=int, default=200, help="rows per bronze batch")
     demo.add_argument(
@@ -305,6 +322,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the demo's lake in a local S3 server (moto, from the dev extras)",
     )
     demo.set_defaults(func=_cmd_demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of `cdf-platform`."""
+    parser = argparse.ArgumentParser(
+        prog="cdf-platform",
+        description="Keep Delta silver tables in step with bronze through Change Data Feed.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    common = _lake_options()
+    _add_pipeline_commands(sub, common)
+    _add_engine_command(sub, common)
+    _add_run_worker_command(sub)
+    _add_demo_command(sub)
     return parser
 
 

@@ -26,8 +26,9 @@ from cdf_platform.orchestration.destructive import PERMITTED_BY, record, refuse_
 from cdf_platform.orchestration.failures import platform_failure
 from cdf_platform.orchestration.keys import BRONZE_PREFIX, silver_key
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
-from cdf_platform.planning.vacuum import RetentionPolicy, plan_vacuum
+from cdf_platform.planning.vacuum import RetentionPolicy, VacuumDecision, plan_vacuum
 from cdf_platform.spark.vacuum import execute_vacuum
+from cdf_platform.state.control import ControlTable
 
 
 class MaintenanceConfig(dg.Config):
@@ -90,6 +91,54 @@ class _Vacuumed:
     location: str
 
 
+def _destructive_options(config: MaintenanceConfig) -> list[str]:
+    """The destructive options `config` asks for (`retain_zero`, `allow_window_loss`)."""
+    return [
+        name
+        for name, value in (
+            ("retain_zero", config.retain_zero),
+            ("allow_window_loss", config.allow_window_loss),
+        )
+        if value
+    ]
+
+
+def _decide(
+    location: str, specs: list[PipelineSpec], config: MaintenanceConfig, control: ControlTable
+) -> VacuumDecision:
+    """The VACUUM decision for the table at `location` under the run's `config`."""
+    return plan_vacuum(
+        location,
+        specs,
+        policy=config.policy,
+        buffer_hours=config.buffer_hours,
+        max_retention_hours=config.max_retention_hours,
+        recovery_buffer_hours=config.recovery_buffer_hours,
+        retain_zero=config.retain_zero,
+        allow_window_loss=config.allow_window_loss,
+        control=control,
+    )
+
+
+# Quoted: `dg.RawMetadataValue` exists for type checkers only, and this module's annotations are
+# evaluated (Dagster reads the op's).
+def _decision_metadata(decision: VacuumDecision) -> "dict[str, dg.RawMetadataValue]":
+    """The run's and the observation's metadata: the decision's figures, and with a
+    destructive one what it destroys, whose windows it cuts and what permitted it."""
+    figures = decision.as_metadata()
+    metadata: dict[str, dg.RawMetadataValue] = {
+        key: value for key, value in figures.items() if _numeric(value) or isinstance(value, str)
+    }
+    metadata["consumers"] = dg.MetadataValue.json(figures["consumers"])
+    destructive = decision.destroyed is not None
+    metadata["destructive"] = destructive
+    if destructive:
+        metadata["destroyed"] = str(decision.destroyed)
+        metadata["windows_cut"] = dg.MetadataValue.json(decision.windows_cut)
+        metadata["permitted_by"] = PERMITTED_BY
+    return metadata
+
+
 def _vacuum_op(
     tables: Mapping[str, _Vacuumed], specs: list[PipelineSpec], allow_destructive: bool
 ) -> dg.OpDefinition:
@@ -104,46 +153,17 @@ def _vacuum_op(
         table = tables[context.job_name]
         config = MaintenanceConfig(**context.op_config)
         control = lake.control()
-        requested = [
-            name
-            for name, value in (
-                ("retain_zero", config.retain_zero),
-                ("allow_window_loss", config.allow_window_loss),
-            )
-            if value
-        ]
         refuse_unless_permitted(
             allow_destructive,
-            requested,
+            _destructive_options(config),
             control=control,
             context=context,
             table=table.location,
             action="vacuum",
         )
-        decision = plan_vacuum(
-            table.location,
-            specs,
-            policy=config.policy,
-            buffer_hours=config.buffer_hours,
-            max_retention_hours=config.max_retention_hours,
-            recovery_buffer_hours=config.recovery_buffer_hours,
-            retain_zero=config.retain_zero,
-            allow_window_loss=config.allow_window_loss,
-            control=control,
-        )
-        figures = decision.as_metadata()
-        metadata: dict[str, dg.RawMetadataValue] = {
-            key: value
-            for key, value in figures.items()
-            if _numeric(value) or isinstance(value, str)
-        }
-        metadata["consumers"] = dg.MetadataValue.json(figures["consumers"])
+        decision = _decide(table.location, specs, config, control)
+        metadata = _decision_metadata(decision)
         destructive = decision.destroyed is not None
-        metadata["destructive"] = destructive
-        if destructive:
-            metadata["destroyed"] = str(decision.destroyed)
-            metadata["windows_cut"] = dg.MetadataValue.json(decision.windows_cut)
-            metadata["permitted_by"] = PERMITTED_BY
         context.log.info("%s: %s", decision.action.value, decision.reason)
         log_row = {
             "table_location": table.location,

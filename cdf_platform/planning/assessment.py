@@ -5,10 +5,11 @@ The assessment reads bronze's log once (latest version, table id, exact replay w
 log (owner and watermark) and the table id the control table recorded, and names the first
 problem in the order a run meets them:
 
-- blocking (a person must fix the input; a rebuild would not help): bronze missing
-  (`SourceNotFound`), a target owned by another pipeline or holding other files
-  (`TargetOwnershipConflict`), a bronze column named like one the platform adds
-  (`InvalidPipelineSpec`), the change feed off before the first load (`CdfNotEnabled`);
+- blocking (a person must fix the input; a rebuild would not help;
+  `cdf_platform.planning.blocking`): bronze missing (`SourceNotFound`), a target owned by
+  another pipeline or holding other files (`TargetOwnershipConflict`), a bronze column named
+  like one the platform adds (`InvalidPipelineSpec`), the change feed off before the first load
+  (`CdfNotEnabled`);
 - the replay window lost for this consumer (a rebuild repairs it): bronze recreated or behind
   the watermark (`SourceReset`), then the first break of the window after the watermark
   (`ReplayWindowLost`, `IncompatibleSchemaChange`, `CdfNotEnabled`);
@@ -31,31 +32,23 @@ from typing import Any
 
 from cdf_platform.core import errors
 from cdf_platform.core.errors import (
-    CatalogManagedSource,
     CdfNotEnabled,
     CdfPlatformError,
     IncompatibleSchemaChange,
     InvalidPipelineSpec,
     ReplayWindowLost,
-    SourceLogDamaged,
-    SourceNotFound,
     SourceReset,
     SpecChanged,
     SpecChangeRefused,
-    TargetOwnershipConflict,
-    foreign_files_at_target,
 )
 from cdf_platform.core.spec import (
-    CDF_COLUMNS,
-    RESERVED_COLUMNS,
     FallbackMode,
     HistoryMode,
     OnSpecChange,
     PipelineSpec,
 )
 from cdf_platform.core.spec_fingerprint import SpecChange, compare_spec, spec_record
-from cdf_platform.deltalog.log import DeltaLog
-from cdf_platform.deltalog.tables import holds_foreign_files
+from cdf_platform.planning.blocking import Blocked, source_window
 from cdf_platform.state import locations
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import (
@@ -69,12 +62,7 @@ from cdf_platform.window.replay_window import (
     ReplayWindow,
     WindowBreakKind,
     assess_consumer,
-    compute_replay_window,
 )
-
-# The table feature of catalog-managed tables (Delta protocol, "Catalog-managed tables"): a
-# path-based reader must refuse them. Delta 4.0-4.1 wrote the preview name.
-CATALOG_MANAGED_FEATURES = ("catalogManaged", "catalogOwned-preview")
 
 # Problems a snapshot rebuild repairs (when the pipeline's fallback allows it).
 # Re-exported: the runner's name for what a rebuild repairs.
@@ -175,34 +163,6 @@ def replay_problem(
     return kind(what, pipeline_id=consumer, table=table, version=found.version)
 
 
-def colliding_columns_problem(
-    spec: PipelineSpec, window: ReplayWindow
-) -> InvalidPipelineSpec | None:
-    """A bronze column named like one the change feed or silver adds, or None.
-
-    Delta's change feed adds `_change_type`, `_commit_version` and `_commit_timestamp` to every
-    row, and silver adds `_source_commit_version`, `_is_deleted` and `_deleted_at`: a bronze
-    column of the same name would be shadowed or collide, so it is refused before any read.
-    """
-    schema = window.log.schema_at(window.latest_version) or {}
-    fields = schema.get("fields", [])
-    columns = (
-        [str(f["name"]) for f in fields if isinstance(f, dict)] if isinstance(fields, list) else []
-    )
-    copied = set(spec.include_columns) if spec.include_columns is not None else set(columns)
-    colliding = [c for c in columns if c in CDF_COLUMNS or (c in RESERVED_COLUMNS and c in copied)]
-    if not colliding:
-        return None
-    return InvalidPipelineSpec(
-        f"bronze columns {colliding} are named like columns the change feed or silver adds "
-        f"({sorted(CDF_COLUMNS | RESERVED_COLUMNS)})",
-        pipeline_id=spec.id,
-        table=spec.source,
-        action="rename the bronze column (a silver column name can also be left out with "
-        "`include_columns`)",
-    )
-
-
 def reset_problem(
     spec: PipelineSpec,
     silver: SilverState,
@@ -242,20 +202,6 @@ def reset_problem(
             table=spec.source,
             version=watermark,
         )
-    return None
-
-
-def _ownership_problem(spec: PipelineSpec, silver: SilverState) -> CdfPlatformError | None:
-    if silver.exists and silver.owner != spec.id:
-        return TargetOwnershipConflict(
-            f"silver table is owned by {silver.owner!r}"
-            if silver.owner
-            else "silver table exists but was not created by cdf_platform",
-            pipeline_id=spec.id,
-            table=spec.target,
-        )
-    if not silver.exists and holds_foreign_files(spec.target):
-        return foreign_files_at_target(spec.id, spec.target)
     return None
 
 
@@ -365,64 +311,16 @@ def assess_pipeline(
         consumer = assess_consumer(window, silver.watermark, now=now) if window else None
         return PipelineAssessment(spec, silver, window, consumer, problem, blocking=True)
 
-    try:
-        log = DeltaLog(spec.source)  # the one listing of bronze's log this assessment makes
-    except SourceNotFound as err:
-        return blocked(
-            SourceNotFound(
-                f"no Delta table at {spec.source} ({err.problem})",
-                pipeline_id=spec.id,
-                table=spec.source,
-            )
-        )
-    try:
-        protocol = log.latest_protocol()
-    except SourceLogDamaged as err:
-        return blocked(SourceLogDamaged(err.problem, pipeline_id=spec.id, table=spec.source))
-    if managed := [name for name in CATALOG_MANAGED_FEATURES if protocol.has_feature(name)]:
-        return blocked(
-            CatalogManagedSource(
-                f"the source's protocol has the {managed[0]!r} table feature",
-                pipeline_id=spec.id,
-                table=spec.source,
-            )
-        )
-    ownership = _ownership_problem(spec, silver)
-    if ownership is not None:
-        return blocked(ownership)
-    try:
-        window = compute_replay_window(spec.source, now=now, log=log)
-    except SourceLogDamaged as err:
-        return blocked(SourceLogDamaged(err.problem, pipeline_id=spec.id, table=spec.source))
-    invalid = colliding_columns_problem(spec, window)
-    if invalid is not None:
-        return blocked(invalid, window)
-    snapshots = spec.snapshot_source
-    if silver.watermark is None and not window.cdf_enabled_at_latest and not snapshots:
-        return blocked(
-            CdfNotEnabled(
-                "the change feed is off on the source, so silver could not follow it",
-                pipeline_id=spec.id,
-                table=spec.source,
-            ),
-            window,
-        )
+    window = source_window(spec, silver, now)
+    if isinstance(window, Blocked):
+        return blocked(window.problem, window.window)
     try:
         current = spec_record(spec)
     except InvalidPipelineSpec as err:
         return blocked(err, window)
-    change = forward_only = None
     recorded = silver.spec_record or recorded_spec
-    if silver.watermark is not None:
-        change = compare_spec(recorded, current)
-        forward_only = silver.forward_only
-    consumer = assess_consumer(window, silver.watermark, now=now)
-    if snapshots:
-        # A snapshot source replays nothing: its next run reads bronze's latest version only,
-        # so no window closes on it (no headroom, always replayable).
-        consumer = replace(
-            consumer, replayable=True, window_break=None, headroom_hours=None, deadlines=()
-        )
+    change, forward_only = _spec_change(spec, silver, recorded, current)
+    consumer = _consumer(spec, silver, window, now)
 
     def assessed(problem: CdfPlatformError | None, *, blocking: bool) -> PipelineAssessment:
         return PipelineAssessment(
@@ -438,24 +336,65 @@ def assess_pipeline(
             spec_recorded=recorded is not None,
         )
 
-    if change is not None and spec.history is HistoryMode.SCD2 and "sequence_by" in change.fields:
-        # An SCD2 history is dated by its sequence column: another one is another shape.
-        change = replace(change, fields=tuple(dict.fromkeys((*change.fields, "history"))))
     edited = spec_problem(spec, change, forward_only)
     if isinstance(edited, SpecChangeRefused):
         return assessed(edited, blocking=True)
+    problem = _lost_window_problem(spec, silver, window, known_source_id, followed_location)
+    # A rebuild for a lost window reconciles under the new spec too: the loss is the problem.
+    return assessed(problem or edited, blocking=False)
+
+
+def _spec_change(
+    spec: PipelineSpec,
+    silver: SilverState,
+    recorded: dict[str, str] | None,
+    current: dict[str, str],
+) -> tuple[SpecChange | None, ForwardOnly | None]:
+    """How `spec` (its record `current`) differs from the spec silver was written under
+    (`recorded`), and the edits silver took forward only; neither before the first load."""
+    if silver.watermark is None:
+        return None, None
+    change = compare_spec(recorded, current)
+    if change is not None and spec.history is HistoryMode.SCD2 and "sequence_by" in change.fields:
+        # An SCD2 history is dated by its sequence column: another one is another shape.
+        change = replace(change, fields=tuple(dict.fromkeys((*change.fields, "history"))))
+    return change, silver.forward_only
+
+
+def _consumer(
+    spec: PipelineSpec, silver: SilverState, window: ReplayWindow, now: datetime
+) -> ConsumerAssessment:
+    """Lag and headroom of silver's watermark against bronze's replay window."""
+    consumer = assess_consumer(window, silver.watermark, now=now)
+    if spec.snapshot_source:
+        # A snapshot source replays nothing: its next run reads bronze's latest version only,
+        # so no window closes on it (no headroom, always replayable).
+        consumer = replace(
+            consumer, replayable=True, window_break=None, headroom_hours=None, deadlines=()
+        )
+    return consumer
+
+
+def _lost_window_problem(
+    spec: PipelineSpec,
+    silver: SilverState,
+    window: ReplayWindow,
+    known_source_id: str | None,
+    followed_location: str | None,
+) -> CdfPlatformError | None:
+    """What a rebuild repairs: bronze reset, else the first break of the replay window after
+    the watermark (a snapshot source has no window to break); None when neither."""
     problem: CdfPlatformError | None = reset_problem(
         spec, silver, window, known_source_id, followed_location
     )
     if (
         problem is None
-        and not snapshots
+        and not spec.snapshot_source
         and silver.watermark is not None
         and silver.watermark < window.latest_version
     ):
         problem = window_problem(spec, window, silver.watermark + 1)
-    # A rebuild for a lost window reconciles under the new spec too: the loss is the problem.
-    return assessed(problem or edited, blocking=False)
+    return problem
 
 
 @dataclass(frozen=True)

@@ -255,7 +255,54 @@ def plan_vacuum(
     window = compute_replay_window(table, now=now)
     current = _hours(window.deleted_file_retention)
     log_hours = _hours(window.log_retention)
-    consumers = []
+    consumers = _pipeline_needs(table, specs, window, control, buffer_hours, now)
+    consumers.extend(_asset_needs(table, window, control, buffer_hours, now))
+    required = max([buffer_hours, *(c.needed_hours for c in consumers)])
+    choice = _choose(
+        required,
+        current,
+        lagging=[c.consumer for c in consumers if c.first_needed_version is not None],
+        policy=policy,
+        max_retention_hours=max_retention_hours,
+        retain_zero=retain_zero,
+        allow_window_loss=allow_window_loss,
+    )
+    effective = choice.new_retention if choice.new_retention is not None else current
+    new_log = None
+    if (
+        choice.action is not VacuumAction.REFUSE
+        and log_hours < effective + log_retention_margin_hours
+    ):
+        new_log = effective + log_retention_margin_hours
+    return VacuumDecision(
+        table=table,
+        action=choice.action,
+        reason=choice.reason,
+        latest_version=window.latest_version,
+        deleted_file_retention_hours=current,
+        log_retention_hours=log_hours,
+        required_retention_hours=required,
+        new_deleted_file_retention_hours=choice.new_retention,
+        new_log_retention_hours=new_log,
+        max_retention_hours=max_retention_hours,
+        buffer_hours=buffer_hours,
+        max_expected_downtime_hours=max([0.0, *(c.observed_max_downtime_hours for c in consumers)]),
+        recovery_buffer_hours=recovery_buffer_hours,
+        consumers=consumers,
+    )
+
+
+def _pipeline_needs(
+    table: str,
+    specs: list[PipelineSpec],
+    window: ReplayWindow,
+    control: ControlTable | None,
+    buffer_hours: float,
+    now: datetime,
+) -> list[ConsumerNeed]:
+    """What the pipelines reading `table` (those of `specs` whose source it is) need kept: from
+    their watermark on, with `buffer_hours` beyond their lag."""
+    needs = []
     for spec in specs:
         if spec.source.rstrip("/") != table.rstrip("/"):
             continue
@@ -266,7 +313,7 @@ def plan_vacuum(
         # source's pipeline, which reads bronze's latest version only.
         replays = watermark is not None and not spec.snapshot_source
         needed = assessment.lag_hours + buffer_hours if assessment.first_unprocessed_version else 0
-        consumers.append(
+        needs.append(
             ConsumerNeed(
                 consumer=spec.id,
                 kind="pipeline",
@@ -277,63 +324,58 @@ def plan_vacuum(
                 observed_max_downtime_hours=_observed_downtime_hours(control, spec.id, now),
             )
         )
-    consumers.extend(_asset_needs(table, window, control, buffer_hours, now))
-    required = max([buffer_hours, *(c.needed_hours for c in consumers)])
-    max_downtime = max([0.0, *(c.observed_max_downtime_hours for c in consumers)])
-    lagging = [c.consumer for c in consumers if c.first_needed_version is not None]
+    return needs
 
-    def decide(
-        action: VacuumAction, reason: str, new_retention: float | None = None
-    ) -> VacuumDecision:
-        effective = new_retention if new_retention is not None else current
-        new_log = None
-        if action is not VacuumAction.REFUSE and log_hours < effective + log_retention_margin_hours:
-            new_log = effective + log_retention_margin_hours
-        return VacuumDecision(
-            table=table,
-            action=action,
-            reason=reason,
-            latest_version=window.latest_version,
-            deleted_file_retention_hours=current,
-            log_retention_hours=log_hours,
-            required_retention_hours=required,
-            new_deleted_file_retention_hours=new_retention,
-            new_log_retention_hours=new_log,
-            max_retention_hours=max_retention_hours,
-            buffer_hours=buffer_hours,
-            max_expected_downtime_hours=max_downtime,
-            recovery_buffer_hours=recovery_buffer_hours,
-            consumers=consumers,
-        )
 
+@dataclass(frozen=True)
+class _Choice:
+    """What a maintenance run does, why, and the retention it sets first (if it raises it)."""
+
+    action: VacuumAction
+    reason: str
+    new_retention: float | None = None
+
+
+def _choose(
+    required: float,
+    current: float,
+    *,
+    lagging: list[str],
+    policy: RetentionPolicy,
+    max_retention_hours: float,
+    retain_zero: bool,
+    allow_window_loss: bool,
+) -> _Choice:
+    """The action for a table whose consumers need `required` hours kept where it keeps
+    `current` (`lagging`: the consumers behind); the other arguments: see `plan_vacuum`."""
     if retain_zero:
         if lagging and not allow_window_loss:
-            return decide(
+            return _Choice(
                 VacuumAction.REFUSE,
                 f"RETAIN 0 HOURS would delete files that consumers {lagging} still need to "
                 f"replay; catch them up first, or set {OVERRIDE} to cut their windows knowingly",
             )
-        return decide(
+        return _Choice(
             VacuumAction.VACUUM_RETAIN_ZERO,
             "RETAIN 0 HOURS: no consumer is behind"
             if not lagging
             else f"RETAIN 0 HOURS with the override: consumers {lagging} lose their window",
         )
     if required <= current:
-        return decide(
+        return _Choice(
             VacuumAction.VACUUM,
             f"the retention of {current:g} h covers every consumer (needs {required:.2f} h)",
         )
     if policy is RetentionPolicy.RAISE and required <= max_retention_hours:
         new_retention = float(math.ceil(required))
-        return decide(
+        return _Choice(
             VacuumAction.RAISE_RETENTION_AND_VACUUM,
             f"consumers need {required:.2f} h but the table keeps {current:g} h: raising "
             f"{DELETED_FILE_RETENTION} to {new_retention:g} h before vacuuming",
             new_retention,
         )
     if allow_window_loss:
-        return decide(
+        return _Choice(
             VacuumAction.VACUUM,
             f"consumers need {required:.2f} h, more than {current:g} h kept; vacuuming anyway "
             "with the explicit window-loss override",
@@ -343,7 +385,7 @@ def plan_vacuum(
         if policy is RetentionPolicy.RAISE
         else "and the policy is to refuse"
     )
-    return decide(
+    return _Choice(
         VacuumAction.REFUSE,
         f"consumers need {required:.2f} h of history but the table keeps {current:g} h, {why}: "
         "vacuuming now would cut their replay window; catch them up, raise "
