@@ -16,11 +16,12 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.spec import HistoryMode
+from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.spark.history import merge_history, staged_history, staged_reconcile
 from cdf_platform.spark.merge import (
     Truncation,
@@ -74,9 +75,143 @@ def silver_stamp(
     )
 
 
+class _LayoutWrites:
+    """How one silver layout stages and merges a change set and a snapshot."""
+
+    filters_keys = False
+
+    def apply(
+        self,
+        writer: SilverWriter,
+        collapsed: CollapsedChanges,
+        silver_filter: str | None,
+        *,
+        fold: bool,
+        recorded_deletes: DataFrame | None,
+        truncation: Truncation | None,
+    ) -> None:
+        raise NotImplementedError
+
+    def reconcile(
+        self, writer: SilverWriter, snapshot: DataFrame, *, deleted_at: datetime, exact: bool
+    ) -> None:
+        raise NotImplementedError
+
+
+class _CurrentRows(_LayoutWrites):
+    """SCD1: silver holds each key's current row; the MERGE takes a key filter on silver's
+    files (`cdf_platform.spark.merge.changes_key_filter`)."""
+
+    filters_keys = True
+
+    def apply(
+        self,
+        writer: SilverWriter,
+        collapsed: CollapsedChanges,
+        silver_filter: str | None,
+        *,
+        fold: bool,
+        recorded_deletes: DataFrame | None,
+        truncation: Truncation | None,
+    ) -> None:
+        merge_changes(
+            writer.spark,
+            writer.target,
+            collapsed,
+            writer.layout,
+            writer.stamp,
+            silver_filter,
+            quiet=fold,
+            truncation=truncation,
+        )
+
+    def reconcile(
+        self, writer: SilverWriter, snapshot: DataFrame, *, deleted_at: datetime, exact: bool
+    ) -> None:
+        spark, target, layout = writer.spark, writer.target, writer.layout
+        if not holds_files(target, writer.storage):
+            # Nothing to reconcile with: an append, sorted by key (file statistics by key range).
+            load_snapshot(spark, target, snapshot, layout, writer.stamp)
+            return
+        if exact:
+            layout = replace(layout, ignore_null_updates=False, sequence_by=None)
+        reconcile_snapshot(spark, target, snapshot, layout, writer.stamp, deleted_at)
+
+
+class _History(_LayoutWrites):
+    """SCD2: each key's versions, staged against silver's open rows."""
+
+    def apply(
+        self,
+        writer: SilverWriter,
+        collapsed: CollapsedChanges,
+        silver_filter: str | None,
+        *,
+        fold: bool,
+        recorded_deletes: DataFrame | None,
+        truncation: Truncation | None,
+    ) -> None:
+        spark, target, layout = writer.spark, writer.target, writer.layout
+        staged = staged_history(spark, target, collapsed.frame, layout)
+        merge_history(spark, target, staged, layout, writer.stamp)
+
+    def reconcile(
+        self, writer: SilverWriter, snapshot: DataFrame, *, deleted_at: datetime, exact: bool
+    ) -> None:
+        spark, target, layout = writer.spark, writer.target, writer.layout
+        version = writer.stamp.version
+        staged = staged_reconcile(spark, target, snapshot, layout, version, deleted_at)
+        merge_history(spark, target, staged, layout, writer.stamp)
+
+
+class _SequencedHistory(_LayoutWrites):
+    """Sequenced SCD2: each key's versions re-folded under `sequence_by`."""
+
+    def apply(
+        self,
+        writer: SilverWriter,
+        collapsed: CollapsedChanges,
+        silver_filter: str | None,
+        *,
+        fold: bool,
+        recorded_deletes: DataFrame | None,
+        truncation: Truncation | None,
+    ) -> None:
+        spark, target, layout = writer.spark, writer.target, writer.layout
+        staged = staged_sequenced_history(
+            spark,
+            target,
+            collapsed.frame,
+            layout,
+            writer.generation,
+            skip_known=fold,
+            recorded_deletes=recorded_deletes,
+        )
+        merge_sequenced_history(spark, target, staged, layout, writer.stamp)
+
+    def reconcile(
+        self, writer: SilverWriter, snapshot: DataFrame, *, deleted_at: datetime, exact: bool
+    ) -> None:
+        spark, target, layout = writer.spark, writer.target, writer.layout
+        staged = staged_sequenced_reconcile(
+            spark, target, snapshot, layout, writer.stamp.version, writer.generation
+        )
+        merge_sequenced_history(spark, target, staged, layout, writer.stamp)
+
+
+def _layout_writes(layout: SilverLayout) -> _LayoutWrites:
+    """The one choice of how `layout` is written."""
+    if layout.sequenced_history:
+        return _SequencedHistory()
+    if layout.history is HistoryMode.SCD2:
+        return _History()
+    return _CurrentRows()
+
+
 @dataclass(frozen=True)
 class SilverWriter:
     """Silver `target` of `layout`, written under `stamp` (source generation `generation`).
+    How the layout stages and merges is chosen once, from `layout`.
 
     Attributes:
         spark: The session the write runs on.
@@ -84,6 +219,7 @@ class SilverWriter:
         layout: Silver's shape (keys, history, sequence, delete mode, columns).
         stamp: The watermark and metadata the write's commit carries.
         generation: The source generation of the stamp (sequenced history records it per row).
+        storage: The lake's object-store options (silver's log is read with them).
     """
 
     spark: SparkSession
@@ -91,13 +227,18 @@ class SilverWriter:
     layout: SilverLayout
     stamp: TxnStamp
     generation: int
+    storage: StorageConfig
+    writes: _LayoutWrites = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "writes", _layout_writes(self.layout))
 
     @property
     def filters_keys(self) -> bool:
         """Whether an incremental write takes a key filter on silver's files
         (`cdf_platform.spark.merge.changes_key_filter`): the SCD1 MERGE does; a history
         layout stages against silver's open rows instead."""
-        return not self.layout.sequenced_history and self.layout.history is not HistoryMode.SCD2
+        return self.writes.filters_keys
 
     def apply_changes(
         self,
@@ -114,32 +255,14 @@ class SilverWriter:
         which silver took already: those write nothing. `recorded_deletes`: an event log's
         tombstones, for sequenced history (`staged_sequenced_history`); `truncation`: an event
         log's truncate, for SCD1 (`merge_changes_sql`)."""
-        spark, target, layout = self.spark, self.target, self.layout
-        if layout.sequenced_history:
-            staged = staged_sequenced_history(
-                spark,
-                target,
-                collapsed.frame,
-                layout,
-                self.generation,
-                skip_known=fold,
-                recorded_deletes=recorded_deletes,
-            )
-            merge_sequenced_history(spark, target, staged, layout, self.stamp)
-        elif layout.history is HistoryMode.SCD2:
-            staged = staged_history(spark, target, collapsed.frame, layout)
-            merge_history(spark, target, staged, layout, self.stamp)
-        else:
-            merge_changes(
-                spark,
-                target,
-                collapsed,
-                layout,
-                self.stamp,
-                silver_filter,
-                quiet=fold,
-                truncation=truncation,
-            )
+        self.writes.apply(
+            self,
+            collapsed,
+            silver_filter,
+            fold=fold,
+            recorded_deletes=recorded_deletes,
+            truncation=truncation,
+        )
 
     def reconcile(
         self, snapshot: DataFrame, *, deleted_at: datetime, reshape: bool, exact: bool
@@ -149,21 +272,7 @@ class SilverWriter:
         the rows that differ (an append when silver holds no file yet). `exact` reconciles
         SCD1 values as they are, not kept by `ignore_null_updates` or `sequence_by`;
         `deleted_at` closes (or soft-deletes) the rows the snapshot no longer holds."""
-        spark, target, layout, version = self.spark, self.target, self.layout, self.stamp.version
         if reshape:
-            load_snapshot(spark, target, snapshot, layout, self.stamp, replace=True)
-        elif layout.sequenced_history:
-            staged = staged_sequenced_reconcile(
-                spark, target, snapshot, layout, version, self.generation
-            )
-            merge_sequenced_history(spark, target, staged, layout, self.stamp)
-        elif layout.history is HistoryMode.SCD2:
-            staged = staged_reconcile(spark, target, snapshot, layout, version, deleted_at)
-            merge_history(spark, target, staged, layout, self.stamp)
-        elif not holds_files(target):
-            # Nothing to reconcile with: an append, sorted by key (file statistics by key range).
-            load_snapshot(spark, target, snapshot, layout, self.stamp)
-        else:
-            if exact:
-                layout = replace(layout, ignore_null_updates=False, sequence_by=None)
-            reconcile_snapshot(spark, target, snapshot, layout, self.stamp, deleted_at)
+            load_snapshot(self.spark, self.target, snapshot, self.layout, self.stamp, replace=True)
+            return
+        self.writes.reconcile(self, snapshot, deleted_at=deleted_at, exact=exact)
