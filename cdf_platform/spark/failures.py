@@ -312,7 +312,7 @@ def classified_run(pipeline_id: str, *, rerun: str) -> Iterator[None]:
 
     Example:
         >>> with classified_run("orders", rerun="`cdf-platform run orders`"):  # doctest: +SKIP
-        ...     run_pipeline(spec, spark_factory=factory, control=control)
+        ...     PipelineRunner.on(control, factory).run(spec)
     """
     try:
         yield
