@@ -29,11 +29,12 @@ from typing import Any
 
 import dagster as dg
 
-from cdf_platform.core.spec import FallbackMode, PipelineSpec
+from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.orchestration.figures import count, hours, limit, text
 from cdf_platform.orchestration.keys import CHECKS_QUEUE, QUEUE_TAG, silver_key
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.planning.assessment import ControlReads
+from cdf_platform.planning.repair import repair_decision
 from cdf_platform.planning.status import (
     PipelineStatus,
     SpecState,
@@ -77,7 +78,7 @@ class CheckTarget:
             "bronze",
             spec.max_allowed_lag_hours,
             spec.min_headroom_hours,
-            spec.fallback_mode is FallbackMode.FAIL_FAST,
+            not repair_decision(spec.fallback_mode).automatic,
             spec.snapshot_source,
         )
 
