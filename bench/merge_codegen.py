@@ -54,7 +54,8 @@ def measure(workdir: Path, sizes: list[int], changed_keys: int, rounds: int) -> 
     from cdf_platform.demo.source import write_demo_batch
     from cdf_platform.orchestration.resources import LakeLayout
     from cdf_platform.run import PipelineRunner
-    from cdf_platform.spark.session import SparkSettings, build_spark_session
+    from cdf_platform.spark.session import build_spark_session
+    from cdf_platform.spark.session_conf import SparkSettings
     from cdf_platform.spark.small_steps import MERGE_CONF, load_table_state
     from cdf_platform_testkit.lake import orders_pipeline, write_pipelines
 

@@ -39,12 +39,13 @@ from typing import Any
 from bench.probes import cli_via_subprocess, cpu_seconds
 from bench.replay_check import create_log_table
 from bench.workload import spec_for
-from cdf_platform.core.storage_options import StoreOptions, storage_entry
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StoreOptions, storage_entry
 from cdf_platform.deltalog.commit_cache import CACHE_ENV, CommitCache
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.storage import ObjectStorage, open_storage
 from cdf_platform.demo.local_s3 import LocalS3Server
-from cdf_platform.spark.session import SparkSettings, build_spark_session
+from cdf_platform.spark.session import build_spark_session
+from cdf_platform.spark.session_conf import SparkSettings
 from cdf_platform.window.replay_window import assess_consumer, compute_replay_window
 from cdf_platform_testkit.lake import write_pipelines
 from cdf_platform_testkit.latency_proxy import LatencyProxy
@@ -82,7 +83,11 @@ def window_check(path: str, cache: Path | None = None) -> tuple[float, int, int,
     `cache` is the commit cache folder for an object-store path (None: local, no cache).
     """
     started = time.perf_counter()
-    storage = ObjectStorage(path, cache=CommitCache(cache)) if cache else open_storage(path)
+    storage = (
+        ObjectStorage(path, None, cache=CommitCache(cache))
+        if cache
+        else open_storage(path, ENVIRONMENT_ONLY)
+    )
     window = compute_replay_window(path, log=DeltaLog(path, storage))
     assert assess_consumer(window, window.latest_version // 2).replayable
     requests = storage.requests

@@ -12,15 +12,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cdf_platform.core.active_storage import use_storage_config
-from cdf_platform.core.config import RUN_WORKER_ENV, LakeEnvironment, default_spark_log
+from cdf_platform.core.config import RUN_WORKER_ENV, default_spark_log
 from cdf_platform.core.errors import CdfPlatformError, RuntimeEnvironmentError
-from cdf_platform.core.spec import PipelineSpec, storage_locations
-from cdf_platform.core.spec_file import find_spec, load_specs, load_storage
+from cdf_platform.core.lake import Lake
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec_file import find_spec
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.planning.status import pipeline_statuses
 from cdf_platform.run import PipelineRunner
-from cdf_platform.spark.session import SparkSettings, build_spark_session
+from cdf_platform.spark.session import build_spark_session
+from cdf_platform.spark.session_conf import SparkSettings
 from cdf_platform.state.control import ControlTable
 
 if TYPE_CHECKING:
@@ -77,20 +78,19 @@ def render_status_table(statuses: list[dict[str, Any]]) -> str:
 
 
 def _context(args: argparse.Namespace) -> tuple[list[PipelineSpec], ControlTable, SparkSettings]:
-    # Resolved once, here: a relative root means the same folder in every later step.
-    env = LakeEnvironment.resolve(
+    # The lake, resolved once, here: a relative root means the same folder in every later
+    # step, and its storage options travel with the control table and the Spark settings to
+    # every reader of a location (obstore, deltalake, Spark's connectors).
+    lake = Lake.from_environment(
         lake_root=args.lake_root, control_root=args.control_root, pipelines_file=args.pipelines
     )
-    lake_root = env.lake_root.value
-    specs = load_specs(env.pipelines_file.value, lake_root=lake_root)
-    # Every reader of a location (obstore, deltalake, Spark's connectors) finds its options.
-    use_storage_config(load_storage(env.pipelines_file.value))
-    control = ControlTable(env.control_root_path)
-    locations = storage_locations(specs, lake_root, control.root)
+    specs = lake.specs()
+    control = ControlTable(lake.control_root, storage=lake.storage)
     settings = SparkSettings(
-        master=env.master.value,
-        remote=env.remote.value if env.remote else None,
-        storage_locations=tuple(locations),
+        master=lake.master,
+        remote=lake.remote,
+        storage_locations=tuple(lake.storage_locations(specs)),
+        storage=lake.storage,
         jvm_log=default_spark_log(),
     )
     return specs, control, settings
@@ -149,6 +149,7 @@ def _cmd_engine(args: argparse.Namespace) -> int:
         master=args.master or local.master,
         driver_memory=args.driver_memory,
         storage_locations=local.storage_locations,
+        storage=local.storage,
         conf=conf,
     )
     properties = engine_conf(settings)

@@ -44,7 +44,7 @@ def build_defs(
     """
     lake = lake or LakeLayout.from_environment()
     return platform_defs(
-        lake.bound().specs(),
+        lake.lake().specs(),
         lake,
         spark,
         bronze_written_here=bronze_written_here,

@@ -300,7 +300,7 @@ class InvalidStorageConfig(CdfPlatformError):
 
 class StorageUnreachable(CdfPlatformError):
     """An object store refused or did not answer a read or write of a location with the
-    options in use (endpoint, region, credentials): from the storage configuration, or from
+    lake's options (endpoint, region, credentials): from its storage configuration, or from
     the environment when no configured prefix matches the location."""
 
     incident_code = "STORAGE_UNREACHABLE"

@@ -18,8 +18,11 @@ the lake resource's `storage` hold, and which entry a location takes.
   prefix of `s3://lake-ab`); `s3://`, `s3a://` and `s3n://` name the same objects, as do
   `abfs://` and `abfss://`. What an entry leaves unset, and every location no prefix matches,
   keeps coming from the environment (AWS_*, AZURE_STORAGE_*, GOOGLE_*).
-- A text value may be `{env: NAME}`: the variable is read when the configuration is put to use
-  (`cdf_platform.core.active_storage`), so no secret has to be written into a file.
+- A text value may be `{env: NAME}`: the variable is read when a lake is loaded
+  (`cdf_platform.core.lake.Lake.load`, `StorageConfig.resolved`), so no secret has to be written
+  into a file.
+- The configuration is a value: a lake's travels with it (`ControlTable.storage`,
+  `SparkSettings.storage`) to every reader of its locations, which asks `entry_for`.
 
 Example:
     >>> config = StorageConfig.parse(
@@ -67,7 +70,7 @@ SCHEMES: dict[str, tuple[StoreKind, str]] = {
 
 
 class EnvRef(BaseModel):
-    """A value read from an environment variable when the configuration is put to use:
+    """A value read from an environment variable when a lake is loaded:
     `{env: LAKE_A_SECRET}` in YAML."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -242,7 +245,7 @@ class StorageEntry:
     Attributes:
         prefix: The prefix as written, without a trailing `/`.
         store: The store its scheme names.
-        options: Its options (`EnvRef` values until the configuration is put to use).
+        options: Its options (`EnvRef` values until the configuration is resolved).
         origin: Where it was written (the pipelines file's path, or the lake resource).
     """
 
@@ -465,3 +468,8 @@ class StorageConfig:
     def prefixes(self) -> list[str]:
         """The configured prefixes, as written."""
         return [entry.prefix for entry in self.entries]
+
+
+# No configured options: every location reads the environment's settings alone (a local lake,
+# or one whose stores the environment configures).
+ENVIRONMENT_ONLY = StorageConfig()

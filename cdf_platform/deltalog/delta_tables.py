@@ -1,13 +1,14 @@
 """Every `deltalake` table the platform opens, creates or appends to, with the storage options
-configured for its location (`cdf_platform.core.active_storage.options_for`; what they leave
-unset, and locations no prefix matches, read the environment as `deltalake` always does).
+the lake's configuration gives its location (`StorageConfig.entry_for`, passed by the caller;
+what they leave unset, and locations no prefix matches, read the environment as `deltalake`
+always does).
 
 The control tables, silver's watermark and statistics, the VACUUM guard's history and the
 demo's bronze writers all come through here: no other module calls `deltalake.DeltaTable(...)`
 or `write_deltalake` on a location.
 
 Example:
-    >>> table = open_delta_table("s3://lake-a/_control/load_log")  # doctest: +SKIP
+    >>> table = open_delta_table("s3://lake-a/_control/load_log", lake.storage)  # doctest: +SKIP
     >>> table.version()  # doctest: +SKIP
     12
 """
@@ -18,24 +19,26 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from cdf_platform.core.active_storage import options_for
 from cdf_platform.core.errors import StorageUnreachable
+from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.deltalog.storage import is_local
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
 
-def delta_storage_options(location: str) -> dict[str, str] | None:
-    """`deltalake`'s `storage_options` for `location` (None: the environment's alone)."""
-    entry = options_for(location)
+def delta_storage_options(location: str, storage: StorageConfig) -> dict[str, str] | None:
+    """`deltalake`'s `storage_options` for `location` under `storage` (None: the
+    environment's alone)."""
+    entry = storage.entry_for(location)
     return entry.deltalake_options() if entry is not None else None
 
 
 @contextmanager
-def store_errors_classified(location: str) -> Iterator[None]:
-    """An object store's refusal or silence as `StorageUnreachable`; `deltalake`'s own errors
-    (no table there, a lost commit race) pass unchanged."""
+def store_errors_classified(location: str, storage: StorageConfig) -> Iterator[None]:
+    """An object store's refusal or silence as `StorageUnreachable`, naming the options
+    `storage` gives `location`; `deltalake`'s own errors (no table there, a lost commit race)
+    pass unchanged."""
     from deltalake.exceptions import DeltaError
 
     try:
@@ -45,7 +48,7 @@ def store_errors_classified(location: str) -> Iterator[None]:
     except OSError as err:  # deltalake raises its object-store failures as OSError
         if is_local(location):
             raise
-        entry = options_for(location)
+        entry = storage.entry_for(location)
         where = entry.describe() if entry is not None else "the environment's settings"
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise StorageUnreachable(
@@ -53,8 +56,11 @@ def store_errors_classified(location: str) -> Iterator[None]:
         ) from err
 
 
-def open_delta_table(location: str, version: int | None = None) -> DeltaTable:
-    """The `deltalake` table at `location` (at `version`, default the latest).
+def open_delta_table(
+    location: str, storage: StorageConfig, version: int | None = None
+) -> DeltaTable:
+    """The `deltalake` table at `location` (at `version`, default the latest), opened with the
+    options `storage` gives it.
 
     Raises:
         TableNotFoundError: no Delta table there (deltalake's).
@@ -62,26 +68,31 @@ def open_delta_table(location: str, version: int | None = None) -> DeltaTable:
     """
     from deltalake import DeltaTable
 
-    with store_errors_classified(location):
+    with store_errors_classified(location, storage):
         return DeltaTable(
-            location, version=version, storage_options=delta_storage_options(location)
+            location, version=version, storage_options=delta_storage_options(location, storage)
         )
 
 
-def create_delta_table(location: str, schema: Any, **options: Any) -> DeltaTable:
-    """`DeltaTable.create` at `location` with its storage options (`options`: mode,
-    configuration, ...)."""
+def create_delta_table(
+    location: str, storage: StorageConfig, schema: Any, **options: Any
+) -> DeltaTable:
+    """`DeltaTable.create` at `location` with the storage options `storage` gives it
+    (`options`: mode, configuration, ...)."""
     from deltalake import DeltaTable
 
-    with store_errors_classified(location):
+    with store_errors_classified(location, storage):
         return DeltaTable.create(
-            location, schema, storage_options=delta_storage_options(location), **options
+            location, schema, storage_options=delta_storage_options(location, storage), **options
         )
 
 
-def write_delta_table(location: str, data: Any, **options: Any) -> None:
-    """`write_deltalake` to `location` with its storage options (`options`: mode, ...)."""
+def write_delta_table(location: str, storage: StorageConfig, data: Any, **options: Any) -> None:
+    """`write_deltalake` to `location` with the storage options `storage` gives it
+    (`options`: mode, ...)."""
     from deltalake import write_deltalake
 
-    with store_errors_classified(location):
-        write_deltalake(location, data, storage_options=delta_storage_options(location), **options)
+    with store_errors_classified(location, storage):
+        write_deltalake(
+            location, data, storage_options=delta_storage_options(location, storage), **options
+        )

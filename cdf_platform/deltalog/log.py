@@ -29,6 +29,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import SourceLogDamaged, SourceNotFound
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.actions import Commit, TableMetadata, TableProtocol, parse_commit
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.deltalog.retention import (
@@ -38,7 +39,7 @@ from cdf_platform.deltalog.retention import (
     LOG_RETENTION_KEY,
     parse_interval,
 )
-from cdf_platform.deltalog.storage import LOG_FOLDER, TableStorage, open_storage
+from cdf_platform.deltalog.storage import LOG_FOLDER, ObjectStorage, TableStorage, open_storage
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -59,13 +60,15 @@ class DeltaLog:
     commits. Commits and metadata are parsed lazily and cached.
 
     Example:
-        >>> log = DeltaLog("s3://bucket/lake/bronze/orders")  # doctest: +SKIP
+        >>> log = DeltaLog("s3://bucket/lake/bronze/orders", lake.storage)  # doctest: +SKIP
         >>> [log.commit(v).has_data_change for v in log.commit_versions()]  # doctest: +SKIP
         [False, True, True, False]
 
     Args:
         table_path: The table's local path or URI (`file:`, `s3://`, `s3a://`, `abfss://`, ...).
-        storage: The storage to read through (default: `open_storage(table_path)`).
+        storage: The lake's object-store options to open the table's storage with
+            (`open_storage`; default: the environment's alone), or the storage to read
+            through.
 
     Raises:
         SourceNotFound: `table_path` has no `_delta_log` with a commit or checkpoint in it.
@@ -80,8 +83,16 @@ class DeltaLog:
     FETCH_BATCH = 64
     MAX_READ_AHEAD = 1024
 
-    def __init__(self, table_path: str, storage: TableStorage | None = None) -> None:
-        self.storage = storage or open_storage(table_path)
+    def __init__(
+        self, table_path: str, storage: TableStorage | StorageConfig = ENVIRONMENT_ONLY
+    ) -> None:
+        if isinstance(storage, StorageConfig):
+            self.storage = open_storage(table_path, storage)
+            self._config = storage
+        else:
+            self.storage = storage
+            entry = storage.options if isinstance(storage, ObjectStorage) else None
+            self._config = StorageConfig(() if entry is None else (entry,))
         self.table_path = self.storage.root
         self.log_path = f"{self.table_path}/{LOG_FOLDER}"
         self._commit_mtime_ms: dict[int, int] = {}
@@ -308,7 +319,7 @@ class DeltaLog:
         holds: it has a Parquet reader (pyarrow is absent). deltalake 1.6 loads the file list
         too (its `without_files` is ignored): slower, but only reached for checkpoints without
         a checksum. Object-store options are the location's, as for our own reads."""
-        return open_delta_table(self.table_path, version=version)
+        return open_delta_table(self.table_path, self._config, version=version)
 
     def latest_protocol(self) -> TableProtocol:
         """The protocol (reader/writer versions and features) at the latest version.

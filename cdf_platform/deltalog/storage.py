@@ -7,20 +7,20 @@ and `gs://` locations:
 
 - local folders go through the OS calls (a scandir of `_delta_log` takes milliseconds);
 - object stores go through `obstore`, the Python face of the Rust `object_store` crate that
-  `deltalake` uses too. Its options are the location's configured ones
-  (`cdf_platform.core.active_storage.options_for`, which `deltalake`'s openers use too), and
-  what they leave unset comes from the same environment variables as `deltalake`'s
+  `deltalake` uses too. Its options are the ones the lake's storage configuration gives the
+  location (`StorageConfig.entry_for`, which `deltalake`'s openers ask too), and what they
+  leave unset comes from the same environment variables as `deltalake`'s
   (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, ...; `AZURE_STORAGE_*`;
   `GOOGLE_*`). Commit files are fetched concurrently, a batch at a time, and the table is
   listed once: never one request per file. A store that refuses or does not answer is a
-  `StorageUnreachable` naming the options in use.
+  `StorageUnreachable` naming the options used.
 
 Modification times: a local file's mtime (what Hadoop's local FileSystem reports) and an
 object's `LastModified` (what S3A reports, whole seconds) are exactly what delta-spark uses as a
 commit's timestamp when in-commit timestamps are off, so the replay window agrees with Spark.
 
 Example:
-    >>> storage = open_storage("s3://bucket/lake/bronze/orders")  # doctest: +SKIP
+    >>> storage = open_storage("s3://bucket/lake/bronze/orders", lake.storage)  # doctest: +SKIP
     >>> [entry.name for entry in storage.list_log()][:2]  # doctest: +SKIP
     ['00000000000000000000.json', '00000000000000000001.json']
     >>> storage.requests  # doctest: +SKIP
@@ -39,9 +39,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 from urllib.parse import urlparse
 
-from cdf_platform.core.active_storage import options_for
 from cdf_platform.core.errors import StorageUnreachable
-from cdf_platform.core.storage_options import StorageEntry
+from cdf_platform.core.storage_options import StorageConfig, StorageEntry
 from cdf_platform.deltalog.commit_cache import CommitCache
 
 if TYPE_CHECKING:
@@ -256,9 +255,9 @@ class ObjectStorage:
 
     Args:
         uri: The table's URI (`s3://bucket/lake/bronze/orders`, `s3a://...`, `abfss://...`).
-        options: The store options (a storage entry, see `cdf_platform.core.storage_options`);
-            by default the ones configured for `uri` (`options_for`), None for the
-            environment's alone. What they leave unset comes from the environment.
+        options: The store options (the storage entry the lake's configuration gives `uri`,
+            `StorageConfig.entry_for`), None for the environment's alone. What they leave
+            unset comes from the environment.
         cache: Where log files read before are kept (`CommitCache`), None for no cache;
             by default the one the environment configures.
         concurrency: GETs in flight at once when several files are read.
@@ -267,7 +266,7 @@ class ObjectStorage:
     def __init__(
         self,
         uri: str,
-        options: StorageEntry | Literal["configured"] | None = "configured",
+        options: StorageEntry | None,
         cache: CommitCache | Literal["environment"] | None = "environment",
         concurrency: int = FETCH_CONCURRENCY,
     ) -> None:
@@ -277,7 +276,7 @@ class ObjectStorage:
         self.requests = RequestCount()
         self.concurrency = concurrency
         self.cache = CommitCache.from_environment() if cache == "environment" else cache
-        self.options = options_for(self.root) if options == "configured" else options
+        self.options = options
         # ETags of the log files listed, for the commit cache.
         self._etags: dict[str, str] = {}
         self._pruned = False
@@ -450,14 +449,15 @@ class ObjectStorage:
         return same_object_store_root(location, self.root)
 
 
-def open_storage(location: str) -> TableStorage:
+def open_storage(location: str, storage: StorageConfig) -> TableStorage:
     """The storage of a table location: local folder, `file:` URI or object-store URI (with
-    the options configured for it, `options_for`).
+    the options `storage` gives it).
 
     Args:
         location: The table's path or URI.
+        storage: The lake's object-store options (`ENVIRONMENT_ONLY`: the environment's).
     """
     path = local_path(location)
     if path is not None:
         return LocalStorage(path)
-    return ObjectStorage(location)
+    return ObjectStorage(location, storage.entry_for(location))

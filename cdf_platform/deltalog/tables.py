@@ -4,21 +4,24 @@ does a location hold files that are not one. Local folders and object stores ali
 
 from __future__ import annotations
 
+from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.deltalog.storage import LOG_FOLDER, open_storage
 
 # What makes a `_delta_log` a table's: a commit, or a checkpoint (after log cleanup).
 _LOG_ENTRY_SUFFIXES = (".json", ".checkpoint.parquet")
 
 
-def is_delta_table(location: str) -> bool:
-    """Whether `location` holds a Delta table (a `_delta_log` with a commit or checkpoint)."""
-    entries = open_storage(location).list_log()
+def is_delta_table(location: str, storage: StorageConfig) -> bool:
+    """Whether `location` holds a Delta table (a `_delta_log` with a commit or checkpoint),
+    read with the options `storage` gives it."""
+    entries = open_storage(location, storage).list_log()
     return any(entry.name.endswith(_LOG_ENTRY_SUFFIXES) for entry in entries)
 
 
-def holds_foreign_files(location: str) -> bool:
+def holds_foreign_files(location: str, storage: StorageConfig) -> bool:
     """Whether `location` is a file, or a non-empty folder without a `_delta_log`: no Delta
     table can be created there. False for a folder whose `_delta_log` exists (a table, or one
-    being created) and for an empty or absent location."""
-    names = open_storage(location).list_root()
+    being created) and for an empty or absent location. Read with the options `storage` gives
+    it."""
+    names = open_storage(location, storage).list_root()
     return bool(names) and LOG_FOLDER not in names

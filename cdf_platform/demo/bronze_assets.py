@@ -5,6 +5,7 @@ insert, update and delete rows, and a change-event log whose batches append even
 import dagster as dg
 from pydantic import Field
 
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.demo.events import EVENT_KEYS, EventBatch, write_event_batch
 from cdf_platform.demo.source import DEMO_KEYS, DemoBatch, write_demo_batch
 from cdf_platform.orchestration.keys import BRONZE_PREFIX
@@ -41,12 +42,15 @@ def bronze_path(lake_root: str, table: str) -> str:
     return f"{lake_root.rstrip('/')}/{BRONZE_PREFIX}/{table}"
 
 
-def write_batch(path: str, table: str, config: DemoBatchConfig) -> DemoBatch | EventBatch:
-    """One deterministic batch into the demo bronze table `table` at `path`: events for the
-    event log, row changes for the others."""
+def write_batch(
+    path: str, table: str, config: DemoBatchConfig, storage: StorageConfig = ENVIRONMENT_ONLY
+) -> DemoBatch | EventBatch:
+    """One deterministic batch into the demo bronze table `table` at `path` (with the lake's
+    object-store options `storage`): events for the event log, row changes for the others."""
+    size, seed = config.batch_size, config.seed
     if table in EVENT_KEYS:
-        return write_event_batch(path, batch_size=config.batch_size, seed=config.seed)
-    return write_demo_batch(path, table, batch_size=config.batch_size, seed=config.seed)
+        return write_event_batch(path, batch_size=size, seed=seed, storage=storage)
+    return write_demo_batch(path, table, batch_size=size, seed=seed, storage=storage)
 
 
 def demo_bronze_asset(table: str) -> dg.AssetsDefinition:
@@ -65,8 +69,9 @@ def demo_bronze_asset(table: str) -> dg.AssetsDefinition:
         config: DemoBatchConfig,
         lake: LakeLayout,
     ) -> dg.MaterializeResult:
-        path = bronze_path(lake.lake_root, table)
-        batch = write_batch(path, table, config)
+        resolved = lake.lake()
+        path = bronze_path(resolved.lake_root, table)
+        batch = write_batch(path, table, config, resolved.storage)
         context.log.info("bronze %s: %s", table, batch)
         return dg.MaterializeResult(
             metadata={

@@ -33,7 +33,7 @@ def build_demo_defs(
     """
     lake = lake or LakeLayout.from_environment()
     writers = [asset.key for asset in demo_bronze_assets]
-    specs = lake.bound().specs()
+    specs = lake.lake().specs()
     gold = (
         [customer_order_totals_asset(ORDERS_PIPELINE)]
         if any(spec.id == ORDERS_PIPELINE for spec in specs)

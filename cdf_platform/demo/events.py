@@ -27,6 +27,7 @@ from decimal import Decimal
 from typing import Any
 
 from cdf_platform.core.errors import InvalidPipelineSpec
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.delta_tables import (
     create_delta_table,
     open_delta_table,
@@ -102,11 +103,14 @@ class EventBatch:
         }
 
 
-def read_events(path: str, *, version: int | None = None) -> list[ChangeEvent]:
-    """Every event of the event log at `path` (at `version`), read by deltalake, no JVM."""
+def read_events(
+    path: str, *, version: int | None = None, storage: StorageConfig = ENVIRONMENT_ONLY
+) -> list[ChangeEvent]:
+    """Every event of the event log at `path` (at `version`), read by deltalake, no JVM, with
+    the lake's object-store options `storage`."""
     from deltalake import QueryBuilder
 
-    table = open_delta_table(path, version=version)
+    table = open_delta_table(path, storage, version=version)
     query = 'SELECT "before", "after", "op", "ts_ms" FROM t'
     result = QueryBuilder().register("t", table).execute(query).read_all()
     columns = [column.to_pylist() for column in result.columns]
@@ -128,13 +132,17 @@ def fold_events(events: list[ChangeEvent]) -> dict[int, ChangeEvent]:
 
 
 def folded_rows(
-    path: str, columns: list[str], *, version: int | None = None
+    path: str,
+    columns: list[str],
+    *,
+    version: int | None = None,
+    storage: StorageConfig = ENVIRONMENT_ONLY,
 ) -> Counter[tuple[Any, ...]]:
     """The rows a hard-deleting SCD1 silver of the log at `path` (at `version`) holds, as a
     multiset of `columns` (the image's fields and `ts_ms`): per key the latest event's image,
     unless that event is a delete."""
     rows: Counter[tuple[Any, ...]] = Counter()
-    for event in fold_events(read_events(path, version=version)).values():
+    for event in fold_events(read_events(path, version=version, storage=storage)).values():
         if event.op not in DELETES:
             values = {**event.image, "ts_ms": event.ts_ms}
             rows[tuple(values[column] for column in columns)] += 1
@@ -253,9 +261,16 @@ def _late_events(
     return late
 
 
-def write_event_batch(path: str, *, batch_size: int = 1_000, seed: int = 7) -> EventBatch:
+def write_event_batch(
+    path: str,
+    *,
+    batch_size: int = 1_000,
+    seed: int = 7,
+    storage: StorageConfig = ENVIRONMENT_ONLY,
+) -> EventBatch:
     """Append one deterministic batch of change events to the demo event log at `path` as a
-    single commit (creating the table, CDF on, first).
+    single commit (creating the table, CDF on, first), with the lake's object-store options
+    `storage`.
 
     The first batch is a snapshot: `batch_size` `r` events. Each later batch updates ~60%,
     inserts ~30% and deletes ~10% of `batch_size` keys drawn from the live keys, gives about one
@@ -268,10 +283,12 @@ def write_event_batch(path: str, *, batch_size: int = 1_000, seed: int = 7) -> E
     """
     if not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise InvalidPipelineSpec(f"batch_size must be in 1..{MAX_BATCH_SIZE}, got {batch_size}")
-    if not is_delta_table(path):
+    if not is_delta_table(path, storage):
         configuration = {"delta.enableChangeDataFeed": "true"}
-        create_delta_table(path, _bronze_schema(), mode="ignore", configuration=configuration)
-    written = read_events(path)
+        create_delta_table(
+            path, storage, _bronze_schema(), mode="ignore", configuration=configuration
+        )
+    written = read_events(path, storage=storage)
     latest = fold_events(written)
     # The batch index comes from the events (the latest one is in the previous batch's hour),
     # not from the table's version: property changes commit versions too.
@@ -299,12 +316,12 @@ def write_event_batch(path: str, *, batch_size: int = 1_000, seed: int = 7) -> E
         late = _late_events(rng, latest, base_ms - BATCH_SPAN_MS, max(1, batch_size // 50))
     events = plan.events(base_ms) + late
     rng.shuffle(events)  # a landing job's row order is not the source's
-    write_delta_table(path, _arrow(events), mode="append")
+    write_delta_table(path, storage, _arrow(events), mode="append")
     kinds = Counter(e.op for e in events)
     return EventBatch(
         table=ACCOUNTS_CDC,
         batch_index=batch_index,
-        version=open_delta_table(path).version(),
+        version=open_delta_table(path, storage).version(),
         created=kinds["c"] + kinds["r"],
         updated=kinds["u"] - len(late),
         deleted=kinds["d"],

@@ -17,8 +17,9 @@ S3 keeps connections alive too.
 
 Example:
     >>> with LocalS3Server() as server:  # doctest: +SKIP
-    ...     os.environ.update(server.env())
-    ...     lake = f"s3://{server.bucket}/lake"
+    ...     lake = Lake.load(
+    ...         lake_root=f"s3://{server.bucket}/lake", storage=server.storage_config()
+    ...     )
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from cdf_platform.core.errors import RuntimeEnvironmentError
+from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.demo.services import LoopbackServer
 
 START_TIMEOUT_SECONDS = 30.0
@@ -159,6 +161,18 @@ class LocalS3Server(LoopbackServer):
             # Spark binds to a non-loopback address otherwise.
             "SPARK_LOCAL_IP": "127.0.0.1",
         }
+
+    def storage_config(self) -> StorageConfig:
+        """The options that point deltalake, obstore and Spark's S3A at this server for the
+        bucket: what a lake on it is loaded with (`Lake.load(storage=...)`)."""
+        options = {
+            "endpoint": self.endpoint,
+            "allow_http": True,
+            "access_key_id": DUMMY_KEY_ID,
+            "secret_access_key": DUMMY_SECRET,
+            "region": "us-east-1",
+        }
+        return StorageConfig.parse({f"s3://{self.bucket}": options}, origin="the local S3 server")
 
     def command(self) -> list[str]:
         """The server's command line (`server_command` on this server's port)."""

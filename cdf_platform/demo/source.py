@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cdf_platform.core.errors import InvalidPipelineSpec
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.delta_tables import create_delta_table, open_delta_table
 from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.state.control import arrow_table, delta_schema
@@ -96,9 +97,16 @@ def _live_keys(bronze: Any, key: str) -> list[int]:
     return sorted(int(value) for column in table.read_all().columns for value in column.to_pylist())
 
 
-def write_demo_batch(path: str, table: str, *, batch_size: int = 1_000, seed: int = 7) -> DemoBatch:
+def write_demo_batch(
+    path: str,
+    table: str,
+    *,
+    batch_size: int = 1_000,
+    seed: int = 7,
+    storage: StorageConfig = ENVIRONMENT_ONLY,
+) -> DemoBatch:
     """Append one deterministic batch to the demo bronze table at `path` as a single commit
-    (creating the table, CDF on, first).
+    (creating the table, CDF on, first), with the lake's object-store options `storage`.
 
     The first batch inserts `batch_size` rows. Each later batch updates ~60%, inserts ~30% and
     deletes ~10% of `batch_size` rows, drawn from the live keys with a RNG seeded by
@@ -115,10 +123,12 @@ def write_demo_batch(path: str, table: str, *, batch_size: int = 1_000, seed: in
         raise InvalidPipelineSpec(f"batch_size must be >= 1, got {batch_size}")
     schema = DEMO_SCHEMAS[table]
     key = DEMO_KEYS[table]
-    if not is_delta_table(path):
+    if not is_delta_table(path, storage):
         configuration = {"delta.enableChangeDataFeed": "true"}
-        create_delta_table(path, delta_schema(schema), mode="ignore", configuration=configuration)
-    bronze = open_delta_table(path)
+        create_delta_table(
+            path, storage, delta_schema(schema), mode="ignore", configuration=configuration
+        )
+    bronze = open_delta_table(path, storage)
     batch_index = bronze.version()  # version 0 is the CREATE TABLE
     rng = random.Random(f"{seed}:{table}:{batch_index}")
     live = _live_keys(bronze, key)

@@ -28,9 +28,11 @@ from typing import Any
 import dagster as dg
 from dagster._core.scheduler.instigation import InstigatorTick
 
-from cdf_platform.core.config import ALLOW_DESTRUCTIVE_ENV
+from cdf_platform.core.config import ALLOW_DESTRUCTIVE_ENV, LAKE_ROOT_ENV
 from cdf_platform.core.errors import DestructiveActionNotPermitted, VacuumRefused
+from cdf_platform.core.lake import Lake
 from cdf_platform.core.spec import ChangeSource
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.demo.bronze_assets import DEMO_TABLES
 from cdf_platform.demo.deployment import (
@@ -47,6 +49,7 @@ from cdf_platform.orchestration.checks import REPLAY_WINDOW
 from cdf_platform.orchestration.incremental_sensor import INCREMENTAL_SENSOR
 from cdf_platform.orchestration.rebuild_sensor import REBUILD_SENSOR
 from cdf_platform.planning.status import pipeline_status
+from cdf_platform.state.control import ControlTable
 
 logger = logging.getLogger(__name__)
 
@@ -70,20 +73,26 @@ def _say(text: str) -> None:
     logger.info("%s", text)
 
 
-def _data_columns(path: str) -> list[str]:
+def _data_columns(path: str, storage: StorageConfig) -> list[str]:
     """The table's columns that are not the platform's bookkeeping (`_...`)."""
-    fields = open_delta_table(path).schema().fields
+    fields = open_delta_table(path, storage).schema().fields
     return [f.name for f in fields if not f.name.startswith("_")]
 
 
 def _rows(
-    path: str, columns: list[str], *, version: int | None = None, live_only: bool = False
+    path: str,
+    columns: list[str],
+    storage: StorageConfig,
+    *,
+    version: int | None = None,
+    live_only: bool = False,
 ) -> Counter[tuple[Any, ...]]:
     """The rows of the Delta table at `path` (at `version`) as a multiset of `columns`;
-    `live_only` leaves out soft-deleted rows. Read by deltalake, no JVM."""
+    `live_only` leaves out soft-deleted rows. Read by deltalake, no JVM, with the lake's
+    object-store options `storage`."""
     from deltalake import QueryBuilder
 
-    table = open_delta_table(path, version=version)
+    table = open_delta_table(path, storage, version=version)
     soft_deletes = "_is_deleted" in {f.name for f in table.schema().fields}
     selected = ", ".join(f'"{column}"' for column in columns)
     where = ' WHERE NOT "_is_deleted"' if live_only and soft_deletes else ""
@@ -140,6 +149,8 @@ class DemoStory:
         batch_size: int,
         retention_seconds: int,
         lake_root: str | None = None,
+        store_env: dict[str, str] | None = None,
+        storage: StorageConfig | None = None,
     ) -> None:
         self.workdir = workdir.resolve()
         self.batch_size = batch_size
@@ -150,17 +161,18 @@ class DemoStory:
         self.workdir.mkdir(parents=True)
         if lake_root is None:
             (self.workdir / "lake").mkdir()
-        self.lake = lake_root or str(self.workdir / "lake")
         self.deployment = DemoDeployment(self.workdir)
         self.home = self.deployment.home
         os.environ["DAGSTER_HOME"] = str(self.home)
-        os.environ["CDF_LAKE_ROOT"] = self.lake
-        from cdf_platform.orchestration.resources import LakeLayout
-
-        self.layout = LakeLayout.from_environment().bound()
-        self.layout.use_storage()
-        self.control = self.layout.control()
-        self.specs = self.layout.specs()
+        # The story's own lake, and the deployment's processes told where it is and how its
+        # store is reached (they build theirs from their environment, as a deployment does).
+        self.lake = Lake.from_environment(
+            lake_root=lake_root or str(self.workdir / "lake"),
+            storage=storage or ENVIRONMENT_ONLY,
+        )
+        self.deployment.env.update({LAKE_ROOT_ENV: self.lake.lake_root, **(store_env or {})})
+        self.control = ControlTable(self.lake.control_root, storage=self.lake.storage)
+        self.specs = self.lake.specs()
         self._instance: dg.DagsterInstance | None = None
         self.sensor_started: dict[str, float] = {}
         self.rebuild_tick = 0.0
@@ -276,7 +288,7 @@ class DemoStory:
         """Set bronze's `delta.deletedFileRetentionDuration` on every demo table: the
         operator's ALTER TABLE, committed by deltalake (a property change needs no Spark)."""
         for spec in self.specs:
-            open_delta_table(spec.source).alter.set_table_properties(
+            open_delta_table(spec.source, self.lake.storage).alter.set_table_properties(
                 {"delta.deletedFileRetentionDuration": value}
             )
         current.figures["deletedFileRetentionDuration"] = value
@@ -374,12 +386,13 @@ class DemoStory:
         that is a delete)."""
         for spec in self.specs:
             watermark = pipeline_status(spec, self.control).watermark
-            columns = _data_columns(spec.target)
-            silver = _rows(spec.target, columns, live_only=True)
+            storage = self.lake.storage
+            columns = _data_columns(spec.target, storage)
+            silver = _rows(spec.target, columns, storage, live_only=True)
             if spec.changes is ChangeSource.EVENTS:
-                bronze = folded_rows(spec.source, columns, version=watermark)
+                bronze = folded_rows(spec.source, columns, version=watermark, storage=storage)
             else:
-                bronze = _rows(spec.source, columns, version=watermark)
+                bronze = _rows(spec.source, columns, storage, version=watermark)
             diff = sum(((bronze - silver) + (silver - bronze)).values())
             current.figures[f"{spec.id}_rows"] = silver.total()
             current.figures[f"{spec.id}_differences"] = diff
@@ -476,15 +489,33 @@ def run_demo(
     from cdf_platform.demo.local_s3 import LocalS3Server
 
     with LocalS3Server(bucket="demo-lake") as server:
-        os.environ.update(server.env())
         _say(f"local S3 server on {server.endpoint}, lake s3://{server.bucket}/lake")
-        return _tell(workdir, batch_size, retention_seconds, f"s3://{server.bucket}/lake")
+        return _tell(
+            workdir,
+            batch_size,
+            retention_seconds,
+            f"s3://{server.bucket}/lake",
+            server.env(),
+            server.storage_config(),
+        )
 
 
-def _tell(workdir: Path, batch_size: int, retention_seconds: int, lake_root: str | None) -> int:
+def _tell(
+    workdir: Path,
+    batch_size: int,
+    retention_seconds: int,
+    lake_root: str | None,
+    store_env: dict[str, str] | None = None,
+    storage: StorageConfig | None = None,
+) -> int:
     started = time.monotonic()
     story = DemoStory(
-        workdir, batch_size=batch_size, retention_seconds=retention_seconds, lake_root=lake_root
+        workdir,
+        batch_size=batch_size,
+        retention_seconds=retention_seconds,
+        lake_root=lake_root,
+        store_env=store_env,
+        storage=storage,
     )
     # A SIGTERM ends the story as Ctrl-C does: the deployment's processes are stopped.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -505,7 +536,7 @@ def _tell(workdir: Path, batch_size: int, retention_seconds: int, lake_root: str
     print(  # noqa: T201
         f"\nDemo finished in {time.monotonic() - started:.0f} s. Browse the same runs, sensor "
         "ticks, checks and plots in the Dagster UI:\n\n"
-        f"  DAGSTER_HOME={story.home} CDF_LAKE_ROOT={story.lake} "
+        f"  DAGSTER_HOME={story.home} CDF_LAKE_ROOT={story.lake.lake_root} "
         ".venv/bin/dagster dev -w workspace.demo.yaml\n\n"
         "(or `make dev`), then open http://127.0.0.1:3000"
     )

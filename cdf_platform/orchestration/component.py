@@ -184,6 +184,6 @@ class CdfPipelinesComponent(dg.Component, dg.Model, dg.Resolvable):
             control_root=self.control_root or environment.control_root,
             pipelines_file=file,
         )
-        specs = self._specs(Path(context.path), lake.bound().lake_root)
+        specs = self._specs(Path(context.path), lake.lake().lake_root)
         automation = default_automation() if self.automation is None else self.automation
         return platform_defs(specs, lake, automation=automation)

@@ -177,12 +177,14 @@ class ConsumerAsset:
         """Its status on each input (input id -> status), from the logs alone: what its checks
         report and its sensor acts on."""
         located = self.located_inputs(manager, upstream_metadata)
-        marks = read_marks(self.id, located[0].consumer_table) if located else (None, None)
+        storage = manager.lake.lake().storage
+        marks = read_marks(self.id, located[0].consumer_table, storage) if located else (None, None)
         return {
             read.input_id: input_status(
                 read,
                 min_headroom_hours=self.min_headroom_hours,
                 max_allowed_lag_hours=self.max_allowed_lag_hours,
+                storage=storage,
                 marks=marks,
             )
             for read in located

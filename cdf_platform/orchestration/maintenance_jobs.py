@@ -180,7 +180,10 @@ def _vacuum_op(
             context.log.warning("%s destroys %s", table.location, decision.destroyed)
         try:
             outcome = execute_vacuum(
-                spark.spark_session, decision, listing_parallelism=config.listing_parallelism
+                spark.session_on(control.storage),
+                decision,
+                storage=control.storage,
+                listing_parallelism=config.listing_parallelism,
             )
         except Exception:
             record(control, context, **log_row, outcome="failed", destructive=destructive)

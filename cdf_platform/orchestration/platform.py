@@ -8,7 +8,7 @@ from collections.abc import Collection, Sequence
 import dagster as dg
 
 from cdf_platform.core.config import default_allow_destructive, default_pipelines_per_run
-from cdf_platform.core.spec import PipelineSpec, storage_locations
+from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.orchestration.checks import silver_checks
 from cdf_platform.orchestration.consumers import (
     ConsumerAsset,
@@ -34,6 +34,7 @@ from cdf_platform.orchestration.overview import overview_asset
 from cdf_platform.orchestration.rebuild_sensor import build_rebuild_sensor
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.orchestration.silver import silver_assets
+from cdf_platform.orchestration.storage_options import StorageOptionsConfig
 from cdf_platform.orchestration.watermark_io_manager import RESOURCE_KEY, WatermarkIOManager
 
 
@@ -55,7 +56,8 @@ def platform_defs(
     Args:
         specs: the pipelines, relative locations resolved under the lake root.
         lake: lake root, control tables and object-store options (the `lake` resource).
-        spark: the Spark resource (default: from the environment, with the specs' stores).
+        spark: the Spark resource (default: from the environment, with the specs' stores and
+            the lake's object-store options).
         bronze_written_here: bronze asset keys that other definitions merged with these
             materialize (the demo's writers); every other bronze table is an external asset.
         consumers: assets written by the watermark IO manager that read these tables through
@@ -72,14 +74,16 @@ def platform_defs(
     """
     if allow_destructive is None:
         allow_destructive = default_allow_destructive()
-    bound = lake.bound()
-    # The definitions' own reads (the code server's sensors and checks) use the lake's
-    # object-store options from here; runs and checks put them in use again when they
-    # initialise the `lake` resource (`LakeLayout.setup_for_execution`).
-    bound.use_storage()
+    # The lake, resolved once here: invalid storage options stop the definitions loading. Its
+    # sensors, checks and runs read the stores with the options of the `lake` resource they
+    # are handed (`LakeLayout.lake`), never with a setting of the process.
+    resolved = lake.lake()
     if spark is None:
-        locations = storage_locations(specs, bound.lake_root, bound.control().root)
-        spark = SparkResource.from_environment(storage_locations=locations)
+        spark = SparkResource.from_environment(
+            storage_locations=resolved.storage_locations(specs),
+            # References stay references (dg.EnvVar): the UI shows no secret.
+            storage=StorageOptionsConfig.of_config(lake.storage_config()),
+        )
     bronze = external_bronze_assets(specs, bronze_written_here)
     silver = silver_assets(specs, allow_destructive=allow_destructive)
     watched = [ConsumerAsset.of(asset) for asset in consumers]

@@ -1,6 +1,6 @@
 """The Dagster resources: where the lake and its pipelines are and how its object stores are
-reached (`LakeLayout`), and one lazily created, Delta-configured SparkSession per process
-(`SparkResource`).
+reached (`LakeLayout`, whose `lake()` is the `Lake` value every platform step is handed), and
+one lazily created, Delta-configured SparkSession per process (`SparkResource`).
 
 `from_environment()` builds each from the environment when the definitions load (never at
 import): a field whose variable is set is a `dg.EnvVar` (the UI shows the variable's name, and a
@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
-from pydantic import Field, field_validator
+from pydantic import Field, PrivateAttr, field_validator
 
-from cdf_platform.core.active_storage import use_storage_config
 from cdf_platform.core.config import (
     CONTROL_ROOT_ENV,
     DEFAULT_MASTER,
@@ -29,21 +28,22 @@ from cdf_platform.core.config import (
     REMOTE_ENV,
     LakeEnvironment,
     Setting,
-    control_root_under,
     resolve_root,
 )
 from cdf_platform.core.errors import InvalidPipelineSpec
-from cdf_platform.core.spec import PipelineSpec, storage_locations
-from cdf_platform.core.spec_file import find_spec, load_specs, load_storage
-from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.core.lake import Lake
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec_file import find_spec, load_storage
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.orchestration.storage_options import StorageOptionsConfig
 from cdf_platform.spark.session import (
-    SparkSettings,
+    apply_storage_options,
     build_spark_session,
     discard_session,
     is_connect_session,
     is_usable,
 )
+from cdf_platform.spark.session_conf import SparkSettings
 from cdf_platform.state.control import ControlTable
 
 if TYPE_CHECKING:
@@ -116,6 +116,8 @@ class LakeLayout(dg.ConfigurableResource):
         "GOOGLE_*). Added to the pipelines file's `storage:` section; a prefix may be in one "
         "of the two only.",
     )
+    # The lake this layout stands for, built on first use (`lake()`).
+    _lake: Lake | None = PrivateAttr(default=None)
 
     @classmethod
     def _is_dagster_maintained(cls) -> bool:
@@ -170,6 +172,14 @@ class LakeLayout(dg.ConfigurableResource):
             },
         )
 
+    def _resource_storage(self) -> StorageConfig:
+        """This resource's `storage` as the platform's configuration (a `dg.EnvVar` not read
+        yet as a reference to its variable)."""
+        return StorageConfig.of(
+            {prefix: options.store_options() for prefix, options in self.storage.items()},
+            origin="the lake resource's storage",
+        )
+
     def storage_config(self) -> StorageConfig:
         """The object-store options of the lake: the pipelines file's `storage:` section (when
         the file exists: a layout whose pipelines live in a Component's defs.yaml has none)
@@ -177,33 +187,41 @@ class LakeLayout(dg.ConfigurableResource):
 
         Raises:
             InvalidStorageConfig: a malformed entry, or a prefix configured in both.
-            InvalidPipelineSpec: the pipelines file is not YAML.
+            InvalidPipelineSpec: the pipelines file is not YAML, or its `dg.EnvVar` is not set.
         """
-        from_file = StorageConfig()
-        if self.pipelines_file is not None and Path(self.pipelines_file).is_file():
-            from_file = load_storage(self.pipelines_file)
-        from_resource = StorageConfig.of(
-            {prefix: options.store_options() for prefix, options in self.storage.items()},
-            origin="the lake resource's storage",
-        )
-        return from_file.merged(from_resource)
+        file = _read_env("pipelines_file", self.pipelines_file)
+        from_file = ENVIRONMENT_ONLY
+        if file is not None and Path(file).is_file():
+            from_file = load_storage(file)
+        return from_file.merged(self._resource_storage())
 
-    def use_storage(self) -> None:
-        """Put this lake's object-store options in use for the process (every reader of a
-        location finds them, `cdf_platform.core.active_storage`).
+    def lake(self) -> Lake:
+        """The lake this layout stands for (`Lake.load`): its `dg.EnvVar` fields and its
+        storage options' environment references read now, once per resource.
 
         Raises:
             InvalidStorageConfig: see `storage_config`, or a referenced variable is not set.
+            InvalidPipelineSpec: a root or the pipelines file reads a variable that is not
+                set, or the pipelines file is not YAML.
         """
-        use_storage_config(self.storage_config())
+        if self._lake is None:
+            roots = {
+                name: _read_env(name, getattr(self, name))
+                for name in ("lake_root", "control_root", "pipelines_file")
+            }
+            self._lake = Lake.load(**roots, storage=self._resource_storage())
+        return self._lake
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        """A run, check or sensor that uses the lake reads its stores with its options."""
-        self.use_storage()
+        """A run, check or sensor that uses the lake fails at its start when the lake's
+        storage options are invalid or read a variable that is not set."""
+        self.lake()
 
     def control(self) -> ControlTable:
-        """The control tables (state and load log)."""
-        return ControlTable(self.control_root or control_root_under(self.lake_root))
+        """The control tables (state and load log), carrying the lake's object-store options
+        to every reader they are handed to."""
+        lake = self.lake()
+        return ControlTable(lake.control_root, storage=lake.storage)
 
     def specs(self) -> list[PipelineSpec]:
         """Every pipeline of the pipelines file, locations resolved under the lake root.
@@ -212,13 +230,7 @@ class LakeLayout(dg.ConfigurableResource):
             InvalidPipelineSpec: the file is missing or holds an invalid spec, or the layout
                 names no file (the pipelines are declared in a Component's defs.yaml).
         """
-        if self.pipelines_file is None:
-            raise InvalidPipelineSpec(
-                "this lake layout names no pipelines file",
-                action="read the pipelines from the Component's defs.yaml, or set "
-                f"pipelines_file (${PIPELINES_FILE_ENV})",
-            )
-        return load_specs(Path(self.pipelines_file), lake_root=self.lake_root)
+        return self.lake().specs()
 
     def spec(self, pipeline_id: str) -> PipelineSpec:
         """The resolved spec of `pipeline_id`.
@@ -230,7 +242,7 @@ class LakeLayout(dg.ConfigurableResource):
 
     def storage_locations(self) -> list[str]:
         """Every location the pipelines touch: lake and control roots, sources and targets."""
-        return storage_locations(self.specs(), self.lake_root, self.control().root)
+        return self.lake().storage_locations(self.specs())
 
     def table_path(self, layer: str, table: str) -> str:
         """Where a platform-owned table `layer/table` (e.g. gold/...) lives under the lake."""
@@ -274,6 +286,13 @@ class SparkResource(LazyPySparkResource):
         "store's connector jars and configure it from the environment (AWS_*) and the lake's "
         "storage options (per bucket or account). A local lake loads nothing extra.",
     )
+    storage: dict[str, StorageOptionsConfig] = Field(
+        default_factory=dict,
+        description="Object-store options by location prefix the session's connectors get "
+        "from its start, scoped to their buckets and accounts (the platform's definitions "
+        "give their lake's). A platform step adds the options of the lake it serves when it "
+        "uses the session.",
+    )
 
     lean_short_runs: bool = Field(
         default=True,
@@ -304,7 +323,15 @@ class SparkResource(LazyPySparkResource):
 
     def settings(self, *, short_run: bool = False) -> SparkSettings:
         """The engine-level settings this resource stands for; `short_run`: see
-        `session_for_run`."""
+        `session_for_run`.
+
+        Raises:
+            InvalidStorageConfig: a `storage` option reads a variable that is not set.
+        """
+        storage = StorageConfig.of(
+            {prefix: options.store_options() for prefix, options in self.storage.items()},
+            origin="the Spark resource's storage",
+        )
         return SparkSettings(
             master=self.master,
             remote=self.remote or None,
@@ -313,16 +340,27 @@ class SparkResource(LazyPySparkResource):
             shuffle_partitions=self.shuffle_partitions,
             driver_memory=self.driver_memory,
             storage_locations=tuple(self.storage_locations),
+            storage=storage.resolved(os.environ),
             extra_conf={key: str(value) for key, value in self.spark_config.items()},
             jvm_log=self.jvm_log,
             short_run=short_run and self.lean_short_runs,
         )
 
-    def _init_session(self, short_run: bool = False) -> None:
+    def _init_session(self) -> None:
+        self._session()
+
+    def _session(
+        self, short_run: bool = False, storage: StorageConfig = ENVIRONMENT_ONLY
+    ) -> SparkSession:
+        """The session (built now if there is none, or its server lost it), its connectors
+        given `storage` too."""
         if self._spark_session is not None and not is_usable(self._spark_session):
             self.discard_session()  # its Spark Connect server lost it: connect again
         if self._spark_session is None:
             self._spark_session = build_spark_session(self.settings(short_run=short_run))
+        if storage.entries:
+            apply_storage_options(self._spark_session, storage, self.settings().extra_conf)
+        return self._spark_session
 
     def discard_session(self) -> None:
         """Drop the session after its Spark Connect server went away (`EngineUnavailable`), so
@@ -341,16 +379,18 @@ class SparkResource(LazyPySparkResource):
 
     @property
     def spark_session(self) -> SparkSession:
-        self._init_session()
-        assert self._spark_session is not None
-        return self._spark_session
+        return self._session()
 
-    def session_for_run(self, *, short: bool) -> SparkSession:
-        """The session, for a silver run: if this call starts the driver JVM and the run is
-        `short` (`PreparedRun.is_short`), the JVM starts lean (`lean_short_runs`)."""
-        self._init_session(short_run=short)
-        assert self._spark_session is not None
-        return self._spark_session
+    def session_on(self, storage: StorageConfig) -> SparkSession:
+        """The session, its connectors given the object-store options `storage` (a lake's,
+        `Lake.storage`) scoped to their buckets and accounts."""
+        return self._session(storage=storage)
+
+    def session_for_run(self, *, short: bool, storage: StorageConfig) -> SparkSession:
+        """The session, for a silver run on the lake whose object-store options are `storage`:
+        if this call starts the driver JVM and the run is `short` (`PreparedRun.is_short`),
+        the JVM starts lean (`lean_short_runs`)."""
+        return self._session(short_run=short, storage=storage)
 
     @property
     def started(self) -> bool:

@@ -103,8 +103,11 @@ def _rerun(spec: PipelineSpec) -> str:
 
 
 def _runner(spark: SparkResource, lake: LakeLayout) -> PipelineRunner:
+    control = lake.control()
     return PipelineRunner(
-        lake.control(), lambda short: spark.session_for_run(short=short), rerun=_rerun
+        control,
+        lambda short: spark.session_for_run(short=short, storage=control.storage),
+        rerun=_rerun,
     )
 
 

@@ -2,8 +2,8 @@
 `storage` (`LakeLayout`), the Dagster face of the pipelines file's `storage:` entries
 (`cdf_platform.core.storage_options`, whose descriptions it shows).
 
-Secrets are `dg.EnvVar`s: the UI shows the variable's name, and the value is read where the
-configuration is put to use.
+Secrets are `dg.EnvVar`s: the UI shows the variable's name, and the value is read when the
+lake is loaded (`LakeLayout.lake`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import dagster as dg
 from pydantic import Field
 
-from cdf_platform.core.storage_options import EnvRef, StoreOptions
+from cdf_platform.core.storage_options import EnvRef, StorageConfig, StoreOptions
 
 
 def _about(option: str) -> str:
@@ -59,9 +59,25 @@ class StorageOptionsConfig(dg.Config):
         default=None, description=_about("application_credentials")
     )
 
+    @classmethod
+    def of(cls, options: StoreOptions) -> StorageOptionsConfig:
+        """`options` as resource config: a reference to a variable (`{env: NAME}`) becomes a
+        `dg.EnvVar`, so the UI shows its name and never its value."""
+        return cls.model_validate(
+            {
+                name: dg.EnvVar(value.env) if isinstance(value, EnvRef) else value
+                for name, value in options.values().items()
+            }
+        )
+
+    @classmethod
+    def of_config(cls, config: StorageConfig) -> dict[str, StorageOptionsConfig]:
+        """Every entry of `config` (its references not read) as resource config by prefix."""
+        return {entry.prefix: cls.of(entry.options) for entry in config.entries}
+
     def store_options(self) -> StoreOptions:
         """These options as the platform's model; a `dg.EnvVar` not read yet becomes a
-        reference to its variable (`{env: NAME}`), read when the options are put to use."""
+        reference to its variable (`{env: NAME}`), read when the lake is loaded."""
         values: dict[str, object] = {}
         for name, value in self:
             if isinstance(value, dg.EnvVar):

@@ -167,6 +167,7 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
             if step.marks is not None
             else None
         )
+        storage = self.lake.lake().storage
         try:
             plan = plan_input(
                 consumer,
@@ -176,13 +177,14 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
                 fallback,
                 marks_lost=step.marks_lost,
                 full_requested=full_requested,
+                storage=storage,
             )
         except CdfPlatformError as err:
             raise platform_failure(err) from err
         if plan.mode is not BatchMode.NOTHING_NEW:
             # Rows are coming: the asset may build Spark expressions before it reads them.
-            self.spark.spark_session  # noqa: B018 (starts the session)
-        batch = ChangeBatch(plan, keys, session=lambda: self.spark.spark_session)
+            self.spark.session_on(storage)
+        batch = ChangeBatch(plan, keys, session=lambda: self.spark.session_on(storage))
         step.batches[input_id] = batch
         context.log.info(
             "%s reads %s: %s, versions %s..%s (watermark %s)%s",
@@ -202,7 +204,8 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
         if found is not None:
             return found
         try:
-            step = _Step(read_consumer_marks(table, consumer), None, code_version)
+            marks = read_consumer_marks(table, consumer, storage=self.lake.lake().storage)
+            step = _Step(marks, None, code_version)
         except MarksLost as err:
             step = _Step(None, err.problem, code_version)
         with _PENDING_LOCK:
@@ -266,7 +269,9 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
             # while one unregistered but written would be invisible to the VACUUM guard.
             self._register(consumer, table, batches)
         try:
-            write_output(self.spark.spark_session, table, obj, stamp, consumer)
+            storage = self.lake.lake().storage
+            spark = self.spark.session_on(storage)
+            write_output(spark, table, obj, stamp, consumer, storage=storage)
         except CdfPlatformError as err:
             mark_retryable_run(context, err, self.spark)
             raise platform_failure(err) from err

@@ -48,6 +48,7 @@ from cdf_platform.core.spec import (
     PipelineSpec,
 )
 from cdf_platform.core.spec_fingerprint import SpecChange, compare_spec, spec_record
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.planning.blocking import Blocked, source_window
 from cdf_platform.state import locations
 from cdf_platform.state.control import ControlTable
@@ -289,6 +290,7 @@ def assess_pipeline(
     followed_location: str | None = None,
     now: datetime | None = None,
     recorded_spec: dict[str, str] | None = None,
+    storage: StorageConfig = ENVIRONMENT_ONLY,
 ) -> PipelineAssessment:
     """Assess `spec` from bronze's and silver's logs (JVM-free; bronze's log is read once).
 
@@ -301,9 +303,11 @@ def assess_pipeline(
         now: the clock for lag, headroom and the time-travel limit (default: current UTC time).
         recorded_spec: the spec record the control table mirrors, used when silver's recent
             log no longer holds one.
+        storage: the lake's object-store options, to read both logs with (default: the
+            environment's settings alone).
     """
     now = now or datetime.now(UTC)
-    silver = read_silver_state(spec.target, spec.id)
+    silver = read_silver_state(spec.target, spec.id, storage=storage)
 
     def blocked(
         problem: CdfPlatformError, window: ReplayWindow | None = None
@@ -311,7 +315,7 @@ def assess_pipeline(
         consumer = assess_consumer(window, silver.watermark, now=now) if window else None
         return PipelineAssessment(spec, silver, window, consumer, problem, blocking=True)
 
-    window = source_window(spec, silver, now)
+    window = source_window(spec, silver, now, storage)
     if isinstance(window, Blocked):
         return blocked(window.problem, window.window)
     try:
@@ -443,6 +447,7 @@ def assess_with_control(
         followed_location=locations.followed_location(spec, state),
         now=now,
         recorded_spec=mirrored_spec_record(state),
+        storage=control.storage,
     )
 
 

@@ -26,6 +26,7 @@ from cdf_platform.core.errors import (
     foreign_files_at_target,
 )
 from cdf_platform.core.spec import CDF_COLUMNS, RESERVED_COLUMNS, PipelineSpec
+from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import holds_foreign_files
 from cdf_platform.state.watermark import SilverState
@@ -45,13 +46,16 @@ class Blocked:
     window: ReplayWindow | None = None
 
 
-def source_window(spec: PipelineSpec, silver: SilverState, now: datetime) -> ReplayWindow | Blocked:
+def source_window(
+    spec: PipelineSpec, silver: SilverState, now: datetime, storage: StorageConfig
+) -> ReplayWindow | Blocked:
     """Bronze's replay window at `now`, from its log listed once, or the first blocking problem
-    (`silver`: silver's log, for its owner and watermark)."""
-    log = _source_log(spec)
+    (`silver`: silver's log, for its owner and watermark; `storage`: the lake's object-store
+    options, to read the locations with)."""
+    log = _source_log(spec, storage)
     if isinstance(log, Blocked):
         return log
-    ownership = _ownership_problem(spec, silver)
+    ownership = _ownership_problem(spec, silver, storage)
     if ownership is not None:
         return Blocked(ownership)
     try:
@@ -71,11 +75,11 @@ def source_window(spec: PipelineSpec, silver: SilverState, now: datetime) -> Rep
     return window
 
 
-def _source_log(spec: PipelineSpec) -> DeltaLog | Blocked:
+def _source_log(spec: PipelineSpec, storage: StorageConfig) -> DeltaLog | Blocked:
     """Bronze's log (the one listing of it an assessment makes), or why it cannot be read:
     bronze missing, its log damaged, or its table managed by a catalog."""
     try:
-        log = DeltaLog(spec.source)
+        log = DeltaLog(spec.source, storage)
     except SourceNotFound as err:
         missing = SourceNotFound(
             f"no Delta table at {spec.source} ({err.problem})",
@@ -97,7 +101,9 @@ def _source_log(spec: PipelineSpec) -> DeltaLog | Blocked:
     return log
 
 
-def _ownership_problem(spec: PipelineSpec, silver: SilverState) -> CdfPlatformError | None:
+def _ownership_problem(
+    spec: PipelineSpec, silver: SilverState, storage: StorageConfig
+) -> CdfPlatformError | None:
     """Silver owned by another pipeline (or not created by the platform), or files at a target
     that holds no silver yet; None where the target is this pipeline's to write."""
     if silver.exists and silver.owner != spec.id:
@@ -108,7 +114,7 @@ def _ownership_problem(spec: PipelineSpec, silver: SilverState) -> CdfPlatformEr
             pipeline_id=spec.id,
             table=spec.target,
         )
-    if not silver.exists and holds_foreign_files(spec.target):
+    if not silver.exists and holds_foreign_files(spec.target, storage):
         return foreign_files_at_target(spec.id, spec.target)
     return None
 

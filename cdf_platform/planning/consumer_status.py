@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 
 from cdf_platform.core.errors import SourceNotFound
 from cdf_platform.core.spec import FallbackMode
+from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.planning.input_plan import BatchMode, plan_input
 from cdf_platform.planning.status import PipelineStatus, WindowState, headroom_of
 from cdf_platform.state.consumer_marks import ConsumerMarks, MarksLost, read_consumer_marks
@@ -52,10 +53,13 @@ class ConsumerInput:
     input_table: str
 
 
-def read_marks(consumer: str, consumer_table: str) -> tuple[ConsumerMarks | None, str | None]:
-    """The consumer's watermarks, or why its log no longer holds them."""
+def read_marks(
+    consumer: str, consumer_table: str, storage: StorageConfig
+) -> tuple[ConsumerMarks | None, str | None]:
+    """The consumer's watermarks, or why its log no longer holds them (its table read with the
+    lake's object-store options, `storage`)."""
     try:
-        return read_consumer_marks(consumer_table, consumer), None
+        return read_consumer_marks(consumer_table, consumer, storage=storage), None
     except MarksLost as err:
         return None, err.problem
 
@@ -65,6 +69,7 @@ def input_status(
     *,
     min_headroom_hours: float,
     max_allowed_lag_hours: float,
+    storage: StorageConfig,
     marks: tuple[ConsumerMarks | None, str | None] | None = None,
     now: datetime | None = None,
 ) -> PipelineStatus:
@@ -74,12 +79,15 @@ def input_status(
         read: The consumer and input, located.
         min_headroom_hours: Below this headroom the state is LOW_HEADROOM.
         max_allowed_lag_hours: Above this lag `lag_exceeded` is set.
+        storage: The lake's object-store options, to read the tables with.
         marks: The consumer's watermarks as `read_marks` returns them (read here if None).
         now: The clock (default: now, UTC).
     """
-    found, lost = marks if marks is not None else read_marks(read.consumer, read.consumer_table)
+    if marks is None:
+        marks = read_marks(read.consumer, read.consumer_table, storage)
+    found, lost = marks
     try:
-        window = compute_replay_window(read.input_table, now=now)
+        window = compute_replay_window(read.input_table, now=now, storage=storage)
     except SourceNotFound as err:
         return PipelineStatus.without_figures(
             read.consumer, WindowState.SOURCE_MISSING, err.incident_code, str(err)

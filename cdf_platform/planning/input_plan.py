@@ -32,6 +32,7 @@ from cdf_platform.core.errors import (
     SourceReset,
 )
 from cdf_platform.core.spec import FallbackMode
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.planning.assessment import replay_problem
 from cdf_platform.planning.repair import repair_decision
 from cdf_platform.state.consumer_marks import ConsumerMarks
@@ -110,6 +111,7 @@ def plan_input(
     full_requested: str | None = None,
     window: ReplayWindow | None = None,
     now: datetime | None = None,
+    storage: StorageConfig = ENVIRONMENT_ONLY,
 ) -> InputPlan:
     """Decide the next read of `input_id` (at `table`) by `consumer` (module doc).
 
@@ -120,13 +122,14 @@ def plan_input(
         full_requested: Why a person or the rebuild sensor asks for a full recompute, if they
             do: the read is full whatever the watermark (FAIL_FAST included).
         window: The input's replay window, if the caller has computed it already.
+        storage: The lake's object-store options, to read the input's log with otherwise.
 
     Raises:
         SourceNotFound: `table` is not a Delta table.
         ReplayWindowLost, SourceReset, IncompatibleSchemaChange, CdfNotEnabled: the window is
             lost and the consumer is FAIL_FAST.
     """
-    window = window or compute_replay_window(table, now=now)
+    window = window or compute_replay_window(table, now=now, storage=storage)
     latest = window.latest_version
     mark = marks.inputs.get(input_id) if marks is not None else None
     watermark = mark.version if mark is not None else None

@@ -27,6 +27,7 @@ from enum import StrEnum
 from typing import Any
 
 from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY
 from cdf_platform.state.consumer_marks import MarksLost, read_consumer_marks
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.locations import locate_table, located_specs
@@ -181,7 +182,9 @@ def _asset_needs(
     for row in control.read_consumers(table):
         consumer, input_id = str(row["consumer"]), str(row["input_id"])
         try:
-            marks = read_consumer_marks(str(row["consumer_table"]), consumer)
+            marks = read_consumer_marks(
+                str(row["consumer_table"]), consumer, storage=control.storage
+            )
         except MarksLost:
             marks = None
         mark = marks.inputs.get(input_id) if marks is not None else None
@@ -252,7 +255,8 @@ def plan_vacuum(
     now = now or datetime.now(UTC)
     table = locate_table(table, control)
     specs = located_specs(specs, control)
-    window = compute_replay_window(table, now=now)
+    storage = control.storage if control is not None else ENVIRONMENT_ONLY
+    window = compute_replay_window(table, now=now, storage=storage)
     current = _hours(window.deleted_file_retention)
     log_hours = _hours(window.log_retention)
     consumers = _pipeline_needs(table, specs, window, control, buffer_hours, now)
@@ -306,7 +310,8 @@ def _pipeline_needs(
     for spec in specs:
         if spec.source.rstrip("/") != table.rstrip("/"):
             continue
-        watermark = read_silver_state(spec.target, spec.id).watermark
+        storage = control.storage if control is not None else ENVIRONMENT_ONLY
+        watermark = read_silver_state(spec.target, spec.id, storage=storage).watermark
         assessment = assess_consumer(window, watermark, now=now)
         # A consumer that has not started loads a snapshot, and one that is caught up needs only
         # the buffer for its next commit: neither needs history kept. Nor does a snapshot

@@ -34,7 +34,10 @@ def run_advance(run: RunContext, plan: RunPlan) -> RunOutcome | None:
         source_table_id=plan.window.table_id,
         **spec_metadata(plan.spec_record, plan.forward_only_after()),
     )
-    advanced = advance_watermark(spec.target, stamp.app_id, stamp.version, stamp.metadata)
+    storage = run.control.storage
+    advanced = advance_watermark(
+        spec.target, stamp.app_id, stamp.version, stamp.metadata, storage=storage
+    )
     if advanced is None:
         logger.info(
             "%s: silver's protocol needs Spark to write; bronze versions %d..%d (no row "
@@ -45,7 +48,9 @@ def run_advance(run: RunContext, plan: RunPlan) -> RunOutcome | None:
         )
         return None
     run.lap("write")
-    applied = end if advanced else read_silver_state(spec.target, spec.id).watermark
+    applied = (
+        end if advanced else read_silver_state(spec.target, spec.id, storage=storage).watermark
+    )
     if not advanced:
         logger.warning(
             "%s: a newer run already applied up to %s; nothing written", spec.id, applied

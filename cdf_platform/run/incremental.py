@@ -113,20 +113,25 @@ def _write(
     spec, spark, ctx = plan.spec, run.spark, change_set.ctx
     columns = change_set.changes.select(*(f"`{c}`" for c in change_set.data_columns))
     layout = SilverLayout.of(spec, columns.schema)
-    layout = ensure_silver(spark, spec.target, spec.id, columns.schema, layout)
+    storage = run.control.storage
+    layout = ensure_silver(spark, spec.target, spec.id, columns.schema, layout, storage=storage)
     run.lap("silver_check")
     silver_state = change_set.silver_state.state
     if silver_state is None:  # switched off, or failed on its thread: its error, classified
         with tuning.small_reads():
             silver_state = classified(ctx, partial(load_table_state, spark, spec.target))
         run.lap("silver_state")
-    writer = SilverWriter(spark, spec.target, layout, _stamp(run, plan), plan.silver.generation)
+    writer = SilverWriter(
+        spark, spec.target, layout, _stamp(run, plan), plan.silver.generation, storage
+    )
     silver_filter = None
     if writer.filters_keys:
         with tuning.small_reads():
             silver_filter = classified(
                 ctx,
-                partial(changes_key_filter, spark, spec.target, change_set.collapsed, layout),
+                partial(
+                    changes_key_filter, spark, spec.target, change_set.collapsed, layout, storage
+                ),
             )
         run.lap("key_filter")
     apply = partial(
@@ -158,11 +163,12 @@ def _stamp(run: RunContext, plan: RunPlan) -> TxnStamp:
 def _count_and_record(run: RunContext, plan: RunPlan, tuning: RunTuning) -> RunOutcome:
     """The rows the run's silver commit changed, recorded in the control tables."""
     spec = plan.spec
-    committed = find_run_commit(spec.target, spec.id, run.run_id)
+    storage = run.control.storage
+    committed = find_run_commit(spec.target, spec.id, run.run_id, storage)
     if committed is None:
         # Delta skipped the MERGE (txnVersion not above the stored one): a newer run of this
         # pipeline applied a later range first. Silver's watermark is the truth to report.
-        applied = read_silver_state(spec.target, spec.id).watermark
+        applied = read_silver_state(spec.target, spec.id, storage=storage).watermark
         logger.warning(
             "%s: a newer run already applied up to %s; nothing written", spec.id, applied
         )

@@ -68,7 +68,7 @@ def record(run: RunContext, plan: RunPlan, outcome: RunOutcome, *, before: int |
     spec, mode, message = plan.spec, outcome.mode, outcome.message
     if mode is not RunMode.NOOP:
         # A column this run widened in silver (bronze's type widening) is said in the load log.
-        widened = silver_widenings(spec.target, plan.silver.silver_version)
+        widened = silver_widenings(spec.target, plan.silver.silver_version, run.control.storage)
         message = "; ".join(filter(None, (message, *(f"silver {w}" for w in widened)))) or None
     finished = datetime.now(UTC)
     run.control.append_log(
@@ -181,7 +181,9 @@ def result(run: RunContext, plan: RunPlan, outcome: RunOutcome) -> RunResult:
         run.mark()
         now = datetime.now(UTC)
         lag_after = assess_consumer(
-            compute_replay_window(plan.spec.source, now=now), outcome.watermark_after, now=now
+            compute_replay_window(plan.spec.source, now=now, storage=run.control.storage),
+            outcome.watermark_after,
+            now=now,
         )
         run.lap("lag_after")
     return RunResult(

@@ -174,7 +174,7 @@ def _carry_out(run: RunContext, plan: RunPlan, *, force_rebuild: bool) -> RunOut
     rebuild when `repair_decision` says so and raises otherwise; either way the incident is
     written to the load log. Nothing is written to silver before the problem is known.
     """
-    strategy = WriteStrategy.of(plan.spec, run.control.root)
+    strategy = WriteStrategy.of(plan.spec, run.control)
     if force_rebuild:
         return run_snapshot(run, plan, strategy, plan.problem, requested=True)
     if plan.mode is RunMode.NOOP:

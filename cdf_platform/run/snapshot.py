@@ -62,7 +62,9 @@ def run_snapshot(
         record_incident(run, plan, err, mode=mode)
         raise
     run.lap("write")
-    counts = silver_commit_counts(spark, spec.target, spec.id, run.run_id, spec.delete_mode)
+    counts = silver_commit_counts(
+        spark, spec.target, spec.id, run.run_id, spec.delete_mode, storage=run.control.storage
+    )
     incident = (
         problem.incident_code if problem is not None else ("MANUAL_REBUILD" if requested else None)
     )
@@ -90,6 +92,7 @@ def _request(
         run_id=run.run_id,
         mode=mode.value,
         source_table_id=plan.window.table_id,
+        storage=run.control.storage,
         source_reset=isinstance(problem, SourceReset),
         version_timestamp=plan.window.timestamp_of(version),
         rewrite=_spec_rewrite(plan),

@@ -4,7 +4,7 @@ a change set is applied and how silver is reconciled with a snapshot; its layout
 sequenced SCD2) decides the staging and the MERGE, inside `SilverWriter`.
 
 Example:
-    >>> strategy = WriteStrategy.of(spec, control_root)  # doctest: +SKIP
+    >>> strategy = WriteStrategy.of(spec, control)  # doctest: +SKIP
     >>> strategy.apply(spark, writer, collapsed, truncation, silver_filter=None)  # doctest: +SKIP
 """
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from cdf_platform.spark.merge import Truncation
     from cdf_platform.spark.rebuild import RebuildOutcome, RebuildRequest
     from cdf_platform.spark.silver_writer import SilverWriter
+    from cdf_platform.state.control import ControlTable
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,9 @@ class WriteStrategy:
     tombstones: Tombstones | None
 
     @classmethod
-    def of(cls, spec: PipelineSpec, control_root: str) -> WriteStrategy:
-        """The strategy of `spec`, whose control tables live under `control_root`."""
-        return cls(spec, Tombstones.of(control_root, spec))
+    def of(cls, spec: PipelineSpec, control: ControlTable) -> WriteStrategy:
+        """The strategy of `spec`, whose control tables are `control`."""
+        return cls(spec, Tombstones.of(control, spec))
 
     def change_rows(
         self, spark: SparkSession, feed: DataFrame, ctx: ReadContext

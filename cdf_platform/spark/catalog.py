@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from cdf_platform.core.errors import InvalidPipelineSpec, SourceNotFound, TargetOwnershipConflict
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident, sql_string
+from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.state.control import ControlTable
@@ -98,14 +99,16 @@ def _locate_source(spark: SparkSession, spec: PipelineSpec, name: str) -> tuple[
     return location, table_id
 
 
-def _locate_target(spark: SparkSession, spec: PipelineSpec, name: str) -> tuple[str, str | None]:
+def _locate_target(
+    spark: SparkSession, spec: PipelineSpec, name: str, storage: StorageConfig
+) -> tuple[str, str | None]:
     found = describe_table(spark, name)
     if found is None:
         location = default_location(spark, name, spec.id)
-        if not is_delta_table(location):
+        if not is_delta_table(location, storage):
             return location, None  # created by this run
         _name_table(spark, name, location)  # silver written by a run that stopped early
-        return location, DeltaLog(location).table_id()
+        return location, DeltaLog(location, storage).table_id()
     location, table_id, kind = found
     if kind != "delta":
         raise TargetOwnershipConflict(
@@ -129,8 +132,10 @@ def locate_in_catalog(spark: SparkSession, spec: PipelineSpec, control: ControlT
         return
     recorded = control.read_locations()
     for role, name in names.items():
-        locator = _locate_source if role == "source" else _locate_target
-        location, table_id = locator(spark, spec, name)
+        if role == "source":
+            location, table_id = _locate_source(spark, spec, name)
+        else:
+            location, table_id = _locate_target(spark, spec, name, control.storage)
         before = recorded.get(name)
         if before is not None and (before["location"], before["table_id"]) == (location, table_id):
             continue
@@ -163,12 +168,12 @@ def register_silver(
     """Register the silver table at `location` as `name`, once silver exists there; when this
     run `created` it, also record its table id (the run located the name before the table
     existed, so it recorded none)."""
-    if not is_delta_table(location):
+    if not is_delta_table(location, control.storage):
         return
     _name_table(spark, name, location)
     if not created:
         return  # located with its id before the run (`locate_in_catalog`)
-    table_id = DeltaLog(location).table_id()
+    table_id = DeltaLog(location, control.storage).table_id()
     before = control.read_locations().get(name)
     if before is None or (before["location"], before["table_id"]) != (location, table_id):
         control.record_location(name, location, table_id, located_by=pipeline_id)

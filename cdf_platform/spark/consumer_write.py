@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.faults import FaultPoint, fault_point
 from cdf_platform.core.sql import create_table_sql, quote_ident, sql_path
+from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.spark.batch import FEED_COLUMNS, ChangeBatch, MergeRows, TableWrite
 from cdf_platform.spark.changes import ReadContext, classified
@@ -58,11 +59,13 @@ def consumer_stamp(
     return TxnStamp(app_id=app_id, version=counter, metadata=metadata)
 
 
-def _ensure_table(spark: SparkSession, table: str, rows: DataFrame, consumer: str) -> None:
+def _ensure_table(
+    spark: SparkSession, table: str, rows: DataFrame, consumer: str, storage: StorageConfig
+) -> None:
     """Create the consumer's table (change feed on, owned by `consumer`) or add the columns
-    `rows` has that it lacks."""
+    `rows` has that it lacks (the table's log read with the lake's options, `storage`)."""
     fields = [f for f in rows.schema.fields if f.name not in FEED_COLUMNS]
-    if not is_delta_table(table):
+    if not is_delta_table(table, storage):
         schema = {f.name: f.dataType.simpleString() for f in fields}
         properties = {"delta.enableChangeDataFeed": "true", OWNER_PROPERTY: consumer}
         spark.sql(create_table_sql(table, schema, properties))
@@ -101,8 +104,11 @@ def write_output(
     output: TableWrite,
     stamp: TxnStamp | None,
     consumer: str,
+    *,
+    storage: StorageConfig,
 ) -> None:
-    """Write `output` to the consumer's `table` in one commit carrying `stamp` (its watermarks).
+    """Write `output` to the consumer's `table` in one commit carrying `stamp` (its watermarks);
+    `storage`: the lake's object-store options, to read the table's log with.
 
     Raises:
         InvalidPipelineSpec: `MergeRows` names a key the rows do not have.
@@ -120,7 +126,7 @@ def write_output(
                 table=table,
                 action="return MergeRows with keys the rows hold",
             )
-    classified(ctx, lambda: _ensure_table(spark, table, rows, consumer))
+    classified(ctx, lambda: _ensure_table(spark, table, rows, consumer, storage))
     fault_point(FaultPoint.BEFORE_CONSUMER_WRITE)
 
     def write() -> None:

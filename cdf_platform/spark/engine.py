@@ -35,9 +35,9 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from cdf_platform.core.errors import RuntimeEnvironmentError
-from cdf_platform.spark.session import (
-    CONNECT_SERVER_CLASS,
-    DEFAULT_CONNECT_PORT,
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.spark.session import CONNECT_SERVER_CLASS, DEFAULT_CONNECT_PORT
+from cdf_platform.spark.session_conf import (
     SparkSettings,
     delta_conf,
     spark_conf,
@@ -76,7 +76,8 @@ class EngineSettings:
             cluster master).
         driver_memory: The engine JVM's heap (`spark.driver.memory`).
         storage_locations: The lake's locations: each object store among them gets its
-            connector and the configured options (`cdf_platform.spark.object_stores`).
+            connector and the options `storage` gives it (`cdf_platform.spark.object_stores`).
+        storage: The lake's object-store options (resolved, `Lake.storage`).
         conf: The operator's Spark conf, winning over everything else.
     """
 
@@ -84,6 +85,7 @@ class EngineSettings:
     master: str = "local[*]"
     driver_memory: str = DEFAULT_ENGINE_MEMORY
     storage_locations: tuple[str, ...] = ()
+    storage: StorageConfig = ENVIRONMENT_ONLY
     conf: dict[str, str] = field(default_factory=dict)
 
 
@@ -111,6 +113,7 @@ def engine_conf(settings: EngineSettings) -> dict[str, str]:
             app_name="cdf_platform_engine",
             driver_memory=settings.driver_memory,
             storage_locations=settings.storage_locations,
+            storage=settings.storage,
         )
     )
     platform.update(ENGINE_CONF)

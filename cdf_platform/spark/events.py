@@ -24,7 +24,7 @@ sequence value (`truncations/<pipeline>`) outdates every change not newer than i
 
 Example:
     >>> changes = event_changes(bronze_feed, spec)  # doctest: +SKIP
-    >>> tombstones = Tombstones.of(control.root, spec)  # doctest: +SKIP
+    >>> tombstones = Tombstones.of(control, spec)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from cdf_platform.core.errors import DataQualityError
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident, sql_path, sql_string
+from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.spark.changes import (
     CHANGE_TYPE,
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from cdf_platform.spark.changes import CollapsedChanges
+    from cdf_platform.state.control import ControlTable
 
 TRUNCATE = "truncate"
 """The change type of an event whose operation is in `events.truncates`."""
@@ -210,6 +212,7 @@ class Tombstones:
         retention: How long a tombstone is kept after its delete's commit.
         truncations_path: The Delta table holding the truncates seen (their sequence values):
             an event no newer than the latest is ignored, however late it arrives.
+        storage: The lake's object-store options (the tables' logs are read with them).
     """
 
     path: str
@@ -217,25 +220,28 @@ class Tombstones:
     sequence_by: str
     retention: timedelta
     truncations_path: str
+    storage: StorageConfig
 
     @classmethod
-    def of(cls, control_root: str, spec: PipelineSpec) -> Tombstones | None:
-        """The tombstones `spec` keeps, or None (not an event log)."""
+    def of(cls, control: ControlTable, spec: PipelineSpec) -> Tombstones | None:
+        """The tombstones `spec` keeps under the control tables `control`, or None (not an
+        event log)."""
         if spec.events is None or spec.sequence_by is None:
             return None
-        root = control_root.rstrip("/")
+        root = control.root.rstrip("/")
         return cls(
             f"{root}/tombstones/{spec.id}",
             tuple(spec.keys),
             spec.sequence_by,
             timedelta(hours=spec.events.tombstone_retention_hours),
             f"{root}/truncations/{spec.id}",
+            control.storage,
         )
 
     def _exists(self, spark: SparkSession, path: str | None = None) -> bool:
         # From the log, without Spark: Delta's `DeltaTable.isDeltaTable` needs Delta's Connect
         # plugin on a Spark Connect server, which the warm engine does not load.
-        return is_delta_table(path or self.path)
+        return is_delta_table(path or self.path, self.storage)
 
     def _record_truncation(self, spark: SparkSession, truncation: Truncation) -> None:
         """Keep `truncation`'s sequence value (its literal is typed as the sequence column)."""
@@ -381,9 +387,11 @@ def fold_events(
     try:
         schema = changes.select(*(quote_ident(c) for c in data_columns)).schema
         rewrite = request.rewrite
-        layout = prepare_silver(spark, spec, schema, rewrite)
+        layout = prepare_silver(spark, spec, schema, rewrite, request.storage)
         writer = request.writer(spark, spec.id, spec.target, layout)
-        unheld = classified(ctx, lambda: _unheld_keys(spark, spec, layout, collapsed.frame))
+        unheld = classified(
+            ctx, lambda: _unheld_keys(spark, spec, layout, collapsed.frame, request.storage)
+        )
         if rewrite.reshape:
             live = collapsed.frame.filter(F.col(CHANGE_TYPE) != "delete").select(
                 *(quote_ident(c) for c in data_columns)
@@ -406,14 +414,18 @@ def fold_events(
 
 
 def _unheld_keys(
-    spark: SparkSession, spec: PipelineSpec, layout: SilverLayout, folded: DataFrame
+    spark: SparkSession,
+    spec: PipelineSpec,
+    layout: SilverLayout,
+    folded: DataFrame,
+    storage: StorageConfig,
 ) -> str | None:
     """The load log's words on silver's current keys that the fold holds no event of (bronze's
     retention removed them): how many, and the first few. None when there is none (or no
     silver yet)."""
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-    if not holds_files(spec.target):
+    if not holds_files(spec.target, storage):
         return None
     silver = spark.read.format("delta").load(spec.target)
     if END_AT in silver.columns:

@@ -36,6 +36,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.sql import quote_ident, sql_string
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.spark.session import switched_on
 
@@ -152,10 +153,13 @@ def key_ranges(
     return found
 
 
-def files_skipped(target: str, ranges: Sequence[KeyRanges]) -> int:
+def files_skipped(
+    target: str, ranges: Sequence[KeyRanges], storage: StorageConfig = ENVIRONMENT_ONLY
+) -> int:
     """How many of silver's files the ranges rule out by their min/max statistics, read from
-    the log without Spark (what Delta's data skipping will find)."""
-    actions = open_delta_table(target).get_add_actions(flatten=True)
+    the log without Spark with the lake's object-store options (default: the environment's
+    settings alone): what Delta's data skipping will find."""
+    actions = open_delta_table(target, storage).get_add_actions(flatten=True)
     names = set(actions.column_names)
 
     def column(name: str) -> list[Any]:
@@ -172,7 +176,12 @@ def files_skipped(target: str, ranges: Sequence[KeyRanges]) -> int:
 
 
 def key_filter(
-    spark: SparkSession, target: str, changes: DataFrame, keys: Sequence[str]
+    spark: SparkSession,
+    target: str,
+    changes: DataFrame,
+    keys: Sequence[str],
+    *,
+    storage: StorageConfig = ENVIRONMENT_ONLY,
 ) -> str | None:
     """The condition on silver `t` for the MERGE of `changes` into `target`, or None when the
     session turns it off, no key column can have one, or it would not skip a single file (a
@@ -180,6 +189,6 @@ def key_filter(
     if not switched_on(spark, ENABLED_CONF):
         return None
     ranges = key_ranges(changes, keys)
-    if not ranges or not files_skipped(target, ranges):
+    if not ranges or not files_skipped(target, ranges, storage):
         return None
     return " AND ".join(r.sql() for r in ranges)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from cdf_platform.core.errors import DataQualityError
 from cdf_platform.core.sql import quote_ident, sql_string
+from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.spark.changes import (
     CHANGE_TYPE,
     COMMIT_TIMESTAMP,
@@ -299,12 +300,16 @@ def merge_changes(
 
 
 def changes_key_filter(
-    spark: SparkSession, target: str, collapsed: CollapsedChanges, layout: SilverLayout
+    spark: SparkSession,
+    target: str,
+    collapsed: CollapsedChanges,
+    layout: SilverLayout,
+    storage: StorageConfig,
 ) -> str | None:
     """The key filter of `collapsed` on silver (`cdf_platform.spark.key_filter`), computed from
     the cached per-commit change rows: the same keys as the collapsed set, without another
-    shuffle."""
-    return key_filter(spark, target, collapsed.cached, layout.keys)
+    shuffle. `storage`: the lake's object-store options (silver's log is read with them)."""
+    return key_filter(spark, target, collapsed.cached, layout.keys, storage=storage)
 
 
 def check_snapshot_keys(

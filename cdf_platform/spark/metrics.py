@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.spec import DeleteMode
+from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.planning.run_result import NO_ROWS, RowCounts
 from cdf_platform.spark.changes import read_changes
@@ -20,9 +21,12 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def find_run_commit(target: str, pipeline_id: str, run_id: str) -> dict[str, object] | None:
-    """The history entry of the silver commit written by `run_id`, JVM-free (None if absent)."""
-    for entry in open_delta_table(target).history(HISTORY_SCAN):
+def find_run_commit(
+    target: str, pipeline_id: str, run_id: str, storage: StorageConfig
+) -> dict[str, object] | None:
+    """The history entry of the silver commit written by `run_id`, JVM-free (None if absent);
+    `storage`: the lake's object-store options."""
+    for entry in open_delta_table(target, storage).history(HISTORY_SCAN):
         ours = parse_user_metadata(entry.get("userMetadata"), pipeline_id)
         if ours is not None and ours.get("run_id") == run_id:
             return entry
@@ -30,10 +34,17 @@ def find_run_commit(target: str, pipeline_id: str, run_id: str) -> dict[str, obj
 
 
 def silver_commit_counts(
-    spark: SparkSession, target: str, pipeline_id: str, run_id: str, delete_mode: DeleteMode
+    spark: SparkSession,
+    target: str,
+    pipeline_id: str,
+    run_id: str,
+    delete_mode: DeleteMode,
+    *,
+    storage: StorageConfig,
 ) -> RowCounts:
-    """The rows the silver commit of `run_id` changed (none if there is no such commit)."""
-    entry = find_run_commit(target, pipeline_id, run_id)
+    """The rows the silver commit of `run_id` changed (none if there is no such commit);
+    `storage`: the lake's object-store options."""
+    entry = find_run_commit(target, pipeline_id, run_id, storage)
     return NO_ROWS if entry is None else commit_counts(spark, target, entry, delete_mode)
 
 

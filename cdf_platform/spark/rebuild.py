@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from cdf_platform.core.faults import FaultPoint, fault_point
 from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.spark.changes import ReadContext, classified, project_columns
 from cdf_platform.spark.conform import conform_snapshot
 from cdf_platform.spark.merge import check_snapshot_keys
@@ -94,6 +95,7 @@ class RebuildRequest:
         run_id: The run's id, stamped in the commit.
         mode: The run's mode as the load log names it.
         source_table_id: Bronze's table id.
+        storage: The lake's object-store options (silver's log is read with them).
         source_reset: Bronze was reset (a new generation is opened).
         version_timestamp: V's commit time (dates soft deletes and closed versions).
         rewrite: How the rebuild follows an edited spec.
@@ -104,6 +106,7 @@ class RebuildRequest:
     run_id: str
     mode: str
     source_table_id: str | None
+    storage: StorageConfig
     source_reset: bool = False
     version_timestamp: datetime | None = None
     rewrite: SpecRewrite = SpecRewrite()
@@ -133,7 +136,7 @@ class RebuildRequest:
             source_table_id=self.source_table_id,
             **spec_metadata(self.rewrite.record),
         )
-        return SilverWriter(spark, target, layout, stamp, self.generation)
+        return SilverWriter(spark, target, layout, stamp, self.generation, self.storage)
 
     def outcome(self, writer: SilverWriter, note: str | None = None) -> RebuildOutcome:
         """What the rebuild through `writer` wrote."""
@@ -169,11 +172,16 @@ def read_pinned(
 
 
 def prepare_silver(
-    spark: SparkSession, spec: PipelineSpec, schema: StructType, rewrite: SpecRewrite
+    spark: SparkSession,
+    spec: PipelineSpec,
+    schema: StructType,
+    rewrite: SpecRewrite,
+    storage: StorageConfig,
 ) -> SilverLayout:
     """Silver ready for a rebuild of rows of `schema`: its owner checked when the rebuild
     replaces it in a new shape, else created or evolved (`ensure_silver`); its deletion-vector
-    property set when the spec changed it. Returns silver's layout.
+    property set when the spec changed it. Returns silver's layout. `storage`: the lake's
+    object-store options.
 
     Raises:
         TargetOwnershipConflict, IncompatibleSchemaChange: silver cannot take the rows.
@@ -181,11 +189,11 @@ def prepare_silver(
     layout = SilverLayout.of(spec, schema)
     if rewrite.reshape:
         # The whole table is replaced, schema included: only its owner is checked.
-        check_silver_owner(spec.target, spec.id)
+        check_silver_owner(spec.target, spec.id, storage)
     else:
-        layout = ensure_silver(spark, spec.target, spec.id, schema, layout)
+        layout = ensure_silver(spark, spec.target, spec.id, schema, layout, storage=storage)
     if rewrite.deletion_vectors is not None:
-        set_deletion_vectors(spark, spec.target, enabled=rewrite.deletion_vectors)
+        set_deletion_vectors(spark, spec.target, enabled=rewrite.deletion_vectors, storage=storage)
     return layout
 
 
@@ -223,7 +231,7 @@ def rebuild_silver(
         ),
     )
     rewrite = request.rewrite
-    layout = prepare_silver(spark, spec, snapshot.schema, rewrite)
+    layout = prepare_silver(spark, spec, snapshot.schema, rewrite, request.storage)
     fault_point(FaultPoint.DURING_REBUILD)
     writer = request.writer(spark, spec.id, spec.target, layout)
     deleted_at = request.deleted_at

@@ -31,6 +31,7 @@ from cdf_platform.core.errors import (
 )
 from cdf_platform.core.spec import DeleteMode, HistoryMode
 from cdf_platform.core.sql import create_table_sql, quote_ident, sql_path, sql_string
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import holds_foreign_files, is_delta_table
@@ -130,16 +131,17 @@ def _history_kind_refused(
     )
 
 
-def _existing_silver(target: str) -> _Silver | None:
+def _existing_silver(target: str, storage: StorageConfig) -> _Silver | None:
     """Silver's owner property, column types and properties (JVM-free); None if absent.
 
-    Read through `deltalake` from the log: no Spark job, no DESCRIBE DETAIL.
+    Read through `deltalake` from the log (with the lake's object-store options, `storage`):
+    no Spark job, no DESCRIBE DETAIL.
     """
-    if not is_delta_table(target):
+    if not is_delta_table(target, storage):
         return None
     from pyspark.sql.types import StructType  # pure Python: parses the log's schema JSON
 
-    table = open_delta_table(target)
+    table = open_delta_table(target, storage)
     configuration = dict(table.metadata().configuration)
     schema = StructType.fromJson(json.loads(table.schema().to_json()))
     return _Silver(
@@ -149,13 +151,18 @@ def _existing_silver(target: str) -> _Silver | None:
     )
 
 
-def holds_files(target: str) -> bool:
-    """Whether silver's current version has any data file (JVM-free, from the log)."""
-    return bool(open_delta_table(target).file_uris())
+def holds_files(target: str, storage: StorageConfig) -> bool:
+    """Whether silver's current version has any data file (JVM-free, from the log, read with
+    the lake's object-store options `storage`)."""
+    return bool(open_delta_table(target, storage).file_uris())
 
 
 def _create_silver(
-    spark: SparkSession, target: str, wanted: dict[str, str], properties: dict[str, str]
+    spark: SparkSession,
+    target: str,
+    wanted: dict[str, str],
+    properties: dict[str, str],
+    storage: StorageConfig,
 ) -> _Silver | None:
     """Run the CREATE; return silver as the log then shows it (this run's table, or the one a
     concurrent run created first), or None when the location holds other files.
@@ -170,15 +177,15 @@ def _create_silver(
         spark.sql(create_table_sql(target, wanted, properties))
     except Exception as err:
         if is_conflict(err):
-            if (found := _existing_silver(target)) is None:
+            if (found := _existing_silver(target, storage)) is None:
                 raise
             return found
         facts = failure_facts(err)
         if NON_EMPTY_LOCATION not in facts.conditions and NON_EMPTY_LOCATION not in facts.text:
             raise
     deadline = time.monotonic() + CREATE_RACE_WAIT_S
-    while (found := _existing_silver(target)) is None:
-        if holds_foreign_files(target) or time.monotonic() >= deadline:
+    while (found := _existing_silver(target, storage)) is None:
+        if holds_foreign_files(target, storage) or time.monotonic() >= deadline:
             return None
         time.sleep(0.1)
     return found
@@ -190,9 +197,12 @@ def ensure_silver(
     pipeline_id: str,
     source_schema: StructType,
     layout: SilverLayout,
+    *,
+    storage: StorageConfig = ENVIRONMENT_ONLY,
 ) -> SilverLayout:
     """Create silver (CDF on, owned by `pipeline_id`) or evolve it with new bronze columns and
-    type widenings.
+    type widenings (silver's log read with the lake's object-store options, `storage`;
+    default: the environment's settings alone).
 
     Returns `layout` with the silver columns that bronze no longer has as `retired_columns`.
 
@@ -203,12 +213,12 @@ def ensure_silver(
             widening Delta allows, or a platform column's type does not match the table.
     """
     wanted = _silver_schema(source_schema, layout)
-    found = _existing_silver(target)
+    found = _existing_silver(target, storage)
     if found is None:
         properties = {"delta.enableChangeDataFeed": "true", OWNER_PROPERTY: pipeline_id}
         if layout.deletion_vectors:
             properties[DELETION_VECTORS] = "true"
-        found = _create_silver(spark, target, wanted, properties)
+        found = _create_silver(spark, target, wanted, properties, storage)
         if found is None:
             raise foreign_files_at_target(pipeline_id, target)
         # This run's table, or the one another run created first: checked like any other.
@@ -273,13 +283,13 @@ def _check_owner(found: _Silver, pipeline_id: str, target: str) -> None:
         )
 
 
-def check_silver_owner(target: str, pipeline_id: str) -> None:
+def check_silver_owner(target: str, pipeline_id: str, storage: StorageConfig) -> None:
     """Refuse a silver table that does not exist or is not `pipeline_id`'s (JVM-free).
 
     Raises:
         TargetOwnershipConflict: silver is another pipeline's, not the platform's, or absent.
     """
-    found = _existing_silver(target)
+    found = _existing_silver(target, storage)
     if found is None:
         raise TargetOwnershipConflict(
             "no silver table to rewrite", pipeline_id=pipeline_id, table=target
@@ -287,11 +297,13 @@ def check_silver_owner(target: str, pipeline_id: str) -> None:
     _check_owner(found, pipeline_id, target)
 
 
-def set_deletion_vectors(spark: SparkSession, target: str, *, enabled: bool) -> None:
+def set_deletion_vectors(
+    spark: SparkSession, target: str, *, enabled: bool, storage: StorageConfig
+) -> None:
     """Turn silver's deletion vectors on or off for its next writes (`deletion_vectors` edited
     in the spec). Off keeps the vectors already written until silver's files are rewritten
     (`REORG TABLE ... APPLY (PURGE)`); readers need deletion-vector support until then."""
-    found = _existing_silver(target)
+    found = _existing_silver(target, storage)
     wanted = "true" if enabled else "false"
     if found is not None and found.properties.get(DELETION_VECTORS, "false").lower() != wanted:
         spark.sql(
@@ -392,14 +404,16 @@ def _type_change_refused(
     )
 
 
-def silver_widenings(target: str, since_version: int | None) -> tuple[TypeWidening, ...]:
+def silver_widenings(
+    target: str, since_version: int | None, storage: StorageConfig
+) -> tuple[TypeWidening, ...]:
     """The silver columns widened by the commits after `since_version` (JVM-free, from the
     log): what a run did to silver's types, for the load log. Empty when silver did not exist
     at `since_version` or no later commit changed its metadata.
     """
-    if since_version is None or not is_delta_table(target):
+    if since_version is None or not is_delta_table(target, storage):
         return ()
-    log = DeltaLog(target)
+    log = DeltaLog(target, storage)
     later = range(since_version + 1, log.latest_version() + 1)
     if not any(log.has_commit(v) and log.commit(v).metadata is not None for v in later):
         return ()

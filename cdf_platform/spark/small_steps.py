@@ -59,12 +59,8 @@ from typing import TYPE_CHECKING
 from cdf_platform.core.errors import UnsafeSparkConfig
 from cdf_platform.core.sql import sql_path
 from cdf_platform.planning.plan import SMALL_CHANGE_BYTES
-from cdf_platform.spark.session import (
-    is_connect_session,
-    local_cores,
-    scoped_conf,
-    switched_on,
-)
+from cdf_platform.spark.session import is_connect_session, scoped_conf, switched_on
+from cdf_platform.spark.session_conf import local_cores
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.sql import sql_path, sql_string
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.planning.vacuum import (
     DELETED_FILE_RETENTION,
@@ -35,13 +36,19 @@ class VacuumOutcome:
 
 
 def execute_vacuum(
-    spark: SparkSession, decision: VacuumDecision, *, listing_parallelism: int | None = None
+    spark: SparkSession,
+    decision: VacuumDecision,
+    *,
+    storage: StorageConfig = ENVIRONMENT_ONLY,
+    listing_parallelism: int | None = None,
 ) -> VacuumOutcome:
     """Apply `decision`: raise retention properties if decided, then VACUUM (or nothing).
 
     Args:
         spark: The session.
         decision: From `plan_vacuum`.
+        storage: The lake's object-store options (the table's history is read with them;
+            default: the environment's settings alone).
         listing_parallelism: Tasks VACUUM lists the table with
             (`spark.sql.sources.parallelPartitionDiscovery.parallelism`, 10,000 by default:
             right for huge tables on a cluster, tens of wasted seconds on a small local one).
@@ -74,12 +81,13 @@ def execute_vacuum(
     session = new_session(spark)
     with scoped_conf(session, confs):
         session.sql(statement).collect()
-    return VacuumOutcome(decision, vacuumed=True, files_deleted=_files_deleted(decision.table))
+    deleted = _files_deleted(decision.table, storage)
+    return VacuumOutcome(decision, vacuumed=True, files_deleted=deleted)
 
 
-def _files_deleted(table: str) -> int | None:
+def _files_deleted(table: str, storage: StorageConfig) -> int | None:
     """numDeletedFiles of the latest VACUUM END commit (None when VACUUM logging is off)."""
-    for entry in open_delta_table(table).history(10):
+    for entry in open_delta_table(table, storage).history(10):
         if entry.get("operation") == "VACUUM END":
             metrics = entry.get("operationMetrics") or {}
             return int(metrics.get("numDeletedFiles", 0))

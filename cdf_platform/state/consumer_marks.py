@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from cdf_platform.core.errors import MarksLost, SourceNotFound
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import is_delta_table
 
@@ -134,8 +135,11 @@ def _from_transactions(
     return found
 
 
-def read_consumer_marks(table: str, consumer: str) -> ConsumerMarks | None:
-    """The watermarks `consumer` last committed to its table `table` (JVM-free).
+def read_consumer_marks(
+    table: str, consumer: str, *, storage: StorageConfig = ENVIRONMENT_ONLY
+) -> ConsumerMarks | None:
+    """The watermarks `consumer` last committed to its table `table` (JVM-free, with the
+    options `storage`, the lake's, gives it).
 
     None: the table does not exist, or no commit of the consumer is in its whole log (it was
     created, nothing written yet).
@@ -144,10 +148,10 @@ def read_consumer_marks(table: str, consumer: str) -> ConsumerMarks | None:
         MarksLost: the log was cleaned up past the consumer's last commit and no checksum
             lists its transactions.
     """
-    if not is_delta_table(table):
+    if not is_delta_table(table, storage):
         return None
     try:
-        log = DeltaLog(table)
+        log = DeltaLog(table, storage)
     except SourceNotFound:
         return None
     versions = log.commit_versions()

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.delta_tables import (
     create_delta_table,
     open_delta_table,
@@ -243,10 +244,19 @@ def delta_schema(schema: Mapping[str, str]) -> Any:
 
 class ControlTable:
     """The platform's control tables under `root` (`pipeline_state/` and `load_log/`; the
-    others once first written)."""
+    others once first written), and the object-store options of the lake they keep
+    (`storage`): what every reader of the lake's tables that is handed the control table opens
+    them with (the plan, the run, `status`, the checks and sensors).
 
-    def __init__(self, root: str) -> None:
+    Args:
+        root: The control tables' folder.
+        storage: The lake's object-store options, resolved (default: none, the environment's
+            settings alone).
+    """
+
+    def __init__(self, root: str, storage: StorageConfig = ENVIRONMENT_ONLY) -> None:
         self.root = root.rstrip("/")
+        self.storage = storage
 
     @property
     def state_path(self) -> str:
@@ -266,13 +276,13 @@ class ControlTable:
     def ensure(self) -> None:
         """Create both tables if missing."""
         for path, schema in ((self.state_path, STATE_SCHEMA), (self.log_path, LOG_SCHEMA)):
-            if not is_delta_table(path):
+            if not is_delta_table(path, self.storage):
                 self._create(path, schema)
 
     def _create(self, path: str, schema: Mapping[str, str]) -> None:
         def create() -> None:
             # mode="ignore": a concurrent creator that won the race leaves the table as wanted.
-            create_delta_table(path, delta_schema(schema), mode="ignore")
+            create_delta_table(path, self.storage, delta_schema(schema), mode="ignore")
 
         _retry_on_conflict(create, f"creating {path}")
 
@@ -280,7 +290,7 @@ class ControlTable:
         merged: list[DeltaTable] = []
 
         def merge() -> None:
-            table = open_delta_table(path)
+            table = open_delta_table(path, self.storage)
             merged[:] = [table]
             (
                 # merge_schema: a table written before a column was added takes it.
@@ -307,7 +317,7 @@ class ControlTable:
         to the next write."""
         from deltalake.exceptions import CommitFailedError
 
-        table = table or open_delta_table(path)
+        table = table or open_delta_table(path, self.storage)
         if len(table.file_uris()) <= COMPACT_AT_FILES:
             return
         try:
@@ -330,7 +340,7 @@ class ControlTable:
         self, name: str, location: str, table_id: str | None, *, located_by: str
     ) -> None:
         """Record (or replace) where the catalog name `name` was found."""
-        if not is_delta_table(self.locations_path):
+        if not is_delta_table(self.locations_path, self.storage):
             self._create(self.locations_path, LOCATION_SCHEMA)
         row = arrow_table(
             LOCATION_SCHEMA,
@@ -361,7 +371,7 @@ class ControlTable:
     ) -> None:
         """Record (or replace) that `consumer`, writing `consumer_table`, reads `input_table` as
         its input `input_id`."""
-        if not is_delta_table(self.consumers_path):
+        if not is_delta_table(self.consumers_path, self.storage):
             self._create(self.consumers_path, CONSUMER_SCHEMA)
         row = {
             "registration": f"{consumer} <- {input_id}",
@@ -387,11 +397,11 @@ class ControlTable:
     def append_maintenance(self, row: Mapping[str, Any]) -> None:
         """Append one maintenance-log row (`MAINTENANCE_SCHEMA`'s columns; `recorded_at` is
         now). A blind append: never conflicts."""
-        if not is_delta_table(self.maintenance_path):
+        if not is_delta_table(self.maintenance_path, self.storage):
             self._create(self.maintenance_path, MAINTENANCE_SCHEMA)
         table = arrow_table(MAINTENANCE_SCHEMA, [{**row, "recorded_at": datetime.now(UTC)}])
         _retry_on_conflict(
-            lambda: write_delta_table(self.maintenance_path, table, mode="append"),
+            lambda: write_delta_table(self.maintenance_path, self.storage, table, mode="append"),
             "maintenance log append",
         )
         self._keep_compact(self.maintenance_path)
@@ -408,17 +418,20 @@ class ControlTable:
         row = arrow_table(LOG_SCHEMA, [entry.as_row()])
         _retry_on_conflict(
             # schema_mode: a load log written before a column was added takes it.
-            lambda: write_delta_table(self.log_path, row, mode="append", schema_mode="merge"),
+            lambda: write_delta_table(
+                self.log_path, self.storage, row, mode="append", schema_mode="merge"
+            ),
             "load log append",
         )
         self._keep_compact(self.log_path)
 
     def _query(self, path: str, sql: str) -> list[dict[str, Any]]:
-        if not is_delta_table(path):
+        if not is_delta_table(path, self.storage):
             return []
         from deltalake import QueryBuilder
 
-        table = QueryBuilder().register("t", open_delta_table(path)).execute(sql).read_all()
+        opened = open_delta_table(path, self.storage)
+        table = QueryBuilder().register("t", opened).execute(sql).read_all()
         columns = [column.to_pylist() for column in table.columns]
         names = table.column_names
         return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]

@@ -24,6 +24,7 @@ from typing import Any
 
 from cdf_platform.core.errors import SourceNotFound
 from cdf_platform.core.spec_fingerprint import fingerprint_of
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.actions import TableMetadata
 from cdf_platform.deltalog.delta_tables import open_delta_table, store_errors_classified
 from cdf_platform.deltalog.log import DeltaLog
@@ -140,17 +141,20 @@ def parse_user_metadata(raw: object, pipeline_id: str) -> dict[str, Any] | None:
     return None
 
 
-def read_silver_state(target: str, pipeline_id: str) -> SilverState:
-    """Read the watermark of `pipeline_id` from silver's log (JVM-free).
+def read_silver_state(
+    target: str, pipeline_id: str, *, storage: StorageConfig = ENVIRONMENT_ONLY
+) -> SilverState:
+    """Read the watermark of `pipeline_id` from silver's log (JVM-free), with the options
+    `storage` (the lake's) gives `target`.
 
     The newest commits usually answer it (the log listing, silver's checksum and a commit or
     two: what a sensor can afford per pipeline on every tick); otherwise `deltalake` reads the
     table's whole state (checkpoint and all)."""
     try:
-        log = DeltaLog(target)
+        log = DeltaLog(target, storage)
     except SourceNotFound:
         return SilverState(False, None, 0, None, None, None)
-    return _from_newest_commits(log, pipeline_id) or _from_table_state(target, pipeline_id)
+    return _from_newest_commits(log, pipeline_id) or _from_table_state(target, pipeline_id, storage)
 
 
 def _generation_of(transaction_app_id: str, pipeline_id: str) -> int | None:
@@ -207,10 +211,10 @@ def _from_newest_commits(log: DeltaLog, pipeline_id: str) -> SilverState | None:
     return None
 
 
-def _from_table_state(target: str, pipeline_id: str) -> SilverState:
+def _from_table_state(target: str, pipeline_id: str, storage: StorageConfig) -> SilverState:
     """`pipeline_id`'s state from silver's whole table state, read by `deltalake` (`target` is
     a Delta table: `read_silver_state` has listed its log already)."""
-    table = open_delta_table(target)
+    table = open_delta_table(target, storage)
     owner = table.metadata().configuration.get(OWNER_PROPERTY)
     generation = 0
     watermark = table.transaction_version(app_id(pipeline_id, 0))
@@ -236,9 +240,12 @@ def _from_table_state(target: str, pipeline_id: str) -> SilverState:
     )
 
 
-def advance_watermark(target: str, app: str, version: int, metadata: str) -> bool | None:
+def advance_watermark(
+    target: str, app: str, version: int, metadata: str, *, storage: StorageConfig
+) -> bool | None:
     """Commit the watermark `version` of txn app id `app` to silver `target` with no data, by
-    `deltalake` (no JVM): a commit of a `txn` action and `metadata` as its `userMetadata`, what
+    `deltalake` (no JVM, with the options `storage` gives `target`): a commit of a `txn`
+    action and `metadata` as its `userMetadata`, what
     a Spark write of no rows would commit. For a range of bronze commits that change no row.
 
     The txn is checked against the snapshot the commit is made on, and a concurrent commit is
@@ -256,12 +263,12 @@ def advance_watermark(target: str, app: str, version: int, metadata: str) -> boo
     from deltalake import CommitProperties, PostCommitHookProperties, Transaction
     from deltalake.exceptions import CommitFailedError
 
-    table = open_delta_table(target)
+    table = open_delta_table(target, storage)
     held = table.transaction_version(app)
     if held is not None and held >= version:
         return False
     try:
-        with store_errors_classified(target):
+        with store_errors_classified(target, storage):
             table.create_write_transaction(
                 [],
                 mode="append",

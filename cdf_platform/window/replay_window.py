@@ -23,6 +23,7 @@ import bisect
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.window.criteria import (
     ReplayCriteria,
@@ -131,7 +132,11 @@ class ReplayWindow:
 
 
 def compute_replay_window(
-    table_path: str, now: datetime | None = None, *, log: DeltaLog | None = None
+    table_path: str,
+    now: datetime | None = None,
+    *,
+    log: DeltaLog | None = None,
+    storage: StorageConfig = ENVIRONMENT_ONLY,
 ) -> ReplayWindow:
     """The exact replay window of the Delta table at `table_path` at instant `now`.
 
@@ -140,12 +145,13 @@ def compute_replay_window(
         now: The instant to evaluate the time-travel limit at; defaults to the current time.
             A naive datetime is taken as UTC.
         log: The table's log, when the caller has already listed it.
+        storage: The lake's object-store options, to list the log with otherwise.
 
     Raises:
         SourceNotFound: the path holds no Delta table.
     """
     moment = as_utc(now)
-    log = log or DeltaLog(table_path)
+    log = log or DeltaLog(table_path, storage)
     latest = log.latest_metadata()
     criteria = ReplayCriteria(log, moment, log.deleted_file_retention())
     return ReplayWindow(

@@ -219,7 +219,10 @@ _SURVIVOR = textwrap.dedent(
 
     lake = LakeLayout.from_environment().bound()
     spark = SparkResource(remote=os.environ["CDF_SPARK_REMOTE"])
-    runner = PipelineRunner(lake.control(), lambda short: spark.session_for_run(short=short))
+    control = lake.control()
+    runner = PipelineRunner(
+        control, lambda short: spark.session_for_run(short=short, storage=control.storage)
+    )
     spec = lake.spec("lost")
     print(json.dumps({"first": runner.run(spec).mode.value}), flush=True)
     sys.stdin.readline()  # the engine is killed and restarted meanwhile

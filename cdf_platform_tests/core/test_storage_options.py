@@ -1,16 +1,16 @@
 """Storage options by location prefix: the longest prefix wins at a path boundary, secrets are
-environment references read when the options are put in use, and every malformed entry is an
+environment references read when the configuration is resolved, and every malformed entry is an
 `InvalidStorageConfig` naming what to fix."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from cdf_platform.core.active_storage import options_for, use_storage_config
 from cdf_platform.core.errors import InvalidPipelineSpec, InvalidStorageConfig
 from cdf_platform.core.spec_file import load_specs, load_storage
 from cdf_platform.core.storage_options import (
@@ -79,34 +79,28 @@ def test_every_option_has_its_keys_and_a_description() -> None:
     assert "hush" not in repr(StoreOptions(secret_access_key="hush", session_token="hush"))
 
 
-def test_environment_references_are_read_when_put_in_use(
+def test_environment_references_are_read_when_the_configuration_is_resolved(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     config = _config()
     unread = config.entry_for("abfss://silver@acct.dfs.core.windows.net/t")
     assert unread is not None and unread.options.account_key == EnvRef(env="ACCT_KEY")
     monkeypatch.setenv("ACCT_KEY", "from-the-environment")
-    previous = use_storage_config(config)
-    try:
-        entry = options_for("abfss://silver@acct.dfs.core.windows.net/t")
-        assert entry is not None
-        assert entry.deltalake_options()["azure_storage_account_key"] == "from-the-environment"
-    finally:
-        use_storage_config(previous)
+    entry = config.resolved(os.environ).entry_for("abfss://silver@acct.dfs.core.windows.net/t")
+    assert entry is not None
+    assert entry.deltalake_options()["azure_storage_account_key"] == "from-the-environment"
 
 
 def test_a_missing_environment_variable_names_prefix_option_and_variable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("ACCT_KEY", raising=False)
-    before = options_for("s3://lake-a/x")
     with pytest.raises(InvalidStorageConfig) as caught:
-        use_storage_config(_config())
+        _config().resolved(os.environ)
     message = str(caught.value)
     assert "abfss://silver@acct.dfs.core.windows.net (pipelines.yaml)" in message
     assert "`account_key`" in message and "ACCT_KEY, which is not set" in message
     assert "What to do: set ACCT_KEY" in message
-    assert options_for("s3://lake-a/x") == before  # nothing was put in use
 
 
 @pytest.mark.parametrize(

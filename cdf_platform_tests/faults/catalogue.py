@@ -21,7 +21,6 @@ from arro3.core import Array, DataType, Table
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
-from cdf_platform.core.active_storage import use_storage_config
 from cdf_platform.core.errors import (
     FIX_SPEC_FIELD,
     CatalogManagedSource,
@@ -36,12 +35,14 @@ from cdf_platform.core.errors import (
     TargetOwnershipConflict,
     UnsafeSparkConfig,
 )
+from cdf_platform.core.lake import Lake
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_file import find_spec, load_specs, load_storage
+from cdf_platform.core.spec_file import find_spec, load_specs
 from cdf_platform.demo.services import free_port
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.run import PipelineRunner
-from cdf_platform.spark.session import SparkSettings, build_spark_session
+from cdf_platform.spark.session import build_spark_session
+from cdf_platform.spark.session_conf import SparkSettings
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import OWNER_PROPERTY
 from cdf_platform_testkit.faults.bronze_model import CDF, BronzeTable, arrow_table
@@ -175,13 +176,13 @@ def _file_case(case: str, given: str, text: str, fix: str) -> BadInput:
 
 
 def _storage_case(case: str, given: str, storage: dict[str, Any], fix: str) -> BadInput:
-    """A pipelines file whose `storage:` section is wrong: refused when the options are put in
-    use, as the command line does after reading the file."""
+    """A pipelines file whose `storage:` section is wrong: refused when the lake is loaded, as
+    the command line does when it reads the file."""
 
     def act(lake: BadInputLake) -> object:
         lake.write_pipelines({"pipelines": [VALID], "storage": storage})
         load_specs(lake.pipelines, lake_root=str(lake.root))
-        return use_storage_config(load_storage(lake.pipelines))
+        return Lake.load(lake_root=str(lake.root), pipelines_file=str(lake.pipelines))
 
     return BadInput(case, given, InvalidStorageConfig, fix, act=act)
 

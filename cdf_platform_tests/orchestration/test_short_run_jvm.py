@@ -14,12 +14,12 @@ from pyspark.sql import SparkSession
 from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform.planning.plan import RunMode, plan_run
 from cdf_platform.run import PipelineRunner
-from cdf_platform.spark.session import (
+from cdf_platform.spark.session import submit_opts
+from cdf_platform.spark.session_conf import (
     SHORT_RUN_JAVA_OPTIONS,
     SUBMIT_OPTS_ENV,
     SparkSettings,
     short_run_java_options,
-    submit_opts,
 )
 from cdf_platform_tests.bronze import control_for, make_bronze, spec_for, sql
 from cdf_platform_tests.cli_process import python_json

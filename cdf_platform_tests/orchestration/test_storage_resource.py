@@ -1,30 +1,22 @@
 """Storage options on the `lake` resource: typed per prefix beside the pipelines file's
-`storage:` section, secrets as `dg.EnvVar`, put in use when a run initialises the resource,
-and a missing variable or a prefix configured twice is an `InvalidStorageConfig`."""
+`storage:` section, secrets as `dg.EnvVar`, read into the resource's `Lake` (whose control
+table carries them to every reader) when a run initialises it, and a missing variable or a
+prefix configured twice is an `InvalidStorageConfig`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
 import pytest
 import yaml
 
-from cdf_platform.core.active_storage import options_for, use_storage_config
 from cdf_platform.core.errors import InvalidPipelineSpec, InvalidStorageConfig
-from cdf_platform.core.storage_options import EnvRef, StorageConfig, StoreOptions
+from cdf_platform.core.storage_options import EnvRef, StoreOptions
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.orchestration.storage_options import StorageOptionsConfig
 
 PIPELINE = {"id": "p", "source": "s3://lake-a/bronze/p", "target": "s3://lake-b/p", "keys": ["id"]}
-
-
-@pytest.fixture(autouse=True)
-def _restore_storage_config() -> Iterator[None]:
-    previous = use_storage_config(StorageConfig())
-    yield
-    use_storage_config(previous)
 
 
 def _layout(tmp_path: Path, **storage: StorageOptionsConfig) -> LakeLayout:
@@ -62,12 +54,14 @@ def test_resource_and_file_options_are_one_configuration_with_env_vars_read_late
     bound = layout.bound()
     assert bound.storage["s3://lake-b"].secret_access_key == "sb"
     assert isinstance(layout.storage["s3://lake-b"].secret_access_key, dg.EnvVar)
-    assert options_for("s3a://lake-b/p") is None  # binding reads; it puts nothing in use
-    bound.use_storage()
-    in_use = options_for("s3a://lake-b/p")
-    assert in_use is not None and in_use.deltalake_options()["aws_secret_access_key"] == "sb"
-    lake_a = options_for("s3://lake-a/bronze/p")
+    storage = layout.control().storage  # the lake's, read now, carried by its control table
+    lake_b = storage.entry_for("s3a://lake-b/p")
+    assert lake_b is not None and lake_b.deltalake_options()["aws_secret_access_key"] == "sb"
+    lake_a = storage.entry_for("s3://lake-a/bronze/p")
     assert lake_a is not None and lake_a.origin == str(tmp_path / "pipelines.yaml")
+    # What the resource gives the Spark resource it builds keeps the reference, not the value.
+    config = StorageOptionsConfig.of_config(layout.storage_config())
+    assert config["s3://lake-b"].secret_access_key == dg.EnvVar("LAKE_B_SECRET")
 
 
 def test_a_missing_env_var_of_the_resource_is_classified(
@@ -102,15 +96,15 @@ def test_a_prefix_in_the_file_and_the_resource_is_refused(tmp_path: Path) -> Non
         wrong_store.storage_config()
 
 
-def test_a_run_puts_the_lake_options_in_use(tmp_path: Path) -> None:
+def test_a_run_reads_the_lake_options_from_its_resource(tmp_path: Path) -> None:
     @dg.asset
     def endpoints(lake: LakeLayout) -> dg.MaterializeResult:
-        seen = {bucket: options_for(f"s3://{bucket}/t") for bucket in ("lake-a", "lake-b")}
+        storage = lake.control().storage
+        seen = {bucket: storage.entry_for(f"s3://{bucket}/t") for bucket in ("lake-a", "lake-b")}
         return dg.MaterializeResult(
             metadata={b: str(e.options.endpoint) if e else "none" for b, e in seen.items()}
         )
 
-    assert options_for("s3://lake-b/t") is None
     result = dg.materialize([endpoints], resources={"lake": _layout(tmp_path, **_lake_b("sb"))})
     (materialization,) = result.asset_materializations_for_node("endpoints")
     assert {k: v.value for k, v in materialization.metadata.items()} == {

@@ -10,6 +10,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import CatalogManagedSource
 from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.storage import LIST_PAGE_SIZE, ObjectStorage, open_storage
 from cdf_platform.deltalog.tables import holds_foreign_files, is_delta_table
@@ -83,7 +84,7 @@ def test_a_long_log_is_listed_once_and_read_in_a_few_sweeps(
     remote = f"{s3_lake}/bronze"
     upload_folder(local, remote)
 
-    storage = open_storage(remote)
+    storage = open_storage(remote, ENVIRONMENT_ONLY)
     assert isinstance(storage, ObjectStorage)
     answered_before = s3_server.request_count()
     window = compute_replay_window(remote, log=DeltaLog(remote, storage))
@@ -110,7 +111,7 @@ def test_a_long_log_is_listed_once_and_read_in_a_few_sweeps(
     # and fetches only the one committed since.
     write_synthetic_commits(local, 1_200, 1_200)
     upload_folder(local, remote)
-    again = open_storage(remote)
+    again = open_storage(remote, ENVIRONMENT_ONLY)
     window = compute_replay_window(remote, log=DeltaLog(remote, again))
     assert window.latest_version == 1_200
     assert window.earliest_replayable_version == 0
@@ -129,17 +130,17 @@ def test_a_rewritten_commit_object_is_read_again_not_served_from_the_cache(
 
 
 def test_table_facts_on_s3(s3_lake: str, spark: SparkSession, lake: Path) -> None:
-    assert not is_delta_table(f"{s3_lake}/nothing")
-    assert not holds_foreign_files(f"{s3_lake}/nothing")
+    assert not is_delta_table(f"{s3_lake}/nothing", ENVIRONMENT_ONLY)
+    assert not holds_foreign_files(f"{s3_lake}/nothing", ENVIRONMENT_ONLY)
     (lake / "export.csv").write_text("id\n1\n")
     upload_folder(lake, f"{s3_lake}/foreign")  # a file, no _delta_log
-    assert holds_foreign_files(f"{s3_lake}/foreign")
+    assert holds_foreign_files(f"{s3_lake}/foreign", ENVIRONMENT_ONLY)
     make_bronze(spark, str(lake / "t"), [(1, "ada", 10)])
     upload_folder(lake / "t", f"{s3_lake}/t")
-    assert is_delta_table(f"{s3_lake}/t")
-    assert not holds_foreign_files(f"{s3_lake}/t")
+    assert is_delta_table(f"{s3_lake}/t", ENVIRONMENT_ONLY)
+    assert not holds_foreign_files(f"{s3_lake}/t", ENVIRONMENT_ONLY)
     # s3:// and s3a:// name the same objects.
-    assert is_delta_table(f"{s3_lake.replace('s3a://', 's3://')}/t")
+    assert is_delta_table(f"{s3_lake.replace('s3a://', 's3://')}/t", ENVIRONMENT_ONLY)
 
 
 @pytest.mark.parametrize("feature", ["catalogManaged", "catalogOwned-preview"])

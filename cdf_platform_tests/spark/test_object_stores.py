@@ -9,7 +9,6 @@ import signal
 
 import pytest
 
-from cdf_platform.core.active_storage import use_storage_config
 from cdf_platform.core.errors import InvalidStorageConfig
 from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.demo.local_s3 import LocalS3Server
@@ -20,7 +19,7 @@ from cdf_platform.spark.object_stores import (
     object_store_schemes,
     storage_hadoop_conf,
 )
-from cdf_platform.spark.session import SparkSettings, spark_conf
+from cdf_platform.spark.session_conf import SparkSettings, spark_conf
 from cdf_platform_testkit.processes import descendants
 
 
@@ -158,15 +157,11 @@ def test_two_prefixes_of_one_bucket_must_agree_for_spark() -> None:
         storage_hadoop_conf(storage)
 
 
-def test_a_session_gets_the_connectors_and_options_of_the_configuration_in_use() -> None:
+def test_a_session_gets_the_connectors_and_options_of_its_lake_configuration() -> None:
     storage = StorageConfig.parse(
         {"s3://lake-b": {"endpoint": "http://127.0.0.1:9002"}}, origin="pipelines.yaml"
     )
-    previous = use_storage_config(storage)
-    try:
-        conf = spark_conf(SparkSettings(storage_locations=("/lake",)))
-    finally:
-        use_storage_config(previous)
+    conf = spark_conf(SparkSettings(storage_locations=("/lake",), storage=storage))
     # A catalog table may live on a configured bucket no path names: its connector is loaded.
     assert "org.apache.hadoop:hadoop-aws:3.5.0" in conf["spark.jars.packages"].split(",")
     assert conf["spark.hadoop.fs.s3a.bucket.lake-b.endpoint"] == "http://127.0.0.1:9002"

@@ -9,20 +9,21 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from cdf_platform.core.active_storage import use_storage_config
 from cdf_platform.core.errors import RuntimeEnvironmentError, UnsafeSparkConfig
 from cdf_platform.core.sql import sql_path
 from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform.spark import session as session_mod
 from cdf_platform.spark.session import (
-    SparkSettings,
     assert_safe_spark_config,
     build_spark_session,
-    delta_maven_coordinate,
     java_major_version,
-    local_cores,
     require_java,
+)
+from cdf_platform.spark.session_conf import (
+    SparkSettings,
+    delta_maven_coordinate,
+    local_cores,
     spark_conf,
 )
 
@@ -170,8 +171,8 @@ def test_session_that_ignores_missing_files_is_refused(spark: SparkSession) -> N
 def test_a_reused_session_gets_the_storage_options_and_spark_config_still_wins(
     spark: SparkSession, spark_resource: SparkResource
 ) -> None:
-    """A session the platform reuses (its context started before the options were put in
-    use) gets them in its Hadoop conf; a `spark.hadoop.*` of `spark_config` keeps its value."""
+    """A session the platform reuses (its context started before a lake's options reached
+    it) gets them in its Hadoop conf; a `spark.hadoop.*` of `spark_config` keeps its value."""
     scoped = "fs.s3a.bucket.reused-lake"
     storage = StorageConfig.parse(
         {"s3://reused-lake": {"endpoint": "http://127.0.0.1:9", "region": "r-options"}},
@@ -179,11 +180,7 @@ def test_a_reused_session_gets_the_storage_options_and_spark_config_still_wins(
     )
     settings = spark_resource.settings()
     pinned = {**settings.extra_conf, f"spark.hadoop.{scoped}.endpoint.region": "r-spark-config"}
-    previous = use_storage_config(storage)
-    try:
-        session = build_spark_session(replace(settings, extra_conf=pinned))
-    finally:
-        use_storage_config(previous)
+    session = build_spark_session(replace(settings, extra_conf=pinned, storage=storage))
     assert session.sparkContext is spark.sparkContext
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
     assert hadoop.get(f"{scoped}.endpoint") == "http://127.0.0.1:9"

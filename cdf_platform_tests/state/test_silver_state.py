@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import CommitProperties, Transaction, write_deltalake
 
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.state.watermark import (
     NEWEST_SCAN,
@@ -52,7 +53,7 @@ def commit(table: Path, row: int, *, stamp: tuple[int, int] | None, described: b
 def states(table: Path) -> tuple[SilverState | None, SilverState]:
     """The state from the newest commits (None: not there) and from the whole table."""
     return _from_newest_commits(DeltaLog(str(table)), PIPELINE), _from_table_state(
-        str(table), PIPELINE
+        str(table), PIPELINE, ENVIRONMENT_ONLY
     )
 
 

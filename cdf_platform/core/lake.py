@@ -1,0 +1,138 @@
+"""`Lake`: one lake as a front door resolves it, once: where it is, where its control tables
+and pipelines file are, how its object stores are reached and which Spark serves it.
+
+The command line, the Dagster definitions (`LakeLayout.lake`, the Component) and the demo each
+build one and pass it down: the storage options travel with the lake (`ControlTable.storage`,
+`SparkSettings.storage`) to every reader of a location, so two lakes with different stores can
+live in one process.
+
+Example:
+    >>> lake = Lake.load(lake_root="s3://lake-a/lake")
+    >>> lake.control_root
+    's3://lake-a/lake/_control'
+    >>> lake.storage.entry_for("s3://lake-a/lake/bronze/orders") is None
+    True
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from cdf_platform.core.config import (
+    DEFAULT_MASTER,
+    PIPELINES_FILE_ENV,
+    LakeEnvironment,
+    control_root_under,
+    resolve_root,
+)
+from cdf_platform.core.errors import InvalidPipelineSpec
+from cdf_platform.core.spec import PipelineSpec, storage_locations
+from cdf_platform.core.spec_file import load_specs, load_storage
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+
+
+@dataclass(frozen=True)
+class Lake:
+    """A lake's roots, pipelines file, object-store options and Spark, resolved.
+
+    Attributes:
+        lake_root: The folder or URI relative `source`/`target` locations are resolved against
+            (absolute, `resolve_root`).
+        control_root: The control tables' folder (absolute).
+        pipelines_file: The pipelines YAML file; None when the pipelines are declared
+            elsewhere (a Component's defs.yaml).
+        storage: The object-store options of the lake's locations, `{env: NAME}` values read:
+            the pipelines file's `storage:` section and the ones given (the lake resource's).
+        master: The Spark master URL a session started in the process uses.
+        remote: A Spark Connect URL, or None: Spark runs in the process.
+    """
+
+    lake_root: str
+    control_root: str
+    pipelines_file: str | None = None
+    storage: StorageConfig = ENVIRONMENT_ONLY
+    master: str = DEFAULT_MASTER
+    remote: str | None = None
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        lake_root: str,
+        control_root: str | None = None,
+        pipelines_file: str | None = None,
+        storage: StorageConfig = ENVIRONMENT_ONLY,
+        master: str = DEFAULT_MASTER,
+        remote: str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> Lake:
+        """The lake these values describe: roots resolved, the pipelines file's `storage:`
+        section (when the file exists) merged with `storage` and its references read from
+        `environ` (default: the process environment).
+
+        Raises:
+            InvalidStorageConfig: a malformed entry, a prefix configured in both, or a
+                referenced variable that is not set.
+            InvalidPipelineSpec: the pipelines file is not YAML.
+        """
+        root = resolve_root(lake_root)
+        from_file = ENVIRONMENT_ONLY
+        if pipelines_file is not None and Path(pipelines_file).is_file():
+            from_file = load_storage(pipelines_file)
+        return cls(
+            lake_root=root,
+            control_root=resolve_root(control_root) if control_root else control_root_under(root),
+            pipelines_file=pipelines_file,
+            storage=from_file.merged(storage).resolved(os.environ if environ is None else environ),
+            master=master,
+            remote=remote,
+        )
+
+    @classmethod
+    def from_environment(
+        cls,
+        *,
+        lake_root: str | None = None,
+        control_root: str | None = None,
+        pipelines_file: str | None = None,
+        storage: StorageConfig = ENVIRONMENT_ONLY,
+    ) -> Lake:
+        """The lake the environment configures, the values given taking precedence over
+        their variables (`LakeEnvironment`); `storage`: options besides the pipelines file's.
+
+        Raises:
+            InvalidStorageConfig, InvalidPipelineSpec: see `load`.
+        """
+        env = LakeEnvironment.resolve(
+            lake_root=lake_root, control_root=control_root, pipelines_file=pipelines_file
+        )
+        return cls.load(
+            lake_root=env.lake_root.value,
+            control_root=env.control_root_path,
+            pipelines_file=env.pipelines_file.value,
+            storage=storage,
+            master=env.master.value,
+            remote=env.remote.value if env.remote else None,
+        )
+
+    def specs(self) -> list[PipelineSpec]:
+        """Every pipeline of the pipelines file, locations resolved under the lake root.
+
+        Raises:
+            InvalidPipelineSpec: the file is missing or holds an invalid spec, or the lake
+                names no file (its pipelines are declared in a Component's defs.yaml).
+        """
+        if self.pipelines_file is None:
+            raise InvalidPipelineSpec(
+                "this lake names no pipelines file",
+                action="read the pipelines from the Component's defs.yaml, or set "
+                f"pipelines_file (${PIPELINES_FILE_ENV})",
+            )
+        return load_specs(self.pipelines_file, lake_root=self.lake_root)
+
+    def storage_locations(self, specs: list[PipelineSpec]) -> list[str]:
+        """Every location `specs` touch: lake and control roots, sources and targets."""
+        return storage_locations(specs, self.lake_root, self.control_root)
