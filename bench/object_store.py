@@ -42,7 +42,8 @@ from bench.workload import spec_for
 from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StoreOptions, storage_entry
 from cdf_platform.deltalog.commit_cache import CACHE_ENV, CommitCache
 from cdf_platform.deltalog.log import DeltaLog
-from cdf_platform.deltalog.storage import ObjectStorage, open_storage
+from cdf_platform.deltalog.object_storage import ObjectStorage
+from cdf_platform.deltalog.storage import open_storage
 from cdf_platform.demo.local_s3 import LocalS3Server
 from cdf_platform.spark.session import build_spark_session
 from cdf_platform.spark.session_conf import SparkSettings

@@ -1,13 +1,13 @@
 """A read-only, JVM-free view of a Delta table's `_delta_log`.
 
 Everything here goes through one storage layer (`cdf_platform.deltalog.storage`: a local folder
-or an object store): the log folder is listed once when a `DeltaLog` is built, commit files are
-parsed on demand and cached (fetched a batch at a time, concurrently, from an object store), and
-the table's data files are listed once (on first use) into a set, so questions about thousands
-of commits are answered without starting Spark and without one request per file. The only
-table state kept outside commit files is the `metaData` and `protocol` of a checkpoint; they are
-read from the version's `.crc` checksum (plain JSON that delta-spark writes beside each commit)
-or, failing that, through the `deltalake` package.
+or an object store): the log folder is listed once when a `DeltaLog` is built
+(`cdf_platform.deltalog.log_listing`), commit files are parsed on demand and cached (fetched a
+batch at a time, concurrently, from an object store), and the table's data files are listed once
+(on first use) into a set, so questions about thousands of commits are answered without starting
+Spark and without one request per file. The only table state kept outside commit files is the
+`metaData` and `protocol` of a checkpoint (`cdf_platform.deltalog.checkpoint_state`): read from
+the version's `.crc` checksum or, failing that, through the `deltalake` package.
 
 Example:
     >>> log = DeltaLog("/lake/bronze/orders")  # doctest: +SKIP
@@ -20,18 +20,16 @@ Example:
 from __future__ import annotations
 
 import bisect
-import json
-import logging
-import re
 from collections.abc import Mapping
 from datetime import timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import SourceLogDamaged, SourceNotFound
 from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.actions import Commit, TableMetadata, TableProtocol, parse_commit
-from cdf_platform.deltalog.delta_tables import open_delta_table
+from cdf_platform.deltalog.checkpoint_state import CheckpointState
+from cdf_platform.deltalog.log_listing import LogListing
+from cdf_platform.deltalog.object_storage import ObjectStorage
 from cdf_platform.deltalog.retention import (
     DEFAULT_DELETED_FILE_RETENTION,
     DEFAULT_LOG_RETENTION,
@@ -39,18 +37,8 @@ from cdf_platform.deltalog.retention import (
     LOG_RETENTION_KEY,
     parse_interval,
 )
-from cdf_platform.deltalog.storage import LOG_FOLDER, ObjectStorage, TableStorage, open_storage
-
-if TYPE_CHECKING:
-    from deltalake import DeltaTable
-
-logger = logging.getLogger(__name__)
-
-_COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
-_CLASSIC_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
-_MULTIPART_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet$")
-_V2_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.[0-9a-fA-F-]{36}\.(?:json|parquet)$")
-_CHECKSUM_FILE = re.compile(r"^(\d{20})\.crc$")
+from cdf_platform.deltalog.storage import open_storage
+from cdf_platform.deltalog.table_storage import LOG_FOLDER, TableStorage
 
 
 class DeltaLog:
@@ -88,56 +76,31 @@ class DeltaLog:
     ) -> None:
         if isinstance(storage, StorageConfig):
             self.storage = open_storage(table_path, storage)
-            self._config = storage
+            config = storage
         else:
             self.storage = storage
             entry = storage.options if isinstance(storage, ObjectStorage) else None
-            self._config = StorageConfig(() if entry is None else (entry,))
+            config = StorageConfig(() if entry is None else (entry,))
         self.table_path = self.storage.root
         self.log_path = f"{self.table_path}/{LOG_FOLDER}"
-        self._commit_mtime_ms: dict[int, int] = {}
-        self._checkpoints: tuple[int, ...] = ()
-        self._checksums: set[int] = set()
-        if not self._list_log():
+        listing = LogListing(self.storage.list_log())
+        if not listing.entries:
             raise SourceNotFound("no _delta_log folder, or an empty one", table=table_path)
-        if not self._commit_mtime_ms and not self._checkpoints:
+        if not listing.commit_mtime_ms and not listing.checkpoints:
             raise SourceNotFound(
                 "no Delta commit or checkpoint found in _delta_log", table=table_path
             )
-        self._versions = tuple(sorted(self._commit_mtime_ms))
-        self._runs = _contiguous_runs(self._versions)
-        self._run_starts = [start for start, _ in self._runs]
+        self._listing = listing
+        self._commit_mtime_ms = listing.commit_mtime_ms
+        self._versions = listing.versions
+        self._checkpoints = listing.checkpoints
+        self._state = CheckpointState(self.storage, config, listing.checksums)
         self._commits: dict[int, Commit] = {}
         self._metadata: dict[int, TableMetadata | None] = {}
         # The size and the version range of the last block read: a miss just past either end
         # continues that walk, and only then does the next block grow.
         self._read_ahead = self.FETCH_BATCH
         self._last_block: tuple[int, int] | None = None
-
-    def _list_log(self) -> int:
-        """List `_delta_log` once; the number of entries it holds."""
-        entries = self.storage.list_log()
-        classic: set[int] = set()
-        v2: set[int] = set()
-        parts: dict[tuple[int, int], set[int]] = {}
-        for entry in entries:
-            name = entry.name
-            if match := _COMMIT_FILE.match(name):
-                self._commit_mtime_ms[int(match.group(1))] = entry.modified_ms
-            elif match := _CLASSIC_CHECKPOINT.match(name):
-                classic.add(int(match.group(1)))
-            elif match := _MULTIPART_CHECKPOINT.match(name):
-                key = (int(match.group(1)), int(match.group(3)))
-                parts.setdefault(key, set()).add(int(match.group(2)))
-            elif match := _V2_CHECKPOINT.match(name):
-                v2.add(int(match.group(1)))
-            elif match := _CHECKSUM_FILE.match(name):
-                self._checksums.add(int(match.group(1)))
-        # A multi-part checkpoint counts only with every part present (Delta's
-        # getLatestCompleteCheckpointFromList); a UUID-named (v2) one by its top-level file.
-        complete_parts = {v for (v, n), seen in parts.items() if seen == set(range(1, n + 1))}
-        self._checkpoints = tuple(sorted(classic | v2 | complete_parts))
-        return len(entries)
 
     # -- versions -------------------------------------------------------------------------
 
@@ -159,18 +122,11 @@ class DeltaLog:
 
     def first_missing_commit(self, start: int, end: int) -> int | None:
         """The smallest version in [start, end] whose commit file is absent, or None."""
-        if start > end:
-            return None
-        index = bisect.bisect_right(self._run_starts, start) - 1
-        if index < 0 or self._runs[index][1] < start:
-            return start
-        run_end = self._runs[index][1]
-        return None if run_end >= end else run_end + 1
+        return self._listing.first_missing_commit(start, end)
 
     def latest_checkpoint_at_or_before(self, version: int) -> int | None:
         """The newest complete checkpoint version <= `version`, or None."""
-        index = bisect.bisect_right(self._checkpoints, version) - 1
-        return self._checkpoints[index] if index >= 0 else None
+        return self._listing.latest_checkpoint_at_or_before(version)
 
     def snapshot_gap(self, version: int) -> int | None:
         """The commit that stops Delta from building the snapshot at `version`, or None.
@@ -266,7 +222,7 @@ class DeltaLog:
                 result = found
                 break
             if current in self._checkpoints:
-                result = self._checkpoint_metadata(current)
+                result = self._state.metadata(current)
                 break
             if not self.has_commit(current):
                 break
@@ -275,51 +231,10 @@ class DeltaLog:
             self._metadata[seen] = result
         return result
 
-    def _checksum_metadata(self, version: int) -> TableMetadata | None:
-        """The metadata recorded in the `.crc` checksum of `version`, if there is one."""
-        # delta-spark writes a VersionChecksum (.crc, JSON) with the full metadata beside each
-        # commit and reads it itself as a fast path for protocol and metadata.
-        checksum = self._checksum(version)
-        found = checksum.get("metadata") if checksum else None
-        return TableMetadata.from_action(found) if isinstance(found, dict) else None
-
     def checksum(self, version: int) -> dict[str, object] | None:
         """The parsed `.crc` checksum of `version` (delta-spark's table state summary: metadata,
         protocol, and often the idempotent-write transactions), or None when absent."""
-        return self._checksum(version)
-
-    def _checksum(self, version: int) -> dict[str, object] | None:
-        """The parsed `.crc` checksum of `version`, or None when absent or unreadable."""
-        if version not in self._checksums:
-            return None
-        name = f"{LOG_FOLDER}/{version:020d}.crc"
-        try:
-            checksum = json.loads(self.storage.read(name))
-        except (OSError, ValueError):
-            logger.warning("unreadable checksum %s/%s", self.table_path, name)
-            return None
-        return checksum if isinstance(checksum, dict) else None
-
-    def _checkpoint_metadata(self, version: int) -> TableMetadata:
-        """The metadata of the table state at checkpoint `version`."""
-        from_checksum = self._checksum_metadata(version)
-        if from_checksum is not None:
-            return from_checksum
-        table = self._deltalake_table(version)
-        meta = table.metadata()
-        return TableMetadata(
-            table_id=str(meta.id),
-            schema=json.loads(table.schema().to_json()),
-            partition_columns=tuple(meta.partition_columns),
-            configuration=dict(meta.configuration),
-        )
-
-    def _deltalake_table(self, version: int) -> DeltaTable:
-        """The table at `version` through `deltalake`, for state only a Parquet checkpoint
-        holds: it has a Parquet reader (pyarrow is absent). deltalake 1.6 loads the file list
-        too (its `without_files` is ignored): slower, but only reached for checkpoints without
-        a checksum. Object-store options are the location's, as for our own reads."""
-        return open_delta_table(self.table_path, self._config, version=version)
+        return self._state.checksum(version)
 
     def latest_protocol(self) -> TableProtocol:
         """The protocol (reader/writer versions and features) at the latest version.
@@ -331,7 +246,7 @@ class DeltaLog:
             SourceLogDamaged: a commit is gone so that no protocol reaches the latest version.
         """
         latest = self.latest_version()
-        from_checksum = self._checksum_protocol(latest)
+        from_checksum = self._state.checksum_protocol(latest)
         if from_checksum is not None:
             return from_checksum
         current = latest
@@ -348,23 +263,7 @@ class DeltaLog:
                 "_delta_log and no checkpoint or checksum after it records the protocol",
                 table=self.table_path,
             )
-        return self._checksum_protocol(current) or self._deltalake_protocol(current)
-
-    def _checksum_protocol(self, version: int) -> TableProtocol | None:
-        """The protocol recorded in the `.crc` checksum of `version`, if there is one."""
-        checksum = self._checksum(version)
-        found = checksum.get("protocol") if checksum else None
-        return TableProtocol.from_action(found) if isinstance(found, dict) else None
-
-    def _deltalake_protocol(self, version: int) -> TableProtocol:
-        """The protocol of the table state at checkpoint `version`, read by `deltalake`."""
-        protocol = self._deltalake_table(version).protocol()
-        return TableProtocol(
-            min_reader_version=protocol.min_reader_version,
-            min_writer_version=protocol.min_writer_version,
-            reader_features=tuple(protocol.reader_features or ()),
-            writer_features=tuple(protocol.writer_features or ()),
-        )
+        return self._state.protocol(current)
 
     def latest_metadata(self) -> TableMetadata:
         """The metadata at the latest version.
@@ -375,7 +274,7 @@ class DeltaLog:
         latest = self.latest_version()
         # A commit missing below the latest (criterion 2) breaks the walk back to a metaData
         # action; the latest checksum still records the current metadata.
-        metadata = self.metadata_at(latest) or self._checksum_metadata(latest)
+        metadata = self.metadata_at(latest) or self._state.checksum_metadata(latest)
         if metadata is None:
             raise SourceLogDamaged(
                 f"no metaData reaches version {self.latest_version()}: a commit is gone from "
@@ -460,14 +359,3 @@ class DeltaLog:
         if relative is None:
             return self.storage.exists_outside(path)
         return relative in self.table_files
-
-
-def _contiguous_runs(versions: tuple[int, ...]) -> list[tuple[int, int]]:
-    """[(first, last), ...] of the runs of consecutive versions in sorted `versions`."""
-    runs: list[tuple[int, int]] = []
-    for version in versions:
-        if runs and runs[-1][1] == version - 1:
-            runs[-1] = (runs[-1][0], version)
-        else:
-            runs.append((version, version))
-    return runs
