@@ -6,7 +6,7 @@ IO manager) keeps one watermark per input in its own table's log
 
 - nothing new: the input has no version after the watermark (Spark is not started);
 - incremental: the change feed of (watermark, latest], pinned, when the replay window still
-  holds it, checked the way a pipeline's is (`cdf_platform.planning.assessment.replay_problem`);
+  holds it, checked the way a pipeline's is (`cdf_platform.planning.lost_window.replay_problem`);
 - full: the snapshot at the pinned latest version, on the first read, or when the window is
   lost, the input was recreated (its table id changed, or it is behind the watermark), or the
   consumer's watermarks are gone from its log; unless the consumer is FAIL_FAST, in which
@@ -33,7 +33,7 @@ from cdf_platform.core.errors import (
 )
 from cdf_platform.core.spec import FallbackMode
 from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
-from cdf_platform.planning.assessment import replay_problem
+from cdf_platform.planning.lost_window import replay_problem
 from cdf_platform.planning.repair import repair_decision
 from cdf_platform.state.consumer_marks import ConsumerMarks
 from cdf_platform.window.replay_window import (

@@ -24,8 +24,8 @@ from cdf_platform.planning.assessment import (
     PipelineAssessment,
     assess_pipeline,
     assess_with_control,
-    forward_only_after,
 )
+from cdf_platform.planning.spec_edits import forward_only_after
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import ForwardOnly, SilverState
 from cdf_platform.window.replay_window import ConsumerAssessment, ReplayWindow

@@ -247,7 +247,7 @@ def test_the_oracle_catches_a_silent_loss_when_the_engine_guards_are_disabled(
     bronze.update([1, 2], amount_delta=100, name="changed")
     bronze.delete([3])
     bronze.vacuum_now(full=True)
-    monkeypatch.setattr("cdf_platform.planning.assessment.window_problem", lambda *args: None)
+    monkeypatch.setattr("cdf_platform.planning.lost_window.window_problem", lambda *args: None)
     monkeypatch.setattr("cdf_platform.run.context.assert_safe_spark_config", lambda s: None)
     unsafe: Any = _SessionsIgnoringMissingFiles(spark)
     harness.spark = unsafe
