@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cdf_platform.spark.batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite
-from cdf_platform.spark.changes import CHANGE_TYPE
+from cdf_platform.spark.change_feed import CHANGE_TYPE
 from cdf_platform.spark.silver_layout import END_AT, IS_DELETED
 
 if TYPE_CHECKING:

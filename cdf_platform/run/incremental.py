@@ -14,14 +14,8 @@ from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.run.context import RunContext, RunOutcome
 from cdf_platform.run.record import applied_outcome, record
 from cdf_platform.run.tuning import RunTuning
-from cdf_platform.spark.changes import (
-    FEED_COLUMNS,
-    ChangeOrder,
-    ReadContext,
-    classified,
-    collapse_changes,
-    read_changes,
-)
+from cdf_platform.spark.change_feed import FEED_COLUMNS, ReadContext, classified, read_changes
+from cdf_platform.spark.changes import ChangeOrder, collapse_changes
 from cdf_platform.spark.merge import changes_key_filter
 from cdf_platform.spark.metrics import commit_counts, find_run_commit
 from cdf_platform.spark.silver_layout import SilverLayout

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from cdf_platform.core.spec import PipelineSpec
-    from cdf_platform.spark.changes import CollapsedChanges, ReadContext
+    from cdf_platform.spark.change_feed import ReadContext
+    from cdf_platform.spark.changes import CollapsedChanges
     from cdf_platform.spark.merge import Truncation
     from cdf_platform.spark.rebuild import RebuildOutcome, RebuildRequest
     from cdf_platform.spark.silver_writer import SilverWriter

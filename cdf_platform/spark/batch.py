@@ -23,14 +23,8 @@ from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.planning.input_plan import BatchMode, InputPlan, recompute_action
-from cdf_platform.spark.changes import (
-    FEED_COLUMNS,
-    CollapsedChanges,
-    ReadContext,
-    classified,
-    collapse_changes,
-    read_changes,
-)
+from cdf_platform.spark.change_feed import FEED_COLUMNS, ReadContext, classified, read_changes
+from cdf_platform.spark.changes import CollapsedChanges, collapse_changes
 from cdf_platform.spark.small_steps import interpreted
 
 if TYPE_CHECKING:

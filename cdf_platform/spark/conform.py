@@ -36,7 +36,8 @@ from cdf_platform.core.errors import FIX_SPEC_FIELD, InvalidPipelineSpec
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_fingerprint import import_transform
 from cdf_platform.core.sql import quote_ident
-from cdf_platform.spark.changes import CHANGE_TYPE, FEED_COLUMNS, FILTERED, as_change_feed
+from cdf_platform.spark.change_feed import CHANGE_TYPE, FEED_COLUMNS, as_change_feed
+from cdf_platform.spark.changes import FILTERED
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

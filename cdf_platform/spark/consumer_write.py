@@ -17,7 +17,7 @@ from cdf_platform.core.sql import create_table_sql, quote_ident, sql_path
 from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.spark.batch import FEED_COLUMNS, ChangeBatch, MergeRows, TableWrite
-from cdf_platform.spark.changes import ReadContext, classified
+from cdf_platform.spark.change_feed import ReadContext, classified
 from cdf_platform.spark.merge import TxnStamp, stamped
 from cdf_platform.spark.merge_sql import (
     DELETE,

@@ -38,19 +38,17 @@ from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident, sql_path, sql_string
 from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.deltalog.tables import is_delta_table
-from cdf_platform.spark.changes import (
+from cdf_platform.spark.change_feed import (
     CHANGE_TYPE,
     COMMIT_TIMESTAMP,
     COMMIT_VERSION,
     FEED_COLUMNS,
-    UNKNOWN,
-    ChangeOrder,
     ReadContext,
     as_change_feed,
     classified,
-    collapse_changes,
     project_columns,
 )
+from cdf_platform.spark.changes import UNKNOWN, ChangeOrder, collapse_changes
 from cdf_platform.spark.conform import analysed, conform_changes, invalid_spec
 from cdf_platform.spark.merge import Truncation, with_source_view
 from cdf_platform.spark.merge_sql import (

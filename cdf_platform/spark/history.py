@@ -33,7 +33,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.sql import quote_ident
-from cdf_platform.spark.changes import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
+from cdf_platform.spark.change_feed import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from cdf_platform.spark.merge import TxnStamp, run_merge
 from cdf_platform.spark.merge_sql import (
     insert_values,

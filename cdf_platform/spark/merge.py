@@ -19,10 +19,8 @@ from typing import TYPE_CHECKING, TypeVar
 from cdf_platform.core.errors import DataQualityError
 from cdf_platform.core.sql import quote_ident, sql_string
 from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.spark.change_feed import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from cdf_platform.spark.changes import (
-    CHANGE_TYPE,
-    COMMIT_TIMESTAMP,
-    COMMIT_VERSION,
     RESET,
     CollapsedChanges,
     key_quality_problem,

@@ -14,7 +14,7 @@ from cdf_platform.core.spec import DeleteMode
 from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.planning.run_result import NO_ROWS, RowCounts
-from cdf_platform.spark.changes import read_changes
+from cdf_platform.spark.change_feed import read_changes
 from cdf_platform.state.watermark import HISTORY_SCAN, parse_user_metadata
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from cdf_platform.core.faults import FaultPoint, fault_point
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.storage_options import StorageConfig
-from cdf_platform.spark.changes import ReadContext, classified, project_columns
+from cdf_platform.spark.change_feed import ReadContext, classified, project_columns
 from cdf_platform.spark.conform import conform_snapshot
 from cdf_platform.spark.merge import check_snapshot_keys
 from cdf_platform.spark.silver_layout import SilverLayout

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 from cdf_platform.core.sql import quote_ident
 from cdf_platform.spark import merge_sql
-from cdf_platform.spark.changes import CHANGE_TYPE, COMMIT_VERSION
+from cdf_platform.spark.change_feed import CHANGE_TYPE, COMMIT_VERSION
 from cdf_platform.spark.merge import TxnStamp, run_merge
 from cdf_platform.spark.silver_layout import (
     CHANGES,

@@ -13,7 +13,7 @@ from cdf_platform.core.errors import (
     SourceNotFound,
     UnknownReadFailure,
 )
-from cdf_platform.spark.changes import ReadContext, classify_read_failure, read_changes
+from cdf_platform.spark.change_feed import ReadContext, classify_read_failure, read_changes
 from cdf_platform.spark.failures import RULES, failure_facts, rule_for
 from cdf_platform_tests.bronze import make_bronze
 
