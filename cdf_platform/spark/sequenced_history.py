@@ -1,26 +1,12 @@
-"""SCD type 2 silver ordered and dated by `sequence_by` (`history: scd2` with `sequence_by`).
+"""SCD type 2 silver ordered and dated by `sequence_by` (`history: scd2` with `sequence_by`):
+what a run and a rebuild stage, and the MERGE that writes it.
 
-Every bronze change of a key is an *event*: its sequence value (a delete carries the deleted
-row's), its bronze commit version, its kind (insert, update, delete) and the row's values. A
-key's history is the fold of its events in (sequence value, commit version) order (after a
-source reset, the new table's changes come after the old one's at the same sequence value):
-
-- a non-delete event on an absent key (its first, or after a delete) opens a version;
-- on a present key, one whose tracked values differ from the previous event's closes the open
-  version and opens a new one, one whose tracked values are the same updates it in place;
-- a delete closes the open version.
-
-`__start_at` is the sequence value of the event that opened a version, `__end_at` that of the
-event that closed it (NULL: the current version), `_source_commit_version` the opening event's
-commit version; a version's values are its last non-delete event's. With `ignore_null_updates`
-an event's NULLs first take the key's last non-NULL values since its last insert or delete, in
-the same order. Retired columns (bronze no longer has them) are NULL on current versions.
-
-A change that arrives late (an older sequence value in a later commit) belongs *inside* the
-history, possibly inside a version whose in-place updates the version's own values no longer
-show. So each version keeps its events in `__changes`, and a run re-folds the events of every
-key it touches (stored ones and the range's) and writes only the versions that differ: the
-history is exact, whatever order the changes arrived in and however the commits were split
+A key's versions are the fold of its events (`cdf_platform.spark.sequenced_fold`, which states
+the rules). A change that arrives late (an older sequence value in a later commit) belongs
+*inside* the history, possibly inside a version whose in-place updates the version's own values
+no longer show. So each version keeps its events in `__changes`, and a run re-folds the events
+of every key it touches (stored ones and the range's) and writes only the versions that differ:
+the history is exact, whatever order the changes arrived in and however the commits were split
 into runs. Versions are matched on key and opening event (its commit version, source
 generation and sequence value), which no two versions of a key share (an event log may open two
 versions of a key in one commit, at different sequence values).
@@ -37,13 +23,21 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.sql import quote_ident
 from cdf_platform.spark import merge_sql
-from cdf_platform.spark.change_feed import CHANGE_TYPE, COMMIT_VERSION
 from cdf_platform.spark.merge import TxnStamp, run_merge
+from cdf_platform.spark.sequenced_fold import (
+    EVENT,
+    HistoryShape,
+    change_events,
+    event_order,
+    event_struct,
+    folded_versions,
+    row_values,
+    stored_events,
+)
 from cdf_platform.spark.silver_layout import (
     CHANGES,
     END_AT,
@@ -55,216 +49,18 @@ from cdf_platform.spark.silver_layout import (
     SOURCE_VERSION,
     START_AT,
     SilverLayout,
-    comparable_sql,
 )
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
-    from pyspark.sql.types import DataType, StructType
 
-_EVENT = "_e"
-_ORDER = "_order"
-_VALUES = "_v"
 _ACTION = "_action"
 # The source generation of a version's opening change: with the opening commit version, what
 # tells two versions of a key apart (a recreated bronze numbers its commits from 0 again).
 _OPENED_IN = "_opened_in"
 
 
-@dataclass(frozen=True)
-class _Shape:
-    """Silver's history columns as its schema has them: every value column a change holds
-    (retired ones included) with its type, and the sequence type."""
-
-    values_type: StructType
-    sequence_type: DataType
-
-    @classmethod
-    def of(cls, silver: StructType) -> _Shape:
-        event = silver[CHANGES].dataType.elementType  # type: ignore[attr-defined]
-        return cls(event[EVENT_VALUES].dataType, event[EVENT_SEQUENCE].dataType)
-
-    @property
-    def value_fields(self) -> list[str]:
-        return [f.name for f in self.values_type.fields]
-
-    def comparable(self, column: str, expression: str) -> str:
-        return comparable_sql(expression, self.values_type[column].dataType)
-
-
-def _event(
-    sequence: Column, generation: int, version: Column, kind: Column, values: Column
-) -> Column:
-    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
-
-    return F.struct(
-        sequence.alias(EVENT_SEQUENCE),
-        F.lit(generation).cast("int").alias(EVENT_GENERATION),
-        version.cast("bigint").alias(EVENT_VERSION),
-        kind.alias(EVENT_KIND),
-        values.alias(EVENT_VALUES),
-    ).alias(_EVENT)
-
-
-def _row_values(frame: DataFrame, shape: _Shape) -> Column:
-    """A row's value columns as an event's values (NULL where the row lacks a column)."""
-    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
-
-    return F.struct(
-        *(
-            (F.col(quote_ident(f.name)) if f.name in frame.columns else F.lit(None))
-            .cast(f.dataType)
-            .alias(f.name)
-            for f in shape.values_type.fields
-        )
-    )
-
-
-def _change_events(
-    changes: DataFrame, layout: SilverLayout, shape: _Shape, generation: int
-) -> DataFrame:
-    """One event per key and commit of the range (`changes`: the per-commit change rows) of
-    source generation `generation`."""
-    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
-
-    assert layout.sequence_by is not None
-    change = F.col(CHANGE_TYPE)
-    kind = F.when(change == "update_postimage", F.lit("update")).otherwise(change)
-    sequence = F.col(quote_ident(layout.sequence_by)).cast(shape.sequence_type)
-    return changes.select(
-        *(F.col(quote_ident(k)) for k in layout.keys),
-        _event(sequence, generation, F.col(COMMIT_VERSION), kind, _row_values(changes, shape)),
-    )
-
-
-def _stored_events(rows: DataFrame, layout: SilverLayout) -> DataFrame:
-    """The events silver's versions `rows` hold."""
-    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
-
-    return rows.select(
-        *(F.col(quote_ident(k)) for k in layout.keys), F.explode(CHANGES).alias(_EVENT)
-    )
-
-
-def _order() -> Column:
-    """An event's place in its key's history: sequence value, then source generation (a
-    recreated bronze numbers its commits from 0 again), then commit version."""
-    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
-
-    event = F.col(_EVENT)
-    return F.struct(
-        event[EVENT_SEQUENCE].alias("s"),
-        event[EVENT_GENERATION].alias("g"),
-        event[EVENT_VERSION].alias("v"),
-    )
-
-
-def _in_order(left: Column, right: Column) -> Column:
-    """`array_sort` comparator of two events in `_order`."""
-    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
-
-    compared = F.lit(0)
-    for field in reversed((EVENT_SEQUENCE, EVENT_GENERATION, EVENT_VERSION)):
-        lf, rf = left[field], right[field]
-        compared = F.when(lf < rf, -1).when(lf > rf, 1).otherwise(compared)
-    return compared
-
-
-def _filled_values(events: DataFrame, layout: SilverLayout, shape: _Shape) -> DataFrame:
-    """`events` with `_v`: each event's values, NULLs filled per `ignore_null_updates` (the
-    last non-NULL value since the key's last insert or delete, in order)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
-
-    keys = [F.col(quote_ident(k)) for k in layout.keys]
-    raw = F.col(_EVENT)[EVENT_VALUES]
-    kind = F.col(_EVENT)[EVENT_KIND]
-    if not layout.ignore_null_updates:
-        return events.withColumn(_VALUES, raw)
-    running = (
-        Window.partitionBy(*keys)
-        .orderBy(_ORDER)
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
-    segmented = events.withColumn(
-        "_restart", F.sum(kind.isin("insert", "delete").cast("int")).over(running)
-    )
-    in_segment = (
-        Window.partitionBy(*keys, F.col("_restart"))
-        .orderBy(_ORDER)
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
-    fillable = set(layout.value_columns)
-    fields = [
-        (
-            F.last(F.when(kind != "delete", raw[c]), ignorenulls=True).over(in_segment)
-            if c in fillable
-            else raw[c]
-        ).alias(c)
-        for c in shape.value_fields
-    ]
-    return segmented.withColumn(_VALUES, F.struct(*fields)).drop("_restart")
-
-
-def _versions(events: DataFrame, layout: SilverLayout, shape: _Shape) -> DataFrame:
-    """The versions the fold of `events` gives (module doc): keys, every value column,
-    `_source_commit_version`, `__start_at`, `__end_at`, `__changes`."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
-
-    keys = [F.col(quote_ident(k)) for k in layout.keys]
-    kind = F.col(_EVENT)[EVENT_KIND]
-    ordered = _filled_values(events.withColumn(_ORDER, _order()), layout, shape)
-    tracked = [
-        F.expr(shape.comparable(c, f"{_VALUES}.{quote_ident(c)}")).alias(c) for c in layout.tracked
-    ]
-    by_order = Window.partitionBy(*keys).orderBy(_ORDER)
-    running = by_order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    signed = ordered.withColumn("_sig", F.struct(*tracked) if tracked else F.lit(True))
-    previous = F.lag(kind).over(by_order)
-    opens = (kind != "delete") & (
-        previous.isNull()
-        | (previous == "delete")
-        | ~F.col("_sig").eqNullSafe(F.lag("_sig").over(by_order))
-    )
-    segmented = signed.withColumn("_segment", F.sum(opens.cast("int")).over(running))
-    grouped = (
-        segmented.filter(F.col("_segment") > 0)
-        .groupBy(*keys, "_segment")
-        .agg(
-            F.min(_ORDER).alias("_first"),
-            F.max_by(F.col(_VALUES), F.when(kind != "delete", F.col(_ORDER))).alias("_last_v"),
-            # The delete that closed the version: the segment's first (a later one, such as a
-            # row `where` keeps out updated again, finds the key absent already).
-            F.min(F.when(kind == "delete", F.col(_ORDER)["s"])).alias("_closed_at"),
-            F.collect_list(_EVENT).alias("_events"),
-        )
-    )
-    by_segment = Window.partitionBy(*keys).orderBy("_segment")
-    end = F.when(F.col("_closed_at").isNotNull(), F.col("_closed_at")).otherwise(
-        F.lead(F.col("_first")["s"]).over(by_segment)
-    )
-    ended = grouped.withColumn(END_AT, end)
-    retired = set(layout.retired_columns)
-    values = [
-        (
-            F.when(F.col(END_AT).isNull(), F.lit(None)).otherwise(F.col("_last_v")[c])
-            if c in retired
-            else F.col("_last_v")[c]
-        ).alias(c)
-        for c in shape.value_fields
-    ]
-    return ended.select(
-        *keys,
-        *values,
-        F.col("_first")["v"].alias(SOURCE_VERSION),
-        F.col("_first")["s"].alias(START_AT),
-        F.col(END_AT),
-        F.array_sort(F.col("_events"), _in_order).alias(CHANGES),
-    )
-
-
-def _fingerprint(shape: _Shape) -> Column:
+def _fingerprint(shape: HistoryShape) -> Column:
     """What a version row says, in comparable form: its dates, values and events."""
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
@@ -277,7 +73,7 @@ def _fingerprint(shape: _Shape) -> Column:
 
 
 def _staged(
-    current: DataFrame, versions: DataFrame, layout: SilverLayout, shape: _Shape
+    current: DataFrame, versions: DataFrame, layout: SilverLayout, shape: HistoryShape
 ) -> DataFrame:
     """The versions to write: `versions` (the re-folded history of the touched keys) against
     `current` (silver's versions of those keys), each with `_action` insert, update or
@@ -322,20 +118,20 @@ def staged_sequenced_history(
     was absent when they arrived): each joins its key's fold when the key is touched and does
     not hold it already, so an older event arriving later opens a version that it closes."""
     silver = spark.read.format("delta").load(target)
-    shape = _Shape.of(silver.schema)
+    shape = HistoryShape.of(silver.schema)
     keys = list(layout.keys)
-    arriving = _change_events(changes, layout, shape, generation)
+    arriving = change_events(changes, layout, shape, generation)
     if skip_known:
-        arriving = _not_held(arriving, _stored_events(silver, layout), keys)
+        arriving = _not_held(arriving, stored_events(silver, layout), keys)
     current = silver.join(arriving.select(*keys).distinct(), on=keys, how="left_semi")
-    stored = _stored_events(current, layout)
+    stored = stored_events(current, layout)
     if recorded_deletes is not None:
-        recorded = _change_events(recorded_deletes, layout, shape, generation).join(
+        recorded = change_events(recorded_deletes, layout, shape, generation).join(
             arriving.select(*keys).distinct(), on=keys, how="left_semi"
         )
         arriving = arriving.unionByName(_not_held(recorded, stored.unionByName(arriving), keys))
     events = stored.unionByName(arriving)
-    return _staged(current, _versions(events, layout, shape), layout, shape)
+    return _staged(current, folded_versions(events, layout, shape), layout, shape)
 
 
 def _not_held(events: DataFrame, held: DataFrame, keys: list[str]) -> DataFrame:
@@ -345,12 +141,12 @@ def _not_held(events: DataFrame, held: DataFrame, keys: list[str]) -> DataFrame:
 
     known = held.select(
         *(F.col(quote_ident(k)).alias(f"_k_{k}") for k in keys),
-        F.col(_EVENT)[EVENT_SEQUENCE].alias("_ks"),
-        F.col(_EVENT)[EVENT_KIND].alias("_kk"),
+        F.col(EVENT)[EVENT_SEQUENCE].alias("_ks"),
+        F.col(EVENT)[EVENT_KIND].alias("_kk"),
     )
     condition = [F.col(quote_ident(k)) == F.col(f"_k_{k}") for k in keys] + [
-        F.col(_EVENT)[EVENT_SEQUENCE] == F.col("_ks"),
-        F.col(_EVENT)[EVENT_KIND] == F.col("_kk"),
+        F.col(EVENT)[EVENT_SEQUENCE] == F.col("_ks"),
+        F.col(EVENT)[EVENT_KIND] == F.col("_kk"),
     ]
     return events.join(known, on=condition, how="left_anti")
 
@@ -369,32 +165,32 @@ def staged_sequenced_reconcile(
 
     assert layout.sequence_by is not None
     silver = spark.read.format("delta").load(target)
-    shape = _Shape.of(silver.schema)
+    shape = HistoryShape.of(silver.schema)
     keys = list(layout.keys)
-    stored = _stored_events(silver, layout)
+    stored = stored_events(silver, layout)
     observed = snapshot.select(
         *(F.col(quote_ident(k)) for k in keys),
-        _event(
+        event_struct(
             F.col(quote_ident(layout.sequence_by)).cast(shape.sequence_type),
             generation,
             F.lit(version),
             F.lit("update"),
-            _row_values(snapshot, shape),
+            row_values(snapshot, shape),
         ),
     )
     fresh = _unknown(observed, stored, layout, shape)
-    last = stored.groupBy(*keys).agg(F.max_by(F.col(_EVENT), _order()).alias(_EVENT))
+    last = stored.groupBy(*keys).agg(F.max_by(F.col(EVENT), event_order()).alias(EVENT))
     gone = (
-        last.filter(F.col(_EVENT)[EVENT_KIND] != "delete")
+        last.filter(F.col(EVENT)[EVENT_KIND] != "delete")
         .join(snapshot.select(*keys), on=keys, how="left_anti")
         .select(
             *keys,
-            _event(
-                F.col(_EVENT)[EVENT_SEQUENCE],
+            event_struct(
+                F.col(EVENT)[EVENT_SEQUENCE],
                 generation,
                 F.lit(version),
                 F.lit("delete"),
-                F.col(_EVENT)[EVENT_VALUES],
+                F.col(EVENT)[EVENT_VALUES],
             ),
         )
     )
@@ -406,12 +202,12 @@ def staged_sequenced_reconcile(
     holding = silver.filter(F.col(END_AT).isNull() & held)
     touched = arriving.select(*keys).unionByName(holding.select(*keys)).distinct()
     current = silver.join(touched, on=keys, how="left_semi")
-    events = _stored_events(current, layout).unionByName(arriving)
-    return _staged(current, _versions(events, layout, shape), layout, shape)
+    events = stored_events(current, layout).unionByName(arriving)
+    return _staged(current, folded_versions(events, layout, shape), layout, shape)
 
 
 def _unknown(
-    observed: DataFrame, stored: DataFrame, layout: SilverLayout, shape: _Shape
+    observed: DataFrame, stored: DataFrame, layout: SilverLayout, shape: HistoryShape
 ) -> DataFrame:
     """The snapshot's events whose key holds no non-delete event with the same sequence value
     and the same values already (on the columns bronze still has: the snapshot holds nothing
@@ -421,25 +217,25 @@ def _unknown(
     def same(frame: DataFrame, alias: str) -> DataFrame:
         values = F.struct(
             *(
-                F.expr(shape.comparable(c, f"{_EVENT}.{EVENT_VALUES}.{quote_ident(c)}")).alias(c)
+                F.expr(shape.comparable(c, f"{EVENT}.{EVENT_VALUES}.{quote_ident(c)}")).alias(c)
                 for c in layout.value_columns
             )
         )
         return frame.select(
             *(F.col(quote_ident(k)).alias(f"{alias}{k}") for k in layout.keys),
-            F.col(_EVENT)[EVENT_SEQUENCE].alias(f"{alias}s"),
+            F.col(EVENT)[EVENT_SEQUENCE].alias(f"{alias}s"),
             values.alias(f"{alias}v"),
-            *((F.col(_EVENT).alias(_EVENT),) if alias == "o_" else ()),
+            *((F.col(EVENT).alias(EVENT),) if alias == "o_" else ()),
         )
 
-    known = same(stored.filter(F.col(_EVENT)[EVENT_KIND] != "delete"), "k_")
+    known = same(stored.filter(F.col(EVENT)[EVENT_KIND] != "delete"), "k_")
     candidates = same(observed, "o_")
     condition = [F.col(f"o_{k}") == F.col(f"k_{k}") for k in layout.keys] + [
         F.col("o_s") == F.col("k_s"),
         F.col("o_v").eqNullSafe(F.col("k_v")),
     ]
     fresh = candidates.join(known, on=condition, how="left_anti")
-    return fresh.select(*(F.col(f"o_{k}").alias(k) for k in layout.keys), F.col(_EVENT))
+    return fresh.select(*(F.col(f"o_{k}").alias(k) for k in layout.keys), F.col(EVENT))
 
 
 def merge_sequenced_history_sql(target: str, layout: SilverLayout, value_fields: list[str]) -> str:
