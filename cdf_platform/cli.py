@@ -199,7 +199,7 @@ def _conf_entry(value: str) -> str:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from cdf_platform.demo.story import run_demo
+    from cdf_platform.demo.command import run_demo
 
     return run_demo(
         workdir=Path(args.workdir),

@@ -11,40 +11,47 @@ sensors are started and stopped as a user does on their pages, so the UI shows e
 and check evaluation of the story where it shows a deployment's. The event log
 (`bronze/accounts_cdc`, `changes: events`) goes through every step with the row tables; its
 silver is verified against the fold of the bronze events instead of a snapshot of rows.
+
+`DemoStory` holds the story's steps; `cdf-platform demo` tells it through
+`cdf_platform.demo.command`. What it reads back is read by `cdf_platform.demo.table_rows` (the
+tables' rows, by deltalake) and `cdf_platform.demo.dagster_figures` (runs and checks).
 """
 
 import itertools
 import logging
 import os
 import shutil
-import signal
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
 from dagster._core.scheduler.instigation import InstigatorTick
 
 from cdf_platform.core.config import ALLOW_DESTRUCTIVE_ENV, LAKE_ROOT_ENV
-from cdf_platform.core.errors import DestructiveActionNotPermitted, VacuumRefused
 from cdf_platform.core.lake import Lake
 from cdf_platform.core.spec import ChangeSource
 from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.demo.bronze_assets import DEMO_TABLES
+from cdf_platform.demo.dagster_figures import (
+    NOT_PERMITTED,
+    REFUSED,
+    check_figures,
+    latest_metadata,
+    refusal,
+)
 from cdf_platform.demo.deployment import (
     POLL_SECONDS,
     RUN_TIMEOUT_SECONDS,
     DemoDeployment,
     DeploymentFailed,
-    RunResult,
 )
 from cdf_platform.demo.events import folded_rows
 from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
 from cdf_platform.demo.services import wait_for
+from cdf_platform.demo.steps import DemoFailed, Step
+from cdf_platform.demo.table_rows import data_columns, table_rows
 from cdf_platform.orchestration.checks import REPLAY_WINDOW
 from cdf_platform.orchestration.incremental_sensor import INCREMENTAL_SENSOR
 from cdf_platform.orchestration.rebuild_sensor import REBUILD_SENSOR
@@ -56,87 +63,15 @@ logger = logging.getLogger(__name__)
 DEMO_DIR = ".demo"
 
 
-@dataclass
-class Step:
-    """One step of the story and the figures it produced."""
-
-    name: str
-    seconds: float = 0.0
-    figures: dict[str, Any] = field(default_factory=dict)
-
-
-class DemoFailed(RuntimeError):
-    """A step of the demo did not end as the story says it must."""
-
-
-def _say(text: str) -> None:
+def say(text: str) -> None:
+    """Tell the story's progress (the demo's log)."""
     logger.info("%s", text)
-
-
-def _data_columns(path: str, storage: StorageConfig) -> list[str]:
-    """The table's columns that are not the platform's bookkeeping (`_...`)."""
-    fields = open_delta_table(path, storage).schema().fields
-    return [f.name for f in fields if not f.name.startswith("_")]
-
-
-def _rows(
-    path: str,
-    columns: list[str],
-    storage: StorageConfig,
-    *,
-    version: int | None = None,
-    live_only: bool = False,
-) -> Counter[tuple[Any, ...]]:
-    """The rows of the Delta table at `path` (at `version`) as a multiset of `columns`;
-    `live_only` leaves out soft-deleted rows. Read by deltalake, no JVM, with the lake's
-    object-store options `storage`."""
-    from deltalake import QueryBuilder
-
-    table = open_delta_table(path, storage, version=version)
-    soft_deletes = "_is_deleted" in {f.name for f in table.schema().fields}
-    selected = ", ".join(f'"{column}"' for column in columns)
-    where = ' WHERE NOT "_is_deleted"' if live_only and soft_deletes else ""
-    result = QueryBuilder().register("t", table).execute(f"SELECT {selected} FROM t{where}")
-    values = [column.to_pylist() for column in result.read_all().columns]
-    return Counter(zip(*values, strict=True))
 
 
 # Check evaluations while the consumer is paused, and the least time between them: 0.01 h, so
 # that each plots less headroom than the one before at 2 decimals.
 HEADROOM_EVALUATIONS = 3
 HEADROOM_STEP_SECONDS = 37.0
-NOT_PERMITTED = "not permitted"
-REFUSED = "refused"
-
-
-def _refusal(result: RunResult) -> str:
-    """How a failed maintenance run was refused: `not permitted` (the deployment refuses the
-    destructive run config), `refused` (the VACUUM guard), or the failure's own message."""
-    for code, message in result.failures():
-        if code == DestructiveActionNotPermitted.incident_code:
-            return NOT_PERMITTED
-        if code == VacuumRefused.incident_code:
-            return REFUSED
-        return f"failed: {message or code}"
-    return "failed"
-
-
-def _latest_metadata(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[str, Any]:
-    """The metadata values of `key`'s latest materialization ({} if none)."""
-    event = instance.get_latest_materialization_event(key)
-    if event is None or event.asset_materialization is None:
-        return {}
-    return {k: v.value for k, v in event.asset_materialization.metadata.items()}
-
-
-def _check_figures(
-    instance: dg.DagsterInstance, key: dg.AssetKey, check: str
-) -> tuple[bool, dict[str, Any]]:
-    record = instance.get_latest_asset_check_evaluation_record(dg.AssetCheckKey(key, check))
-    if record is None or record.evaluation is None:
-        raise DemoFailed(f"no evaluation of {check} on {key.to_user_string()}")
-    evaluation = record.evaluation
-    return evaluation.passed, {k: v.value for k, v in evaluation.metadata.items()}
 
 
 class DemoStory:
@@ -186,14 +121,14 @@ class DemoStory:
 
     def step(self, name: str, action: Callable[[Step], None]) -> None:
         """Run one step, timing it and keeping its figures."""
-        _say(f"==> {name}")
+        say(f"==> {name}")
         current = Step(name)
         started = time.monotonic()
         action(current)
         current.seconds = time.monotonic() - started
         self.steps.append(current)
         shown = ", ".join(f"{k}={v}" for k, v in current.figures.items())
-        _say(f"    done in {current.seconds:.1f} s: {shown}")
+        say(f"    done in {current.seconds:.1f} s: {shown}")
 
     def start_deployment(self, current: Step) -> None:
         """The engine, run worker, code server and daemon, each waited for."""
@@ -243,7 +178,7 @@ class DemoStory:
         )
         self.deployment.wait_idle()
         for spec in self.specs:
-            figures = _latest_metadata(self.instance, dg.AssetKey(["silver", spec.id]))
+            figures = latest_metadata(self.instance, dg.AssetKey(["silver", spec.id]))
             current.figures[f"{spec.id}_mode"] = figures.get("mode")
             current.figures[f"{spec.id}_rows"] = "+{}/~{}/-{}".format(
                 figures.get("rows_inserted"),
@@ -270,7 +205,7 @@ class DemoStory:
         """checks_job; record each pipeline's replay_window figures."""
         self.deployment.run("checks_job")
         for spec in self.specs:
-            passed, figures = _check_figures(
+            passed, figures = check_figures(
                 self.instance, dg.AssetKey(["silver", spec.id]), REPLAY_WINDOW
             )
             current.figures[f"{spec.id}_window"] = figures.get("state")
@@ -304,7 +239,7 @@ class DemoStory:
             result = self.deployment.run(
                 name, {"ops": {f"vacuum_{spec.bronze_name}": {"config": config}}}
             )
-            outcome = "done" if result.success else _refusal(result)
+            outcome = "done" if result.success else refusal(result)
             if outcome != expected:
                 raise DemoFailed(f"{name}: {outcome}, expected {expected} (run {result.run_id})")
             current.figures[f"{spec.bronze_name}_vacuum"] = outcome
@@ -312,7 +247,7 @@ class DemoStory:
     def permit_destructive(self, current: Step) -> None:
         """The operator's step: `CDF_ALLOW_DESTRUCTIVE=1` in the environment of the code
         server and the run worker, both restarted, as a deployment changes a setting."""
-        _say(
+        say(
             "    the operator sets CDF_ALLOW_DESTRUCTIVE=1 for the code server and the run "
             "worker and restarts them"
         )
@@ -363,7 +298,7 @@ class DemoStory:
                 time.sleep(spacing)
             self.deployment.run("checks_job")
             for spec in self.specs:
-                _passed, figures = _check_figures(
+                _passed, figures = check_figures(
                     self.instance, dg.AssetKey(["silver", spec.id]), REPLAY_WINDOW
                 )
                 series[spec.id].append(float(figures["headroom_hours"]))
@@ -387,12 +322,12 @@ class DemoStory:
         for spec in self.specs:
             watermark = pipeline_status(spec, self.control).watermark
             storage = self.lake.storage
-            columns = _data_columns(spec.target, storage)
-            silver = _rows(spec.target, columns, storage, live_only=True)
+            columns = data_columns(spec.target, storage)
+            silver = table_rows(spec.target, columns, storage, live_only=True)
             if spec.changes is ChangeSource.EVENTS:
                 bronze = folded_rows(spec.source, columns, version=watermark, storage=storage)
             else:
-                bronze = _rows(spec.source, columns, storage, version=watermark)
+                bronze = table_rows(spec.source, columns, storage, version=watermark)
             diff = sum(((bronze - silver) + (silver - bronze)).values())
             current.figures[f"{spec.id}_rows"] = silver.total()
             current.figures[f"{spec.id}_differences"] = diff
@@ -450,7 +385,7 @@ class DemoStory:
         )
         self.step("checks while paused: headroom runs down", self.headroom_runs_down)
         wait = self.seconds_until_window_passes()
-        _say(f"    waiting {wait:.1f} s: the paused consumer's first change leaves the window")
+        say(f"    waiting {wait:.1f} s: the paused consumer's first change leaves the window")
         time.sleep(wait)
         self.step(
             "maintenance forced by the operator",
@@ -473,71 +408,3 @@ class DemoStory:
             figures = ", ".join(f"{k}={v}" for k, v in s.figures.items())
             lines.append(f"{s.name:<{width}}  {s.seconds:>7.1f}  {figures}")
         return "\n".join(lines)
-
-
-def run_demo(
-    *, workdir: Path, batch_size: int, retention_seconds: int, local_s3: bool = False
-) -> int:
-    """Run the story in `workdir` (wiped first); print the summary; return the exit code.
-
-    With `local_s3`, the lake (bronze, silver, gold and the control tables) lives in a bucket
-    of a local S3 server (moto) started for the story and stopped after it; the Dagster
-    instance stays in `workdir`.
-    """
-    if not local_s3:
-        return _tell(workdir, batch_size, retention_seconds, None)
-    from cdf_platform.demo.local_s3 import LocalS3Server
-
-    with LocalS3Server(bucket="demo-lake") as server:
-        _say(f"local S3 server on {server.endpoint}, lake s3://{server.bucket}/lake")
-        return _tell(
-            workdir,
-            batch_size,
-            retention_seconds,
-            f"s3://{server.bucket}/lake",
-            server.env(),
-            server.storage_config(),
-        )
-
-
-def _tell(
-    workdir: Path,
-    batch_size: int,
-    retention_seconds: int,
-    lake_root: str | None,
-    store_env: dict[str, str] | None = None,
-    storage: StorageConfig | None = None,
-) -> int:
-    started = time.monotonic()
-    story = DemoStory(
-        workdir,
-        batch_size=batch_size,
-        retention_seconds=retention_seconds,
-        lake_root=lake_root,
-        store_env=store_env,
-        storage=storage,
-    )
-    # A SIGTERM ends the story as Ctrl-C does: the deployment's processes are stopped.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        story.tell()
-    except (DemoFailed, DeploymentFailed) as err:
-        logger.error(
-            "demo failed: %s\n%s\n(the deployment's logs: %s)",
-            err,
-            story.summary(),
-            story.workdir / "logs",
-        )
-        return 1
-    print(story.summary())  # noqa: T201 (the demo's report is its output)
-    if lake_root is not None:
-        print(f"\nDemo finished in {time.monotonic() - started:.0f} s on {lake_root}.")  # noqa: T201
-        return 0
-    print(  # noqa: T201
-        f"\nDemo finished in {time.monotonic() - started:.0f} s. Browse the same runs, sensor "
-        "ticks, checks and plots in the Dagster UI:\n\n"
-        f"  DAGSTER_HOME={story.home} CDF_LAKE_ROOT={story.lake.lake_root} "
-        ".venv/bin/dagster dev -w workspace.demo.yaml\n\n"
-        "(or `make dev`), then open http://127.0.0.1:3000"
-    )
-    return 0

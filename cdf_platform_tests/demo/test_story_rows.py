@@ -11,8 +11,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY
 from cdf_platform.demo.source import write_demo_batch
-from cdf_platform.demo.story import _rows
+from cdf_platform.demo.table_rows import table_rows
 
 
 def _as_spark_collects(rows: Counter[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -31,8 +32,10 @@ def test_rows_at_a_version_and_live_only_match_spark(spark: SparkSession, tmp_pa
 
     at_two = spark.read.format("delta").option("versionAsOf", 2).load(bronze).select(*columns)
     expected = sorted(tuple(row) for row in at_two.collect())
-    assert _as_spark_collects(_rows(bronze, columns, version=2)) == expected
-    assert _rows(bronze, columns, version=2) != _rows(bronze, columns)  # batch 3 changed rows
+    assert _as_spark_collects(table_rows(bronze, columns, ENVIRONMENT_ONLY, version=2)) == expected
+    assert table_rows(bronze, columns, ENVIRONMENT_ONLY, version=2) != table_rows(
+        bronze, columns, ENVIRONMENT_ONLY
+    )  # batch 3 changed rows
 
     soft = str(tmp_path / "soft")
     frame = (
@@ -42,7 +45,10 @@ def test_rows_at_a_version_and_live_only_match_spark(spark: SparkSession, tmp_pa
     )
     frame.write.format("delta").save(soft)
     live = frame.filter("NOT _is_deleted").select(*columns)
-    assert _as_spark_collects(_rows(soft, columns, live_only=True)) == sorted(
-        map(tuple, live.collect())
+    assert _as_spark_collects(
+        table_rows(soft, columns, ENVIRONMENT_ONLY, live_only=True)
+    ) == sorted(map(tuple, live.collect()))
+    assert (
+        table_rows(soft, columns, ENVIRONMENT_ONLY, live_only=True).total()
+        < table_rows(soft, columns, ENVIRONMENT_ONLY).total()
     )
-    assert _rows(soft, columns, live_only=True).total() < _rows(soft, columns).total()
