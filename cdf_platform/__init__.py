@@ -36,7 +36,7 @@ _HOMES = {
     "PipelineSpec": "cdf_platform.core.spec",
     "DeleteMode": "cdf_platform.core.spec",
     "ChangeSource": "cdf_platform.core.spec",
-    "EventSpec": "cdf_platform.core.spec",
+    "EventSpec": "cdf_platform.core.event_spec",
     "HistoryMode": "cdf_platform.core.spec",
     "FallbackMode": "cdf_platform.core.spec",
     "OnSpecChange": "cdf_platform.core.spec",
@@ -126,9 +126,9 @@ if TYPE_CHECKING:
     from cdf_platform.core.errors import UnknownReadFailure as UnknownReadFailure
     from cdf_platform.core.errors import UnsafeSparkConfig as UnsafeSparkConfig
     from cdf_platform.core.errors import VacuumRefused as VacuumRefused
+    from cdf_platform.core.event_spec import EventSpec as EventSpec
     from cdf_platform.core.spec import ChangeSource as ChangeSource
     from cdf_platform.core.spec import DeleteMode as DeleteMode
-    from cdf_platform.core.spec import EventSpec as EventSpec
     from cdf_platform.core.spec import FallbackMode as FallbackMode
     from cdf_platform.core.spec import HistoryMode as HistoryMode
     from cdf_platform.core.spec import OnSpecChange as OnSpecChange

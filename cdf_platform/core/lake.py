@@ -29,9 +29,10 @@ from cdf_platform.core.config import (
     resolve_root,
 )
 from cdf_platform.core.errors import InvalidPipelineSpec
-from cdf_platform.core.spec import PipelineSpec, storage_locations
+from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_file import load_specs, load_storage
 from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.core.table_location import storage_locations
 
 
 @dataclass(frozen=True)

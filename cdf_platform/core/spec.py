@@ -21,16 +21,14 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from cdf_platform.core.config import resolve_root
+from cdf_platform.core.event_spec import EventSpec
 from cdf_platform.core.silver_columns import PLATFORM_COLUMNS
+from cdf_platform.core.table_location import is_table_name, resolve_location
 
 # Pipeline ids become Delta txn app ids, asset names and Dagster pool names.
 PIPELINE_ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 # Column names are always backtick-quoted in SQL; this pattern keeps them readable as well.
 COLUMN_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-# A catalog table name: `schema.table` or `catalog.schema.table`. A folder whose name has a dot
-# is written as a path (`./orders.v2`, or absolute).
-TABLE_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){1,2}$")
 # A Python transform: `package.module:function`.
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 TRANSFORM_PATTERN = re.compile(rf"^{_NAME}(\.{_NAME})*:{_NAME}$")
@@ -74,78 +72,6 @@ class ChangeSource(StrEnum):
     row is one source change with its operation and row image (`events`), ordered by
     `sequence_by`. A run folds the events appended after the watermark; bronze deleting or
     compacting old events changes nothing in silver."""
-
-
-class EventSpec(BaseModel):
-    """How an event row of a change-event log reads (`changes: events`).
-
-    Example:
-        >>> debezium = EventSpec(operation="op", upserts=["c", "u", "r"], deletes=["d"],
-        ...                      row="coalesce(after, before)")
-        >>> debezium.tombstone_retention_hours
-        168.0
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    operation: str = Field(
-        description="The event's operation: a Spark SQL expression over the event row (a "
-        "column, e.g. `op`), compared as a string with the values below."
-    )
-    upserts: list[str] = Field(
-        min_length=1,
-        description="Operation values that insert or update the key (Debezium: `c`, `u`, `r`; "
-        "DMS: `I`, `U`).",
-    )
-    deletes: list[str] = Field(
-        default_factory=list,
-        description="Operation values that delete the key (Debezium: `d`; DMS: `D`). Any value "
-        "in neither list, or NULL, is refused as a data error.",
-    )
-    truncates: list[str] = Field(
-        default_factory=list,
-        description="Operation values that empty the source table (`history: scd1` only): "
-        "every silver row whose `sequence_by` value is not newer than the truncate's leaves "
-        "silver (hard or soft), and older events arriving later are ignored.",
-    )
-    row: str | None = Field(
-        default=None,
-        description="The row image: a Spark SQL expression giving a struct whose fields are "
-        "silver's columns (Debezium: `coalesce(after, before)`: a delete carries its key in "
-        "`before`). Default: the event's own columns, `exclude_columns` leaving the operation "
-        "and metadata out.",
-    )
-    tombstone_retention_hours: float = Field(
-        default=168.0,
-        gt=0,
-        description="`history: scd1`: how long a deleted key's tombstone "
-        "(its delete's sequence value) is kept so an older event arriving later cannot bring "
-        "the key back.",
-    )
-
-    @field_validator("operation", "row")
-    @classmethod
-    def _check_expression(cls, value: str | None) -> str | None:
-        if value is not None and not value.strip():
-            raise ValueError("an events expression is empty")
-        return value
-
-    @model_validator(mode="after")
-    def _check_values(self) -> EventSpec:
-        lists = {"upserts": self.upserts, "deletes": self.deletes, "truncates": self.truncates}
-        for name, values in lists.items():
-            if len(set(values)) != len(values):
-                raise ValueError(f"events.{name} lists a value twice: {values}")
-        seen: dict[str, str] = {}
-        for name, values in lists.items():
-            for value in values:
-                if value in seen:
-                    raise ValueError(
-                        f"operation value {value!r} is in both events.{seen[value]} and "
-                        f"events.{name}"
-                    )
-                seen[value] = name
-        return self
 
 
 class FallbackMode(StrEnum):
@@ -481,24 +407,3 @@ class PipelineSpec(BaseModel):
                 "target": resolve_location(self.target, lake_root),
             }
         )
-
-
-def storage_locations(specs: Iterable[PipelineSpec], *roots: str) -> list[str]:
-    """`roots` (lake and control roots) and every source and target of `specs` given as a path:
-    what a Spark session for these pipelines reads and writes (a catalog name's location is
-    the catalog's to know)."""
-    locations = (location for spec in specs for location in (spec.source, spec.target))
-    return [*roots, *(location for location in locations if not is_table_name(location))]
-
-
-def is_table_name(location: str) -> bool:
-    """Whether a `source`/`target` value is a catalog table name rather than a path."""
-    return TABLE_NAME_PATTERN.match(location) is not None
-
-
-def resolve_location(location: str, lake_root: str) -> str:
-    """`location` if it is absolute, a URI or a catalog name, else `lake_root/location`, made
-    absolute when local (`resolve_root`): a relative location or root never reaches Spark."""
-    if "://" in location or location.startswith("/") or is_table_name(location):
-        return location
-    return resolve_root(f"{lake_root.rstrip('/')}/{location}")

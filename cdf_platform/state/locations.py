@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from cdf_platform.core.errors import TableNameNotLocated
-from cdf_platform.core.spec import PipelineSpec, is_table_name
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.table_location import is_table_name
 from cdf_platform.state.control import ControlTable
 
 
