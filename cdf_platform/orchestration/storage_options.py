@@ -1,6 +1,7 @@
 """`StorageOptionsConfig`: one location prefix's object-store options in the lake resource's
 `storage` (`LakeLayout`), the Dagster face of the pipelines file's `storage:` entries
-(`cdf_platform.core.storage_options`, whose descriptions it shows).
+(`cdf_platform.core.storage_options`); each field shows its option's description
+(`cdf_platform.core.store_options.StoreOptions`).
 
 Secrets are `dg.EnvVar`s: the UI shows the variable's name, and the value is read when the
 lake is loaded (`LakeLayout.lake`).
@@ -11,7 +12,8 @@ from __future__ import annotations
 import dagster as dg
 from pydantic import Field
 
-from cdf_platform.core.storage_options import EnvRef, StorageConfig, StoreOptions
+from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.core.store_options import EnvRef, StoreOptions
 
 
 def _about(option: str) -> str:

@@ -58,7 +58,8 @@ from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 from cdf_platform.core.errors import InvalidStorageConfig
-from cdf_platform.core.storage_options import StorageConfig, StorageEntry, StoreKind
+from cdf_platform.core.storage_options import StorageConfig, StorageEntry
+from cdf_platform.core.store_options import StoreKind
 
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
 AZURE_SCHEMES = frozenset({"abfs", "abfss"})

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from cdf_platform.core.errors import InvalidPipelineSpec, InvalidStorageConfig
-from cdf_platform.core.storage_options import EnvRef, StoreOptions
+from cdf_platform.core.store_options import EnvRef, StoreOptions
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.orchestration.storage_options import StorageOptionsConfig
 
