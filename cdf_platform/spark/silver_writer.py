@@ -75,21 +75,23 @@ def silver_stamp(
     )
 
 
+@dataclass(frozen=True)
+class _ChangeSet:
+    """A change set to apply, with how (`SilverWriter.apply_changes`)."""
+
+    collapsed: CollapsedChanges
+    silver_filter: str | None
+    fold: bool
+    recorded_deletes: DataFrame | None
+    truncation: Truncation | None
+
+
 class _LayoutWrites:
     """How one silver layout stages and merges a change set and a snapshot."""
 
     filters_keys = False
 
-    def apply(
-        self,
-        writer: SilverWriter,
-        collapsed: CollapsedChanges,
-        silver_filter: str | None,
-        *,
-        fold: bool,
-        recorded_deletes: DataFrame | None,
-        truncation: Truncation | None,
-    ) -> None:
+    def apply(self, writer: SilverWriter, changes: _ChangeSet) -> None:
         raise NotImplementedError
 
     def reconcile(
@@ -104,25 +106,16 @@ class _CurrentRows(_LayoutWrites):
 
     filters_keys = True
 
-    def apply(
-        self,
-        writer: SilverWriter,
-        collapsed: CollapsedChanges,
-        silver_filter: str | None,
-        *,
-        fold: bool,
-        recorded_deletes: DataFrame | None,
-        truncation: Truncation | None,
-    ) -> None:
+    def apply(self, writer: SilverWriter, changes: _ChangeSet) -> None:
         merge_changes(
             writer.spark,
             writer.target,
-            collapsed,
+            changes.collapsed,
             writer.layout,
             writer.stamp,
-            silver_filter,
-            quiet=fold,
-            truncation=truncation,
+            changes.silver_filter,
+            quiet=changes.fold,
+            truncation=changes.truncation,
         )
 
     def reconcile(
@@ -141,18 +134,9 @@ class _CurrentRows(_LayoutWrites):
 class _History(_LayoutWrites):
     """SCD2: each key's versions, staged against silver's open rows."""
 
-    def apply(
-        self,
-        writer: SilverWriter,
-        collapsed: CollapsedChanges,
-        silver_filter: str | None,
-        *,
-        fold: bool,
-        recorded_deletes: DataFrame | None,
-        truncation: Truncation | None,
-    ) -> None:
+    def apply(self, writer: SilverWriter, changes: _ChangeSet) -> None:
         spark, target, layout = writer.spark, writer.target, writer.layout
-        staged = staged_history(spark, target, collapsed.frame, layout)
+        staged = staged_history(spark, target, changes.collapsed.frame, layout)
         merge_history(spark, target, staged, layout, writer.stamp)
 
     def reconcile(
@@ -167,25 +151,16 @@ class _History(_LayoutWrites):
 class _SequencedHistory(_LayoutWrites):
     """Sequenced SCD2: each key's versions re-folded under `sequence_by`."""
 
-    def apply(
-        self,
-        writer: SilverWriter,
-        collapsed: CollapsedChanges,
-        silver_filter: str | None,
-        *,
-        fold: bool,
-        recorded_deletes: DataFrame | None,
-        truncation: Truncation | None,
-    ) -> None:
+    def apply(self, writer: SilverWriter, changes: _ChangeSet) -> None:
         spark, target, layout = writer.spark, writer.target, writer.layout
         staged = staged_sequenced_history(
             spark,
             target,
-            collapsed.frame,
+            changes.collapsed.frame,
             layout,
             writer.generation,
-            skip_known=fold,
-            recorded_deletes=recorded_deletes,
+            skip_known=changes.fold,
+            recorded_deletes=changes.recorded_deletes,
         )
         merge_sequenced_history(spark, target, staged, layout, writer.stamp)
 
@@ -255,14 +230,8 @@ class SilverWriter:
         which silver took already: those write nothing. `recorded_deletes`: an event log's
         tombstones, for sequenced history (`staged_sequenced_history`); `truncation`: an event
         log's truncate, for SCD1 (`merge_changes_sql`)."""
-        self.writes.apply(
-            self,
-            collapsed,
-            silver_filter,
-            fold=fold,
-            recorded_deletes=recorded_deletes,
-            truncation=truncation,
-        )
+        changes = _ChangeSet(collapsed, silver_filter, fold, recorded_deletes, truncation)
+        self.writes.apply(self, changes)
 
     def reconcile(
         self, snapshot: DataFrame, *, deleted_at: datetime, reshape: bool, exact: bool
