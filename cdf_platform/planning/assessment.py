@@ -32,7 +32,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from cdf_platform.core import errors
 from cdf_platform.core.errors import (
     CdfPlatformError,
     InvalidPipelineSpec,
@@ -59,10 +58,6 @@ from cdf_platform.window.replay_window import (
     ReplayWindow,
     assess_consumer,
 )
-
-# Problems a snapshot rebuild repairs (when the pipeline's fallback allows it).
-# Re-exported: the runner's name for what a rebuild repairs.
-REBUILDABLE = errors.REBUILDABLE
 
 
 @dataclass(frozen=True)
