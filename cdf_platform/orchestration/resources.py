@@ -12,6 +12,7 @@ absolute path (`cdf_platform.core.config.resolve_root`).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -353,13 +354,20 @@ class SparkResource(LazyPySparkResource):
         self, short_run: bool = False, storage: StorageConfig = ENVIRONMENT_ONLY
     ) -> SparkSession:
         """The session (built now if there is none, or its server lost it), its connectors
-        given `storage` too."""
+        given `storage` too: in its conf from its start when this resource configures no
+        storage of its own, else in its Hadoop conf."""
         if self._spark_session is not None and not is_usable(self._spark_session):
             self.discard_session()  # its Spark Connect server lost it: connect again
+        applied = None
         if self._spark_session is None:
-            self._spark_session = build_spark_session(self.settings(short_run=short_run))
-        if storage.entries:
-            apply_storage_options(self._spark_session, storage, self.settings().extra_conf)
+            settings = self.settings(short_run=short_run)
+            if not settings.storage.entries:
+                settings = replace(settings, storage=storage)
+            self._spark_session = build_spark_session(settings)
+            applied = settings.storage
+        if storage.entries and storage is not applied:
+            extra = {key: str(value) for key, value in self.spark_config.items()}
+            apply_storage_options(self._spark_session, storage, extra)
         return self._spark_session
 
     def discard_session(self) -> None:
