@@ -215,9 +215,7 @@ class Bench:
         steps["between steps"] = result.duration_seconds - sum(
             v for k, v in steps.items() if k != "plan"
         )
-        steps["outside the run (call, result)"] = (
-            seconds - result.duration_seconds - steps["plan"]
-        )
+        steps["outside the run (call, result)"] = seconds - result.duration_seconds - steps["plan"]
         steps["wall (timed by the bench)"] = seconds
         metrics = last_commit_metrics(target)
         for key, label in MERGE_SPLIT.items():
