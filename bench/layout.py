@@ -164,7 +164,7 @@ def _product_figures(root: Path) -> list[Figure]:
 
 
 def _test_figures(root: Path) -> list[Figure]:
-    starts = Figure("modules starting processes (`subprocess.Popen`)")
+    starts = Figure("modules naming `subprocess.Popen` (starting a child process, or its type)")
     bench_imports_tests = Figure("bench modules importing the test package")
     tests_import_bench = Figure("test modules importing bench")
     trees = ["cdf_platform", *(tree for tree in TEST_TREES if (root / tree).exists())]
