@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,6 +192,19 @@ def _test_figures(root: Path) -> list[Figure]:
     return [starts, bench_imports_tests, tests_import_bench]
 
 
+def _revision(root: Path) -> str:
+    """The commit `root` is checked out at (with `+` when its files differ from it)."""
+    head = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    changed = subprocess.run(
+        ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return f"{head}+" if changed else head or str(root)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="the checkout to read")
@@ -201,7 +215,7 @@ def main() -> None:
         ["| figure | count | what it counts |", "|---|---|---|", *(f.line() for f in figures)]
     )
     out = RESULTS_DIR / f"{args.stem}.md"
-    out.write_text(f"# Layout figures of {args.root.resolve().name}\n\n{text}\n")
+    out.write_text(f"# Layout figures at {_revision(args.root)}\n\n{text}\n")
     print(text)
     print(f"written to {out}")
 
