@@ -198,7 +198,17 @@ def _revision(root: Path) -> str:
         ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
     changed = subprocess.run(
-        ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+        [
+            "git",
+            "-C",
+            str(root),
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            ".",
+            ":!bench/results",
+        ],
         capture_output=True,
         text=True,
     ).stdout.strip()
