@@ -133,7 +133,15 @@ def platform_overhead(bench: Bench, workload: Workload) -> None:
             ),
             (
                 "silver_commit_counts (JVM-free history scan)",
-                partial(silver_commit_counts, session, spec.target, spec.id, "-", DeleteMode.HARD),
+                partial(
+                    silver_commit_counts,
+                    session,
+                    spec.target,
+                    spec.id,
+                    "-",
+                    DeleteMode.HARD,
+                    storage=control.storage,
+                ),
             ),
         ]
         for label, step in steps:

@@ -22,9 +22,18 @@ from cdf_platform_testkit.jvm_options import ENVIRONMENT, LONG_LIVED
 from cdf_platform_testkit.spark_conf import TEST_SPARK_CONF
 
 
+def _minutes_first(item: pytest.Item) -> float:
+    long = item.get_closest_marker("long")
+    return -float(long.kwargs.get("minutes", 1)) if long is not None else 0.0
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip `slow` tests (the long randomized history, the latency benchmark's smoke run) when
-    no marker expression was given (the default CI run)."""
+    """Put the tests of `long` files first, longest first (`long(minutes=...)`), so that
+    `pytest -n 2 --dist loadfile`'s workers start them at once instead of one worker ending the
+    run with one of them; skip
+    `slow` tests (the long randomized history, the latency benchmark's smoke run) when no
+    marker expression was given (the default CI run)."""
+    items.sort(key=_minutes_first)  # stable: the others keep their order
     if config.getoption("markexpr"):
         return
     skip = pytest.mark.skip(reason="slow: run with `pytest -m slow`")

@@ -47,10 +47,13 @@ LINES_OF_TEXT = """cells => cells.map(cell => {
     return range.getClientRects().length;
 })"""
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="no Chromium on this machine (`make test` installs Debian's chromium when run as root)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="no Chromium on this machine (`make test` installs Debian's chromium as root)",
+    ),
+    pytest.mark.long(minutes=7),
+]
 
 
 SCREENSHOTS_ENV = "CDF_UI_SCREENSHOTS"
@@ -87,7 +90,7 @@ def served_demo(
     }
     assert sorted(launched["rebuild_sensor"]) == sorted(story.rebuild_runs)
     instance.dispose()
-    env = {"DAGSTER_HOME": str(story.home), "CDF_LAKE_ROOT": story.lake}
+    env = {"DAGSTER_HOME": str(story.home), "CDF_LAKE_ROOT": story.lake.lake_root}
     with dagster_dev(env, "workspace.demo.yaml") as url:
         yield url, launched, headroom
 

@@ -60,7 +60,7 @@ from cdf_platform_tests.system.secret_search import (
     write_bronze,
 )
 
-pytestmark = [pytest.mark.system, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.system, pytest.mark.long(minutes=6), pytest.mark.timeout(1500)]
 
 WRITTEN = ["p1", "p2"]  # the writer's tables
 LOST = "p3"  # written by the test only: its window is destroyed while the daemon is down
