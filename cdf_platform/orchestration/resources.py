@@ -176,10 +176,7 @@ class LakeLayout(dg.ConfigurableResource):
     def _resource_storage(self) -> StorageConfig:
         """This resource's `storage` as the platform's configuration (a `dg.EnvVar` not read
         yet as a reference to its variable)."""
-        return StorageConfig.of(
-            {prefix: options.store_options() for prefix, options in self.storage.items()},
-            origin="the lake resource's storage",
-        )
+        return StorageOptionsConfig.to_config(self.storage, "the lake resource's storage")
 
     def storage_config(self) -> StorageConfig:
         """The object-store options of the lake: the pipelines file's `storage:` section (when
@@ -329,10 +326,7 @@ class SparkResource(LazyPySparkResource):
         Raises:
             InvalidStorageConfig: a `storage` option reads a variable that is not set.
         """
-        storage = StorageConfig.of(
-            {prefix: options.store_options() for prefix, options in self.storage.items()},
-            origin="the Spark resource's storage",
-        )
+        storage = StorageOptionsConfig.to_config(self.storage, "the Spark resource's storage")
         return SparkSettings(
             master=self.master,
             remote=self.remote or None,

@@ -9,6 +9,8 @@ lake is loaded (`LakeLayout.lake`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import dagster as dg
 from pydantic import Field
 
@@ -76,6 +78,16 @@ class StorageOptionsConfig(dg.Config):
     def of_config(cls, config: StorageConfig) -> dict[str, StorageOptionsConfig]:
         """Every entry of `config` (its references not read) as resource config by prefix."""
         return {entry.prefix: cls.of(entry.options) for entry in config.entries}
+
+    @staticmethod
+    def to_config(by_prefix: Mapping[str, StorageOptionsConfig], origin: str) -> StorageConfig:
+        """Resource config by prefix as the platform's configuration (`of_config`'s inverse;
+        a `dg.EnvVar` not read yet stays a reference to its variable); `origin` names it in
+        errors."""
+        return StorageConfig.of(
+            {prefix: options.store_options() for prefix, options in by_prefix.items()},
+            origin=origin,
+        )
 
     def store_options(self) -> StoreOptions:
         """These options as the platform's model; a `dg.EnvVar` not read yet becomes a
