@@ -358,7 +358,7 @@ class ControlTable:
 
     def read_locations(self) -> dict[str, dict[str, Any]]:
         """Every recorded catalog name's row, by name, JVM-free."""
-        rows = self._query(self.locations_path, "SELECT * FROM t")
+        rows = self.query(self.locations_path, "SELECT * FROM t")
         return {str(row["name"]): row for row in rows}
 
     @property
@@ -385,7 +385,7 @@ class ControlTable:
 
     def read_consumers(self, input_table: str | None = None) -> list[dict[str, Any]]:
         """Registered consumer inputs (of one input table's location, if given), JVM-free."""
-        rows = self._query(self.consumers_path, "SELECT * FROM t ORDER BY registration")
+        rows = self.query(self.consumers_path, "SELECT * FROM t ORDER BY registration")
         wanted = input_table.rstrip("/") if input_table is not None else None
         return [r for r in rows if wanted is None or str(r["input_table"]).rstrip("/") == wanted]
 
@@ -397,35 +397,38 @@ class ControlTable:
     def append_maintenance(self, row: Mapping[str, Any]) -> None:
         """Append one maintenance-log row (`MAINTENANCE_SCHEMA`'s columns; `recorded_at` is
         now). A blind append: never conflicts."""
-        if not is_delta_table(self.maintenance_path, self.storage):
-            self._create(self.maintenance_path, MAINTENANCE_SCHEMA)
-        table = arrow_table(MAINTENANCE_SCHEMA, [{**row, "recorded_at": datetime.now(UTC)}])
-        _retry_on_conflict(
-            lambda: write_delta_table(self.maintenance_path, self.storage, table, mode="append"),
-            "maintenance log append",
+        self.append_row(
+            self.maintenance_path, MAINTENANCE_SCHEMA, {**row, "recorded_at": datetime.now(UTC)}
         )
-        self._keep_compact(self.maintenance_path)
+
+    def append_row(self, path: str, schema: Mapping[str, str], row: Mapping[str, Any]) -> None:
+        """Append `row` to the append-only control table at `path` (created with `schema` when
+        missing; a table written before a column was added takes it). Never conflicts."""
+        if not is_delta_table(path, self.storage):
+            self._create(path, schema)
+        table = arrow_table(schema, [row])
+        _retry_on_conflict(
+            lambda: write_delta_table(
+                path, self.storage, table, mode="append", schema_mode="merge"
+            ),
+            f"append to {path}",
+        )
+        self._keep_compact(path)
 
     def read_maintenance_log(self, table_location: str | None = None) -> list[dict[str, Any]]:
         """Maintenance-log rows (oldest first), optionally of one table, JVM-free."""
-        rows = self._query(self.maintenance_path, "SELECT * FROM t ORDER BY recorded_at")
+        rows = self.query(self.maintenance_path, "SELECT * FROM t ORDER BY recorded_at")
         wanted = table_location.rstrip("/") if table_location is not None else None
         return [r for r in rows if wanted is None or str(r["table_location"]).rstrip("/") == wanted]
 
     def append_log(self, entry: LoadLogEntry) -> None:
         """Append one load-log row (a blind append: never conflicts)."""
         self.ensure()
-        row = arrow_table(LOG_SCHEMA, [entry.as_row()])
-        _retry_on_conflict(
-            # schema_mode: a load log written before a column was added takes it.
-            lambda: write_delta_table(
-                self.log_path, self.storage, row, mode="append", schema_mode="merge"
-            ),
-            "load log append",
-        )
-        self._keep_compact(self.log_path)
+        self.append_row(self.log_path, LOG_SCHEMA, entry.as_row())
 
-    def _query(self, path: str, sql: str) -> list[dict[str, Any]]:
+    def query(self, path: str, sql: str) -> list[dict[str, Any]]:
+        """The rows of `sql` over the control table at `path` (named `t`; none when it does
+        not exist yet), JVM-free."""
         if not is_delta_table(path, self.storage):
             return []
         from deltalake import QueryBuilder
@@ -438,10 +441,10 @@ class ControlTable:
 
     def read_states(self) -> dict[str, dict[str, Any]]:
         """Every pipeline's state row, JVM-free."""
-        rows = self._query(self.state_path, "SELECT * FROM t")
+        rows = self.query(self.state_path, "SELECT * FROM t")
         return {str(row["pipeline_id"]): row for row in rows}
 
     def read_log(self, pipeline_id: str | None = None) -> list[dict[str, Any]]:
         """Load-log rows (oldest first), optionally of one pipeline, JVM-free."""
-        rows = self._query(self.log_path, "SELECT * FROM t ORDER BY started_at, run_id")
+        rows = self.query(self.log_path, "SELECT * FROM t ORDER BY started_at, run_id")
         return [r for r in rows if pipeline_id is None or r["pipeline_id"] == pipeline_id]
