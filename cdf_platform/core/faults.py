@@ -22,6 +22,8 @@ class FaultPoint(StrEnum):
 
     AFTER_READ = "after_read"
     """Change set read and checked, nothing written."""
+    AFTER_QUARANTINE = "after_quarantine"
+    """The quarantine table written, silver's MERGE not yet committed."""
     AFTER_MERGE = "after_merge"
     """Silver MERGE (with the watermark) committed, nothing else."""
     BEFORE_CONTROL = "before_control"

@@ -22,6 +22,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from cdf_platform.core.event_spec import EventSpec
+from cdf_platform.core.expectations import Expectation, check_unique_names
 from cdf_platform.core.silver_columns import PLATFORM_COLUMNS
 from cdf_platform.core.table_location import is_table_name, resolve_location
 
@@ -168,6 +169,12 @@ class PipelineSpec(BaseModel):
         description="Row filter, a Spark SQL boolean expression (it sees derived columns): a row "
         "it drops, or that stops matching, is a delete in silver; NULL counts as false.",
     )
+    expectations: list[Expectation] = Field(
+        default_factory=list,
+        description="Named data-quality rules on the row silver would hold (after "
+        "`transform`, `columns`, `where`), each with an action: `warn`, `drop`, `quarantine` "
+        "or `fail` (`Expectation`).",
+    )
     transform: str | None = Field(
         default=None,
         description="A Python function `package.module:function` (DataFrame -> DataFrame) "
@@ -260,6 +267,11 @@ class PipelineSpec(BaseModel):
         if value is not None and not value.strip():
             raise ValueError("`where` is empty: leave it out to keep every row")
         return value
+
+    @field_validator("expectations")
+    @classmethod
+    def _check_expectations(cls, value: list[Expectation]) -> list[Expectation]:
+        return check_unique_names(value)
 
     @field_validator("transform")
     @classmethod
@@ -377,8 +389,8 @@ class PipelineSpec(BaseModel):
 
     @property
     def conforms(self) -> bool:
-        """Whether rows are transformed between the read and the MERGE."""
-        return bool(self.columns or self.where or self.transform)
+        """Whether rows are transformed or judged between the read and the MERGE."""
+        return bool(self.columns or self.where or self.transform or self.expectations)
 
     @property
     def kept_columns(self) -> list[str]:

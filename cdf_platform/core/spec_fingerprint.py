@@ -57,11 +57,12 @@ RECONCILED_FIELDS = (
     "deletion_vectors",
     "changes",
     "events",
+    "expectations",
 )
 SHAPING_FIELDS = RESHAPING_FIELDS + RECONCILED_FIELDS
 # Fields a record holds only when they are not at their default: a spec that leaves them unset
 # keeps the fingerprint (and Dagster code version) it had before they existed.
-OPTIONAL_FIELDS = frozenset({"changes", "events"})
+OPTIONAL_FIELDS = frozenset({"changes", "events", "expectations"})
 # Fields whose change makes a reconcile write the snapshot's values as they are: silver's rows
 # were kept by another rule (a NULL update keeping a value, a later sequence value kept), or
 # come from another kind of source.
@@ -124,6 +125,10 @@ def _shaping_values(spec: PipelineSpec) -> dict[str, Any]:
     the ones before it): they are a list of pairs, which no key sorting reorders."""
     values = spec.model_dump(mode="json", include=set(SHAPING_FIELDS))
     values["columns"] = list(spec.columns.items())
+    # Only the rules that keep rows out shape silver (`warn` and `fail` rules write nothing).
+    values["expectations"] = sorted(
+        [e.name, e.rule, e.action.value] for e in spec.expectations if e.shapes_rows
+    )
     return values
 
 
@@ -137,11 +142,10 @@ def spec_record(spec: PipelineSpec) -> dict[str, str]:
     function = import_transform(spec)
     if function is not None:
         values["transform"] = [spec.transform, transform_code(function)]
-    defaults = PipelineSpec.model_fields
     return {
         name: _digest(values[name], 12)
         for name in SHAPING_FIELDS
-        if name not in OPTIONAL_FIELDS or getattr(spec, name) != defaults[name].get_default()
+        if name not in OPTIONAL_FIELDS or _set(spec, name, values)
     }
 
 
@@ -209,6 +213,14 @@ def compare_spec(
     if not fields:
         return None
     return SpecChange(fields, fingerprint_of(recorded), fingerprint_of(current))
+
+
+def _set(spec: PipelineSpec, name: str, values: Mapping[str, Any]) -> bool:
+    """Whether the optional field `name` shapes anything in `spec` (not its default; for
+    `expectations`, a rule that keeps rows out)."""
+    if name == "expectations":
+        return bool(values[name])
+    return bool(getattr(spec, name) != PipelineSpec.model_fields[name].get_default())
 
 
 @cache

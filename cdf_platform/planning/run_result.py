@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from cdf_platform.core.expectations import ExpectationCounts
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.window.replay_window import ConsumerAssessment
 
@@ -48,6 +49,7 @@ class RunResult:
     incident_code: str | None = None
     incident_message: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    expectations: ExpectationCounts | None = None
 
     def as_metadata(self) -> dict[str, Any]:
         """Flat figures for Dagster metadata and JSON output."""
@@ -70,4 +72,17 @@ class RunResult:
             "lag_hours_after": self.lag_after.lag_hours,
             "incident_code": self.incident_code,
             **{f"{name}_seconds": round(value, 3) for name, value in self.timings.items()},
+            **self._expectation_figures(),
+        }
+
+    def _expectation_figures(self) -> dict[str, Any]:
+        """Rows judged, and each rule's failing rows (`expectation_<name>_failing`)."""
+        if self.expectations is None:
+            return {}
+        return {
+            "expectations_judged": self.expectations.judged,
+            **{
+                f"expectation_{name}_failing": count
+                for name, count in self.expectations.failing.items()
+            },
         }

@@ -19,6 +19,7 @@ from cdf_platform.spark.session import assert_safe_spark_config, new_session
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from cdf_platform.core.expectations import ExpectationCounts
     from cdf_platform.core.spec import PipelineSpec
     from cdf_platform.state.control import ControlTable
 
@@ -80,6 +81,7 @@ class RunOutcome:
         incident: The incident code it handled or noted.
         message: The load log's words on it.
         generation: The source generation a rebuild wrote (None: unchanged).
+        expectations: Rows judged by the spec's expectations and failing each (None: none).
         reported: Whether `incident` and `message` are the result's too: a rebuild reports the
             problem it repaired; a run that took a spec edit forward only notes it in the load
             log, and its result carries no incident.
@@ -94,3 +96,4 @@ class RunOutcome:
     message: str | None = None
     generation: int | None = None
     reported: bool = False
+    expectations: ExpectationCounts | None = None

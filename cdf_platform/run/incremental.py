@@ -5,7 +5,7 @@ change per key, applied to silver in one stamped MERGE, then its row counts and 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -27,9 +27,11 @@ from cdf_platform.state.watermark import read_silver_state, spec_metadata
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from cdf_platform.core.expectations import ExpectationCounts
     from cdf_platform.run.strategy import WriteStrategy
     from cdf_platform.spark.changes import CollapsedChanges
     from cdf_platform.spark.merge import Truncation, TxnStamp
+    from cdf_platform.spark.quarantine import Judgement
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +50,12 @@ class _ChangeSet:
     collapsed: CollapsedChanges
     truncation: Truncation | None
     silver_state: StateLoad
+    judgement: Judgement
+
+    def release(self) -> None:
+        """Drop the cached change rows."""
+        self.collapsed.release()
+        self.judgement.release()
 
 
 def run_incremental(run: RunContext, plan: RunPlan, strategy: WriteStrategy) -> RunOutcome:
@@ -66,12 +74,12 @@ def run_incremental(run: RunContext, plan: RunPlan, strategy: WriteStrategy) -> 
             fault_point(FaultPoint.AFTER_READ)
             _write(run, plan, strategy, tuning, change_set)
         finally:
-            change_set.collapsed.release()
+            change_set.release()
         run.lap("merge")
         # `write` is silver's part of the run: its checks, the key filter and the MERGE.
         run.timings["write"] = sum(run.timings.get(step, 0.0) for step in WRITE_STEPS)
         fault_point(FaultPoint.AFTER_MERGE)
-        return _count_and_record(run, plan, tuning)
+        return _count_and_record(run, plan, tuning, change_set.judgement.counts)
 
 
 def _read(run: RunContext, plan: RunPlan, strategy: WriteStrategy, tuning: RunTuning) -> _ChangeSet:
@@ -84,7 +92,8 @@ def _read(run: RunContext, plan: RunPlan, strategy: WriteStrategy, tuning: RunTu
     raw = read_changes(
         run.spark, spec.source, ctx.start_version, ctx.end_version, pipeline_id=spec.id
     )
-    changes, truncation = strategy.change_rows(run.spark, raw, ctx)
+    judgement, truncation = strategy.change_rows(run.spark, raw, ctx)
+    changes = judgement.rows
     data_columns = [c for c in changes.columns if c not in FEED_COLUMNS]
     with tuning.small_reads():
         with loading_table_state(run.spark, spec.target) as state:
@@ -93,7 +102,7 @@ def _read(run: RunContext, plan: RunPlan, strategy: WriteStrategy, tuning: RunTu
             )
             run.lap("read")
         run.lap("silver_state")
-    return _ChangeSet(ctx, changes, data_columns, collapsed, truncation, state)
+    return _ChangeSet(ctx, changes, data_columns, collapsed, truncation, state, judgement)
 
 
 def _write(
@@ -128,6 +137,9 @@ def _write(
                 ),
             )
         run.lap("key_filter")
+    # Before silver's commit: a crash between the two makes the rerun write the same rows.
+    classified(ctx, lambda: strategy.gate.hold(spark, change_set.judgement, run_id=run.run_id))
+    fault_point(FaultPoint.AFTER_QUARANTINE)
     apply = partial(
         strategy.apply,
         spark,
@@ -154,8 +166,11 @@ def _stamp(run: RunContext, plan: RunPlan) -> TxnStamp:
     )
 
 
-def _count_and_record(run: RunContext, plan: RunPlan, tuning: RunTuning) -> RunOutcome:
-    """The rows the run's silver commit changed, recorded in the control tables."""
+def _count_and_record(
+    run: RunContext, plan: RunPlan, tuning: RunTuning, judged: ExpectationCounts | None
+) -> RunOutcome:
+    """The rows the run's silver commit changed (and `judged`: its expectations' counts),
+    recorded in the control tables."""
     spec = plan.spec
     storage = run.control.storage
     committed = find_run_commit(spec.target, spec.id, run.run_id, storage)
@@ -176,6 +191,7 @@ def _count_and_record(run: RunContext, plan: RunPlan, tuning: RunTuning) -> RunO
     run.lap("commit_counts")
     fault_point(FaultPoint.BEFORE_CONTROL)
     outcome = applied_outcome(plan, RunMode.INCREMENTAL, plan.end_version, counts, wrote=True)
+    outcome = replace(outcome, expectations=judged)
     record(run, plan, outcome)
     run.lap("control")
     return outcome

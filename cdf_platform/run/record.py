@@ -93,6 +93,7 @@ def record(run: RunContext, plan: RunPlan, outcome: RunOutcome, *, before: int |
             write_seconds=run.timings.get("write", 0.0),
             spec_fingerprint=plan.spec_fingerprint,
             spec=shaping_fields(spec),
+            expectations=outcome.expectations.to_json() if outcome.expectations else None,
         ),
     )
     generation = plan.silver.generation if outcome.generation is None else outcome.generation
@@ -204,4 +205,5 @@ def result(run: RunContext, plan: RunPlan, outcome: RunOutcome) -> RunResult:
         incident_code=outcome.incident if outcome.reported else None,
         incident_message=outcome.message if outcome.reported else None,
         timings=dict(run.timings),
+        expectations=outcome.expectations,
     )

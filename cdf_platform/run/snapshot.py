@@ -77,6 +77,7 @@ def run_snapshot(
         message=_message(plan, mode, problem, written),
         generation=written.generation,
         reported=True,
+        expectations=written.counts,
     )
     record(run, plan, outcome)
     return outcome

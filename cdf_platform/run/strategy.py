@@ -10,10 +10,13 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from cdf_platform.spark.events import Tombstones, change_rows, fold_events
+from cdf_platform.spark.change_feed import classified
+from cdf_platform.spark.event_fold import fold_events
+from cdf_platform.spark.events import Tombstones, change_rows
+from cdf_platform.spark.quarantine import Judgement, QualityGate, quarantine_path
 from cdf_platform.spark.rebuild import rebuild_silver
 
 if TYPE_CHECKING:
@@ -40,18 +43,29 @@ class WriteStrategy:
 
     spec: PipelineSpec
     tombstones: Tombstones | None
+    gate: QualityGate
 
     @classmethod
     def of(cls, spec: PipelineSpec, control: ControlTable) -> WriteStrategy:
         """The strategy of `spec`, whose control tables are `control`."""
-        return cls(spec, Tombstones.of(control, spec))
+        gate = QualityGate(spec, quarantine_path(control.root, spec.id), control.storage)
+        return cls(spec, Tombstones.of(control, spec), gate)
 
     def change_rows(
         self, spark: SparkSession, feed: DataFrame, ctx: ReadContext
-    ) -> tuple[DataFrame, Truncation | None]:
-        """The change rows of bronze's feed (an event log's as its events' images) and an
-        event log's latest truncate (`cdf_platform.spark.events.change_rows`)."""
-        return change_rows(spark, feed, self.spec, ctx)
+    ) -> tuple[Judgement, Truncation | None]:
+        """The change rows of bronze's feed (an event log's as its events' images), judged by
+        the spec's expectations (`QualityGate.screen_changes`: counted, refused by a `fail`
+        rule, the kept-out rows made deletes), and an event log's latest truncate
+        (`cdf_platform.spark.events.change_rows`).
+
+        Raises:
+            DataQualityError: a row fails a `fail` rule.
+        """
+        judged, truncation = change_rows(spark, feed, self.spec, ctx, judged=True)
+        end = ctx.end_version
+        judgement = classified(ctx, lambda: self.gate.screen_changes(judged, version=end))
+        return judgement, truncation
 
     def apply(
         self,
@@ -73,6 +87,7 @@ class WriteStrategy:
         """Make silver bronze's snapshot at `request.version` (an initial load, a snapshot
         source's run, a rebuild): an event log by folding every event it holds, any other
         source by reconciling with the snapshot."""
+        request = replace(request, gate=self.gate)
         if self.tombstones is not None:
             return fold_events(spark, self.spec, request, self.tombstones)
         return rebuild_silver(spark, self.spec, request)

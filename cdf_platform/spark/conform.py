@@ -38,6 +38,7 @@ from cdf_platform.core.spec_fingerprint import import_transform
 from cdf_platform.core.sql import quote_ident
 from cdf_platform.spark.change_feed import CHANGE_TYPE, FEED_COLUMNS, as_change_feed
 from cdf_platform.spark.changes import FILTERED
+from cdf_platform.spark.expectations import ROW_IMAGES, check_rules, judge, keep_out
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -82,8 +83,7 @@ _CONNECT_NONDETERMINISTIC = re.compile(
     r"current_timestamp|now|current_date|localtimestamp|current_time)\(|"
     r"\b(scalar-subquery|exists|list|lateral-subquery)#"
 )
-# The change rows that say what a key holds after its commit (a preimage is dropped anyway).
-_ROW_IMAGES = ("insert", "update_postimage")
+_ROW_IMAGES = ROW_IMAGES
 _ACTION = FIX_SPEC_FIELD
 
 
@@ -96,8 +96,13 @@ def load_transform(spec: PipelineSpec) -> Transform | None:
     return import_transform(spec)
 
 
-def conform_changes(spark: SparkSession, feed: DataFrame, spec: PipelineSpec) -> DataFrame:
-    """`feed` (data columns and the change feed's three) after the spec's steps.
+def conform_changes(
+    spark: SparkSession, feed: DataFrame, spec: PipelineSpec, *, judged: bool = False
+) -> DataFrame:
+    """`feed` (data columns and the change feed's three) after the spec's steps, its
+    expectations' `drop` and `quarantine` rules keeping rows out as `where` does. `judged`:
+    the rows are not kept out yet, and carry `FAILED_RULES` instead (the names of the rules
+    each row image fails; `cdf_platform.spark.expectations`).
 
     Raises:
         InvalidPipelineSpec: a step is refused (see the module doc), before any row is read.
@@ -106,7 +111,10 @@ def conform_changes(spark: SparkSession, feed: DataFrame, spec: PipelineSpec) ->
         return feed
     function = load_transform(spec)
     check_conforming(spark, feed.schema, spec, function)
-    return _apply(feed, spec, function)
+    marked = _apply(feed, spec, function)
+    if not spec.expectations:
+        return marked
+    return marked if judged else keep_out(marked, spec)
 
 
 def conform_snapshot(
@@ -116,11 +124,14 @@ def conform_snapshot(
     *,
     version: int,
     timestamp: datetime | None,
+    judged: bool = False,
 ) -> DataFrame:
-    """`snapshot` after the same steps as a change feed: rows the filter drops are gone.
+    """`snapshot` after the same steps as a change feed: rows the filter (or a `drop` or
+    `quarantine` expectation) drops are gone. `judged`: the rows the expectations keep out
+    are still there, and every row carries `FAILED_RULES`.
 
     The rows go through as `insert` changes of `version` at `timestamp`; the result has only
-    the data columns.
+    the data columns (and `FAILED_RULES`).
 
     Raises:
         InvalidPipelineSpec: a step is refused (see the module doc), before any row is read.
@@ -129,16 +140,18 @@ def conform_snapshot(
         return snapshot
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-    conformed = conform_changes(spark, as_change_feed(snapshot, version, timestamp), spec)
+    feed = as_change_feed(snapshot, version, timestamp)
+    conformed = conform_changes(spark, feed, spec, judged=judged)
     kept = [c for c in conformed.columns if c not in FEED_COLUMNS]
     surviving = conformed.filter(F.col(CHANGE_TYPE).isin(*_ROW_IMAGES))
     return surviving.select(*(quote_ident(c) for c in kept))
 
 
 def _apply(frame: DataFrame, spec: PipelineSpec, function: Transform | None) -> DataFrame:
-    """The three steps on `frame` (already checked)."""
+    """The three steps on `frame` (already checked), then the expectations' judgement."""
     shaped = _shape(frame, spec, function)
-    return _mark_filtered(shaped, spec) if spec.where else shaped
+    marked = _mark_filtered(shaped, spec) if spec.where else shaped
+    return judge(marked, spec) if spec.expectations else marked
 
 
 def _shape(frame: DataFrame, spec: PipelineSpec, function: Transform | None) -> DataFrame:
@@ -216,6 +229,9 @@ def check_conforming(
     probe = spark.createDataFrame([], schema)
     shaped = _shape(probe, spec, function)
     final = _mark_filtered(shaped, spec) if spec.where else shaped
+    if spec.expectations:
+        check_rules(spec, final, lambda what, build: analysed(spec, what, build))
+        final = judge(final, spec)
     plan = _jvm_plan(final)
     if plan is None:
         _check_printed_plan(final, spec)
@@ -342,6 +358,7 @@ def _refused(spec: PipelineSpec, what: str) -> InvalidPipelineSpec:
             ("transform", spec.transform),
             ("columns", spec.columns),
             ("where", spec.where),
+            ("expectations", spec.expectations),
         )
         if present
     ]

@@ -17,12 +17,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from cdf_platform.core.expectations import ExpectationCounts
 from cdf_platform.core.faults import FaultPoint, fault_point
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.spark.change_feed import ReadContext, classified, project_columns
 from cdf_platform.spark.conform import conform_snapshot
+from cdf_platform.spark.expectations import FAILED_RULES
 from cdf_platform.spark.merge import check_snapshot_keys
+from cdf_platform.spark.quarantine import Judgement, QualityGate
 from cdf_platform.spark.silver_layout import SilverLayout
 from cdf_platform.spark.silver_table import (
     check_silver_owner,
@@ -68,6 +71,7 @@ class RebuildOutcome:
     app_id: str
     columns: list[str]
     note: str | None = None
+    counts: ExpectationCounts | None = None
 
 
 def rebuild_generation(silver: SilverState, version: int, *, source_reset: bool) -> int:
@@ -99,6 +103,7 @@ class RebuildRequest:
         source_reset: Bronze was reset (a new generation is opened).
         version_timestamp: V's commit time (dates soft deletes and closed versions).
         rewrite: How the rebuild follows an edited spec.
+        gate: The pipeline's expectations and quarantine (`WriteStrategy.reconcile` sets it).
     """
 
     version: int
@@ -110,6 +115,7 @@ class RebuildRequest:
     source_reset: bool = False
     version_timestamp: datetime | None = None
     rewrite: SpecRewrite = SpecRewrite()
+    gate: QualityGate | None = None
 
     @property
     def generation(self) -> int:
@@ -138,10 +144,21 @@ class RebuildRequest:
         )
         return SilverWriter(spark, target, layout, stamp, self.generation, self.storage)
 
-    def outcome(self, writer: SilverWriter, note: str | None = None) -> RebuildOutcome:
+    def quality_gate(self, spec: PipelineSpec) -> QualityGate:
+        """The gate the rebuild's rows pass (one without a quarantine table when none was
+        set: it refuses to hold rows)."""
+        return self.gate or QualityGate(spec, None, self.storage)
+
+    def outcome(
+        self,
+        writer: SilverWriter,
+        note: str | None = None,
+        counts: ExpectationCounts | None = None,
+    ) -> RebuildOutcome:
         """What the rebuild through `writer` wrote."""
+        columns = writer.layout.data_columns
         return RebuildOutcome(
-            self.version, writer.generation, writer.stamp.app_id, writer.layout.data_columns, note
+            self.version, writer.generation, writer.stamp.app_id, columns, note, counts
         )
 
 
@@ -216,9 +233,30 @@ def rebuild_silver(
     version = request.version
     ctx, raw = read_pinned(spark, spec, version)
     conformed = conform_snapshot(
-        spark, raw, spec, version=version, timestamp=request.version_timestamp
+        spark, raw, spec, version=version, timestamp=request.version_timestamp, judged=True
     )
-    snapshot = project_columns(conformed, spec)
+    extra = [FAILED_RULES] if FAILED_RULES in conformed.columns else []
+    gate = request.quality_gate(spec)
+    judgement = classified(
+        ctx,
+        lambda: gate.screen_snapshot(project_columns(conformed, spec, extra), version=version),
+    )
+    try:
+        writer = _reconcile(spark, spec, request, ctx, judgement)
+    finally:
+        judgement.release()
+    return request.outcome(writer, counts=judgement.counts)
+
+
+def _reconcile(
+    spark: SparkSession,
+    spec: PipelineSpec,
+    request: RebuildRequest,
+    ctx: ReadContext,
+    judgement: Judgement,
+) -> SilverWriter:
+    """Silver reconciled with the judged snapshot's rows, its quarantine written first."""
+    version, snapshot = request.version, judgement.rows
     classified(
         ctx,
         lambda: check_snapshot_keys(
@@ -232,6 +270,9 @@ def rebuild_silver(
     )
     rewrite = request.rewrite
     layout = prepare_silver(spark, spec, snapshot.schema, rewrite, request.storage)
+    classified(
+        ctx, lambda: request.quality_gate(spec).hold(spark, judgement, run_id=request.run_id)
+    )
     fault_point(FaultPoint.DURING_REBUILD)
     writer = request.writer(spark, spec.id, spec.target, layout)
     deleted_at = request.deleted_at
@@ -239,4 +280,4 @@ def rebuild_silver(
     classified(
         ctx, lambda: writer.reconcile(snapshot, deleted_at=deleted_at, reshape=reshape, exact=exact)
     )
-    return request.outcome(writer)
+    return writer

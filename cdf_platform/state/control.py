@@ -83,6 +83,8 @@ LOG_SCHEMA: dict[str, str] = {
     # The spec the run wrote under: its fingerprint and its row-shaping fields (JSON).
     "spec_fingerprint": "string",
     "spec": "string",
+    # The run's expectation counts (JSON: rows judged, failing rows per rule).
+    "expectations": "string",
 }
 # Where a catalog table name was found, recorded by the run that asked Spark's catalog.
 LOCATION_SCHEMA: dict[str, str] = {
@@ -117,16 +119,14 @@ MAINTENANCE_SCHEMA: dict[str, str] = {
     # The deployment's permission that let a destructive action run (None: not needed).
     "permitted_by": "string",
     "reason": "string",
-    # What the action destroyed, in words (None: nothing).
-    "destroyed": "string",
+    "destroyed": "string",  # What the action destroyed, in words (None: nothing).
     # The consumers whose replay window the action cut, as a JSON list.
     "windows_cut": "string",
     "files_deleted": "long",
     "latest_version": "long",
 }
-# Runs of different pipelines write the same two tables. deltalake retries a commit that lost
-# the race when the winner does not conflict (appends); a state MERGE that touched the file
-# another MERGE rewrote raises CommitFailedError and is retried here from a fresh snapshot.
+# Runs of different pipelines write the same tables: deltalake retries a losing append; a state
+# MERGE whose file another rewrote raises CommitFailedError, retried here from a fresh snapshot.
 _RETRIES = 8
 
 
@@ -154,6 +154,7 @@ class LoadLogEntry:
     write_seconds: float = 0.0
     spec_fingerprint: str | None = None
     spec: str | None = None
+    expectations: str | None = None
 
     @property
     def duration_seconds(self) -> float:
@@ -167,10 +168,9 @@ class LoadLogEntry:
         return row
 
 
-# Each control write adds a file (a load-log row per run, a state row per new pipeline, the
-# rewrite of the file holding an updated row). Past this many files, the write that finds them
-# compacts the table, so reads stay a few files however many runs a fleet makes (a state table
-# of 300 one-row files: a read 0.42 s and an upsert 0.20 s; compacted: 0.02 s and 0.05 s).
+# Each control write adds a file. Past this many, the write that finds them compacts the table,
+# so reads stay a few files however many runs a fleet makes (a state table of 300 one-row
+# files: a read 0.42 s and an upsert 0.20 s; compacted: 0.02 s and 0.05 s).
 COMPACT_AT_FILES = 32
 # Files a compaction replaced are deleted once this old: the control tables are read at their
 # latest version only (no time travel, no change feed), so a day covers the slowest reader.
