@@ -30,6 +30,7 @@ from typing import Any
 import dagster as dg
 
 from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.orchestration.expectation_checks import expectation_checks
 from cdf_platform.orchestration.figures import count, hours, limit, text
 from cdf_platform.orchestration.keys import CHECKS_QUEUE, QUEUE_TAG, silver_key
 from cdf_platform.orchestration.resources import LakeLayout
@@ -305,5 +306,7 @@ def pipeline_checks(spec: PipelineSpec) -> dg.AssetChecksDefinition:
 
 
 def silver_checks(specs: list[PipelineSpec]) -> list[dg.AssetChecksDefinition]:
-    """The checks of every pipeline's silver asset."""
-    return [pipeline_checks(spec) for spec in specs]
+    """The checks of every pipeline's silver asset: lag and window, and one per expectation
+    (`cdf_platform.orchestration.expectation_checks`)."""
+    rules = (expectation_checks(spec) for spec in specs)
+    return [*(pipeline_checks(spec) for spec in specs), *(c for c in rules if c is not None)]

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 from cdf_platform.spark.change_feed import classified
 from cdf_platform.spark.event_fold import fold_events
 from cdf_platform.spark.events import Tombstones, change_rows
-from cdf_platform.spark.quarantine import Judgement, QualityGate, quarantine_path
+from cdf_platform.spark.quarantine import Judgement, QualityGate
 from cdf_platform.spark.rebuild import rebuild_silver
+from cdf_platform.state.quarantine import quarantine_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -12,7 +12,7 @@ an event log's fold replaces it whole. Invariant: silver's keys and the quaranti
 spec applied to bronze with its `quarantine` rules as `warn`.
 
 Example:
-    >>> gate = QualityGate(spec, "/lake/_control/quarantine/orders")  # doctest: +SKIP
+    >>> gate = QualityGate(spec, quarantine_path("/lake/_control", "orders"))  # doctest: +SKIP
     >>> judgement = gate.screen_changes(judged, version=12)  # doctest: +SKIP
     >>> gate.hold(spark, judgement, run_id="r1")  # before silver's commit  # doctest: +SKIP
 """
@@ -52,11 +52,6 @@ if TYPE_CHECKING:
 
 HELD = "_held"
 QUARANTINE_COLUMNS = ("row", "failed_rules", "bronze_version", "run_id", "quarantined_at")
-
-
-def quarantine_path(control_root: str, pipeline_id: str) -> str:
-    """Where `pipeline_id`'s quarantine table lives under the control root."""
-    return f"{control_root.rstrip('/')}/quarantine/{pipeline_id}"
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from cdf_platform.core.storage_options import ENVIRONMENT_ONLY
 from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.run import PipelineRunner
-from cdf_platform.spark.quarantine import quarantine_path
 from cdf_platform.state.control import ControlTable
+from cdf_platform.state.quarantine import quarantine_path
 from cdf_platform_tests.bronze import control_for, make_bronze, rows, spec_for, sql
 
 Row = tuple[int, str | None, int]
