@@ -45,12 +45,13 @@ from cdf_platform.spark.merge_sql import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from cdf_platform.core.spec import PipelineSpec
     from cdf_platform.core.storage_options import StorageConfig
 
 HELD = "_held"
+SEQUENCE_VALUE = "sequence_value"
 QUARANTINE_COLUMNS = ("row", "failed_rules", "bronze_version", "run_id", "quarantined_at")
 
 
@@ -147,8 +148,44 @@ class QualityGate:
             F.to_json(F.struct(*(F.col(quote_ident(c)) for c in data))).alias("row"),
             F.coalesce(F.col(FAILED_RULES), F.array().cast("array<string>")).alias("failed_rules"),
             F.col(COMMIT_VERSION).cast("long").alias("bronze_version"),
+            *self._sequence(F.col(quote_ident(self.spec.sequence_by or ""))),
             held.alias(HELD),
         )
+
+    def _sequence(self, column: Column) -> list[Column]:
+        """`column` as the quarantine's `sequence_value` (with `sequence_by`), else nothing."""
+        return [column.alias(SEQUENCE_VALUE)] if self.spec.sequence_by else []
+
+    @property
+    def _columns(self) -> list[str]:
+        """The quarantine's columns after the keys."""
+        return [*QUARANTINE_COLUMNS, *([SEQUENCE_VALUE] if self.spec.sequence_by else [])]
+
+    def _newer(self) -> str:
+        """The MERGE condition of a source row at least as new as the quarantine's: by sequence
+        value, then bronze version (a rerun of an older range never undoes a later change)."""
+        by_version = "s.bronze_version >= t.bronze_version"
+        if not self.spec.sequence_by:
+            return by_version
+        seq = f"s.{SEQUENCE_VALUE}", f"t.{SEQUENCE_VALUE}"
+        return f"({seq[0]} > {seq[1]} OR ({seq[0]} = {seq[1]} AND {by_version}))"
+
+    def _not_outdated(self, spark: SparkSession, rows: DataFrame) -> DataFrame:
+        """`rows` without the late changes silver outdates: a key whose silver row has a later
+        sequence value kept that row (a late, older change changes nothing in silver), so its
+        quarantine entry does not change either."""
+        from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+        if not self.spec.sequence_by or not _is_table(self.spec.target, self.storage):
+            return rows
+        seq = quote_ident(self.spec.sequence_by)
+        silver = spark.read.format("delta").load(self.spec.target)
+        newest = silver.groupBy(*(quote_ident(k) for k in self.spec.keys)).agg(
+            F.max(seq).alias("_silver_sequence")
+        )
+        joined = rows.join(newest, on=list(self.spec.keys), how="left")
+        outdated = F.coalesce(F.col("_silver_sequence") > F.col(SEQUENCE_VALUE), F.lit(False))
+        return joined.filter(~outdated).drop("_silver_sequence")
 
     def _latest(self, changes: DataFrame) -> DataFrame:
         """Each key's latest change (by sequence value, then version; in one commit a row image
@@ -184,11 +221,11 @@ class QualityGate:
             writer.option("overwriteSchema", "true").save(self.path)
             return
         keys = self.spec.keys
-        columns = [*keys, *QUARANTINE_COLUMNS]
+        columns = [*keys, *self._columns]
         on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in keys)
-        # A rerun of an older range (a newer run applied first) never undoes a later change.
-        current = "s.bronze_version >= t.bronze_version"
-        assignments = [f"{quote_ident(c)} = s.{quote_ident(c)}" for c in QUARANTINE_COLUMNS]
+        current = self._newer()
+        rows = self._not_outdated(spark, rows)
+        assignments = [f"{quote_ident(c)} = s.{quote_ident(c)}" for c in self._columns]
         clauses = [
             when_matched(f"{current} AND s.{HELD}", update_set(assignments)),
             when_matched(f"{current} AND NOT s.{HELD}", DELETE),

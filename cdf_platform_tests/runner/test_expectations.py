@@ -9,6 +9,7 @@ Bronze (id, name, amount); the rules: `positive` (amount > 0), `named` (name IS 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import DataQualityError, InvalidPipelineSpec
 from cdf_platform.core.expectations import ExpectationAction
+from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.storage_options import ENVIRONMENT_ONLY
 from cdf_platform.deltalog.tables import is_delta_table
@@ -25,7 +27,17 @@ from cdf_platform.planning.plan import RunMode
 from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.quarantine import quarantine_path
-from cdf_platform_tests.bronze import control_for, make_bronze, rows, spec_for, sql
+from cdf_platform_testkit.lake import write_pipelines
+from cdf_platform_tests.bronze import (
+    control_for,
+    make_bronze,
+    rows,
+    spec_for,
+    sql,
+    vacuum_retain_zero,
+)
+from cdf_platform_tests.cli_process import run_cli
+from cdf_platform_tests.event_log import DEBEZIUM, Event, EventLog
 
 Row = tuple[int, str | None, int]
 RULES: dict[str, tuple[str, Callable[[Row], bool]]] = {
@@ -221,3 +233,97 @@ def test_a_bad_rule_is_refused_before_anything_is_read(
     with pytest.raises(InvalidPipelineSpec, match=problem):
         PipelineRunner.on(control_for(lake), lambda: spark).run(spec)
     assert not is_delta_table(spec.target, ENVIRONMENT_ONLY)
+
+
+def test_a_lost_windows_rebuild_agrees_with_the_runs_before_it(
+    spark: SparkSession, lake: Path
+) -> None:
+    spec = _spec(lake, {"positive": "quarantine", "named": "drop"})
+    control = control_for(lake)
+    make_bronze(spark, spec.source, [(1, "a", 10), (2, "b", -5), (3, None, 30)])
+    sql(
+        spark,
+        spec.source,
+        "ALTER TABLE {t} SET TBLPROPERTIES ('delta.deletedFileRetentionDuration' = "
+        "'interval 1 seconds', 'delta.enableDeletionVectors' = 'false')",
+    )
+    runner = PipelineRunner.on(control, lambda: spark)
+    runner.run(spec)
+    sql(spark, spec.source, "UPDATE {t} SET amount = -1 WHERE id = 1")
+    sql(spark, spec.source, "UPDATE {t} SET amount = 5 WHERE id = 2")
+    sql(spark, spec.source, "INSERT INTO {t} VALUES (4, 'd', -4)")
+    time.sleep(1.5)
+    vacuum_retain_zero(spark, spec.source)
+    result = runner.run(spec)
+    assert result.mode is RunMode.REBUILD
+    assert_exact(spark, spec, control)
+    assert set(quarantine(spark, spec, control)) == {1, 4}
+    assert json.loads(control.read_log(spec.id)[-1]["expectations"]) == {
+        "judged": 4,
+        "failing": {"positive": 2, "named": 1},
+    }
+
+
+def test_a_crash_between_the_quarantine_and_silvers_commit_converges(
+    spark: SparkSession, lake: Path
+) -> None:
+    spec = _spec(lake, {"positive": "quarantine"})
+    control = control_for(lake)
+    make_bronze(spark, spec.source, [(1, "a", 10), (2, "b", -5)])
+    PipelineRunner.on(control, lambda: spark).run(spec)
+    silver_before = rows(spark, spec.target)
+    sql(spark, spec.source, "UPDATE {t} SET amount = -1 WHERE id = 1")
+    sql(spark, spec.source, "UPDATE {t} SET amount = 2 WHERE id = 2")
+    pipelines = write_pipelines(lake / "pipelines.yaml", [spec])
+    killed = run_cli(
+        "run",
+        spec.id,
+        "--pipelines",
+        str(pipelines),
+        "--lake-root",
+        str(lake),
+        env={FAULT_ENV: FaultPoint.AFTER_QUARANTINE.value},
+    )
+    assert killed.returncode == FAULT_EXIT_CODE, killed.stderr
+    # The quarantine is ahead of silver: 1 held, 2 released; silver as before.
+    assert set(quarantine(spark, spec, control)) == {1}
+    assert rows(spark, spec.target) == silver_before
+    PipelineRunner.on(control, lambda: spark).run(spec)
+    assert_exact(spark, spec, control)
+
+
+def test_an_event_logs_quarantine_follows_the_sequence(spark: SparkSession, lake: Path) -> None:
+    spec = _spec(
+        lake,
+        {"positive": "quarantine"},
+        changes="events",
+        events=DEBEZIUM,
+        sequence_by="ts_ms",
+    )
+    control = control_for(lake)
+    log = EventLog(spark, spec.source)
+    log.append(Event("c", 1, 10, "a", 10), Event("c", 2, 11, "b", 20), Event("c", 3, 12, "c", -3))
+    runner = PipelineRunner.on(control, lambda: spark)
+    runner.run(spec)
+    _check_events(spark, spec, control, log)
+    # 1 turns bad at 40; 2 turns bad at 41; 3 turns good at 42.
+    log.append(Event("u", 1, 40, "a", -1), Event("u", 2, 41, "b", -2), Event("u", 3, 42, "c", 3))
+    runner.run(spec)
+    _check_events(spark, spec, control, log)
+    # Late events, older than what silver and the quarantine hold: they change nothing.
+    log.append(Event("u", 1, 30, "a", 7), Event("u", 3, 31, "c", -9), Event("c", 4, 5, "d", -4))
+    runner.run(spec)
+    _check_events(spark, spec, control, log)
+    assert set(quarantine(spark, spec, control)) == {1, 2, 4}
+    runner.run(spec, force_rebuild=True)
+    _check_events(spark, spec, control, log)
+
+
+def _check_events(
+    spark: SparkSession, spec: PipelineSpec, control: ControlTable, log: EventLog
+) -> None:
+    latest = [e for e in log.latest().values() if e.op != "d"]
+    good = sorted((e.id, e.name, e.amount) for e in latest if (e.amount or 0) > 0)
+    held = {e.id: ["positive"] for e in latest if not (e.amount or 0) > 0}
+    assert rows(spark, spec.target, "id", "name", "amount") == good
+    assert {k: v[0] for k, v in quarantine(spark, spec, control).items()} == held
