@@ -158,7 +158,8 @@ class IncompatibleSchemaChange(CdfPlatformError):
 
 
 class DataQualityError(CdfPlatformError):
-    """Bronze holds a null key, or two surviving rows for one key in one commit."""
+    """Bronze holds a null key, or two surviving rows for one key in one commit, or a row
+    failing an expectation whose action is `fail`."""
 
     incident_code = "DATA_QUALITY"
     default_action = (

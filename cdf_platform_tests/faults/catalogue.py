@@ -549,6 +549,45 @@ CATALOGUE: list[BadInput] = [
         "`columns: {usd: amount +* 2}` (not Spark SQL)",
         columns={"usd": "amount +* 2"},
     ),
+    _spec_case(
+        "expectation_unknown_action",
+        "`expectations: [{name: positive, rule: amount > 0, action: skip}]`",
+        expectations=[{"name": "positive", "rule": "amount > 0", "action": "skip"}],
+    ),
+    _spec_case(
+        "expectation_duplicate_names",
+        "two expectations named `positive`",
+        expectations=[
+            {"name": "positive", "rule": "amount > 0"},
+            {"name": "positive", "rule": "amount >= 0", "action": "drop"},
+        ],
+    ),
+    _spec_case(
+        "expectation_bad_name",
+        "`expectations: [{name: Amount OK, ...}]` (not a check name)",
+        expectations=[{"name": "Amount OK", "rule": "amount > 0"}],
+    ),
+    _transform_case(
+        "expectation_not_boolean",
+        "`expectations: [{name: positive, rule: amount + 1}]` (not a condition)",
+        expectations=[{"name": "positive", "rule": "amount + 1"}],
+    ),
+    _transform_case(
+        "expectation_unknown_column",
+        "`expectations: [{name: positive, rule: amout > 0}]` (no column `amout`)",
+        expectations=[{"name": "positive", "rule": "amout > 0"}],
+    ),
+    BadInput(
+        "expectation_fail_rule_failed",
+        "a bronze row failing an expectation whose action is `fail`",
+        DataQualityError,
+        "change the rule's action to `quarantine`, `drop` or `warn`",
+        act=lambda lake: lake.run(
+            lake.spec(expectations=[{"name": "small", "rule": "amount < 15", "action": "fail"}])
+        ),
+        setup=lambda lake: lake.make_bronze(),
+        spark=True,
+    ),
     BadInput(
         "null_key",
         "a bronze row with a null key",
