@@ -45,7 +45,9 @@ and `least_headroom_hours` (measured figures, named apart from the limits `max_a
 and `min_headroom_hours`), each on every materialization so a plot has no holes:
 `least_headroom_hours` is the least headroom as the checks plot it (a caught-up pipeline's is
 its retention horizon, a lost window's 0), left out only while no pipeline has one (no bronze
-table yet); `pipeline_count` is text (it moves only when pipelines are added).
+table yet); `pipeline_count` is text (it moves only when pipelines are added). While a
+pipeline has a `quarantine` expectation, a last line gives each such pipeline's quarantined
+rows and `quarantined_rows` plots their sum.
 
 The work is linear in the pipelines: the control tables are read once for all of them
 (`pipeline_statuses`), and only the rows shown are ordered (a heap of `TABLE_ROWS`).
@@ -60,10 +62,11 @@ most.
 import heapq
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import dagster as dg
 
+from cdf_platform.core.expectations import ExpectationAction
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.orchestration.figures import hours, text
 from cdf_platform.orchestration.keys import bronze_key
@@ -74,6 +77,8 @@ from cdf_platform.planning.status import (
     WindowState,
     pipeline_statuses,
 )
+from cdf_platform.state.control import ControlTable
+from cdf_platform.state.quarantine import quarantined_rows
 
 OVERVIEW_KEY = dg.AssetKey(["platform", "pipelines"])
 _HEALTHY = (WindowState.OK, WindowState.NOT_STARTED)
@@ -221,17 +226,38 @@ def _bronze_keys(specs: Sequence[PipelineSpec]) -> list[dg.AssetKey]:
     return list(dict.fromkeys(bronze_key(spec) for spec in specs))
 
 
+def quarantine_sizes(specs: Sequence[PipelineSpec], control: ControlTable) -> dict[str, int]:
+    """Pipeline id -> the rows its quarantine holds, for every pipeline with a `quarantine`
+    expectation (0 before its quarantine exists), JVM-free."""
+    return {
+        spec.id: quarantined_rows(control, spec.id) or 0
+        for spec in specs
+        if any(e.action is ExpectationAction.QUARANTINE for e in spec.expectations)
+    }
+
+
+def _quarantine_line(quarantined: Mapping[str, int]) -> list[str]:
+    if not quarantined:
+        return []
+    held = ", ".join(f"{_cell(pid)} {n}" for pid, n in sorted(quarantined.items()))
+    return ["", f"Quarantined rows: {held}."]
+
+
 def overview_metadata(
-    specs: Sequence[PipelineSpec], statuses: Sequence[PipelineStatus]
+    specs: Sequence[PipelineSpec],
+    statuses: Sequence[PipelineStatus],
+    quarantined: Mapping[str, int] | None = None,
 ) -> dict[str, dg.MetadataValue]:
     """The overview's metadata: the Markdown, the count (text), and the figures it plots, each
     numeric on every materialization (a state without pipelines counts 0; the least headroom
-    left out while no pipeline has one)."""
+    left out while no pipeline has one; the quarantined rows while a pipeline quarantines)."""
     lags = [s.lag_hours for s in statuses if s.lag_hours is not None]
     headrooms = [h for s in statuses if (h := s.plotted_headroom_hours) is not None]
     states = Counter(status.state for status in statuses)
+    quarantined = quarantined or {}
+    table = "\n".join([overview_table(specs, statuses), *_quarantine_line(quarantined)])
     return {
-        "pipelines": dg.MetadataValue.md(overview_table(specs, statuses)),
+        "pipelines": dg.MetadataValue.md(table),
         "pipeline_count": text(len(statuses)),
         "unhealthy_pipelines": dg.MetadataValue.int(sum(s.state not in _HEALTHY for s in statuses)),
         **{
@@ -241,6 +267,11 @@ def overview_metadata(
         "lag_exceeded_pipelines": dg.MetadataValue.int(sum(s.lag_exceeded for s in statuses)),
         "max_lag_hours": hours(max(lags, default=0.0)),
         **({"least_headroom_hours": hours(min(headrooms))} if headrooms else {}),
+        **(
+            {"quarantined_rows": dg.MetadataValue.int(sum(quarantined.values()))}
+            if quarantined
+            else {}
+        ),
     }
 
 
@@ -260,7 +291,9 @@ def overview_asset(specs: list[PipelineSpec]) -> dg.AssetsDefinition:
         "stop it.",
     )
     def _overview(lake: LakeLayout) -> dg.MaterializeResult:
-        statuses = pipeline_statuses(specs, lake.control())
-        return dg.MaterializeResult(metadata=overview_metadata(specs, statuses))
+        control = lake.control()
+        statuses = pipeline_statuses(specs, control)
+        held = quarantine_sizes(specs, control)
+        return dg.MaterializeResult(metadata=overview_metadata(specs, statuses, held))
 
     return _overview

@@ -93,3 +93,16 @@ def test_each_rule_has_a_check_and_the_cli_gives_the_counts(
     assert (known.passed, known.severity) == (False, dg.AssetCheckSeverity.ERROR)
     assert "refused" in str(known.description)
     assert rows(spark, str(lake / "silver" / "people"), "id") == [(1,), (4,), (5,), (8,)]
+
+
+def test_the_overview_gives_the_quarantines_size(
+    spark: SparkSession, spark_resource: SparkResource, lake: Path
+) -> None:
+    defs = lake_defs(spark_resource, lake, PEOPLE)
+    instance = dg.DagsterInstance.ephemeral()
+    make_bronze(spark, str(lake / "bronze" / "people"), [(1, "a", 10), (2, "b", -5), (3, "c", 0)])
+    assert materialize(defs, KEY, instance=instance).success
+    checks = defs.resolve_job_def("checks_job").execute_in_process(instance=instance)
+    (overview,) = checks.asset_materializations_for_node("platform__pipelines")
+    assert overview.metadata["quarantined_rows"].value == 2
+    assert "Quarantined rows: people 2." in str(overview.metadata["pipelines"].value)
