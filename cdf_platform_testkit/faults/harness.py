@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -44,10 +45,13 @@ from cdf_platform.core.errors import (
     SpecChangeRefused,
 )
 from cdf_platform.core.spec import FallbackMode, PipelineSpec
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY
+from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable
+from cdf_platform.state.quarantine import quarantine_path
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_testkit.faults.bronze_model import (
     DELETED_FILE_RETENTION,
@@ -55,6 +59,7 @@ from cdf_platform_testkit.faults.bronze_model import (
     BronzeTable,
     Row,
 )
+from cdf_platform_testkit.faults.bronze_model import KEY as BRONZE_KEY
 from cdf_platform_testkit.faults.change_oracle import ChangeOracle
 from cdf_platform_testkit.faults.gold import GoldConsumer
 from cdf_platform_testkit.faults.history import (
@@ -86,7 +91,7 @@ from cdf_platform_testkit.faults.oracle import (
     read_silver,
     silver_problems,
 )
-from cdf_platform_testkit.faults.spec_edits import EditKind, SpecShape
+from cdf_platform_testkit.faults.spec_edits import QUARANTINE_RULE, EditKind, SpecShape
 
 # The classified error a FAIL_FAST run must raise for each ground-truth reason.
 FAIL_FAST_ERRORS: dict[str, type[CdfPlatformError]] = {
@@ -193,6 +198,8 @@ class HistoryHarness:
         self.watermark: int | None = None
         self.table_id: str | None = None
         self.oracle = ChangeOracle(self.config, soft=self.config.deletes == "soft")
+        # The same pipeline with its quarantine rule as `warn`: silver plus the quarantine.
+        self.warned_oracle = ChangeOracle(_warned(self.config), soft=self.config.deletes == "soft")
         # SCD2 ordered by `sequence_by`: every version is checked against the history oracle.
         self.sequenced_history = self.config.history == "scd2" and self.config.on("sequence_by")
         self.history_oracle = HistoryOracle(self.config)
@@ -266,6 +273,7 @@ class HistoryHarness:
         self.config = config
         self.spec = history_spec(self.lake, self.seed, config)
         self.oracle.config = config
+        self.warned_oracle.config = _warned(config)
         self.history_oracle.config = config
 
     def _check_refused(self, edited: PipelineSpec) -> None:
@@ -505,6 +513,39 @@ class HistoryHarness:
         if marks != (latest, latest, latest):
             raise self._fail(f"watermarks (result, silver log, control) {marks} != {latest}")
 
+    @property
+    def _oracles(self) -> list[ChangeOracle]:
+        """The oracle, and the one without the quarantine rule while the shape has one."""
+        held = self.config.spec_shape().expectation is not None
+        return [self.oracle, *([self.warned_oracle] if held else [])]
+
+    def _check_quarantine(self, latest: int) -> None:
+        """The invariant: silver's live keys and the quarantine's are the live keys of the
+        spec with its quarantine rule as `warn` (apart), each quarantined row failing the rule.
+
+        Raises:
+            Divergence: the quarantine differs.
+        """
+        shape = self.config.spec_shape()
+        path = quarantine_path(self.control.root, self.spec.id)
+        held = self.spark.read.format("delta").load(path).collect() if _exists(path) else []
+        if shape.expectation is None:
+            if held:
+                raise self._fail(f"the quarantine holds {len(held)} row(s) without a rule")
+            return
+        live = {k for k, r in self.oracle.rows.items() if not r.deleted}
+        warned = {k for k, r in self.warned_oracle.rows.items() if not r.deleted}
+        found = sorted(r[BRONZE_KEY] for r in held)
+        if found != sorted(warned - live) or not live <= warned:
+            raise self._fail(
+                f"quarantine at {latest} holds {found}, not {sorted(warned - live)} "
+                f"(silver {sorted(live)}, with the rule as warn {sorted(warned)})"
+            )
+        for row in held:
+            image = json.loads(row["row"])
+            if list(row["failed_rules"]) != [QUARANTINE_RULE] or shape.passes(image):
+                raise self._fail(f"quarantined row {image} does not fail {QUARANTINE_RULE}")
+
     def verify_silver(
         self, mode: RunMode, incident: str | None, latest: int, plan_at: datetime
     ) -> None:
@@ -535,15 +576,16 @@ class HistoryHarness:
         retired = set(silver_columns) - set(conformed)
         if mode is RunMode.INCREMENTAL:
             assert self.watermark is not None
-            self.oracle.incremental(
-                bronze.versions, self.watermark, latest, silver_columns, retired
-            )
+            for oracle in self._oracles:
+                oracle.incremental(bronze.versions, self.watermark, latest, silver_columns, retired)
             if self.sequenced_history:
                 self.history_oracle.incremental(bronze.versions, self.watermark, latest)
         elif reshaped:
-            self.oracle.reshape(raw, latest, silver_columns)
+            for oracle in self._oracles:
+                oracle.reshape(raw, latest, silver_columns)
         elif mode is not RunMode.NOOP:
-            self.oracle.rebuild(raw, latest, silver_columns, retired)
+            for oracle in self._oracles:
+                oracle.rebuild(raw, latest, silver_columns, retired)
             if self.sequenced_history:
                 # A rebuild that does not move the watermark forward opens a new generation.
                 reset = incident == "SOURCE_RESET" or (
@@ -568,6 +610,7 @@ class HistoryHarness:
                 )
             if found:
                 raise self._fail(f"silver history differs from the oracle at {latest}: {found[:5]}")
+            self._check_quarantine(latest)
             self.watermark, self.table_id = latest, bronze.table_id
             self.columns = silver_columns
             self.built = shape
@@ -590,6 +633,7 @@ class HistoryHarness:
         problems = silver_problems(silver, expected, silver_columns, previous, window)
         if problems:
             raise self._fail(f"silver differs from the oracle at {latest}: {problems[:5]}")
+        self._check_quarantine(latest)
         self.watermark = latest
         self.table_id = bronze.table_id
         self.columns = silver_columns
@@ -597,3 +641,12 @@ class HistoryHarness:
         self.silver = silver
         if mode is not RunMode.NOOP:
             self.last_plan_at = plan_at
+
+
+def _warned(config: HistoryConfig) -> HistoryConfig:
+    """`config` with its quarantine rule as `warn`."""
+    return replace(config, shape=config.spec_shape().warned())
+
+
+def _exists(path: str) -> bool:
+    return is_delta_table(path, ENVIRONMENT_ONLY)

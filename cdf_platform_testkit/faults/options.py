@@ -5,13 +5,15 @@ pairs the histories hold.
 
 Factors: SCD1/SCD2 history, hard/soft deletes, `sequence_by` with out-of-order bronze writes,
 `ignore_null_updates` (NULL updates happen in every history), a `where` filter with derived
-columns, a Python transform, a schema change (none, a column added, then dropped, or renamed),
-UPDATEs of the key column, lost-window rebuilds (VACUUM, log cleanup, a change-feed gap, a
-recreate, the time-travel limit), the value types (plain scalars, or ARRAY and MAP columns
-too), and the fallback mode. SCD2 does not take soft deletes (the spec refuses them): those
-pairs are infeasible, listed as such. SCD2 with `sequence_by` (versions ordered and dated by
-`seq`, late writes placed where they belong) is checked version by version against the history
-oracle (`cdf_platform_testkit.faults.history_oracle`).
+columns and a `quarantine` expectation (checked after every run: silver's keys and the
+quarantine's are those of the spec with the rule as `warn`), a Python transform, a schema change
+(none, a column added, then dropped, or renamed), UPDATEs of the key column, lost-window
+rebuilds (VACUUM, log cleanup, a change-feed gap, a recreate, the time-travel limit), the value
+types (plain scalars, or ARRAY and MAP columns too), and the fallback mode. SCD2 does not take
+soft deletes (the spec refuses them): those pairs are infeasible, listed as such. SCD2 with
+`sequence_by` (versions ordered and dated by `seq`, late writes placed where they belong) is
+checked version by version against the history oracle
+(`cdf_platform_testkit.faults.history_oracle`).
 
 Example:
     >>> config_for(1).fields()["keys"]  # doctest: +SKIP
@@ -26,7 +28,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cdf_platform_testkit.faults.spec_edits import DERIVED, WHERE, SpecShape
+from cdf_platform_testkit.faults.spec_edits import DERIVED, EXPECTATION, WHERE, SpecShape
 
 FACTORS: dict[str, tuple[str, ...]] = {
     "history": ("scd1", "scd2"),
@@ -67,12 +69,12 @@ class HistoryConfig:
         return getattr(self, factor) == FACTORS[factor][1]
 
     def spec_shape(self) -> SpecShape:
-        """The pipeline's `where`, derived columns and keys: the edited ones, else `conform`'s
-        filter and columns (none when off) and the key `id`."""
+        """The pipeline's `where`, derived columns, keys and expectation: the edited ones, else
+        `conform`'s filter, columns and expectation (none when off) and the key `id`."""
         if self.shape is not None:
             return self.shape
         if self.on("conform"):
-            return SpecShape(WHERE, tuple(DERIVED.items()))
+            return SpecShape(WHERE, tuple(DERIVED.items()), expectation=EXPECTATION)
         return SpecShape()
 
     def fields(self) -> dict[str, Any]:

@@ -5,8 +5,9 @@ with a pinned bronze snapshot under the new spec (`where`, `columns`), or rewrit
 shape (`keys`; refused for an SCD2 history, whose closed versions a snapshot cannot rebuild).
 
 The row-shaping part of a history's spec is a `SpecShape`: the row filter, the derived columns
-in order, and the keys. Every SQL expression an edit can put in it has a Python twin here
-(`WHERES`, `EXPRESSIONS`), which the oracles apply to bronze rows
+in order, the keys, and a `quarantine` expectation. Every SQL expression an edit can put in it
+has a Python twin here (`WHERES`, `EXPRESSIONS`, `EXPECTATIONS`), which the oracles apply to
+bronze rows
 (`cdf_platform_testkit.faults.change_oracle.conform_row`): after a run, silver is the oracle of
 the *new* spec applied to bronze.
 
@@ -51,6 +52,13 @@ WHERES: dict[str, Callable[[Row], bool]] = {
     WHERE: lambda row: (1 if row.get("amount") is None else row["amount"]) % 5 != 0,
     "amount < 700": lambda row: row.get("amount") is not None and row["amount"] < 700,
 }
+# The expectation of a history with `conform: on` (a `quarantine` rule, judged after the
+# derived columns) and its twin: whether the row passes (it never evaluates to NULL).
+QUARANTINE_RULE = "not_sevens"
+EXPECTATION = "amount IS NULL OR amount % 7 != 3"
+EXPECTATIONS: dict[str, Callable[[Row], bool]] = {
+    EXPECTATION: lambda row: row.get("amount") is None or row["amount"] % 7 != 3,
+}
 # Derived-column expressions and their twins (amounts are never negative: `%` agrees).
 EXPRESSIONS: dict[str, Callable[[Row], Any]] = {
     "id % 4": lambda row: row[KEY] % 4,
@@ -79,6 +87,7 @@ class SpecShape:
     where: str | None = None
     derived: tuple[tuple[str, str], ...] = ()
     keys: tuple[str, ...] = (KEY,)
+    expectation: str | None = None
 
     def fields(self) -> dict[str, Any]:
         """The PipelineSpec fields of this shape (defaults left out)."""
@@ -87,16 +96,29 @@ class SpecShape:
             fields["columns"] = dict(self.derived)
         if self.where is not None:
             fields["where"] = self.where
+        if self.expectation is not None:
+            rule = {"name": QUARANTINE_RULE, "rule": self.expectation, "action": "quarantine"}
+            fields["expectations"] = [rule]
         return fields
 
     def conform(self, row: Row) -> tuple[Row, bool]:
         """`row` with the derived columns (each over the row as it comes in), and whether
-        `where` keeps it."""
+        `where` keeps it and it passes the expectation (a failing row is quarantined: kept out
+        of silver as `where` keeps rows out)."""
         out = dict(row)
         for name, expression in self.derived:
             out[name] = EXPRESSIONS[expression](row)
         kept = self.where is None or WHERES[self.where](row)
-        return out, kept
+        return out, kept and self.passes(out)
+
+    def passes(self, row: Row) -> bool:
+        """Whether `row` passes the shape's expectation (True without one)."""
+        return self.expectation is None or EXPECTATIONS[self.expectation](row)
+
+    def warned(self) -> SpecShape:
+        """This shape with its `quarantine` rule as a `warn` one: what silver and the
+        quarantine together hold."""
+        return replace(self, expectation=None)
 
     def edited(self, kind: EditKind, rng: random.Random) -> tuple[SpecShape, str]:
         """This shape with one edit of `kind` drawn from `rng`, and a word on it."""
