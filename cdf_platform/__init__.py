@@ -7,8 +7,8 @@ The names a user needs, from one place:
     >>> cdf.FallbackMode.SNAPSHOT_REBUILD.value
     'SNAPSHOT_REBUILD'
 
-- the pipeline spec: `PipelineSpec`, `DeleteMode`, `ChangeSource`, `EventSpec`, `HistoryMode`,
-  `FallbackMode`, `OnSpecChange`;
+- the pipeline spec: `PipelineSpec`, `DeleteMode`, `ChangeSource`, `EventSpec`, `Expectation`,
+  `ExpectationAction`, `HistoryMode`, `FallbackMode`, `OnSpecChange`;
 - the Dagster definitions: `build_defs`, the Component `CdfPipelinesComponent`, the resources
   `SparkResource`, `LakeLayout` and `WatermarkIOManager`;
 - your own incremental asset: what it receives (`ChangeBatch`) and returns (`TableWrite`:
@@ -37,6 +37,8 @@ _HOMES = {
     "DeleteMode": "cdf_platform.core.spec",
     "ChangeSource": "cdf_platform.core.spec",
     "EventSpec": "cdf_platform.core.event_spec",
+    "Expectation": "cdf_platform.core.expectations",
+    "ExpectationAction": "cdf_platform.core.expectations",
     "HistoryMode": "cdf_platform.core.spec",
     "FallbackMode": "cdf_platform.core.spec",
     "OnSpecChange": "cdf_platform.core.spec",
@@ -127,6 +129,8 @@ if TYPE_CHECKING:
     from cdf_platform.core.errors import UnsafeSparkConfig as UnsafeSparkConfig
     from cdf_platform.core.errors import VacuumRefused as VacuumRefused
     from cdf_platform.core.event_spec import EventSpec as EventSpec
+    from cdf_platform.core.expectations import Expectation as Expectation
+    from cdf_platform.core.expectations import ExpectationAction as ExpectationAction
     from cdf_platform.core.spec import ChangeSource as ChangeSource
     from cdf_platform.core.spec import DeleteMode as DeleteMode
     from cdf_platform.core.spec import FallbackMode as FallbackMode
