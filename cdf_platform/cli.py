@@ -74,7 +74,23 @@ def render_status_table(statuses: list[dict[str, Any]]) -> str:
                 f"written before keep the previous spec's values until `cdf-platform rebuild "
                 f"{row['pipeline_id']}`"
             )
+    for row in statuses:
+        if row.get("foreign_writes"):
+            lines.append(f"\n{row['pipeline_id']}: {_foreign_writes_line(row)}")
     return "\n".join(lines)
+
+
+def _foreign_writes_line(row: dict[str, Any]) -> str:
+    """`foreign writes: v12 UPDATE, v13 DELETE (since rebuild v5)` and what to do."""
+    writes = ", ".join(
+        f"v{w['version']} {w['operation'] or 'UNKNOWN'}" for w in row["foreign_writes"]
+    )
+    return (
+        f"foreign writes: {writes} (since {row['foreign_writes_baseline']}): silver may differ "
+        f"from its spec applied to bronze; `cdf-platform verify {row['pipeline_id']}` names the "
+        f"keys (`--repair` reconciles them), or `cdf-platform rebuild {row['pipeline_id']}` "
+        "reconciles all of silver"
+    )
 
 
 def _context(args: argparse.Namespace) -> tuple[list[PipelineSpec], ControlTable, SparkSettings]:
@@ -128,7 +144,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(statuses, default=str, indent=2) + "\n")
     else:
         sys.stdout.write(render_status_table(statuses) + "\n")
-    return 0 if all(s["state"] in ("OK", "NOT_STARTED") for s in statuses) else 1
+    healthy = all(s["state"] in ("OK", "NOT_STARTED") for s in statuses)
+    return 0 if healthy and not any(s["foreign_writes"] for s in statuses) else 1
 
 
 def _cmd_engine(args: argparse.Namespace) -> int:
