@@ -22,9 +22,10 @@ The search starts after the *baseline*, the newest of:
   was written before;
 - else silver's first version.
 It reads only the commits after the baseline, newest first, and stops at the first reconciling
-commit (the log's concurrent read-ahead and, on object stores, its commit cache make that a few
-requests). Commits log cleanup removed cannot be read: the search then starts at the oldest
-commit left and says so (`ForeignWrites.log_cleaned`).
+commit, in concurrent blocks that double and never reach below the baseline (on object stores
+through the commit cache, so a repeated search fetches only new commits). Commits log cleanup
+removed cannot be read: the search then starts at the oldest commit left and says so
+(`ForeignWrites.log_cleaned`).
 
 Nothing is changed: status and the checks report what they find; a person runs `verify`
 (`--repair`) or a rebuild.
@@ -162,26 +163,47 @@ def find_foreign_writes(
     latest = log.latest_version()
     versions = log.commit_versions()
     present = versions[bisect.bisect_left(versions, start) :]
-    found: list[ForeignWrite] = []
-    searched_from: int | None = None
-    vanished = False
-    for version in reversed(present):
-        try:
-            commit = log.commit(version)
-        except LookupError:  # removed by log cleanup since the listing
-            vanished = True
-            break
-        run = parse_user_metadata(commit.user_metadata, pipeline_id)
-        if run is not None and run.get("mode") in RECONCILING_MODES:
-            baseline, baseline_version = Baseline.REBUILD, version
-            break
-        searched_from = version
-        if run is None and commit.has_data_change:
-            found.append(ForeignWrite(version, commit.operation, commit.timestamp_ms))
+    walk = _walk_down(log, present, pipeline_id)
+    if walk.reconciled_at is not None:
+        baseline, baseline_version = Baseline.REBUILD, walk.reconciled_at
     first = start if baseline_version is None else baseline_version + 1
-    log_cleaned = vanished or (
+    log_cleaned = walk.vanished or (
         first <= latest and log.first_missing_commit(first, latest) is not None
     )
-    return ForeignWrites(
-        tuple(reversed(found)), baseline, baseline_version, searched_from, log_cleaned
-    )
+    return ForeignWrites(walk.writes, baseline, baseline_version, walk.searched_from, log_cleaned)
+
+
+@dataclass(frozen=True)
+class _Walk:
+    """What a walk down silver's log from its newest commit found (`_walk_down`)."""
+
+    writes: tuple[ForeignWrite, ...]
+    searched_from: int | None
+    reconciled_at: int | None
+    vanished: bool
+
+
+def _walk_down(log: DeltaLog, versions: tuple[int, ...], pipeline_id: str) -> _Walk:
+    """Read `versions` (ascending) newest first until a reconciling platform commit, in blocks
+    that double (as `DeltaLog` reads ahead) but never below the first of `versions`: the
+    commits before the baseline are not read."""
+    found: list[ForeignWrite] = []
+    searched_from: int | None = None
+    high, size = len(versions), DeltaLog.FETCH_BATCH
+    try:
+        while high > 0:
+            low = max(0, high - size)
+            block = versions[low:high]
+            log.prefetch(list(block))
+            for version in reversed(block):
+                commit = log.commit(version)
+                run = parse_user_metadata(commit.user_metadata, pipeline_id)
+                if run is not None and run.get("mode") in RECONCILING_MODES:
+                    return _Walk(tuple(reversed(found)), searched_from, version, False)
+                searched_from = version
+                if run is None and commit.has_data_change:
+                    found.append(ForeignWrite(version, commit.operation, commit.timestamp_ms))
+            high, size = low, min(2 * size, DeltaLog.MAX_READ_AHEAD)
+    except LookupError:  # a commit removed by log cleanup since the listing
+        return _Walk(tuple(reversed(found)), searched_from, None, True)
+    return _Walk(tuple(reversed(found)), searched_from, None, False)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
+from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.planning.foreign_writes import Baseline, find_foreign_writes
 from cdf_platform.state.watermark import user_metadata
 
@@ -94,3 +95,18 @@ def test_commits_gone_by_log_cleanup_are_said_so_and_the_rest_searched(tmp_path:
     assert found.note is not None and "searched from v3, the oldest left" in found.note
     # A verification after the gap vouches for what came before: nothing is missing then.
     assert not find_foreign_writes(path, "orders", verified=4).log_cleaned
+
+
+def test_no_commit_before_the_verified_version_is_read(tmp_path: Path) -> None:
+    path = _silver(tmp_path)
+    log = DeltaLog(path)  # lists the log once: versions 0..6
+    for version in range(5):  # gone after the listing: reading any of them would fail
+        os.remove(Path(path) / "_delta_log" / f"{version:020d}.json")
+
+    found = find_foreign_writes(log, "orders", verified=4)
+
+    assert (found.summary, found.searched_from, found.log_cleaned) == (
+        "v5 DELETE, v6 WRITE",
+        5,
+        False,
+    )
