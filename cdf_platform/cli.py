@@ -82,14 +82,12 @@ def render_status_table(statuses: list[dict[str, Any]]) -> str:
 
 def _foreign_writes_line(row: dict[str, Any]) -> str:
     """`foreign writes: v12 UPDATE, v13 DELETE (since rebuild v5)` and what to do."""
-    writes = ", ".join(
-        f"v{w['version']} {w['operation'] or 'UNKNOWN'}" for w in row["foreign_writes"]
-    )
+    pipeline = row["pipeline_id"]
     return (
-        f"foreign writes: {writes} (since {row['foreign_writes_baseline']}): silver may differ "
-        f"from its spec applied to bronze; `cdf-platform verify {row['pipeline_id']}` names the "
-        f"keys (`--repair` reconciles them), or `cdf-platform rebuild {row['pipeline_id']}` "
-        "reconciles all of silver"
+        f"foreign writes: {row['foreign_writes_summary']} (since "
+        f"{row['foreign_writes_baseline']}): silver may differ from its spec applied to bronze; "
+        f"`cdf-platform verify {pipeline}` names the keys (`--repair` reconciles them), or "
+        f"`cdf-platform rebuild {pipeline}` reconciles all of silver"
     )
 
 

@@ -116,8 +116,8 @@ class ForeignWrites:
 
     @property
     def summary(self) -> str | None:
-        """`v12 UPDATE, v13 DELETE`, or None when there is none."""
-        return ", ".join(w.label for w in self.writes) or None
+        """`v12 UPDATE, v13 DELETE` (`summarize`), or None when there is none."""
+        return summarize(self.writes)
 
     @property
     def note(self) -> str | None:
@@ -129,6 +129,18 @@ class ForeignWrites:
             f"(log cleanup): searched from v{self.searched_from}, the oldest left; run "
             "`cdf-platform verify` to vouch for what came before"
         )
+
+
+# How many foreign writes a line of text names; the rest are counted (JSON carries them all).
+SHOWN = 10
+
+
+def summarize(writes: tuple[ForeignWrite, ...]) -> str | None:
+    """`v12 UPDATE, v13 DELETE`: the oldest SHOWN writes, then how many more; None for none."""
+    if not writes:
+        return None
+    text = ", ".join(w.label for w in writes[:SHOWN])
+    return text if len(writes) <= SHOWN else f"{text} and {len(writes) - SHOWN} more"
 
 
 NONE_FOUND = ForeignWrites()

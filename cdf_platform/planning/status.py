@@ -30,7 +30,12 @@ from cdf_platform.planning.assessment import (
     PipelineAssessment,
     assess_with_control,
 )
-from cdf_platform.planning.foreign_writes import ForeignWrite, ForeignWrites, find_foreign_writes
+from cdf_platform.planning.foreign_writes import (
+    ForeignWrite,
+    ForeignWrites,
+    find_foreign_writes,
+    summarize,
+)
 from cdf_platform.planning.spec_edits import forward_only_after
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.verifications import last_verified_silver_version
@@ -101,7 +106,7 @@ class PipelineStatus:
     @property
     def foreign_writes_summary(self) -> str | None:
         """`v12 UPDATE, v13 DELETE`: silver's foreign writes since the baseline, or None."""
-        return ", ".join(w.label for w in self.foreign_writes) or None
+        return summarize(self.foreign_writes)
 
     @classmethod
     def without_figures(
@@ -146,6 +151,7 @@ class PipelineStatus:
         data["spec_state"] = self.spec_state.value if self.spec_state is not None else None
         data["spec_changed_fields"] = list(self.spec_changed_fields)
         data["foreign_writes"] = [w.as_dict() for w in self.foreign_writes]
+        data["foreign_writes_summary"] = self.foreign_writes_summary
         for name in ("lag_hours", "headroom_hours", "retention_horizon_hours"):
             if data[name] is not None:
                 data[name] = round(float(data[name]), 3)

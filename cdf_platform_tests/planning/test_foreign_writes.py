@@ -11,7 +11,13 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from cdf_platform.deltalog.log import DeltaLog
-from cdf_platform.planning.foreign_writes import Baseline, find_foreign_writes
+from cdf_platform.planning.foreign_writes import (
+    SHOWN,
+    Baseline,
+    ForeignWrite,
+    find_foreign_writes,
+    summarize,
+)
 from cdf_platform.state.watermark import user_metadata
 
 
@@ -110,3 +116,10 @@ def test_no_commit_before_the_verified_version_is_read(tmp_path: Path) -> None:
         5,
         False,
     )
+
+
+def test_a_line_names_the_oldest_writes_and_counts_the_rest() -> None:
+    writes = tuple(ForeignWrite(v, "WRITE", 0) for v in range(SHOWN + 3))
+    assert summarize(writes) == ", ".join(f"v{v} WRITE" for v in range(SHOWN)) + " and 3 more"
+    assert summarize(writes[:2]) == "v0 WRITE, v1 WRITE"
+    assert summarize(()) is None
