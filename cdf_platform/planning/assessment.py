@@ -200,12 +200,13 @@ class ControlReads:
     verified: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, control: ControlTable) -> ControlReads:
-        """The rows, read from `control` now."""
+    def of(cls, control: ControlTable, *, verified: bool = True) -> ControlReads:
+        """The rows, read from `control` now (without `verified`, the verification log is not
+        read: for a caller that does not search for foreign writes)."""
         return cls(
             control.read_states(),
             control.read_locations(),
-            last_verified_silver_versions(control),
+            last_verified_silver_versions(control) if verified else {},
         )
 
 

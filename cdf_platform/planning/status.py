@@ -286,10 +286,13 @@ def status_and_assessment(
     *,
     now: datetime | None = None,
     reads: ControlReads | None = None,
+    foreign_writes: bool = True,
 ) -> tuple[PipelineStatus, PipelineAssessment | None]:
     """`pipeline_status` with the assessment it was derived from (None for a pipeline whose
     tables are not located yet), for a caller that also plans from it; `reads` are `control`'s
-    rows when the caller has read them for many pipelines (`ControlReads`)."""
+    rows when the caller has read them for many pipelines (`ControlReads`). Without
+    `foreign_writes` silver's log is not searched for them (a caller that only plans runs,
+    which foreign writes do not change): the status lists none."""
     try:
         found = assess_with_control(spec, control, now=now, reads=reads)
     except TableNameNotLocated as err:
@@ -297,7 +300,8 @@ def status_and_assessment(
             spec.id, WindowState.NOT_STARTED, err.incident_code, str(err)
         )
         return status, None
-    return status_from(found, _foreign_writes(found, control, reads)), found
+    foreign = _foreign_writes(found, control, reads) if foreign_writes else None
+    return status_from(found, foreign), found
 
 
 def _foreign_writes(
