@@ -74,7 +74,21 @@ def render_status_table(statuses: list[dict[str, Any]]) -> str:
                 f"written before keep the previous spec's values until `cdf-platform rebuild "
                 f"{row['pipeline_id']}`"
             )
+    for row in statuses:
+        if row.get("foreign_writes"):
+            lines.append(f"\n{row['pipeline_id']}: {_foreign_writes_line(row)}")
     return "\n".join(lines)
+
+
+def _foreign_writes_line(row: dict[str, Any]) -> str:
+    """`foreign writes: v12 UPDATE, v13 DELETE (since rebuild v5)` and what to do."""
+    pipeline = row["pipeline_id"]
+    return (
+        f"foreign writes: {row['foreign_writes_summary']} (since "
+        f"{row['foreign_writes_baseline']}): silver may differ from its spec applied to bronze; "
+        f"`cdf-platform verify {pipeline}` names the keys (`--repair` reconciles them), or "
+        f"`cdf-platform rebuild {pipeline}` reconciles all of silver"
+    )
 
 
 def _context(args: argparse.Namespace) -> tuple[list[PipelineSpec], ControlTable, SparkSettings]:
@@ -128,7 +142,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(statuses, default=str, indent=2) + "\n")
     else:
         sys.stdout.write(render_status_table(statuses) + "\n")
-    return 0 if all(s["state"] in ("OK", "NOT_STARTED") for s in statuses) else 1
+    healthy = all(s["state"] in ("OK", "NOT_STARTED") for s in statuses)
+    return 0 if healthy and not any(s["foreign_writes"] for s in statuses) else 1
 
 
 def _cmd_engine(args: argparse.Namespace) -> int:

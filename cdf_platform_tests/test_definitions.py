@@ -46,9 +46,10 @@ def test_asset_graph_runs_bronze_to_silver_with_checks_on_silver() -> None:
         # manager, and so do consumers of bronze.
         assert silver.io_manager_key == "watermark_io_manager"
         assert bronze.io_manager_key == "watermark_io_manager"
-        assert {key.name for key in silver.check_keys} == {"consumer_lag", "replay_window"}
+        checks = {"consumer_lag", "replay_window", "foreign_writes"}
+        assert {key.name for key in silver.check_keys} == checks
         blocking = {key.name: graph.get_check_spec(key).blocking for key in silver.check_keys}
-        assert blocking == {"consumer_lag": False, "replay_window": True}
+        assert blocking == {"consumer_lag": False, "replay_window": True, "foreign_writes": False}
     assert dg.AssetKey(["gold", "customer_order_totals"]) not in graph.get_all_asset_keys()
     assert set(loaded.resources or {}) == {"spark", "lake", "watermark_io_manager"}
 

@@ -179,6 +179,16 @@ class DeltaLog:
         self._read_commits([v for v in block if v not in self._commits])
         return self._commits[version]
 
+    def prefetch(self, versions: list[int]) -> None:
+        """Read and cache, concurrently, the commits among `versions` that are present and not
+        read yet: for a reader that knows the range it needs (a walk whose read-ahead would
+        overshoot it). Nothing else is read.
+
+        Raises:
+            LookupError: a listed commit file vanished before it could be read.
+        """
+        self._read_commits([v for v in versions if v not in self._commits])
+
     def _read_commits(self, versions: list[int]) -> None:
         """Read and cache the commits `versions` (present ones; fetched concurrently).
 

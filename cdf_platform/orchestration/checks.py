@@ -1,4 +1,5 @@
-"""The `consumer_lag` and `replay_window` checks of every silver asset, evaluated together.
+"""The `consumer_lag`, `replay_window` and `foreign_writes` checks of every silver asset,
+evaluated together.
 
 - `consumer_lag`: how far silver is behind bronze, counted from the first bronze commit silver
   has not applied (docs/design.md section 4): versions L - W, the data-changing ones among them,
@@ -8,11 +9,16 @@
   window is lost (or a problem blocks every run). It is blocking: a run that includes it does
   not materialize silver's downstream assets after an ERROR. The rebuild sensor reads it.
 
+- `foreign_writes`: whether silver's log holds a commit that changes data and that the
+  platform did not stamp, since the last verified version or rebuild
+  (`cdf_platform.planning.foreign_writes`): WARN, ERROR for a `FAIL_FAST` pipeline. Silver may
+  then differ from its spec applied to bronze; nothing is changed automatically.
+
 The results are built for a `CheckTarget` (the asset, what it reads, its limits), so consumer
 assets of the watermark IO manager report the same figures (`orchestration.consumers`).
 
 One `multi_asset_check` per pipeline computes the pipeline's status once (bronze's log read
-once, the same assessment a run plans from) and reports both. Never starts Spark.
+once, the same assessment a run plans from) and reports all three. Never starts Spark.
 
 Each evaluation's numbers are the figures the check's page plots (`orchestration.figures`):
 lag in versions and hours for `consumer_lag`, headroom hours and the earliest replayable
@@ -45,6 +51,7 @@ from cdf_platform.planning.status import (
 
 CONSUMER_LAG = "consumer_lag"
 REPLAY_WINDOW = "replay_window"
+FOREIGN_WRITES = "foreign_writes"
 
 
 @dataclass(frozen=True)
@@ -228,6 +235,42 @@ def replay_window_result(
     return _result(REPLAY_WINDOW, target, passed=True, description=description, metadata=metadata)
 
 
+def foreign_writes_result(
+    target: PipelineSpec | CheckTarget, status: PipelineStatus
+) -> dg.AssetCheckResult:
+    """The check result for silver's foreign writes in `status`: their count plotted, the
+    versions and operations and the baseline as text; WARN (ERROR under FAIL_FAST) when any."""
+    target = _target(target)
+    writes = status.foreign_writes
+    metadata: dict[str, dg.MetadataValue] = {
+        "foreign_write_count": count(len(writes)),
+        "foreign_writes": text(status.foreign_writes_summary),
+        "baseline": text(status.foreign_writes_baseline),
+        "note": text(status.foreign_writes_note),
+    }
+    since = f"since {status.foreign_writes_baseline or 'silver was created'}"
+    if not writes:
+        description = f"no write the platform did not make {since}"
+        if status.foreign_writes_note:
+            description += f"; {status.foreign_writes_note}"
+        return _result(
+            FOREIGN_WRITES, target, passed=True, description=description, metadata=metadata
+        )
+    return _result(
+        FOREIGN_WRITES,
+        target,
+        passed=False,
+        severity=dg.AssetCheckSeverity.ERROR if target.fail_fast else dg.AssetCheckSeverity.WARN,
+        description=(
+            f"{len(writes)} write(s) to {target.consumer} the platform did not make {since}: "
+            f"{status.foreign_writes_summary}. {target.consumer} may differ from its spec applied "
+            f"to {target.source}: `cdf-platform verify` names the keys (`--repair` reconciles "
+            "them), or a rebuild reconciles it all"
+        ),
+        metadata=metadata,
+    )
+
+
 def spec_metadata(status: PipelineStatus) -> dict[str, dg.MetadataValue]:
     """Whether silver follows its spec (`SpecState`), the fields that differ, and the current
     spec's fingerprint (silver's code version); nothing for a consumer asset."""
@@ -259,8 +302,8 @@ def _control_reads(context: dg.AssetCheckExecutionContext, lake: LakeLayout) -> 
 
 
 def pipeline_checks(spec: PipelineSpec) -> dg.AssetChecksDefinition:
-    """`consumer_lag` and the blocking `replay_window` on `spec`'s silver asset, computed from one
-    status evaluation."""
+    """`consumer_lag`, the blocking `replay_window` and `foreign_writes` on `spec`'s silver
+    asset, computed from one status evaluation."""
     key = silver_key(spec.id)
 
     @dg.multi_asset_check(
@@ -288,6 +331,16 @@ def pipeline_checks(spec: PipelineSpec) -> dg.AssetChecksDefinition:
                     "replayable version: the window is lost once that passes watermark + 1."
                 ),
             ),
+            dg.AssetCheckSpec(
+                FOREIGN_WRITES,
+                asset=key,
+                description=(
+                    "Whether silver's log holds commits that change data and that the platform "
+                    "did not make (an UPDATE, DELETE or INSERT by hand or by another job), since "
+                    "the last verified version or rebuild: warns (errors under FAIL_FAST) and "
+                    "lists their versions and operations; read without Spark. Plots their count."
+                ),
+            ),
         ],
         # Only the selected checks are computed and reported (a run may select one of them).
         can_subset=True,
@@ -301,6 +354,8 @@ def pipeline_checks(spec: PipelineSpec) -> dg.AssetChecksDefinition:
             yield consumer_lag_result(spec, status)
         if REPLAY_WINDOW in selected:
             yield replay_window_result(spec, status)
+        if FOREIGN_WRITES in selected:
+            yield foreign_writes_result(spec, status)
 
     return _checks
 

@@ -307,7 +307,8 @@ def assess(
     """`spec`'s status and whether a run of it now may share a run with other pipelines'
     (`RunPlan.shares_a_run`: a small incremental run or initial load, nothing to fall back on),
     from one assessment (JVM-free); `reads` are `control`'s rows when the tick has read them."""
-    status, found = status_and_assessment(spec, control, reads=reads)
+    # Foreign writes change no run: the sensor does not search silver's log for them.
+    status, found = status_and_assessment(spec, control, reads=reads, foreign_writes=False)
     if found is None or status.state not in _MAY_SHARE:
         return status, False
     try:
@@ -394,7 +395,7 @@ def build_incremental_sensor(
         names need locating, or whose caught-up silver is due for a refresh)."""
         control = lake.control()
         # Read once for the tick: each read returns every pipeline's row.
-        reads = ControlReads.of(control)
+        reads = ControlReads.of(control, verified=False)  # no foreign-write search here
         wanted: list[WantedRun] = []
         waiting: list[str] = []
         caught_up: list[tuple[PipelineSpec, int]] = []

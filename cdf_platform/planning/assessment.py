@@ -28,7 +28,7 @@ Example:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -47,6 +47,7 @@ from cdf_platform.planning.lost_window import lost_window_problem
 from cdf_platform.planning.spec_edits import spec_change, spec_problem
 from cdf_platform.state import locations
 from cdf_platform.state.control import ControlTable
+from cdf_platform.state.verifications import last_verified_silver_versions
 from cdf_platform.state.watermark import (
     ForwardOnly,
     SilverState,
@@ -190,15 +191,23 @@ class ControlReads:
     Attributes:
         states: `ControlTable.read_states`.
         recorded: `ControlTable.read_locations` (empty before a run locates a catalog name).
+        verified: the silver version each pipeline's newest settled verification vouches
+            for (`last_verified_silver_versions`), where foreign-write searches start.
     """
 
     states: dict[str, dict[str, Any]]
     recorded: dict[str, dict[str, Any]]
+    verified: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, control: ControlTable) -> ControlReads:
-        """The rows, read from `control` now."""
-        return cls(control.read_states(), control.read_locations())
+    def of(cls, control: ControlTable, *, verified: bool = True) -> ControlReads:
+        """The rows, read from `control` now (without `verified`, the verification log is not
+        read: for a caller that does not search for foreign writes)."""
+        return cls(
+            control.read_states(),
+            control.read_locations(),
+            last_verified_silver_versions(control) if verified else {},
+        )
 
 
 def assess_with_control(

@@ -30,8 +30,15 @@ from cdf_platform.planning.assessment import (
     PipelineAssessment,
     assess_with_control,
 )
+from cdf_platform.planning.foreign_writes import (
+    ForeignWrite,
+    ForeignWrites,
+    find_foreign_writes,
+    summarize,
+)
 from cdf_platform.planning.spec_edits import forward_only_after
 from cdf_platform.state.control import ControlTable
+from cdf_platform.state.verifications import last_verified_silver_version
 from cdf_platform.window.replay_window import ConsumerAssessment
 
 _HOUR = timedelta(hours=1)
@@ -92,6 +99,14 @@ class PipelineStatus:
     spec_state: SpecState | None = None
     spec_changed_fields: tuple[str, ...] = ()
     spec_fingerprint: str | None = None
+    foreign_writes: tuple[ForeignWrite, ...] = ()
+    foreign_writes_baseline: str | None = None
+    foreign_writes_note: str | None = None
+
+    @property
+    def foreign_writes_summary(self) -> str | None:
+        """`v12 UPDATE, v13 DELETE`: silver's foreign writes since the baseline, or None."""
+        return summarize(self.foreign_writes)
 
     @classmethod
     def without_figures(
@@ -135,6 +150,8 @@ class PipelineStatus:
         data["state"] = self.state.value
         data["spec_state"] = self.spec_state.value if self.spec_state is not None else None
         data["spec_changed_fields"] = list(self.spec_changed_fields)
+        data["foreign_writes"] = [w.as_dict() for w in self.foreign_writes]
+        data["foreign_writes_summary"] = self.foreign_writes_summary
         for name in ("lag_hours", "headroom_hours", "retention_horizon_hours"):
             if data[name] is not None:
                 data[name] = round(float(data[name]), 3)
@@ -150,8 +167,9 @@ def headroom_of(consumer: ConsumerAssessment | None) -> float | None:
     return max(0.0, consumer.headroom_hours)
 
 
-def status_from(found: PipelineAssessment) -> PipelineStatus:
-    """The status an assessment shows (see `WindowState` for the states)."""
+def status_from(found: PipelineAssessment, foreign: ForeignWrites | None = None) -> PipelineStatus:
+    """The status an assessment shows (see `WindowState` for the states), with the foreign
+    writes found on silver (`find_foreign_writes`), if searched."""
     spec, window, consumer, problem = found.spec, found.window, found.consumer, found.problem
     if isinstance(problem, SourceNotFound):
         state = WindowState.SOURCE_MISSING
@@ -189,7 +207,22 @@ def status_from(found: PipelineAssessment) -> PipelineStatus:
         problem_code=problem.incident_code if problem else None,
         problem=str(problem) if problem else None,
         **_spec_figures(found),
+        **_foreign_figures(foreign),
     )
+
+
+def _foreign_figures(foreign: ForeignWrites | None) -> dict[str, Any]:
+    """The foreign writes, the baseline searched after and what the search could not see."""
+    if foreign is None:
+        return {}
+    baseline = foreign.baseline.value
+    if foreign.baseline_version is not None:
+        baseline += f" v{foreign.baseline_version}"
+    return {
+        "foreign_writes": foreign.writes,
+        "foreign_writes_baseline": baseline,
+        "foreign_writes_note": foreign.note,
+    }
 
 
 def _spec_figures(found: PipelineAssessment) -> dict[str, Any]:
@@ -253,10 +286,13 @@ def status_and_assessment(
     *,
     now: datetime | None = None,
     reads: ControlReads | None = None,
+    foreign_writes: bool = True,
 ) -> tuple[PipelineStatus, PipelineAssessment | None]:
     """`pipeline_status` with the assessment it was derived from (None for a pipeline whose
     tables are not located yet), for a caller that also plans from it; `reads` are `control`'s
-    rows when the caller has read them for many pipelines (`ControlReads`)."""
+    rows when the caller has read them for many pipelines (`ControlReads`). Without
+    `foreign_writes` silver's log is not searched for them (a caller that only plans runs,
+    which foreign writes do not change): the status lists none."""
     try:
         found = assess_with_control(spec, control, now=now, reads=reads)
     except TableNameNotLocated as err:
@@ -264,4 +300,18 @@ def status_and_assessment(
             spec.id, WindowState.NOT_STARTED, err.incident_code, str(err)
         )
         return status, None
-    return status_from(found), found
+    foreign = _foreign_writes(found, control, reads) if foreign_writes else None
+    return status_from(found, foreign), found
+
+
+def _foreign_writes(
+    found: PipelineAssessment, control: ControlTable, reads: ControlReads | None
+) -> ForeignWrites | None:
+    """Silver's foreign writes since the last verified version or rebuild (None: no silver)."""
+    spec = found.spec
+    if not found.silver.exists or found.silver.owner != spec.id:
+        return None  # no silver, or another's (blocked): none of its commits are this one's
+    verified = (
+        reads.verified.get(spec.id) if reads else last_verified_silver_version(control, spec.id)
+    )
+    return find_foreign_writes(spec.target, spec.id, verified=verified, storage=control.storage)

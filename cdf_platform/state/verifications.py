@@ -104,3 +104,18 @@ def last_verified_silver_version(control: ControlTable, pipeline_id: str) -> int
     what it found is still there to report."""
     settled = [v.settled_version for v in read_verifications(control, pipeline_id)]
     return max((v for v in settled if v is not None), default=None)
+
+
+def last_verified_silver_versions(control: ControlTable) -> dict[str, int]:
+    """`last_verified_silver_version` of every pipeline that has one, from one read of the
+    verification log (status over a fleet reads it once, not once per pipeline)."""
+    rows = control.query(verifications_path(control), "SELECT * FROM t")
+    settled: dict[str, int] = {}
+    for row in rows:
+        version = Verification(
+            **{**row, "outcome": VerificationOutcome(row["outcome"])}
+        ).settled_version
+        pipeline = str(row["pipeline_id"])
+        if version is not None and version > settled.get(pipeline, -1):
+            settled[pipeline] = version
+    return settled

@@ -10,8 +10,13 @@ import dagster as dg
 import pytest
 
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.orchestration.checks import consumer_lag_result, replay_window_result
+from cdf_platform.orchestration.checks import (
+    consumer_lag_result,
+    foreign_writes_result,
+    replay_window_result,
+)
 from cdf_platform.orchestration.figures import UNKNOWN
+from cdf_platform.planning.foreign_writes import ForeignWrite
 from cdf_platform.planning.status import PipelineStatus, WindowState
 
 SPEC = PipelineSpec(
@@ -176,3 +181,33 @@ def test_a_caught_up_pipeline_plots_its_retention_horizon_as_headroom() -> None:
     missing = replay_window_result(SPEC, MISSING).metadata
     assert "headroom_hours" not in missing
     assert missing["retention_horizon_hours"].value == UNKNOWN
+
+
+FOREIGN = replace(
+    HEALTHY,
+    foreign_writes=(ForeignWrite(12, "UPDATE", 0), ForeignWrite(13, "DELETE", 0)),
+    foreign_writes_baseline="verified v11",
+)
+
+
+@pytest.mark.parametrize(
+    ("fallback_mode", "severity"),
+    [("SNAPSHOT_REBUILD", dg.AssetCheckSeverity.WARN), ("FAIL_FAST", dg.AssetCheckSeverity.ERROR)],
+)
+def test_foreign_writes_warn_or_error_under_fail_fast_with_their_count_plotted(
+    fallback_mode: str, severity: dg.AssetCheckSeverity
+) -> None:
+    spec = PipelineSpec.model_validate({**SPEC.model_dump(), "fallback_mode": fallback_mode})
+    result = foreign_writes_result(spec, FOREIGN)
+    assert (result.passed, result.severity) == (False, severity)
+    assert_plotted(result, ("foreign_write_count",), ())
+    figures = {k: v.value for k, v in result.metadata.items()}
+    assert figures == {
+        "foreign_write_count": 2,
+        "foreign_writes": "v12 UPDATE, v13 DELETE",
+        "baseline": "verified v11",
+        "note": "none",
+    }
+    assert "v12 UPDATE, v13 DELETE" in (result.description or "")
+    clean = foreign_writes_result(spec, replace(HEALTHY, foreign_writes_baseline="rebuild v1"))
+    assert clean.passed and clean.metadata["foreign_write_count"].value == 0

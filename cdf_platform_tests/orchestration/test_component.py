@@ -71,7 +71,7 @@ def test_the_component_project_has_the_classic_entry_points_asset_graph(
     assert shape == _shape(classic)
     assert shape["assets"]["silver/orders"][:2] == (
         ["bronze/orders"],
-        ["consumer_lag", "replay_window"],
+        ["consumer_lag", "foreign_writes", "replay_window"],
     )
     assert ("rebuild_sensor", "RUNNING") in shape["sensors"]
     assert ("checks_schedule", "RUNNING") in shape["schedules"]
