@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cdf_platform.spark.events import Tombstones, change_rows, fold_events
+from cdf_platform.spark.event_fold import fold_events
+from cdf_platform.spark.events import Tombstones, change_rows
 from cdf_platform.spark.rebuild import rebuild_silver
 
 if TYPE_CHECKING:

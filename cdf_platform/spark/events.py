@@ -44,11 +44,10 @@ from cdf_platform.spark.change_feed import (
     COMMIT_VERSION,
     FEED_COLUMNS,
     ReadContext,
-    as_change_feed,
     classified,
     project_columns,
 )
-from cdf_platform.spark.changes import UNKNOWN, ChangeOrder, collapse_changes
+from cdf_platform.spark.changes import UNKNOWN
 from cdf_platform.spark.conform import analysed, conform_changes, invalid_spec
 from cdf_platform.spark.merge import Truncation, with_source_view
 from cdf_platform.spark.merge_sql import (
@@ -58,11 +57,7 @@ from cdf_platform.spark.merge_sql import (
     when_matched,
     when_not_matched,
 )
-from cdf_platform.spark.rebuild import RebuildOutcome, RebuildRequest, prepare_silver, read_pinned
-from cdf_platform.spark.silver_layout import END_AT, IS_DELETED, SilverLayout
-from cdf_platform.spark.silver_table import holds_files
 from cdf_platform.spark.silver_writer import SilverWriter
-from cdf_platform.spark.small_steps import interpreted
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -355,93 +350,3 @@ class Tombstones:
         )
         screened = changes.join(tombs, on=list(self.keys), how="left").filter(~outdated)
         return screened.select(*(quote_ident(c) for c in changes.columns))
-
-
-def fold_events(
-    spark: SparkSession, spec: PipelineSpec, request: RebuildRequest, tombstones: Tombstones
-) -> RebuildOutcome:
-    """Rebuild silver of an event log from the events bronze still holds at `request.version`
-    (`tombstones`: the pipeline's, `Tombstones.of`):
-    their fold (latest event per key, or every event for SCD2) applied as a run applies its
-    changes, silver's newer rows kept, what silver already holds rewritten nowhere, and the
-    watermark `version` stamped in the same commit. A key silver holds that bronze holds no
-    event of any more (its events removed by bronze's retention) is kept and named in the
-    outcome's note, never deleted. A change of `keys`, `history` or `delete_mode` rewrites
-    silver from the fold's live keys (those keys' rows are lost, and said so).
-
-    Raises:
-        InvalidPipelineSpec, DataQualityError: as an incremental run's.
-        ReplayWindowLost, SourceNotFound, UnknownReadFailure: the snapshot cannot be read.
-        TargetOwnershipConflict, IncompatibleSchemaChange: silver cannot take the events.
-    """
-    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
-
-    ctx, raw = read_pinned(spark, spec, request.version)
-    feed = as_change_feed(raw, request.version, request.version_timestamp)
-    changes, truncation = change_rows(spark, feed, spec, ctx)
-    data_columns = [c for c in changes.columns if c not in FEED_COLUMNS]
-    with interpreted(spark):
-        collapsed = collapse_changes(changes, spec.keys, data_columns, ctx, ChangeOrder.of(spec))
-    try:
-        schema = changes.select(*(quote_ident(c) for c in data_columns)).schema
-        rewrite = request.rewrite
-        layout = prepare_silver(spark, spec, schema, rewrite, request.storage)
-        writer = request.writer(spark, spec.id, spec.target, layout)
-        unheld = classified(
-            ctx, lambda: _unheld_keys(spark, spec, layout, collapsed.frame, request.storage)
-        )
-        if rewrite.reshape:
-            live = collapsed.frame.filter(F.col(CHANGE_TYPE) != "delete").select(
-                *(quote_ident(c) for c in data_columns)
-            )
-            at = request.deleted_at
-            classified(
-                ctx, lambda: writer.reconcile(live, deleted_at=at, reshape=True, exact=False)
-            )
-        else:
-            folded = collapsed
-            classified(
-                ctx,
-                lambda: tombstones.apply(
-                    spark, writer, folded, truncation, silver_filter=None, fold=True
-                ),
-            )
-    finally:
-        collapsed.release()
-    return request.outcome(writer, unheld)
-
-
-def _unheld_keys(
-    spark: SparkSession,
-    spec: PipelineSpec,
-    layout: SilverLayout,
-    folded: DataFrame,
-    storage: StorageConfig,
-) -> str | None:
-    """The load log's words on silver's current keys that the fold holds no event of (bronze's
-    retention removed them): how many, and the first few. None when there is none (or no
-    silver yet)."""
-    from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
-
-    if not holds_files(spec.target, storage):
-        return None
-    silver = spark.read.format("delta").load(spec.target)
-    if END_AT in silver.columns:
-        silver = silver.filter(F.col(END_AT).isNull())
-    if IS_DELETED in silver.columns:
-        silver = silver.filter(~F.col(IS_DELETED))
-    keys = [quote_ident(k) for k in layout.keys]
-    missing = silver.select(*keys).join(
-        folded.select(*keys).distinct(), on=layout.keys, how="left_anti"
-    )
-    count = missing.count()
-    if count == 0:
-        return None
-    shown = ", ".join(
-        "(" + ", ".join(f"{k}={row[k]!r}" for k in layout.keys) + ")"
-        for row in missing.orderBy(*keys).limit(3).collect()
-    )
-    return (
-        f"{count} silver key(s) have no event left in bronze (removed by its retention), kept "
-        f"as they were: {shown}{', ...' if count > 3 else ''}"
-    )

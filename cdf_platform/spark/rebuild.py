@@ -171,6 +171,24 @@ def read_pinned(
     return ctx, raw
 
 
+def pinned_snapshot(
+    spark: SparkSession, spec: PipelineSpec, version: int, timestamp: datetime | None
+) -> tuple[ReadContext, DataFrame]:
+    """The rows silver should hold after a rebuild at bronze `version` (committed at
+    `timestamp`): bronze `versionAsOf version` after the spec's transform, columns and filter
+    (`conform_snapshot`), projected to silver's data columns; and the context its failures are
+    classified in. What the rebuild reconciles silver with, and what `verify` compares silver
+    with (`cdf_platform.spark.verify`), so the two never disagree on what the spec means.
+
+    Raises:
+        InvalidPipelineSpec: the spec's transforms are refused (`cdf_platform.spark.conform`).
+        ReplayWindowLost, SourceNotFound, UnknownReadFailure: the snapshot cannot be read.
+    """
+    ctx, raw = read_pinned(spark, spec, version)
+    conformed = conform_snapshot(spark, raw, spec, version=version, timestamp=timestamp)
+    return ctx, project_columns(conformed, spec)
+
+
 def prepare_silver(
     spark: SparkSession,
     spec: PipelineSpec,
@@ -214,11 +232,7 @@ def rebuild_silver(
         TargetOwnershipConflict, IncompatibleSchemaChange: silver cannot take the snapshot.
     """
     version = request.version
-    ctx, raw = read_pinned(spark, spec, version)
-    conformed = conform_snapshot(
-        spark, raw, spec, version=version, timestamp=request.version_timestamp
-    )
-    snapshot = project_columns(conformed, spec)
+    ctx, snapshot = pinned_snapshot(spark, spec, version, request.version_timestamp)
     classified(
         ctx,
         lambda: check_snapshot_keys(
