@@ -214,6 +214,15 @@ def _repair(
             table=spec.target,
             action="repair at the watermark (verify without --bronze-version), or rebuild",
         )
+    moved = read_silver_state(spec.target, spec.id, storage=control.storage).silver_version
+    if moved != pins.silver_version:
+        raise VerificationRefused(
+            f"silver moved from version {pins.silver_version} to {moved} during the "
+            "verification: the differences found may be gone",
+            pipeline_id=spec.id,
+            table=spec.target,
+            action="verify again (a run writing silver meanwhile is the usual cause)",
+        )
     request = RebuildRequest(
         version=pins.bronze_version,
         silver=silver,
