@@ -150,7 +150,7 @@ def test_other_layouts_verify_equal_after_normal_runs_and_name_a_foreign_update(
     assert [(k["id"], k["difference"]) for k in found.comparison.sample] == [(11, "changed")]
 
 
-def test_an_event_log_verifies_equal_after_runs_and_names_a_foreign_delete(
+def test_an_event_log_verifies_equal_and_its_foreign_writes_are_named_and_repaired(
     spark: SparkSession, lake: Path
 ) -> None:
     spec = spec_for(
@@ -169,6 +169,20 @@ def test_an_event_log_verifies_equal_after_runs_and_names_a_foreign_delete(
     sql(spark, spec.target, "DELETE FROM {t} WHERE id = 2")
     found = verify_pipeline(spec, control, lambda: spark)
     assert [(k["id"], k["difference"]) for k in found.comparison.sample] == [(2, "missing")]
+
+    # The repair folds the events again: the missing key comes back, and only it.
+    repaired = verify_pipeline(spec, control, lambda: spark, repair=True)
+    assert repaired.verification.outcome is VerificationOutcome.REPAIRED
+    assert {row[0] for row in commit_feed(spark, spec.target, silver_version(spec))} == {2}
+    log.check(spark, spec)
+
+    # A value changed by hand: the fold writes the key's event again, and only that key.
+    sql(spark, spec.target, "UPDATE {t} SET amount = -1 WHERE id = 5")
+    fixed = verify_pipeline(spec, control, lambda: spark, repair=True)
+    assert fixed.verification.outcome is VerificationOutcome.REPAIRED
+    assert [(k["id"], k["difference"]) for k in fixed.comparison.sample] == [(5, "changed")]
+    assert {row[0] for row in commit_feed(spark, spec.target, silver_version(spec))} == {5}
+    log.check(spark, spec)
 
 
 def test_a_silver_behind_bronze_is_compared_at_its_watermark(
