@@ -17,7 +17,8 @@ How: each row becomes its key and one hash of its key and data columns (NULL tol
 every value; MAP and VARIANT values in comparable form); keys are spread over `BUCKETS` buckets
 by a hash of the key; per bucket, each side's row count, sum and XOR of the row hashes are
 compared. Only the buckets that differ are compared key by key, to name the keys. Bronze and
-silver are each read once: the keyed hashes are persisted for both steps.
+silver are each read once (silver twice with `ignore_null_updates`, for the values it keeps):
+the keyed hashes are persisted for both steps.
 
 Example:
     >>> comparison = compare_silver(spark, spec, pins, tombstones=None)  # doctest: +SKIP
@@ -189,13 +190,13 @@ def _keyed(frame: DataFrame, names: list[str], types: dict[str, DataType], keys:
 
 
 def _bucket_sums(keyed: DataFrame) -> DataFrame:
-    """Per bucket: rows, the sum of the row hashes' upper 48 bits (no overflow for 2^15 rows a
-    bucket) and their XOR."""
+    """Per bucket: rows, the sum of the row hashes' upper 44 bits (no overflow below 2^19 rows a
+    bucket: two billion rows in all) and their XOR."""
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
     return keyed.groupBy(_BUCKET).agg(
         F.count(F.lit(1)).alias("n"),
-        F.sum(F.shiftright(F.col(_HASH), 16)).alias("s"),
+        F.sum(F.shiftright(F.col(_HASH), 20)).alias("s"),
         F.bit_xor(F.col(_HASH)).alias("x"),
     )
 
@@ -272,6 +273,9 @@ def compare_silver(
 def _compare(
     spark: SparkSession, spec: PipelineSpec, pins: SilverPins, wanted: ExpectedRows
 ) -> SilverComparison:
+    """`compare_silver` once the expected rows are known: both sides keyed and persisted, their
+    buckets compared, the keys of the buckets that differ named. With `ignore_null_updates`
+    silver is read a second time, for the values its rows keep (`keeping_values`)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
