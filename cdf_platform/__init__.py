@@ -42,6 +42,7 @@ _HOMES = {
     "HistoryMode": "cdf_platform.core.spec",
     "FallbackMode": "cdf_platform.core.spec",
     "OnSpecChange": "cdf_platform.core.spec",
+    "VerifyRepair": "cdf_platform.core.spec",
     "build_defs": "cdf_platform.definitions",
     "CdfPipelinesComponent": "cdf_platform.orchestration.component",
     "SparkResource": "cdf_platform.orchestration.resources",
@@ -74,6 +75,7 @@ _HOMES = {
     "RebuildNeedsOverride": "cdf_platform.core.errors",
     "DestructiveActionNotPermitted": "cdf_platform.core.errors",
     "VacuumRefused": "cdf_platform.core.errors",
+    "VerificationRefused": "cdf_platform.core.errors",
     "MarksLost": "cdf_platform.core.errors",
     "ConcurrentWriteConflict": "cdf_platform.core.errors",
     "InvalidStorageConfig": "cdf_platform.core.errors",
@@ -128,6 +130,7 @@ if TYPE_CHECKING:
     from cdf_platform.core.errors import UnknownReadFailure as UnknownReadFailure
     from cdf_platform.core.errors import UnsafeSparkConfig as UnsafeSparkConfig
     from cdf_platform.core.errors import VacuumRefused as VacuumRefused
+    from cdf_platform.core.errors import VerificationRefused as VerificationRefused
     from cdf_platform.core.event_spec import EventSpec as EventSpec
     from cdf_platform.core.expectations import Expectation as Expectation
     from cdf_platform.core.expectations import ExpectationAction as ExpectationAction
@@ -137,6 +140,7 @@ if TYPE_CHECKING:
     from cdf_platform.core.spec import HistoryMode as HistoryMode
     from cdf_platform.core.spec import OnSpecChange as OnSpecChange
     from cdf_platform.core.spec import PipelineSpec as PipelineSpec
+    from cdf_platform.core.spec import VerifyRepair as VerifyRepair
     from cdf_platform.definitions import build_defs as build_defs
     from cdf_platform.orchestration.component import CdfPipelinesComponent as CdfPipelinesComponent
     from cdf_platform.orchestration.resources import LakeLayout as LakeLayout

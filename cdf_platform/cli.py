@@ -86,7 +86,7 @@ def _foreign_writes_line(row: dict[str, Any]) -> str:
     return (
         f"foreign writes: {row['foreign_writes_summary']} (since "
         f"{row['foreign_writes_baseline']}): silver may differ from its spec applied to bronze; "
-        f"`cdf-platform verify {pipeline}` names the keys (`--repair` reconciles them), or "
+        f"`cdf-platform verify --pipeline {pipeline}` names the keys (`--repair` reconciles them), or "
         f"`cdf-platform rebuild {pipeline}` reconciles all of silver"
     )
 
@@ -144,6 +144,52 @@ def _cmd_status(args: argparse.Namespace) -> int:
         sys.stdout.write(render_status_table(statuses) + "\n")
     healthy = all(s["state"] in ("OK", "NOT_STARTED") for s in statuses)
     return 0 if healthy and not any(s["foreign_writes"] for s in statuses) else 1
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from cdf_platform.run.verify import verify_pipeline
+
+    specs, control, settings = _context(args)
+    if args.pipeline:
+        chosen = [find_spec(specs, pipeline_id) for pipeline_id in args.pipeline]
+    else:
+        chosen = [spec for spec in specs if spec.verify]
+    if args.bronze_version is not None and len(chosen) != 1:
+        raise CdfPlatformError(
+            "--bronze-version is a version of one bronze table",
+            action="name one pipeline with --pipeline ID",
+        )
+    results = [
+        verify_pipeline(
+            spec,
+            control,
+            lambda: build_spark_session(settings),
+            bronze_version=args.bronze_version,
+            repair=args.repair,
+        ).as_metadata()
+        for spec in chosen
+    ]
+    if args.json:
+        sys.stdout.write(json.dumps(results, default=str, indent=2) + "\n")
+    else:
+        for result in results:
+            sys.stdout.write(render_verification(result) + "\n")
+    return 0 if all(r["outcome"] != "DIFFERENT" for r in results) else 1
+
+
+def render_verification(result: dict[str, Any]) -> str:
+    """One verification as text: the outcome and versions, then each named differing key."""
+    lines = [
+        f"{result['pipeline_id']}: {result['outcome']} (bronze version {result['bronze_version']}"
+        f", silver version {result['silver_version']}; {result['differing_keys']} differing "
+        f"key(s) of {result['expected_rows']} expected rows)"
+    ]
+    lines += [f"  {key}" for key in result["sample_keys"]]
+    if result["repaired_silver_version"] is not None:
+        lines.append(f"  repaired: silver version {result['repaired_silver_version']}")
+    if result["message"]:
+        lines.append(f"  note: {result['message']}")
+    return "\n".join(lines)
 
 
 def _cmd_engine(args: argparse.Namespace) -> int:
@@ -249,7 +295,8 @@ def _lake_options() -> argparse.ArgumentParser:
 
 
 def _add_pipeline_commands(sub: _Commands, common: argparse.ArgumentParser) -> None:
-    """`run`, `rebuild` (one pipeline) and `status` (every pipeline)."""
+    """`run`, `rebuild` (one pipeline), `status` and `verify` (every pipeline, or those
+    named)."""
     for name, text in (
         ("run", "one incremental run of a pipeline, with its configured fallback"),
         ("rebuild", "reconcile silver from a pinned bronze snapshot and stamp that watermark"),
@@ -263,6 +310,28 @@ def _add_pipeline_commands(sub: _Commands, common: argparse.ArgumentParser) -> N
         help="per-pipeline watermark, lag, replay window and headroom (no JVM)",
     )
     status.set_defaults(func=_cmd_status)
+    text = "compare silver with its spec applied to a pinned bronze version; --repair reconciles"
+    verify = sub.add_parser("verify", parents=[common], help=text, description=text)
+    verify.add_argument(
+        "--pipeline",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="a pipeline to verify (repeatable; default: every pipeline whose spec has verify)",
+    )
+    verify.add_argument(
+        "--bronze-version",
+        type=int,
+        default=None,
+        metavar="N",
+        help="compare with bronze at N (one pipeline; default: silver's watermark)",
+    )
+    verify.add_argument(
+        "--repair",
+        action="store_true",
+        help="reconcile a silver that differs (only the differing keys change)",
+    )
+    verify.set_defaults(func=_cmd_verify)
 
 
 def _add_engine_command(sub: _Commands, common: argparse.ArgumentParser) -> None:

@@ -37,8 +37,8 @@ def build_defs(
         consumers: your assets that read these tables through the watermark IO manager
             (docs/incremental-assets.md): they get silver's lag and replay-window
             checks, automatic repair of a lost window and a say in VACUUM.
-        automation: the incremental and rebuild sensors and the checks schedule start
-            RUNNING (default: `$CDF_AUTOMATION`, on unless `off`).
+        automation: the incremental and rebuild sensors, the checks schedule and the weekly
+            verification start RUNNING (default: `$CDF_AUTOMATION`, on unless `off`).
         allow_destructive: run configs that destroy history or skip a guard may run
             (default: `$CDF_ALLOW_DESTRUCTIVE`, else no; docs/production.md).
     """

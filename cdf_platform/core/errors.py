@@ -193,6 +193,15 @@ class SpecChangeRefused(CdfPlatformError):
     )
 
 
+class VerificationRefused(CdfPlatformError):
+    """A verification that cannot compare silver with its spec: silver holds no watermark yet,
+    its spec was edited since silver was written (or taken forward only), bronze was reset, or
+    a repair would move the watermark backwards."""
+
+    incident_code = "VERIFY_REFUSED"
+    default_action = "run the pipeline (`cdf-platform run <id>`), then verify again"
+
+
 class UnsafeSparkConfig(CdfPlatformError):
     """The Spark session is configured in a way that could drop changes silently, or sets a
     platform setting (`spark.cdf_platform.*`) to a value it cannot read."""

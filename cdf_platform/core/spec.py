@@ -96,6 +96,17 @@ class OnSpecChange(StrEnum):
     of `keys`, `history` or `delete_mode` is never applied forward only."""
 
 
+class VerifyRepair(StrEnum):
+    """What the scheduled verification (`verify_job`) does with a silver that differs from its
+    spec applied to bronze."""
+
+    MANUAL = "manual"
+    """Report the differing keys and leave silver as it is (`cdf-platform verify --repair`
+    repairs)."""
+    AUTO = "auto"
+    """Repair: reconcile silver quietly (only the differing keys change)."""
+
+
 class PipelineSpec(BaseModel):
     """One bronze -> silver pipeline.
 
@@ -209,6 +220,17 @@ class PipelineSpec(BaseModel):
     bronze_table: str | None = Field(
         default=None,
         description="Name of the bronze asset (bronze/<name>); default: last part of `source`.",
+    )
+    verify: bool = Field(
+        default=True,
+        description="The scheduled verification (`verify_job`, weekly) compares this silver "
+        "with its spec applied to bronze; false leaves it out (`cdf-platform verify --pipeline "
+        "<id>` still verifies it). Shapes no row.",
+    )
+    verify_repair: VerifyRepair = Field(
+        default=VerifyRepair.MANUAL,
+        description="`manual`: the scheduled verification reports differing keys; `auto`: it "
+        "also repairs them (the quiet reconcile). Shapes no row.",
     )
 
     @field_validator("id")

@@ -35,6 +35,7 @@ from cdf_platform.orchestration.rebuild_sensor import build_rebuild_sensor
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.orchestration.silver import silver_assets
 from cdf_platform.orchestration.storage_options import StorageOptionsConfig
+from cdf_platform.orchestration.verify_job import build_verify_job, build_verify_schedule
 from cdf_platform.orchestration.watermark_io_manager import RESOURCE_KEY, WatermarkIOManager
 
 
@@ -64,8 +65,8 @@ def platform_defs(
             it (docs/incremental-assets.md); each gets silver's checks, repair by the
             rebuild sensor (`recompute_job`) and a say in the VACUUM of what it reads
             (`cdf_platform.orchestration.consumers`).
-        automation: the incremental and rebuild sensors and the checks schedule start RUNNING
-            (False: STOPPED, for a person to turn on).
+        automation: the incremental and rebuild sensors, the checks schedule and the weekly
+            verification start RUNNING (False: STOPPED, for a person to turn on).
         pipelines_per_run: at most this many pipelines with small change sets share a silver
             run (default: `$CDF_PIPELINES_PER_RUN`, else 50).
         allow_destructive: run configs that destroy history or skip a guard may run
@@ -97,6 +98,7 @@ def platform_defs(
     )
     checks_job = build_checks_job(consumer_check_keys(watched))
     rebuild_job = build_rebuild_job(specs)
+    verify_job = build_verify_job(specs)
     repair_jobs = [rebuild_job, build_recompute_job(watched)] if watched else []
     consumer_job = build_consumer_job(watched) if watched else None
     consumer_sensors = (
@@ -117,9 +119,11 @@ def platform_defs(
             *repair_jobs[1:],
             *([consumer_job] if consumer_job else []),
             *maintenance_jobs,
+            verify_job,
         ],
         schedules=[
             build_checks_schedule(checks_job, running=automation),
+            build_verify_schedule(verify_job, running=automation),
             *build_maintenance_schedules(maintenance_jobs),
         ],
         sensors=[

@@ -1,5 +1,6 @@
-"""The rebuild of an event log's silver: the fold of every event bronze still holds, applied as
-a run applies its changes (`cdf_platform.spark.events` reads and screens the events).
+"""An event log's rebuild (`changes: events`): the fold of every event bronze still holds at a
+pinned version, applied to silver as a run applies its changes (`fold_events`), and the same
+fold as the rows silver should hold (`pinned_fold`, which `verify` compares silver with).
 
 Example:
     >>> outcome = fold_events(spark, spec, request, tombstones)  # doctest: +SKIP
@@ -7,6 +8,8 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.spec import PipelineSpec
@@ -15,11 +18,14 @@ from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.spark.change_feed import (
     CHANGE_TYPE,
     FEED_COLUMNS,
+    ReadContext,
     as_change_feed,
     classified,
 )
-from cdf_platform.spark.changes import ChangeOrder, collapse_changes
+from cdf_platform.spark.changes import ChangeOrder, CollapsedChanges, collapse_changes
 from cdf_platform.spark.events import Tombstones, change_rows
+from cdf_platform.spark.merge import Truncation
+from cdf_platform.spark.quarantine import Judgement, QualityGate
 from cdf_platform.spark.rebuild import RebuildOutcome, RebuildRequest, prepare_silver, read_pinned
 from cdf_platform.spark.silver_layout import END_AT, IS_DELETED, SilverLayout
 from cdf_platform.spark.silver_table import holds_files
@@ -27,6 +33,72 @@ from cdf_platform.spark.small_steps import interpreted
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+
+@dataclass(frozen=True)
+class PinnedFold:
+    """The events bronze holds at a pinned version, folded per key.
+
+    Attributes:
+        ctx: The context the read's failures are classified in.
+        collapsed: The fold (each key's latest event; every commit's, for SCD2 with
+            `every_commit`), cached: release it.
+        truncation: The latest truncate among the events, if any.
+        data_columns: Silver's data columns (the events' row images).
+        images: The events' row images, as a frame of the data columns.
+        judgement: What the quality gate made of the events (a rebuild's; None: the
+            expectations' kept-out rows are dropped as `where` drops them, unjudged).
+    """
+
+    ctx: ReadContext
+    collapsed: CollapsedChanges
+    truncation: Truncation | None
+    data_columns: list[str]
+    images: DataFrame
+    judgement: Judgement | None = None
+
+    def release(self) -> None:
+        """Drop the cached fold and judged events."""
+        self.collapsed.release()
+        if self.judgement is not None:
+            self.judgement.release()
+
+
+def pinned_fold(
+    spark: SparkSession,
+    spec: PipelineSpec,
+    version: int,
+    timestamp: datetime | None,
+    *,
+    latest_only: bool = False,
+    gate: QualityGate | None = None,
+) -> PinnedFold:
+    """Fold the events bronze holds at `version` (committed at `timestamp`) as the spec orders
+    them; `latest_only` keeps only each key's latest event, SCD2 too (what silver's open
+    version of the key holds).
+
+    Raises:
+        InvalidPipelineSpec, DataQualityError: as an incremental run's.
+        ReplayWindowLost, SourceNotFound, UnknownReadFailure: the snapshot cannot be read.
+    """
+    ctx, raw = read_pinned(spark, spec, version)
+    feed = as_change_feed(raw, version, timestamp)
+    changes, truncation = change_rows(spark, feed, spec, ctx, judged=gate is not None)
+    judgement = None
+    if gate is not None:
+        judged = changes
+        judgement = classified(
+            ctx, lambda: gate.screen_changes(judged, version=version, whole=True)
+        )
+        changes = judgement.rows
+    data_columns = [c for c in changes.columns if c not in FEED_COLUMNS]
+    order = ChangeOrder.of(spec)
+    if latest_only:
+        order = replace(order, every_commit=False)
+    with interpreted(spark):
+        collapsed = collapse_changes(changes, spec.keys, data_columns, ctx, order)
+    images = changes.select(*(quote_ident(c) for c in data_columns))
+    return PinnedFold(ctx, collapsed, truncation, data_columns, images, judgement)
 
 
 def fold_events(
@@ -48,20 +120,15 @@ def fold_events(
     """
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-    ctx, raw = read_pinned(spark, spec, request.version)
-    feed = as_change_feed(raw, request.version, request.version_timestamp)
-    judged, truncation = change_rows(spark, feed, spec, ctx, judged=True)
     gate = request.quality_gate(spec)
-    judgement = classified(
-        ctx, lambda: gate.screen_changes(judged, version=request.version, whole=True)
-    )
-    changes = judgement.rows
-    data_columns = [c for c in changes.columns if c not in FEED_COLUMNS]
-    with interpreted(spark):
-        collapsed = collapse_changes(changes, spec.keys, data_columns, ctx, ChangeOrder.of(spec))
+    fold = pinned_fold(spark, spec, request.version, request.version_timestamp, gate=gate)
+    ctx, collapsed, truncation = fold.ctx, fold.collapsed, fold.truncation
+    data_columns, judgement = fold.data_columns, fold.judgement
     try:
-        classified(ctx, lambda: gate.hold(spark, judgement, run_id=request.run_id))
-        schema = changes.select(*(quote_ident(c) for c in data_columns)).schema
+        if judgement is not None:
+            held = judgement
+            classified(ctx, lambda: gate.hold(spark, held, run_id=request.run_id))
+        schema = fold.images.schema
         rewrite = request.rewrite
         layout = prepare_silver(spark, spec, schema, rewrite, request.storage)
         writer = request.writer(spark, spec.id, spec.target, layout)
@@ -85,9 +152,8 @@ def fold_events(
                 ),
             )
     finally:
-        collapsed.release()
-        judgement.release()
-    return request.outcome(writer, unheld, judgement.counts)
+        fold.release()
+    return request.outcome(writer, unheld, judgement.counts if judgement else None)
 
 
 def _unheld_keys(

@@ -224,9 +224,15 @@ def _keeping_silver_values(
 ) -> DataFrame:
     """`ignore_null_updates`: the snapshot with its NULLs replaced by the values of silver's
     open version of the key, as the incremental runs keep them."""
+    return keeping_values(snapshot, _current_values(spark, target, layout), layout)
+
+
+def keeping_values(snapshot: DataFrame, current: DataFrame, layout: SilverLayout) -> DataFrame:
+    """`ignore_null_updates`: `snapshot` (data columns) with its NULLs replaced by the values
+    of `current` (silver's current rows of the keys: keys and value columns), as a rebuild and
+    the incremental runs keep them."""
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-    current = _current_values(spark, target, layout)
     renamed = current.select(
         *(F.col(quote_ident(k)) for k in layout.keys),
         *(F.col(quote_ident(c)).alias(f"_cur_{c}") for c in layout.value_columns),

@@ -188,6 +188,34 @@ def read_pinned(
     return ctx, raw
 
 
+def pinned_snapshot(
+    spark: SparkSession,
+    spec: PipelineSpec,
+    version: int,
+    timestamp: datetime | None,
+    *,
+    judged: bool = False,
+) -> tuple[ReadContext, DataFrame]:
+    """The rows silver should hold after a rebuild at bronze `version` (committed at
+    `timestamp`): bronze `versionAsOf version` after the spec's transform, columns and filter
+    (`conform_snapshot`), projected to silver's data columns; and the context its failures are
+    classified in. What the rebuild reconciles silver with, and what `verify` compares silver
+    with (`cdf_platform.spark.verify`), so the two never disagree on what the spec means.
+    `judged`: the rows the expectations keep out are still there, each with its `FAILED_RULES`
+    (the rebuild's quality gate keeps them out, counts them and holds the quarantined ones).
+
+    Raises:
+        InvalidPipelineSpec: the spec's transforms are refused (`cdf_platform.spark.conform`).
+        ReplayWindowLost, SourceNotFound, UnknownReadFailure: the snapshot cannot be read.
+    """
+    ctx, raw = read_pinned(spark, spec, version)
+    conformed = conform_snapshot(
+        spark, raw, spec, version=version, timestamp=timestamp, judged=judged
+    )
+    extra = [FAILED_RULES] if FAILED_RULES in conformed.columns else []
+    return ctx, project_columns(conformed, spec, extra)
+
+
 def prepare_silver(
     spark: SparkSession,
     spec: PipelineSpec,
@@ -231,16 +259,9 @@ def rebuild_silver(
         TargetOwnershipConflict, IncompatibleSchemaChange: silver cannot take the snapshot.
     """
     version = request.version
-    ctx, raw = read_pinned(spark, spec, version)
-    conformed = conform_snapshot(
-        spark, raw, spec, version=version, timestamp=request.version_timestamp, judged=True
-    )
-    extra = [FAILED_RULES] if FAILED_RULES in conformed.columns else []
+    ctx, judged = pinned_snapshot(spark, spec, version, request.version_timestamp, judged=True)
     gate = request.quality_gate(spec)
-    judgement = classified(
-        ctx,
-        lambda: gate.screen_snapshot(project_columns(conformed, spec, extra), version=version),
-    )
+    judgement = classified(ctx, lambda: gate.screen_snapshot(judged, version=version))
     try:
         writer = _reconcile(spark, spec, request, ctx, judgement)
     finally:
