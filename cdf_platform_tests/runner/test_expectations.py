@@ -25,8 +25,10 @@ from cdf_platform.core.storage_options import ENVIRONMENT_ONLY
 from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.run import PipelineRunner
+from cdf_platform.run.verify import verify_pipeline
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.quarantine import quarantine_path
+from cdf_platform.state.verifications import VerificationOutcome
 from cdf_platform_testkit.lake import write_pipelines
 from cdf_platform_tests.bronze import (
     control_for,
@@ -167,6 +169,9 @@ def test_quarantine_holds_exactly_the_failing_current_rows(spark: SparkSession, 
     sql(spark, spec.source, "DELETE FROM {t} WHERE id = 6")
     runner.run(spec)
     assert_exact(spark, spec, control)
+    # Verification applies the same rules: silver without the kept-out rows is equal.
+    verified = verify_pipeline(spec, control, lambda: spark)
+    assert verified.verification.outcome is VerificationOutcome.EQUAL
     # A rerun of the same state adds nothing (the rebuild replaces the quarantine whole).
     runner.run(spec, force_rebuild=True)
     assert_exact(spark, spec, control)
