@@ -86,8 +86,8 @@ def _foreign_writes_line(row: dict[str, Any]) -> str:
     return (
         f"foreign writes: {row['foreign_writes_summary']} (since "
         f"{row['foreign_writes_baseline']}): silver may differ from its spec applied to bronze; "
-        f"`cdf-platform verify --pipeline {pipeline}` names the keys (`--repair` reconciles them), or "
-        f"`cdf-platform rebuild {pipeline}` reconciles all of silver"
+        f"`cdf-platform verify --pipeline {pipeline}` names the keys (`--repair` reconciles "
+        f"them), or `cdf-platform rebuild {pipeline}` reconciles all of silver"
     )
 
 
