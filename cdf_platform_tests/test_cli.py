@@ -13,8 +13,8 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.cli import main
 from cdf_platform.core.sql import sql_path
-from cdf_platform.spark.merge import TXN_APP_ID_CONF, TXN_VERSION_CONF
-from cdf_platform.state.watermark import OWNER_PROPERTY
+from cdf_platform.spark.merge import TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF
+from cdf_platform.state.watermark import OWNER_PROPERTY, user_metadata
 from cdf_platform_testkit.synthetic_log import write_synthetic_commits
 from cdf_platform_tests.bronze import make_bronze, rows, sql
 from cdf_platform_tests.cli_process import run_cli
@@ -53,6 +53,8 @@ def test_status_json_on_two_thousand_commits_answers_without_a_jvm(
     session = spark.newSession()
     session.conf.set(TXN_APP_ID_CONF, "big")
     session.conf.set(TXN_VERSION_CONF, "1000")
+    # The platform's stamp, as its runs write it (a commit without it is a foreign write).
+    session.conf.set(USER_METADATA_CONF, user_metadata(pipeline_id="big", mode="incremental"))
     session.sql(f"INSERT INTO {sql_path(silver)} VALUES (1)")
 
     # No Java anywhere: a JVM start would fail the command.

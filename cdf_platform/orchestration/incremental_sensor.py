@@ -181,9 +181,10 @@ def pending_pipelines(instance: dg.DagsterInstance, pipeline_ids: set[str]) -> d
     pipelines): each has its run pending, and no other is requested for it."""
     if not pipeline_ids:
         return {}
-    # Every pending run, whatever launched it (a sensor, the UI, a person's job): pending runs
-    # are few, and one query finds them all.
-    runs = instance.get_run_records(dg.RunsFilter(statuses=PENDING_STATUSES))
+    # The failed runs are read first: one the retry daemon marks retried (AUTO_RETRY_RUN_ID_TAG)
+    # after this read still counts as pending; one marked before it has its retry created
+    # already, which the read of pending runs after it finds. Read the other way round, a retry
+    # created between the two reads was in neither, and a second run was requested beside it.
     retrying = instance.get_run_records(
         dg.RunsFilter(
             statuses=[dg.DagsterRunStatus.FAILURE],
@@ -205,6 +206,9 @@ def pending_pipelines(instance: dg.DagsterInstance, pipeline_ids: set[str]) -> d
         ]
     else:
         undecided = []
+    # Every pending run, whatever launched it (a sensor, the UI, a person's job): pending runs
+    # are few, and one query finds them all.
+    runs = instance.get_run_records(dg.RunsFilter(statuses=PENDING_STATUSES))
     pending: dict[str, str] = {}
     for record in [*runs, *retrying, *undecided]:
         run = record.dagster_run

@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import VerificationRefused
@@ -82,16 +83,34 @@ def test_an_unchanged_silver_verifies_equal_and_commits_nothing(
     assert last_verified_silver_version(control, spec.id) == before
 
 
+def _by_spark(spark: SparkSession, target: str) -> None:
+    sql(spark, target, "UPDATE {t} SET name = 'hand fix' WHERE id = 10")
+    sql(spark, target, "DELETE FROM {t} WHERE id = 20")
+    sql(spark, target, "INSERT INTO {t} (id, name, amount, double) VALUES (99, 'x', 1, 2)")
+
+
+def _by_deltalake(_spark: SparkSession, target: str) -> None:
+    table = DeltaTable(target)
+    table.update(predicate="id = 10", updates={"name": "'hand fix'"})
+    table.delete("id = 20")
+    row = DeltaTable(target).to_pyarrow_table(filters=[("id", "=", 1)])
+    for name, value in (("id", 99), ("amount", 1), ("double", 2)):
+        kind = row.schema.field(name).type
+        row = row.set_column(row.schema.get_field_index(name), name, pa.array([value], kind))
+    row = row.set_column(row.schema.get_field_index("name"), "name", pa.array(["x"]))
+    write_deltalake(target, row, mode="append")
+
+
+@pytest.mark.parametrize("writer", [_by_spark, _by_deltalake], ids=["spark_sql", "deltalake"])
 def test_foreign_writes_are_named_by_key_and_the_repair_changes_only_those_keys(
-    spark: SparkSession, lake: Path
+    spark: SparkSession, lake: Path, writer: Any
 ) -> None:
-    spec = shaped_pipeline(spark, lake)
+    # deltalake writes no table with deletion vectors; Spark SQL writes them.
+    spec = shaped_pipeline(spark, lake, deletion_vectors=writer is _by_spark)
     control = control_for(lake)
     watermark = read_silver_state(spec.target, spec.id).watermark
-    # Three writes the platform did not make.
-    sql(spark, spec.target, "UPDATE {t} SET name = 'hand fix' WHERE id = 10")
-    sql(spark, spec.target, "DELETE FROM {t} WHERE id = 20")
-    sql(spark, spec.target, "INSERT INTO {t} (id, name, amount, double) VALUES (99, 'x', 1, 2)")
+    # Three writes the platform did not make: an UPDATE, a DELETE and an INSERT.
+    writer(spark, spec.target)
     foreign = silver_version(spec)
 
     found = verify_pipeline(spec, control, lambda: spark)
