@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 from cdf_platform.core.expectations import ExpectationAction, ExpectationCounts
 from cdf_platform.core.sql import quote_ident, sql_path
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.spark.change_feed import CHANGE_TYPE, COMMIT_VERSION, FEED_COLUMNS
 from cdf_platform.spark.expectations import (
     FAILED_RULES,
@@ -48,7 +50,6 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from cdf_platform.core.spec import PipelineSpec
-    from cdf_platform.core.storage_options import StorageConfig
 
 HELD = "_held"
 SEQUENCE_VALUE = "sequence_value"
@@ -88,7 +89,7 @@ class QualityGate:
 
     spec: PipelineSpec
     path: str | None
-    storage: StorageConfig | None = None
+    storage: StorageConfig = ENVIRONMENT_ONLY
 
     @property
     def quarantines(self) -> bool:
@@ -176,7 +177,7 @@ class QualityGate:
         quarantine entry does not change either."""
         from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-        if not self.spec.sequence_by or not _is_table(self.spec.target, self.storage):
+        if not self.spec.sequence_by or not is_delta_table(self.spec.target, self.storage):
             return rows
         seq = quote_ident(self.spec.sequence_by)
         silver = spark.read.format("delta").load(self.spec.target)
@@ -206,7 +207,11 @@ class QualityGate:
         from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
         if judgement.held is None:
-            if judgement.whole and self.path is not None and _is_table(self.path, self.storage):
+            if (
+                judgement.whole
+                and self.path is not None
+                and is_delta_table(self.path, self.storage)
+            ):
                 # No rule quarantines any more (the spec changed): nothing is held.
                 spark.sql(f"DELETE FROM {sql_path(self.path)}").collect()
             return
@@ -215,7 +220,7 @@ class QualityGate:
         rows = judgement.held.withColumn("run_id", F.lit(run_id)).withColumn(
             "quarantined_at", F.current_timestamp()
         )
-        if judgement.whole or not _is_table(self.path, self.storage):
+        if judgement.whole or not is_delta_table(self.path, self.storage):
             kept = rows.filter(F.col(HELD)).drop(HELD)
             writer = kept.write.format("delta").mode("overwrite")
             writer.option("overwriteSchema", "true").save(self.path)
@@ -233,10 +238,3 @@ class QualityGate:
         ]
         sql = merge_statement(self.path, on, clauses)
         with_source_view(spark, rows, lambda: spark.sql(sql).collect())
-
-
-def _is_table(path: str, storage: StorageConfig | None) -> bool:
-    from cdf_platform.core.storage_options import ENVIRONMENT_ONLY
-    from cdf_platform.deltalog.tables import is_delta_table
-
-    return is_delta_table(path, storage if storage is not None else ENVIRONMENT_ONLY)
