@@ -61,9 +61,11 @@ $(AZURITE_STAMP):
 
 azurite: $(AZURITE_STAMP)
 
-# Two test processes, each taking whole test files (a file's module fixtures start once).
+# Two test processes, each taking whole test files (a file's module fixtures start once), in
+# the order collected: the longest files first (`long`), not xdist's default of the files
+# with the most tests first, which left the one-test browser story to start near the end.
 unit: setup browser azurite
-	$(BIN)/pytest -n 2 --dist loadfile
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 test: lint typecheck docs unit
 

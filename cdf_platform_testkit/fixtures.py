@@ -29,8 +29,9 @@ def _minutes_first(item: pytest.Item) -> float:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Put the tests of `long` files first, longest first (`long(minutes=...)`), so that
-    `pytest -n 2 --dist loadfile`'s workers start them at once instead of one worker ending the
-    run with one of them; skip
+    `pytest -n 2 --dist loadfile --no-loadscope-reorder`'s workers start them at once instead
+    of one worker ending the run with one of them (xdist's default order, the files with the
+    most tests first, would undo this); skip
     `slow` tests (the long randomized history, the latency benchmark's smoke run) when no
     marker expression was given (the default CI run)."""
     items.sort(key=_minutes_first)  # stable: the others keep their order

@@ -24,6 +24,8 @@ from cdf_platform_tests.bronze import control_for, rows, spec_for, sql
 from cdf_platform_tests.event_log import DEBEZIUM, Event, EventLog
 from cdf_platform_tests.lake_platform import vacuum_breaking_the_window
 
+pytestmark = pytest.mark.long(minutes=2)
+
 KEYS = range(1, 9)
 NAMES = ("ada", "bob", "cy", "dee", "eve")
 

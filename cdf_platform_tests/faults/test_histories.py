@@ -26,6 +26,8 @@ from cdf_platform_testkit.faults.history import CI_PROFILE, RUNS, SPEC_EDITS, Op
 from cdf_platform_testkit.faults.options import COVERING, HistoryConfig, config_for, coverage_table
 from cdf_platform_testkit.faults.oracle import read_silver
 
+pytestmark = pytest.mark.long(minutes=5)
+
 CI_SEEDS = list(range(1, len(COVERING) + 1))
 # The CI histories that also feed the gold consumer, one per silver shape: SCD2 ordered by
 # `sequence_by` with lost windows and a FAIL_FAST operator's rebuild (1), SCD1 with hard

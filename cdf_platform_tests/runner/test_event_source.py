@@ -37,6 +37,8 @@ from cdf_platform_tests.lake_platform import (
     vacuum_breaking_the_window,
 )
 
+pytestmark = pytest.mark.long(minutes=4)
+
 
 def events_spec(lake: Path, **overrides: Any) -> PipelineSpec:
     fields: dict[str, Any] = {
