@@ -1,7 +1,7 @@
 """A run killed at each fault point (a subprocess that `os._exit`s there, like a killed driver),
-then rerun: the result equals the snapshot oracle.
+then rerun: the result equals the snapshot oracle (and the quarantine its oracle).
 
-The four killed runs happen in one module fixture (a Spark start costs 20-40 s here): each
+The five killed runs happen in one module fixture (a Spark start costs 20-40 s here): each
 `cdf-platform` process starts its SparkSession as the fixture begins (`CliSession`), while the
 scenarios' tables are prepared in this process, then gets its `run` command and dies at its
 fault point. Each test then checks its own kill and rerun.
@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
 from cdf_platform.planning.plan import RunMode
+from cdf_platform.state.quarantine import quarantine_path
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_testkit.faults.bronze_model import BronzeTable
 from cdf_platform_testkit.faults.harness import HistoryHarness
@@ -42,6 +43,15 @@ def _changes(bronze: BronzeTable) -> None:
         [{"id": 4, "name": "m", "amount": 44}, {"id": 20, "name": "new", "amount": 1}], [5]
     )
     bronze.insert([{"id": 21, "name": "late", "amount": 2}])
+
+
+def _changes_into_quarantine(bronze: BronzeTable) -> None:
+    """Rows that `where` keeps (amount % 5 != 0) and the quarantine rule holds (amount % 7 ==
+    3), and one that passes both: the gate writes the quarantine, then silver's MERGE."""
+    bronze.update([1], amount_delta=7, name="held")  # 17
+    bronze.insert(
+        [{"id": 22, "name": "held", "amount": 31}, {"id": 23, "name": "ok", "amount": 33}]
+    )
 
 
 def _changes_then_lost_window(bronze: BronzeTable) -> None:
@@ -65,11 +75,13 @@ class KilledRun:
     killed_at: datetime | None = None
 
 
-# Seed parity picks the delete mode (odd: soft); all use SNAPSHOT_REBUILD.
+# Seed parity picks the delete mode (odd: soft); all use SNAPSHOT_REBUILD; multiples of 3
+# conform rows (a `where`, derived columns and a `quarantine` rule: `hand_config`).
 SCENARIOS: dict[FaultPoint, tuple[int, Callable[[BronzeTable], None]]] = {
     FaultPoint.AFTER_READ: (2, _changes),
     FaultPoint.AFTER_MERGE: (5, _changes),
     FaultPoint.BEFORE_CONTROL: (4, _changes),
+    FaultPoint.AFTER_QUARANTINE: (12, _changes_into_quarantine),
     FaultPoint.DURING_REBUILD: (9, _changes_then_lost_window),
 }
 
@@ -79,7 +91,9 @@ def _pipelines_file(harness: HistoryHarness, path: Path) -> None:
     `history`, `where` or `columns` would be a spec edit for the killed run to take)."""
     spec = harness.spec
     pipeline = {"id": spec.id, "source": spec.source, "target": spec.target}
-    path.write_text(yaml.safe_dump({"pipelines": [pipeline | harness.config.fields()]}))
+    # Unsorted: the derived columns keep their order (another order is another spec).
+    fields = pipeline | harness.config.fields()
+    path.write_text(yaml.safe_dump({"pipelines": [fields]}, sort_keys=False))
 
 
 @pytest.fixture(scope="module")
@@ -200,3 +214,20 @@ def test_killed_during_rebuild_leaves_silver_untouched_and_rerun_rebuilds(
     assert harness.report.modes == {"initial_load": 1, "rebuild": 1}
     assert harness.report.detected_losses == harness.report.actual_losses == 1
     assert harness.report.silent_losses == 0
+
+
+def test_killed_after_the_quarantine_leaves_it_ahead_of_silver_and_rerun_converges(
+    killed_runs: dict[FaultPoint, KilledRun],
+) -> None:
+    """The quality gate writes the quarantine before silver's MERGE: killed between the two,
+    the quarantine holds the run's failing rows while silver and its watermark are as before;
+    the rerun writes the same quarantine and silver (the harness checks both oracles)."""
+    run = _killed(killed_runs, FaultPoint.AFTER_QUARANTINE)
+    _assert_nothing_applied(run)
+    harness = run.harness
+    held = harness.control.query(
+        quarantine_path(harness.control.root, harness.spec.id), "SELECT id FROM t"
+    )
+    assert sorted(row["id"] for row in held) == [1, 22]
+    harness.consumer_run(Op.RUN)
+    assert harness.report.modes == {"initial_load": 1, "incremental": 1}

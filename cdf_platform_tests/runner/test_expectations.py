@@ -19,7 +19,6 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import DataQualityError, InvalidPipelineSpec
 from cdf_platform.core.expectations import ExpectationAction
-from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.storage_options import ENVIRONMENT_ONLY
 from cdf_platform.deltalog.tables import is_delta_table
@@ -29,7 +28,6 @@ from cdf_platform.run.verify import verify_pipeline
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.quarantine import quarantine_path
 from cdf_platform.state.verifications import VerificationOutcome
-from cdf_platform_testkit.lake import write_pipelines
 from cdf_platform_tests.bronze import (
     control_for,
     make_bronze,
@@ -38,7 +36,6 @@ from cdf_platform_tests.bronze import (
     sql,
     vacuum_retain_zero,
 )
-from cdf_platform_tests.cli_process import run_cli
 from cdf_platform_tests.event_log import DEBEZIUM, Event, EventLog
 
 Row = tuple[int, str | None, int]
@@ -267,34 +264,6 @@ def test_a_lost_windows_rebuild_agrees_with_the_runs_before_it(
         "judged": 4,
         "failing": {"positive": 2, "named": 1},
     }
-
-
-def test_a_crash_between_the_quarantine_and_silvers_commit_converges(
-    spark: SparkSession, lake: Path
-) -> None:
-    spec = _spec(lake, {"positive": "quarantine"})
-    control = control_for(lake)
-    make_bronze(spark, spec.source, [(1, "a", 10), (2, "b", -5)])
-    PipelineRunner.on(control, lambda: spark).run(spec)
-    silver_before = rows(spark, spec.target)
-    sql(spark, spec.source, "UPDATE {t} SET amount = -1 WHERE id = 1")
-    sql(spark, spec.source, "UPDATE {t} SET amount = 2 WHERE id = 2")
-    pipelines = write_pipelines(lake / "pipelines.yaml", [spec])
-    killed = run_cli(
-        "run",
-        spec.id,
-        "--pipelines",
-        str(pipelines),
-        "--lake-root",
-        str(lake),
-        env={FAULT_ENV: FaultPoint.AFTER_QUARANTINE.value},
-    )
-    assert killed.returncode == FAULT_EXIT_CODE, killed.stderr
-    # The quarantine is ahead of silver: 1 held, 2 released; silver as before.
-    assert set(quarantine(spark, spec, control)) == {1}
-    assert rows(spark, spec.target) == silver_before
-    PipelineRunner.on(control, lambda: spark).run(spec)
-    assert_exact(spark, spec, control)
 
 
 def test_an_event_logs_quarantine_follows_the_sequence(spark: SparkSession, lake: Path) -> None:
