@@ -9,12 +9,13 @@ import json
 from pathlib import Path
 
 import dagster as dg
+import pytest
 from pyspark.sql import SparkSession
 
+from cdf_platform.cli import main
 from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform_tests.bronze import make_bronze, rows, sql
-from cdf_platform_tests.cli_process import run_cli
 from cdf_platform_tests.lake_platform import lake_defs, materialize
 
 PEOPLE = {
@@ -37,7 +38,10 @@ def _evaluations(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEv
 
 
 def test_each_rule_has_a_check_and_the_cli_gives_the_counts(
-    spark: SparkSession, spark_resource: SparkResource, lake: Path
+    spark: SparkSession,
+    spark_resource: SparkResource,
+    lake: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     defs = lake_defs(spark_resource, lake, PEOPLE)
     instance = dg.DagsterInstance.ephemeral()
@@ -68,17 +72,10 @@ def test_each_rule_has_a_check_and_the_cli_gives_the_counts(
 
     # Two of the next three rows are unnamed: `named` is past its error_above.
     sql(spark, bronze, "INSERT INTO {t} VALUES (6, NULL, 1), (7, NULL, 2), (8, 'h', 3)")
-    completed = run_cli(
-        "run",
-        "people",
-        "--json",
-        "--pipelines",
-        str(lake / "pipelines.yaml"),
-        "--lake-root",
-        str(lake),
-    )
-    assert completed.returncode == 0, completed.stderr
-    ran = json.loads(completed.stdout)
+    capsys.readouterr()
+    command = ["run", "people", "--json", "--pipelines", str(lake / "pipelines.yaml")]
+    assert main([*command, "--lake-root", str(lake)]) == 0
+    ran = json.loads(capsys.readouterr().out)
     assert (ran["expectations_judged"], ran["expectation_named_failing"]) == (3, 2)
     checks = _evaluations(defs.resolve_job_def("checks_job").execute_in_process(instance=instance))
     named = checks["expectation_named"]
