@@ -1,6 +1,7 @@
 """Verification: silver compared with its spec applied to a pinned bronze version (equal after
 normal runs, nothing committed; a foreign UPDATE, DELETE and INSERT named by key; the repair
-changes exactly those keys), for SCD1, soft deletes, SCD2 and an event log."""
+changes exactly those keys; a silver behind bronze compared at its watermark), for SCD1, soft
+deletes, SCD2 and an event log."""
 
 from __future__ import annotations
 
@@ -66,23 +67,6 @@ def shaped_pipeline(spark: SparkSession, lake: Path, **fields: Any) -> PipelineS
     return spec
 
 
-def test_an_unchanged_silver_verifies_equal_and_commits_nothing(
-    spark: SparkSession, lake: Path
-) -> None:
-    spec = shaped_pipeline(spark, lake)
-    control = control_for(lake)
-    before = silver_version(spec)
-
-    result = verify_pipeline(spec, control, lambda: spark, repair=True)
-
-    assert result.verification.outcome is VerificationOutcome.EQUAL
-    assert result.comparison.differing_buckets == 0
-    assert result.comparison.expected_rows == len(oracle(spec.source)) == 27
-    assert silver_version(spec) == before  # nothing written, the repair had nothing to do
-    assert result.verification.silver_version == before
-    assert last_verified_silver_version(control, spec.id) == before
-
-
 def _by_spark(spark: SparkSession, target: str) -> None:
     sql(spark, target, "UPDATE {t} SET name = 'hand fix' WHERE id = 10")
     sql(spark, target, "DELETE FROM {t} WHERE id = 20")
@@ -109,6 +93,16 @@ def test_foreign_writes_are_named_by_key_and_the_repair_changes_only_those_keys(
     spec = shaped_pipeline(spark, lake, deletion_vectors=writer is _by_spark)
     control = control_for(lake)
     watermark = read_silver_state(spec.target, spec.id).watermark
+    before = silver_version(spec)
+
+    # After normal runs silver is equal: nothing is written, even asked to repair.
+    unchanged = verify_pipeline(spec, control, lambda: spark, repair=True)
+    assert unchanged.verification.outcome is VerificationOutcome.EQUAL
+    assert unchanged.comparison.differing_buckets == 0
+    assert unchanged.comparison.expected_rows == len(oracle(spec.source)) == 27
+    assert silver_version(spec) == unchanged.verification.silver_version == before
+    assert last_verified_silver_version(control, spec.id) == before
+
     # Three writes the platform did not make: an UPDATE, a DELETE and an INSERT.
     writer(spark, spec.target)
     foreign = silver_version(spec)
@@ -123,7 +117,7 @@ def test_foreign_writes_are_named_by_key_and_the_repair_changes_only_those_keys(
         (99, "unexpected"),
     ]
     assert silver_version(spec) == foreign  # a verification alone writes nothing
-    assert last_verified_silver_version(control, spec.id) is None
+    assert last_verified_silver_version(control, spec.id) == before  # not settled
 
     repaired = verify_pipeline(spec, control, lambda: spark, repair=True)
 
@@ -137,7 +131,11 @@ def test_foreign_writes_are_named_by_key_and_the_repair_changes_only_those_keys(
     assert state.last_run is not None and state.last_run["mode"] == VERIFY_MODE
     assert last_verified_silver_version(control, spec.id) == foreign + 1
     outcomes = [v.outcome for v in read_verifications(control, spec.id)]
-    assert outcomes == [VerificationOutcome.DIFFERENT, VerificationOutcome.REPAIRED]
+    assert outcomes == [
+        VerificationOutcome.EQUAL,
+        VerificationOutcome.DIFFERENT,
+        VerificationOutcome.REPAIRED,
+    ]
 
     # The next run goes on from the same watermark; the next verification finds silver equal.
     insert(spark, spec.source, [(40, "n40", 400)])
@@ -145,6 +143,19 @@ def test_foreign_writes_are_named_by_key_and_the_repair_changes_only_those_keys(
     again = verify_pipeline(spec, control, lambda: spark)
     assert again.verification.outcome is VerificationOutcome.EQUAL
     assert silver_rows(spark, spec) == oracle(spec.source)
+
+    # Bronze moves on without a run: silver is compared at its watermark, and equal; asked
+    # at bronze's latest version, the change silver has not taken yet is named.
+    at = read_silver_state(spec.target, spec.id).watermark
+    sql(spark, spec.source, "UPDATE {t} SET name = 'later' WHERE id = 1")
+    behind = verify_pipeline(spec, control, lambda: spark)
+    assert behind.verification.outcome is VerificationOutcome.EQUAL
+    assert behind.verification.bronze_version == at
+    assert behind.note is not None and "behind bronze" in behind.note
+    latest = DeltaTable(spec.source).version()
+    asked = verify_pipeline(spec, control, lambda: spark, bronze_version=latest)
+    assert [(k["id"], k["difference"]) for k in asked.comparison.sample] == [(1, "changed")]
+    assert asked.note is not None and "past silver's watermark" in asked.note
 
 
 @pytest.mark.parametrize(
@@ -202,25 +213,6 @@ def test_an_event_log_verifies_equal_and_its_foreign_writes_are_named_and_repair
     assert [(k["id"], k["difference"]) for k in fixed.comparison.sample] == [(5, "changed")]
     assert {row[0] for row in commit_feed(spark, spec.target, silver_version(spec))} == {5}
     log.check(spark, spec)
-
-
-def test_a_silver_behind_bronze_is_compared_at_its_watermark(
-    spark: SparkSession, lake: Path
-) -> None:
-    spec = shaped_pipeline(spark, lake)
-    watermark = read_silver_state(spec.target, spec.id).watermark
-    sql(spark, spec.source, "UPDATE {t} SET name = 'later' WHERE id = 1")
-    control = control_for(lake)
-
-    behind = verify_pipeline(spec, control, lambda: spark)
-    assert behind.verification.outcome is VerificationOutcome.EQUAL
-    assert behind.verification.bronze_version == watermark
-    assert behind.note is not None and "behind bronze" in behind.note
-
-    latest = DeltaTable(spec.source).version()
-    asked = verify_pipeline(spec, control, lambda: spark, bronze_version=latest)
-    assert [(k["id"], k["difference"]) for k in asked.comparison.sample] == [(1, "changed")]
-    assert asked.note is not None and "past silver's watermark" in asked.note
 
 
 def test_nothing_to_verify_before_the_first_run_is_refused(spark: SparkSession, lake: Path) -> None:
