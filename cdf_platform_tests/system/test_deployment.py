@@ -68,6 +68,11 @@ ADDED = "p4"  # added to the pipelines file mid-way, taken by a reload of the co
 IDS = [*WRITTEN, LOST]
 # A tick or two of the incremental sensor (5 s), plus the daemon's start.
 TWO_TICKS_S = 60.0
+# From a reload to the added pipeline's first watermark: the daemon takes the reloaded
+# location's definitions at its next workspace refresh (every 60 s: Dagster's
+# RELOAD_WORKSPACE_INTERVAL), then a tick or two, then the run itself (a minute on the busy
+# test machine).
+ADDED_WITHIN_S = 60.0 + TWO_TICKS_S + 60.0
 
 
 def caught_up(deployment: Deployment, instance: dg.DagsterInstance, ids: list[str]) -> bool:
@@ -303,7 +308,7 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
             wait_for(
                 "the added pipeline loaded after the reload",
                 lambda: deployment.statuses()[ADDED].watermark is not None,
-                120,
+                ADDED_WITHIN_S,
             )
             added_after_s = time.time() - reloaded_at
 
@@ -362,8 +367,8 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
     # Runs in flight when the engine died failed as the engine's loss, and were retried.
     assert failed_on_engine, "no run met the engine's death"
     assert second_engine_kill > first_engine_kill
-    # The added pipeline was loaded by the sensors within a minute or two of the reload.
-    assert added_after_s <= 120
+    # The added pipeline was loaded by the sensors within the daemon's refresh and a run.
+    assert added_after_s <= ADDED_WITHIN_S
 
     # Never two queued runs of one pipeline.
     assert seen.samples > 100
