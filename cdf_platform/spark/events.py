@@ -49,7 +49,7 @@ from cdf_platform.spark.change_feed import (
 )
 from cdf_platform.spark.changes import UNKNOWN
 from cdf_platform.spark.conform import analysed, conform_changes, invalid_spec
-from cdf_platform.spark.expectations import FAILED_RULES
+from cdf_platform.spark.expectations import judged_columns
 from cdf_platform.spark.merge import Truncation, with_source_view
 from cdf_platform.spark.merge_sql import (
     INSERT_ALL,
@@ -149,7 +149,7 @@ def change_rows(
     if spec.event_source:
         feed = event_changes(feed, spec)
     conformed = conform_changes(spark, feed, spec, judged=judged)
-    extra = [*FEED_COLUMNS, *(c for c in [FAILED_RULES] if c in conformed.columns)]
+    extra = [*FEED_COLUMNS, *judged_columns(conformed)]
     changes = project_columns(conformed, spec, extra)
     if not spec.event_source:
         return changes, None

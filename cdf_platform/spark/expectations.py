@@ -44,6 +44,12 @@ ROW_IMAGES = ("insert", "update_postimage")
 _SAMPLE_KEYS = 5
 
 
+def judged_columns(frame: DataFrame) -> list[str]:
+    """`[FAILED_RULES]` when `frame` was judged, else none: the column a projection to silver's
+    data columns keeps for the quality gate."""
+    return [FAILED_RULES] if FAILED_RULES in frame.columns else []
+
+
 def _fails(rule: str) -> Column:
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 

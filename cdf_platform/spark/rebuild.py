@@ -23,7 +23,7 @@ from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.spark.change_feed import ReadContext, classified, project_columns
 from cdf_platform.spark.conform import conform_snapshot
-from cdf_platform.spark.expectations import FAILED_RULES
+from cdf_platform.spark.expectations import judged_columns
 from cdf_platform.spark.merge import check_snapshot_keys
 from cdf_platform.spark.quarantine import Judgement, QualityGate
 from cdf_platform.spark.silver_layout import SilverLayout
@@ -212,8 +212,7 @@ def pinned_snapshot(
     conformed = conform_snapshot(
         spark, raw, spec, version=version, timestamp=timestamp, judged=judged
     )
-    extra = [FAILED_RULES] if FAILED_RULES in conformed.columns else []
-    return ctx, project_columns(conformed, spec, extra)
+    return ctx, project_columns(conformed, spec, judged_columns(conformed))
 
 
 def prepare_silver(
