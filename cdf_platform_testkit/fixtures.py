@@ -9,9 +9,11 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from pyspark.sql import SparkSession
+from xdist.scheduler import LoadFileScheduling
 
 from cdf_platform.deltalog.commit_cache import CACHE_ENV
 from cdf_platform.demo.local_s3 import LocalS3Server
@@ -21,6 +23,10 @@ from cdf_platform_testkit.environment import environment
 from cdf_platform_testkit.jvm_options import ENVIRONMENT, LONG_LIVED
 from cdf_platform_testkit.spark_conf import TEST_SPARK_CONF
 
+if TYPE_CHECKING:
+    from xdist.remote import Producer
+    from xdist.scheduler.protocol import Scheduling
+
 
 def _minutes_first(item: pytest.Item) -> float:
     long = item.get_closest_marker("long")
@@ -29,9 +35,9 @@ def _minutes_first(item: pytest.Item) -> float:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Put the tests of `long` files first, longest first (`long(minutes=...)`), so that
-    `pytest -n 2 --dist loadfile --no-loadscope-reorder`'s workers start them at once instead
-    of one worker ending the run with one of them (xdist's default order, the files with the
-    most tests first, would undo this); skip
+    `pytest -n 2 --dist loadfile --no-loadscope-reorder` hands them out first instead of one
+    worker ending the run with one of them (xdist's default order, the files with the most
+    tests first, would undo this); skip
     `slow` tests (the long randomized history, the latency benchmark's smoke run) when no
     marker expression was given (the default CI run)."""
     items.sort(key=_minutes_first)  # stable: the others keep their order
@@ -41,6 +47,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("slow") is not None:
             item.add_marker(skip)
+
+
+# The test files that start servers or Spark processes of their own (clusters, deployments,
+# killed runs): under `--dist loadfile` they are one unit of work, so one worker runs them one
+# after another while the other runs in-process tests. Two at once on 2 cores took up to half
+# as long again (the deployment story 321 s instead of 248, the killed runs' fixture 97 s
+# instead of 64).
+HEAVY_FILES = frozenset(
+    {
+        "cdf_platform_tests/clusters/test_modes.py",
+        "cdf_platform_tests/clusters/test_engine.py",
+        "cdf_platform_tests/test_ui_browser.py",
+        "cdf_platform_tests/system/test_deployment.py",
+        "cdf_platform_tests/faults/test_fault_points.py",
+    }
+)
+
+
+class HeavyFilesTogether(LoadFileScheduling):
+    """xdist's whole-file scheduling, with the `HEAVY_FILES` as one file."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        path = nodeid.split("::", 1)[0]
+        return "heavy files" if path in HEAVY_FILES else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Scheduling | None:
+    """`HeavyFilesTogether` for `--dist loadfile` (`make test`); xdist's own otherwise."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    gone = sorted(f for f in HEAVY_FILES if not (config.rootpath / f).is_file())
+    if gone:
+        raise pytest.UsageError(f"HEAVY_FILES names files that do not exist: {gone}")
+    return HeavyFilesTogether(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
