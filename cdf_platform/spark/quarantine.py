@@ -36,6 +36,7 @@ from cdf_platform.spark.expectations import (
     quarantined,
     refuse_failures,
 )
+from cdf_platform.spark.key_filter import key_filter
 from cdf_platform.spark.merge import with_source_view
 from cdf_platform.spark.merge_sql import (
     DELETE,
@@ -180,7 +181,12 @@ class QualityGate:
         if not self.spec.sequence_by or not is_delta_table(self.spec.target, self.storage):
             return rows
         seq = quote_ident(self.spec.sequence_by)
-        silver = spark.read.format("delta").load(self.spec.target)
+        silver = spark.read.format("delta").load(self.spec.target).alias("t")
+        # Only silver's files that can hold these keys (the MERGE's own key filter): every row
+        # of a key in `rows` is kept, so the newest sequence values are the same.
+        reach = key_filter(spark, self.spec.target, rows, self.spec.keys, storage=self.storage)
+        if reach is not None:
+            silver = silver.filter(F.expr(reach))
         newest = silver.groupBy(*(quote_ident(k) for k in self.spec.keys)).agg(
             F.max(seq).alias("_silver_sequence")
         )
