@@ -127,8 +127,10 @@ def _write(
     writer = SilverWriter(
         spark, spec.target, layout, _stamp(run, plan), plan.silver.generation, storage
     )
+    # The key filter on silver: the SCD1 MERGE takes it, and the quarantine's guard reads silver
+    # through it; computed once for both.
     silver_filter = None
-    if writer.filters_keys:
+    if writer.filters_keys or strategy.gate.reads_silver:
         with tuning.small_reads():
             silver_filter = classified(
                 ctx,
@@ -138,7 +140,11 @@ def _write(
             )
         run.lap("key_filter")
     # Before silver's commit: a crash between the two makes the rerun write the same rows.
-    classified(ctx, lambda: strategy.gate.hold(spark, change_set.judgement, run_id=run.run_id))
+    held = change_set.judgement
+    classified(
+        ctx,
+        lambda: strategy.gate.hold(spark, held, run_id=run.run_id, silver_filter=silver_filter),
+    )
     fault_point(FaultPoint.AFTER_QUARANTINE)
     apply = partial(
         strategy.apply,
@@ -146,7 +152,7 @@ def _write(
         writer,
         change_set.collapsed,
         change_set.truncation,
-        silver_filter=silver_filter,
+        silver_filter=silver_filter if writer.filters_keys else None,
     )
     with tuning.merge(silver_state):
         classified(ctx, apply)

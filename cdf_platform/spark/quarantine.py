@@ -36,7 +36,6 @@ from cdf_platform.spark.expectations import (
     quarantined,
     refuse_failures,
 )
-from cdf_platform.spark.key_filter import key_filter
 from cdf_platform.spark.merge import with_source_view
 from cdf_platform.spark.merge_sql import (
     DELETE,
@@ -172,21 +171,27 @@ class QualityGate:
         seq = f"s.{SEQUENCE_VALUE}", f"t.{SEQUENCE_VALUE}"
         return f"({seq[0]} > {seq[1]} OR ({seq[0]} = {seq[1]} AND {by_version}))"
 
-    def _not_outdated(self, spark: SparkSession, rows: DataFrame) -> DataFrame:
+    @property
+    def reads_silver(self) -> bool:
+        """Whether `hold` reads silver (a `quarantine` rule under `sequence_by`: the guard
+        against late changes), and so can take the run's key filter on it."""
+        return self.quarantines and self.spec.sequence_by is not None
+
+    def _not_outdated(
+        self, spark: SparkSession, rows: DataFrame, silver_filter: str | None
+    ) -> DataFrame:
         """`rows` without the late changes silver outdates: a key whose silver row has a later
         sequence value kept that row (a late, older change changes nothing in silver), so its
-        quarantine entry does not change either."""
+        quarantine entry does not change either. `silver_filter`: the run's key filter on
+        silver `t` (its changes' keys, so every row of a key in `rows`), or None."""
         from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
         if not self.spec.sequence_by or not is_delta_table(self.spec.target, self.storage):
             return rows
         seq = quote_ident(self.spec.sequence_by)
         silver = spark.read.format("delta").load(self.spec.target).alias("t")
-        # Only silver's files that can hold these keys (the MERGE's own key filter): every row
-        # of a key in `rows` is kept, so the newest sequence values are the same.
-        reach = key_filter(spark, self.spec.target, rows, self.spec.keys, storage=self.storage)
-        if reach is not None:
-            silver = silver.filter(F.expr(reach))
+        if silver_filter is not None:  # only silver's files that can hold these keys
+            silver = silver.filter(F.expr(silver_filter))
         newest = silver.groupBy(*(quote_ident(k) for k in self.spec.keys)).agg(
             F.max(seq).alias("_silver_sequence")
         )
@@ -207,9 +212,17 @@ class QualityGate:
         latest = changes.groupBy(*keys).agg(F.max_by(carried, order).alias("_latest"))
         return latest.select("_latest.*")
 
-    def hold(self, spark: SparkSession, judgement: Judgement, *, run_id: str) -> None:
+    def hold(
+        self,
+        spark: SparkSession,
+        judgement: Judgement,
+        *,
+        run_id: str,
+        silver_filter: str | None = None,
+    ) -> None:
         """Write the quarantine from `judgement` (before silver's commit; nothing without a
-        `quarantine` rule)."""
+        `quarantine` rule); `silver_filter`: the run's key filter on silver, for the guard
+        against late changes (`reads_silver`)."""
         from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
         if judgement.held is None:
@@ -235,7 +248,7 @@ class QualityGate:
         columns = [*keys, *self._columns]
         on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in keys)
         current = self._newer()
-        rows = self._not_outdated(spark, rows)
+        rows = self._not_outdated(spark, rows, silver_filter)
         assignments = [f"{quote_ident(c)} = s.{quote_ident(c)}" for c in self._columns]
         clauses = [
             when_matched(f"{current} AND s.{HELD}", update_set(assignments)),

@@ -326,7 +326,7 @@ def test_the_quarantines_sequence_guard_reads_only_the_silver_files_its_keys_rea
     spark: SparkSession, lake: Path
 ) -> None:
     """A late event that silver outdates leaves the quarantine as it is; the guard reads silver
-    through the MERGE's key filter, so silver's files of other keys are skipped."""
+    through the run's key filter (the SCD1 MERGE's), so silver's files of other keys are skipped."""
     spec = _spec(
         lake, {"positive": "quarantine"}, changes="events", events=DEBEZIUM, sequence_by="ts_ms"
     )
