@@ -28,11 +28,14 @@ from cdf_platform_testkit.faults.bronze_model import BronzeTable
 from cdf_platform_testkit.faults.harness import HistoryHarness
 from cdf_platform_testkit.faults.history import Op
 from cdf_platform_testkit.faults.options import hand_config
+from cdf_platform_testkit.faults.oracle import read_silver
 from cdf_platform_tests.cli_session import CliSession, SessionEnded
 
 # The module fixture (four concurrent Spark starts) runs inside the first test's timeout.
 pytestmark = pytest.mark.timeout(1200)
 ROWS = [{"id": k, "name": f"n{k}", "amount": k * 10} for k in range(1, 9)]
+# A row a conforming scenario's `where` keeps and its quarantine rule holds (3 % 7 == 3).
+ROWS.append({"id": 9, "name": "n9", "amount": 3})
 
 
 def _changes(bronze: BronzeTable) -> None:
@@ -47,8 +50,10 @@ def _changes(bronze: BronzeTable) -> None:
 
 def _changes_into_quarantine(bronze: BronzeTable) -> None:
     """Rows that `where` keeps (amount % 5 != 0) and the quarantine rule holds (amount % 7 ==
-    3), and one that passes both: the gate writes the quarantine, then silver's MERGE."""
+    3), one that passes both, and held key 9 released: the gate writes the quarantine, then
+    silver's MERGE."""
     bronze.update([1], amount_delta=7, name="held")  # 17
+    bronze.update([9], amount_delta=1, name="released")  # 4
     bronze.insert(
         [{"id": 22, "name": "held", "amount": 31}, {"id": 23, "name": "ok", "amount": 33}]
     )
@@ -228,6 +233,8 @@ def test_killed_after_the_quarantine_leaves_it_ahead_of_silver_and_rerun_converg
     held = harness.control.query(
         quarantine_path(harness.control.root, harness.spec.id), "SELECT id FROM t"
     )
+    # 1 and 22 held, 9 released (held after the initial load), while silver lacks all three.
     assert sorted(row["id"] for row in held) == [1, 22]
+    assert not {1, 9, 22} & set(read_silver(harness.spec.target).rows)
     harness.consumer_run(Op.RUN)
     assert harness.report.modes == {"initial_load": 1, "incremental": 1}
