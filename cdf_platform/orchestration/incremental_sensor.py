@@ -176,15 +176,17 @@ def newest_runs(
 def pending_pipelines(instance: dg.DagsterInstance, pipeline_ids: set[str]) -> dict[str, str]:
     """Pipeline id -> the id of a silver run covering it that is not finished yet (not started,
     queued, starting, running or canceling), or failed and marked for Dagster's run retries
-    whose retry is not created yet, or failed a moment ago and not yet decided on by them, for
-    the pipelines among `pipeline_ids` that have one (three queries, whatever the number of
-    pipelines): each has its run pending, and no other is requested for it."""
+    whose retry is not created yet or is itself pending, or failed a moment ago and not yet
+    decided on by them, for the pipelines among `pipeline_ids` that have one (at most four
+    queries, whatever the number of pipelines): each has its run pending, and no other is
+    requested for it."""
     if not pipeline_ids:
         return {}
-    # The failed runs are read first: one the retry daemon marks retried (AUTO_RETRY_RUN_ID_TAG)
-    # after this read still counts as pending; one marked before it has its retry created
-    # already, which the read of pending runs after it finds. Read the other way round, a retry
-    # created between the two reads was in neither, and a second run was requested beside it.
+    # Every pending run, whoever launched it (pending runs are few: one query). Read first: a
+    # run failing after this read (its process found gone) was pending in it, one failing
+    # before it is among the failed runs read next; the other way round, a run failing
+    # between the reads was in neither, and a run was requested beside its retry.
+    runs = instance.get_run_records(dg.RunsFilter(statuses=PENDING_STATUSES))
     retrying = instance.get_run_records(
         dg.RunsFilter(
             statuses=[dg.DagsterRunStatus.FAILURE],
@@ -206,9 +208,17 @@ def pending_pipelines(instance: dg.DagsterInstance, pipeline_ids: set[str]) -> d
         ]
     else:
         undecided = []
-    # Every pending run, whatever launched it (a sensor, the UI, a person's job): pending runs
-    # are few, and one query finds them all.
-    runs = instance.get_run_records(dg.RunsFilter(statuses=PENDING_STATUSES))
+    # A retry is created before its failed run is marked retried, maybe after the first read.
+    retries = [
+        record.dagster_run.tags[AUTO_RETRY_RUN_ID_TAG]
+        for record in retrying
+        if AUTO_RETRY_RUN_ID_TAG in record.dagster_run.tags
+    ]
+    if retries:
+        runs = [
+            *runs,
+            *instance.get_run_records(dg.RunsFilter(run_ids=retries, statuses=PENDING_STATUSES)),
+        ]
     pending: dict[str, str] = {}
     for record in [*runs, *retrying, *undecided]:
         run = record.dagster_run

@@ -5,19 +5,24 @@ with a no-op run."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import dagster as dg
+import pytest
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.orchestration.incremental_sensor import refresh_due
+from cdf_platform.orchestration.incremental_sensor import pending_pipelines, refresh_due
 from cdf_platform.orchestration.jobs import rebuild_run_config
 from cdf_platform.orchestration.keys import (
     AUTO_RETRY_RUN_ID_TAG,
     FAILURE_REASON_TAG,
     PIPELINE_TAG,
     QUEUE_TAG,
+    SILVER_QUEUE,
     WILL_RETRY_TAG,
     silver_key,
 )
@@ -192,6 +197,71 @@ def test_a_run_that_just_failed_waits_for_dagsters_retry_decision(
         instance.add_run_tags(dead.run_id, {WILL_RETRY_TAG: "false"})
         (again,) = tick(defs, instance).run_requests
         assert again.run_key == f"incremental:orders:1:after:{dead.run_id[:8]}"
+
+
+class Interleaved:
+    """A real instance whose first `get_run_records` is followed by another process's writes
+    (`between`): a daemon writing between a tick's reads of the runs, at the one moment the
+    order of those reads matters."""
+
+    def __init__(self, instance: dg.DagsterInstance, between: Callable[[], None]) -> None:
+        self._instance, self._between = instance, between
+        self.reads = 0
+
+    def get_run_records(self, *args: Any, **kwargs: Any) -> Any:
+        records = self._instance.get_run_records(*args, **kwargs)
+        self.reads += 1
+        if self.reads == 1:
+            self._between()
+        return records
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._instance, name)
+
+
+@pytest.mark.parametrize("between", ["fails", "is retried"])
+def test_a_run_failing_or_retried_between_a_ticks_reads_stays_pending(between: str) -> None:
+    """The monitoring daemon marks a run failed (its process gone) and Dagster's retry daemon
+    creates its retry while a tick reads the runs: whenever that lands, the run, or its
+    retry, is pending in the tick, so no run is requested beside the retry (two queued runs of
+    one pipeline)."""
+    retries = {"run_retries": {"enabled": True, "max_retries": 2}}
+    with dg.instance_for_test(overrides=retries) as instance:
+        tags = {QUEUE_TAG: SILVER_QUEUE, PIPELINE_TAG: "orders"}
+        selection = frozenset({silver_key("orders")})
+        run = dg.DagsterRun(
+            job_name="incremental_job",
+            run_id=str(uuid.uuid4()),
+            asset_selection=selection,
+            status=dg.DagsterRunStatus.STARTED,
+            tags=tags,
+        )
+        instance.add_run(run)
+        retry = dg.DagsterRun(
+            job_name="incremental_job",
+            run_id=str(uuid.uuid4()),
+            asset_selection=selection,
+            status=dg.DagsterRunStatus.NOT_STARTED,
+            tags=tags,
+            parent_run_id=run.run_id,
+            root_run_id=run.run_id,
+        )
+
+        def retried() -> None:  # as the retry daemon: the retry first, then the mark
+            instance.add_run(retry)
+            instance.add_run_tags(run.run_id, {AUTO_RETRY_RUN_ID_TAG: retry.run_id})
+
+        if between == "fails":
+            write = lambda: instance.report_run_failed(run)  # noqa: E731
+        else:
+            instance.report_run_failed(run)
+            assert instance.get_run_by_id(run.run_id).tags[WILL_RETRY_TAG] == "true"
+            write = retried
+        reading = Interleaved(instance, write)
+        pending = pending_pipelines(cast(dg.DagsterInstance, reading), {"orders", "other"})
+        assert reading.reads > 1
+        assert instance.get_run_by_id(run.run_id).status is dg.DagsterRunStatus.FAILURE
+        assert pending == {"orders": run.run_id if between == "fails" else retry.run_id}
 
 
 def test_a_lost_window_is_repaired_from_the_sensors_own_tick_and_never_twice(
