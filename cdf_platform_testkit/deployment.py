@@ -389,6 +389,44 @@ class Deployment:
         control = bound.control()
         return {spec.id: pipeline_status(spec, control) for spec in bound.specs()}
 
+    def account(self, pipeline_id: str, since: float) -> str:
+        """What the deployment did for `pipeline_id` since `since` (a timestamp), for a failed
+        wait's message: its runs (status, times, tags), the incremental sensor's last ticks,
+        and the daemon's and code server's logs' tails (inside `environment()`)."""
+        instance = self.instance()
+        runs = [
+            f"{r.dagster_run.run_id[:8]} {r.dagster_run.status.value} "
+            f"created {r.create_timestamp.timestamp() - since:+.0f} s "
+            f"ended {(r.end_time or since) - since:+.0f} s {dict(r.dagster_run.tags)}"
+            for r in instance.get_run_records(dg.RunsFilter())
+            if r.create_timestamp.timestamp() > since and pipeline_id in covered(r.dagster_run)
+        ]
+        query = """{ sensorOrError(sensorSelector: {repositoryLocationName: "cdf_platform",
+            repositoryName: "__repository__", sensorName: "incremental_sensor"}) {
+            ... on Sensor { sensorState { ticks(limit: 12) {
+                status timestamp runIds skipReason error { message } } } } } }"""
+        try:
+            ticks = self.graphql(query)["data"]["sensorOrError"]["sensorState"]["ticks"]
+        except Exception as error:  # the account must not hide the failure it explains
+            ticks = [f"(ticks unreadable: {error!r})"]
+        return "\n".join(
+            [
+                f"runs of {pipeline_id}:",
+                *runs,
+                "incremental sensor ticks (newest first; time from `since`):",
+                *(
+                    str({**t, "timestamp": round(t["timestamp"] - since)})
+                    if isinstance(t, dict)
+                    else str(t)
+                    for t in ticks
+                ),
+                "daemon log:",
+                self.daemon.tail(60),
+                "code server log:",
+                self.code_server.tail(30),
+            ]
+        )
+
     def applied(self, pipeline_ids: list[str] | None = None) -> bool:
         """Whether every pipeline of `pipeline_ids` (default: all) has applied its bronze's
         latest version."""

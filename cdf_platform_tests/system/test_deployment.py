@@ -305,12 +305,18 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
             deployment.write_pipelines([*deployment.pipelines, orders_pipeline(ADDED)])
             reloaded_at = time.time()
             deployment.reload_code()
-            wait_for(
-                "the added pipeline loaded after the reload",
-                lambda: deployment.statuses()[ADDED].watermark is not None,
-                ADDED_WITHIN_S,
-            )
+            try:
+                wait_for(
+                    "the added pipeline loaded after the reload",
+                    lambda: deployment.statuses()[ADDED].watermark is not None,
+                    ADDED_WITHIN_S,
+                )
+            except TimeoutError as timeout:
+                raise AssertionError(
+                    f"{timeout}\n{deployment.account(ADDED, reloaded_at)}"
+                ) from timeout
             added_after_s = time.time() - reloaded_at
+            print(f"the added pipeline loaded {added_after_s:.0f} s after the reload")
 
             # The engine restarted a second time under load.
             second_engine_kill = restart_the_engine_under_runs(deployment, instance)
