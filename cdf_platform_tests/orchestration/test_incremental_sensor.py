@@ -227,24 +227,20 @@ def test_a_run_failing_or_retried_between_a_ticks_reads_stays_pending(between: s
     one pipeline)."""
     retries = {"run_retries": {"enabled": True, "max_retries": 2}}
     with dg.instance_for_test(overrides=retries) as instance:
-        tags = {QUEUE_TAG: SILVER_QUEUE, PIPELINE_TAG: "orders"}
-        selection = frozenset({silver_key("orders")})
-        run = dg.DagsterRun(
-            job_name="incremental_job",
-            run_id=str(uuid.uuid4()),
-            asset_selection=selection,
-            status=dg.DagsterRunStatus.STARTED,
-            tags=tags,
-        )
-        instance.add_run(run)
-        retry = dg.DagsterRun(
-            job_name="incremental_job",
-            run_id=str(uuid.uuid4()),
-            asset_selection=selection,
-            status=dg.DagsterRunStatus.NOT_STARTED,
-            tags=tags,
-            parent_run_id=run.run_id,
-            root_run_id=run.run_id,
+
+        def silver_run(status: dg.DagsterRunStatus, **parent: str) -> dg.DagsterRun:
+            return dg.DagsterRun(
+                job_name="incremental_job",
+                run_id=str(uuid.uuid4()),
+                asset_selection=frozenset({silver_key("orders")}),
+                status=status,
+                tags={QUEUE_TAG: SILVER_QUEUE, PIPELINE_TAG: "orders"},
+                **parent,
+            )
+
+        run = instance.add_run(silver_run(dg.DagsterRunStatus.STARTED))
+        retry = silver_run(
+            dg.DagsterRunStatus.NOT_STARTED, parent_run_id=run.run_id, root_run_id=run.run_id
         )
 
         def retried() -> None:  # as the retry daemon: the retry first, then the mark
