@@ -182,33 +182,23 @@ def pending_pipelines(instance: dg.DagsterInstance, pipeline_ids: set[str]) -> d
     requested for it."""
     if not pipeline_ids:
         return {}
-    # Every pending run, whoever launched it (pending runs are few: one query). Read first: a
-    # run failing after this read (its process found gone) was pending in it, one failing
-    # before it is among the failed runs read next; the other way round, a run failing
-    # between the reads was in neither, and a run was requested beside its retry.
+    # A run that dies goes through four states, written one after another: failed (the
+    # monitoring daemon finding its process gone), decided on (WILL_RETRY_TAG), its retry
+    # created, marked retried (AUTO_RETRY_RUN_ID_TAG). The reads follow that order, so a run
+    # moving on between two reads is met by a later one; read out of order, a run moving past
+    # a read's state before it, after the read of the state before, was in neither, and a
+    # run was requested beside its retry. Every pending run, whoever launched it, first.
     runs = instance.get_run_records(dg.RunsFilter(statuses=PENDING_STATUSES))
-    retrying = instance.get_run_records(
-        dg.RunsFilter(
-            statuses=[dg.DagsterRunStatus.FAILURE],
-            tags={QUEUE_TAG: SILVER_QUEUE, WILL_RETRY_TAG: "true"},
-            updated_after=datetime.datetime.now(datetime.UTC) - _RETRY_WAIT,
-        )
-    )
-    if instance.run_retries_enabled:
-        undecided = [
+    undecided = (
+        [
             record
-            for record in instance.get_run_records(
-                dg.RunsFilter(
-                    statuses=[dg.DagsterRunStatus.FAILURE],
-                    tags={QUEUE_TAG: SILVER_QUEUE},
-                    updated_after=datetime.datetime.now(datetime.UTC) - _DECISION_WAIT,
-                )
-            )
+            for record in _failed(instance, {QUEUE_TAG: SILVER_QUEUE}, _DECISION_WAIT)
             if WILL_RETRY_TAG not in record.dagster_run.tags
         ]
-    else:
-        undecided = []
-    # A retry is created before its failed run is marked retried, maybe after the first read.
+        if instance.run_retries_enabled  # else no run is ever decided on
+        else []
+    )
+    retrying = _failed(instance, {QUEUE_TAG: SILVER_QUEUE, WILL_RETRY_TAG: "true"}, _RETRY_WAIT)
     retries = [
         record.dagster_run.tags[AUTO_RETRY_RUN_ID_TAG]
         for record in retrying
@@ -227,6 +217,15 @@ def pending_pipelines(instance: dg.DagsterInstance, pipeline_ids: set[str]) -> d
         for pipeline_id in _covered(run, pipeline_ids):
             pending.setdefault(pipeline_id, run.run_id)
     return pending
+
+
+def _failed(
+    instance: dg.DagsterInstance, tags: dict[str, str], within: datetime.timedelta
+) -> list[dg.RunRecord]:
+    """The failed runs carrying `tags` last updated `within` ago or less."""
+    since = datetime.datetime.now(datetime.UTC) - within
+    filters = dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE], tags=tags, updated_after=since)
+    return list(instance.get_run_records(filters))
 
 
 def run_requests(

@@ -5,13 +5,13 @@ with a no-op run."""
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
 import dagster as dg
-import pytest
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.spec import PipelineSpec
@@ -200,64 +200,83 @@ def test_a_run_that_just_failed_waits_for_dagsters_retry_decision(
 
 
 class Interleaved:
-    """A real instance whose first `get_run_records` is followed by another process's writes
-    (`between`): a daemon writing between a tick's reads of the runs, at the one moment the
-    order of those reads matters."""
+    """A real instance on which other processes write between a tick's reads of the runs:
+    `writes[k]` right after the k-th read (1-based), as the daemons may."""
 
-    def __init__(self, instance: dg.DagsterInstance, between: Callable[[], None]) -> None:
-        self._instance, self._between = instance, between
+    def __init__(
+        self, instance: dg.DagsterInstance, writes: dict[int, list[Callable[[], None]]]
+    ) -> None:
+        self._instance, self._writes = instance, writes
         self.reads = 0
 
     def get_run_records(self, *args: Any, **kwargs: Any) -> Any:
         records = self._instance.get_run_records(*args, **kwargs)
         self.reads += 1
-        if self.reads == 1:
-            self._between()
+        for write in self._writes.get(self.reads, []):
+            write()
         return records
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._instance, name)
 
 
-@pytest.mark.parametrize("between", ["fails", "is retried"])
-def test_a_run_failing_or_retried_between_a_ticks_reads_stays_pending(between: str) -> None:
-    """The monitoring daemon marks a run failed (its process gone) and Dagster's retry daemon
-    creates its retry while a tick reads the runs: whenever that lands, the run, or its
-    retry, is pending in the tick, so no run is requested beside the retry (two queued runs of
-    one pipeline)."""
+def test_a_dying_run_is_pending_in_a_tick_whichever_reads_its_writes_fall_between(
+    tmp_path: Path,
+) -> None:
+    """A run whose process is found gone goes through four writes by Dagster's daemons:
+    failed, decided on (will retry), its retry created, marked retried. Whichever of a tick's
+    reads of the runs each write falls between (every placement: before the tick, after any
+    read, after the tick), the run or its retry is pending in the tick, so no second run is
+    requested beside the retry (two queued runs of one pipeline)."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
     retries = {"run_retries": {"enabled": True, "max_retries": 2}}
-    with dg.instance_for_test(overrides=retries) as instance:
+    # One storage; the monitoring daemon's failure and the decision are two writes: `marker`,
+    # retrying nothing, writes the failure alone.
+    with (
+        dg.instance_for_test(temp_dir=str(home)) as marker,
+        dg.instance_for_test(temp_dir=str(home), overrides=retries) as instance,
+    ):
+        # Four writes in their order, each before the tick (0) or after its read 1 to 4 (after
+        # the tick when it reads less).
+        placements = list(itertools.combinations_with_replacement(range(5), 4))
+        for case, placement in enumerate(placements):
+            pipeline = f"p{case}"
 
-        def silver_run(status: dg.DagsterRunStatus, **parent: str) -> dg.DagsterRun:
-            return dg.DagsterRun(
-                job_name="incremental_job",
-                run_id=str(uuid.uuid4()),
-                asset_selection=frozenset({silver_key("orders")}),
-                status=status,
-                tags={QUEUE_TAG: SILVER_QUEUE, PIPELINE_TAG: "orders"},
-                **parent,
+            def silver_run(
+                status: dg.DagsterRunStatus, pipeline: str = pipeline, **parent: str
+            ) -> dg.DagsterRun:
+                return dg.DagsterRun(
+                    job_name="incremental_job",
+                    run_id=str(uuid.uuid4()),
+                    asset_selection=frozenset({silver_key(pipeline)}),
+                    status=status,
+                    tags={QUEUE_TAG: SILVER_QUEUE, PIPELINE_TAG: pipeline},
+                    **parent,
+                )
+
+            run = instance.add_run(silver_run(dg.DagsterRunStatus.STARTED))
+            retry = silver_run(
+                dg.DagsterRunStatus.NOT_STARTED, parent_run_id=run.run_id, root_run_id=run.run_id
             )
-
-        run = instance.add_run(silver_run(dg.DagsterRunStatus.STARTED))
-        retry = silver_run(
-            dg.DagsterRunStatus.NOT_STARTED, parent_run_id=run.run_id, root_run_id=run.run_id
-        )
-
-        def retried() -> None:  # as the retry daemon: the retry first, then the mark
-            instance.add_run(retry)
-            instance.add_run_tags(run.run_id, {AUTO_RETRY_RUN_ID_TAG: retry.run_id})
-
-        if between == "fails":
-            write = lambda: instance.report_run_failed(run)  # noqa: E731
-        else:
-            instance.report_run_failed(run)
-            assert instance.get_run_by_id(run.run_id).tags[WILL_RETRY_TAG] == "true"
-            write = retried
-        reading = Interleaved(instance, write)
-        pending = pending_pipelines(cast(dg.DagsterInstance, reading), {"orders", "other"})
-        assert reading.reads > 1
-        assert instance.get_run_by_id(run.run_id).status is dg.DagsterRunStatus.FAILURE
-        assert pending == {"orders": run.run_id if between == "fails" else retry.run_id}
+            lifecycle: list[Callable[[], None]] = [
+                lambda run=run: marker.report_run_failed(run),
+                lambda run=run: instance.add_run_tags(run.run_id, {WILL_RETRY_TAG: "true"}),
+                lambda retry=retry: instance.add_run(retry),
+                lambda run=run, retry=retry: instance.add_run_tags(
+                    run.run_id, {AUTO_RETRY_RUN_ID_TAG: retry.run_id}
+                ),
+            ]
+            writes: dict[int, list[Callable[[], None]]] = {}
+            for write, after_read in zip(lifecycle, placement, strict=True):
+                if after_read == 0:
+                    write()
+                else:
+                    writes.setdefault(after_read, []).append(write)
+            reading = Interleaved(instance, writes)
+            pending = pending_pipelines(cast(dg.DagsterInstance, reading), {pipeline})
+            assert pending.get(pipeline) in (run.run_id, retry.run_id), (placement, pending)
+        assert len(placements) == 70
 
 
 def test_a_lost_window_is_repaired_from_the_sensors_own_tick_and_never_twice(
