@@ -5,9 +5,10 @@ with a no-op run."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -169,6 +170,23 @@ def test_a_run_that_died_is_requested_again_and_one_that_failed_in_its_code_is_n
     assert retry.run_key == f"incremental:orders:1:after:{marked.run_id[:8]}"
 
 
+@contextlib.contextmanager
+def one_storage(
+    tmp_path: Path,
+) -> Iterator[tuple[dg.DagsterInstance, dg.DagsterInstance]]:
+    """Two instances on one storage: the first retries no run, so a failure it writes carries
+    no retry decision (as a failure does between Dagster's two writes); the second retries
+    runs, as the deployment's does."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    retries = {"run_retries": {"enabled": True, "max_retries": 2}}
+    with (
+        dg.instance_for_test(temp_dir=str(home)) as undecided,
+        dg.instance_for_test(temp_dir=str(home), overrides=retries) as instance,
+    ):
+        yield undecided, instance
+
+
 def test_a_run_that_just_failed_waits_for_dagsters_retry_decision(
     spark_resource: SparkResource, lake: Path, tmp_path: Path
 ) -> None:
@@ -176,15 +194,7 @@ def test_a_run_that_just_failed_waits_for_dagsters_retry_decision(
     failed run still counts as pending, or the tick would request a run beside the coming
     retry (two queued runs of one pipeline)."""
     defs = lake_defs(spark_resource, lake, ORDERS)
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    retries = {"run_retries": {"enabled": True, "max_retries": 2}}
-    # One instance storage; the writer does not retry runs: its failure carries no decision,
-    # as the instance's own does until its next write.
-    with (
-        dg.instance_for_test(temp_dir=str(home)) as writer,
-        dg.instance_for_test(temp_dir=str(home), overrides=retries) as instance,
-    ):
+    with one_storage(tmp_path) as (writer, instance):
         bronze_batch(defs, "orders", instance, 10)  # version 1
         job = defs.resolve_job_def("incremental_job")
         dead = writer.create_run_for_job(job, tags={**job.tags, PIPELINE_TAG: "orders"})
@@ -228,15 +238,7 @@ def test_a_dying_run_is_pending_in_a_tick_whichever_reads_its_writes_fall_betwee
     reads of the runs each write falls between (every placement: before the tick, after any
     read, after the tick), the run or its retry is pending in the tick, so no second run is
     requested beside the retry (two queued runs of one pipeline)."""
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    retries = {"run_retries": {"enabled": True, "max_retries": 2}}
-    # One storage; the monitoring daemon's failure and the decision are two writes: `marker`,
-    # retrying nothing, writes the failure alone.
-    with (
-        dg.instance_for_test(temp_dir=str(home)) as marker,
-        dg.instance_for_test(temp_dir=str(home), overrides=retries) as instance,
-    ):
+    with one_storage(tmp_path) as (marker, instance):
         # Four writes in their order, each before the tick (0) or after its read 1 to 4 (after
         # the tick when it reads less).
         placements = list(itertools.combinations_with_replacement(range(5), 4))
