@@ -140,11 +140,14 @@ def _write(
             )
         run.lap("key_filter")
     # Before silver's commit: a crash between the two makes the rerun write the same rows.
-    held = change_set.judgement
-    classified(
-        ctx,
-        lambda: strategy.gate.hold(spark, held, run_id=run.run_id, silver_filter=silver_filter),
+    hold = partial(
+        strategy.gate.hold,
+        spark,
+        change_set.judgement,
+        run_id=run.run_id,
+        silver_filter=silver_filter,
     )
+    classified(ctx, hold)
     fault_point(FaultPoint.AFTER_QUARANTINE)
     apply = partial(
         strategy.apply,
