@@ -389,17 +389,24 @@ class Deployment:
         control = bound.control()
         return {spec.id: pipeline_status(spec, control) for spec in bound.specs()}
 
+    def runs_of(self, pipeline_id: str, after: float) -> list[dg.RunRecord]:
+        """The records of the runs covering `pipeline_id` created after `after` (a timestamp),
+        newest first (inside `environment()`)."""
+        return [
+            r
+            for r in self.instance().get_run_records(dg.RunsFilter())
+            if pipeline_id in covered(r.dagster_run) and r.create_timestamp.timestamp() > after
+        ]
+
     def account(self, pipeline_id: str, since: float) -> str:
         """What the deployment did for `pipeline_id` since `since` (a timestamp), for a failed
         wait's message: its runs (status, times, tags), the incremental sensor's last ticks,
         and the daemon's and code server's logs' tails (inside `environment()`)."""
-        instance = self.instance()
         runs = [
             f"{r.dagster_run.run_id[:8]} {r.dagster_run.status.value} "
             f"created {r.create_timestamp.timestamp() - since:+.0f} s "
             f"ended {(r.end_time or since) - since:+.0f} s {dict(r.dagster_run.tags)}"
-            for r in instance.get_run_records(dg.RunsFilter())
-            if r.create_timestamp.timestamp() > since and pipeline_id in covered(r.dagster_run)
+            for r in self.runs_of(pipeline_id, since)
         ]
         query = """{ sensorOrError(sensorSelector: {repositoryLocationName: "cdf_platform",
             repositoryName: "__repository__", sensorName: "incremental_sensor"}) {

@@ -296,7 +296,7 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
             deployment.start_daemon()
             wait_for(
                 "a run of p3 after the restart",
-                lambda: _runs_of(instance, LOST, restarted_at),
+                lambda: deployment.runs_of(LOST, restarted_at),
                 TWO_TICKS_S,
             )
 
@@ -471,14 +471,6 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
     ]
     assert repair.create_timestamp.timestamp() - restarted_at <= TWO_TICKS_S
     assert repair.start_time <= rebuilds[0]["started_at"].timestamp() <= repair.end_time
-
-
-def _runs_of(instance: dg.DagsterInstance, pipeline_id: str, after: float) -> list[Any]:
-    return [
-        r
-        for r in instance.get_run_records(dg.RunsFilter())
-        if pipeline_id in covered(r.dagster_run) and r.create_timestamp.timestamp() > after
-    ]
 
 
 def _created(records: list[Any], run_id: str) -> float:
