@@ -28,6 +28,7 @@ from typing import Any
 
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.deltalog.arrow_rows import arrow_table
 from cdf_platform.deltalog.delta_tables import (
     create_delta_table,
     open_delta_table,
@@ -35,7 +36,6 @@ from cdf_platform.deltalog.delta_tables import (
 )
 from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.demo.source import DEMO_EPOCH
-from cdf_platform.state.control import arrow_table
 
 ACCOUNTS_CDC = "accounts_cdc"
 # event-log table -> the key of its row image.

@@ -21,9 +21,9 @@ from typing import Any
 
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.deltalog.arrow_rows import arrow_table, delta_schema
 from cdf_platform.deltalog.delta_tables import create_delta_table, open_delta_table
 from cdf_platform.deltalog.tables import is_delta_table
-from cdf_platform.state.control import arrow_table, delta_schema
 
 DEMO_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 STATUSES = ("placed", "paid", "shipped", "delivered", "returned")
