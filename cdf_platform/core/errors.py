@@ -60,7 +60,9 @@ class CdfPlatformError(Exception):
             if value is not None
         ]
         where = f" [{', '.join(facts)}]" if facts else ""
-        return f"{type(self).__name__}{where}: {self.problem}. What to do: {self.action}."
+        # A problem or action quoted from elsewhere may end a sentence of its own.
+        problem, action = self.problem.rstrip(". "), self.action.rstrip(". ")
+        return f"{type(self).__name__}{where}: {problem}. What to do: {action}."
 
 
 # The fix an InvalidPipelineSpec about a spec field names.
@@ -340,6 +342,15 @@ class EngineUnavailable(RuntimeEnvironmentError):
         "start the engine (`cdf-platform engine`, docs/production.md) or check "
         "$CDF_SPARK_REMOTE; the run is retried, and resumes from silver's watermark"
     )
+
+    def at_engine(self, remote: str) -> EngineUnavailable:
+        """This error, its problem naming the engine's address `remote` where it does not
+        already (a run's Spark steps meet the loss without knowing where their session led);
+        returns self."""
+        if remote not in self.problem:
+            self.problem = f"engine {remote}: {self.problem}"
+            self.args = (self._render(),)
+        return self
 
 
 REBUILDABLE = (ReplayWindowLost, SourceReset, IncompatibleSchemaChange, CdfNotEnabled)

@@ -49,10 +49,13 @@ def mark_retryable_run(
     spark: "SparkResource | None" = None,
 ) -> None:
     """What a step that failed on `err` leaves for its retries: a Spark Connect session whose
-    server went away is dropped (the retry connects again), and a retryable failure marks the
-    run for Dagster's run retries (`RETRY_ON_STEP_FAILURE_TAG`), read when the run fails."""
+    server went away is dropped (the retry connects again, waiting for the engine while it is
+    away) and the message names the engine's address, and a retryable failure marks the run
+    for Dagster's run retries (`RETRY_ON_STEP_FAILURE_TAG`), read when the run fails."""
     if isinstance(err, EngineUnavailable) and spark is not None:
         spark.discard_session()
+        if spark.remote:
+            err.at_engine(spark.remote)
     if err.retryable:
         step = context.step_context
         step.instance.add_run_tags(step.run_id, {RETRY_ON_STEP_FAILURE_TAG: "true"})

@@ -11,6 +11,7 @@ absolute path (`cdf_platform.core.config.resolve_root`).
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -37,15 +38,19 @@ from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_file import find_spec, load_storage
 from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.orchestration.storage_options import StorageOptionsConfig
+from cdf_platform.spark.engine_wait import DEFAULT_ENGINE_WAIT_SECONDS
 from cdf_platform.spark.session import (
     apply_storage_options,
     build_spark_session,
     discard_session,
+    engine_listens,
     is_connect_session,
     is_usable,
 )
 from cdf_platform.spark.session_conf import SparkSettings
 from cdf_platform.state.control import ControlTable
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -301,11 +306,22 @@ class SparkResource(LazyPySparkResource):
         "spark-defaults.conf, SPARK_SUBMIT_OPTS); later steps of the same run process share "
         "that JVM.",
     )
+    engine_wait_seconds: float = Field(
+        default=DEFAULT_ENGINE_WAIT_SECONDS,
+        ge=0,
+        description="With `remote`: how long a run waits for a Spark Connect server that does "
+        "not answer (the deployment's engine restarting) before its step fails as "
+        "ENGINE_UNAVAILABLE; the run's log says where, since when and how long it waits. 0 "
+        "fails at once.",
+    )
     jvm_log: str | None = Field(
         default=None,
         description="A file for the console output of the JVM this process starts (Ivy, log4j "
         "warnings); default: the run's own stdout/stderr, which Dagster keeps as compute logs.",
     )
+
+    # The run's log, where a wait for the engine is said (set for a run's execution).
+    _log: Any = PrivateAttr(default=None)
 
     @classmethod
     def _is_dagster_maintained(cls) -> bool:
@@ -339,7 +355,18 @@ class SparkResource(LazyPySparkResource):
             extra_conf={key: str(value) for key, value in self.spark_config.items()},
             jvm_log=self.jvm_log,
             short_run=short_run and self.lean_short_runs,
+            engine_wait_seconds=self.engine_wait_seconds,
         )
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Keep the run's log: a wait for the engine is said there (nothing starts here)."""
+        self._log = context.log
+
+    def _report(self, message: str) -> None:
+        if self._log is not None:
+            self._log.warning(message)
+        else:
+            logger.warning(message)
 
     def _init_session(self) -> None:
         self._session()
@@ -350,14 +377,17 @@ class SparkResource(LazyPySparkResource):
         """The session (built now if there is none, or its server lost it), its connectors
         given `storage` too: in its conf from its start when this resource configures no
         storage of its own, else in its Hadoop conf."""
-        if self._spark_session is not None and not is_usable(self._spark_session):
-            self.discard_session()  # its Spark Connect server lost it: connect again
+        if self._spark_session is not None and not (
+            is_usable(self._spark_session) and engine_listens(self.remote)
+        ):
+            # Its Spark Connect server lost it, or is away: connect again (and wait for it).
+            self.discard_session()
         applied = None
         if self._spark_session is None:
             settings = self.settings(short_run=short_run)
             if not settings.storage.entries:
                 settings = replace(settings, storage=storage)
-            self._spark_session = build_spark_session(settings)
+            self._spark_session = build_spark_session(settings, self._report)
             applied = settings.storage
         if storage.entries and storage is not applied:
             extra = {key: str(value) for key, value in self.spark_config.items()}

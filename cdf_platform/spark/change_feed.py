@@ -22,12 +22,19 @@ from cdf_platform.core.errors import (
     FIX_SPEC_FIELD,
     REBUILDABLE,
     CdfPlatformError,
+    EngineUnavailable,
     InvalidPipelineSpec,
     UnknownReadFailure,
 )
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident
-from cdf_platform.spark.failures import failure_facts, rule_for
+from cdf_platform.spark.failures import (
+    ENGINE_RULE,
+    engine_loss,
+    engine_loss_action,
+    failure_facts,
+    rule_for,
+)
 from cdf_platform.spark.silver_layout import unkeyable
 
 if TYPE_CHECKING:
@@ -111,6 +118,14 @@ def classify_read_failure(err: BaseException, ctx: ReadContext) -> CdfPlatformEr
     facts = failure_facts(err)
     first_line = facts.first_line or type(err).__name__
     rule = rule_for(facts)
+    if rule is ENGINE_RULE:
+        return EngineUnavailable(
+            f"{engine_loss(facts)}, reading {ctx.described}",
+            pipeline_id=ctx.pipeline_id,
+            table=ctx.table,
+            version=ctx.start_version,
+            action=engine_loss_action(facts),
+        )
     if rule is None:
         error: type[CdfPlatformError] = UnknownReadFailure
         problem = f"reading {ctx.described} failed: {first_line}"

@@ -160,7 +160,25 @@ RULES: tuple[FailureRule, ...] = (
         summary="the Spark Connect server went away while reading",
     ),
 )
-CONFLICT_RULE = RULES[0]
+CONFLICT_RULE, ENGINE_RULE = RULES[0], RULES[-1]
+
+# What says that the engine the run used is a new one: the server no longer knows the run's
+# session (`INVALID_HANDLE.SESSION_*`), and pyspark's client closed it (`NO_ACTIVE_SESSION`,
+# or its assertion on the server-side session id).
+_SESSION_LOST = ("INVALID_HANDLE", "NO_ACTIVE_SESSION", "incorrect server side session identifier")
+
+SESSION_LOST = (
+    "the run's session on the engine was lost: the engine restarted while the run used it"
+)
+ENGINE_ACTION = (
+    "start the engine (`cdf-platform engine`, docs/production.md; under the deployment's "
+    "supervisor it is restarted by itself) or check $CDF_SPARK_REMOTE; the step is retried and "
+    "resumes from silver's watermark"
+)
+SESSION_LOST_ACTION = (
+    "nothing to fix for this run: the step is retried in a new session and resumes from "
+    "silver's watermark; if the engine restarts often, read its log for why"
+)
 
 
 @dataclass(frozen=True)
@@ -272,6 +290,32 @@ def rule_for(facts: FailureFacts) -> FailureRule | None:
     return None
 
 
+def engine_loss(facts: FailureFacts) -> str:
+    """What happened to the engine under a run, in words, from what the failure says (its
+    conditions and text); never the gRPC error's own text (`<_InactiveRpcError of RPC...`).
+
+    Example:
+        >>> engine_loss(FailureFacts(("INVALID_HANDLE.SESSION_NOT_FOUND",), (), ""))
+        "the run's session on the engine was lost: the engine restarted while the run used it"
+        >>> engine_loss(FailureFacts((), (), "<_InactiveRpcError ... StatusCode.UNAVAILABLE>"))
+        'the engine stopped answering while the run used it (its connection was refused or cut)'
+    """
+    if _session_lost(facts):
+        return SESSION_LOST
+    return "the engine stopped answering while the run used it (its connection was refused or cut)"
+
+
+def engine_loss_action(facts: FailureFacts) -> str:
+    """What to do about the loss `engine_loss` names: nothing for a lost session (the engine is
+    back), else start the engine."""
+    return SESSION_LOST_ACTION if _session_lost(facts) else ENGINE_ACTION
+
+
+def _session_lost(facts: FailureFacts) -> bool:
+    said = (*facts.conditions, facts.text)
+    return any(marker in part for marker in _SESSION_LOST for part in said)
+
+
 def is_conflict(err: BaseException) -> bool:
     """Whether `err` is an optimistic-concurrency conflict (another writer committed first)."""
     return rule_for(failure_facts(err)) is CONFLICT_RULE
@@ -292,6 +336,10 @@ def classify_run_failure(err: BaseException, pipeline_id: str, *, rerun: str) ->
     facts = failure_facts(err)
     problem = f"the run failed: {facts.first_line or type(err).__name__}"
     rule = rule_for(facts)
+    if rule is ENGINE_RULE:
+        return EngineUnavailable(
+            engine_loss(facts), pipeline_id=pipeline_id, action=engine_loss_action(facts)
+        )
     if rule is not None:
         return rule.error(problem, pipeline_id=pipeline_id)
     return UnknownReadFailure(

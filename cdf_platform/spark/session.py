@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -27,6 +27,8 @@ from urllib.parse import urlparse
 from cdf_platform.core.config import REMOTE_ENV
 from cdf_platform.core.errors import EngineUnavailable, RuntimeEnvironmentError, UnsafeSparkConfig
 from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.spark.engine_wait import connect_when_engine_answers
+from cdf_platform.spark.failures import engine_loss, failure_facts
 from cdf_platform.spark.object_stores import storage_hadoop_conf
 from cdf_platform.spark.session_conf import (
     DELTA_EXTENSION,
@@ -155,6 +157,19 @@ def new_session(spark: SparkSession) -> SparkSession:
     return spark if is_connect_session(spark) else spark.newSession()
 
 
+def engine_listens(remote: str | None) -> bool:
+    """Whether something listens at the Spark Connect URL `remote` (always, for a session in
+    this process: `remote` None): a client session whose server stopped listening is dropped
+    before it is used, so that the next connect waits for the engine instead of failing."""
+    if not remote:
+        return True
+    try:
+        _require_listener(remote)
+    except EngineUnavailable:
+        return False
+    return True
+
+
 def _require_listener(remote: str) -> None:
     """Fail fast when nothing listens at a Spark Connect URL: the client itself retries a
     refused connection for minutes before it gives up."""
@@ -212,8 +227,10 @@ def _connect_session(settings: SparkSettings) -> SparkSession:
             action="install the project with its `connect` extra (pip install -e '.[connect]')",
         ) from err
     except Exception as err:  # grpc errors: the server is down, restarting, or refuses
+        # In words: a gRPC error's own first line is its repr (`<_InactiveRpcError of RPC...`).
+        facts = failure_facts(err)
         raise EngineUnavailable(
-            f"cannot use the Spark Connect server at {remote}: {str(err).splitlines()[0]}",
+            f"cannot use the Spark Connect server at {remote}: {engine_loss(facts)}",
             action=f"check ${REMOTE_ENV} and that the server runs (`cdf-platform engine`)",
         ) from err
     if DELTA_EXTENSION not in extensions:
@@ -273,18 +290,28 @@ def submit_opts(options: str | None) -> Iterator[None]:
 _BUILD_LOCK = threading.Lock()
 
 
-def build_spark_session(settings: SparkSettings) -> SparkSession:
+def build_spark_session(
+    settings: SparkSettings, report: Callable[[str], None] | None = None
+) -> SparkSession:
     """Create (or reuse) the process's SparkSession with Delta configured: in this process,
-    or, with `settings.remote`, as a client of a Spark Connect server.
+    or, with `settings.remote`, as a client of a Spark Connect server, waiting up to
+    `settings.engine_wait_seconds` for a server that does not answer (`report`, default this
+    module's logger, gets the wait's news).
 
     Raises:
         RuntimeEnvironmentError: no Java 17+ runtime; a Spark Connect server that cannot be
-            reached or has no Delta.
+            reached (within the wait) or has no Delta.
         UnsafeSparkConfig: the resulting session ignores missing files.
     """
     if settings.remote:
-        logger.info("connecting to Spark Connect at %s", settings.remote)
-        return _connect_session(settings)
+        remote = settings.remote
+        logger.info("connecting to Spark Connect at %s", remote)
+        return connect_when_engine_answers(
+            lambda: _connect_session(settings),
+            remote,
+            settings.engine_wait_seconds,
+            report or logger.warning,
+        )
     require_java()
     with _BUILD_LOCK:
         return _local_session(settings)

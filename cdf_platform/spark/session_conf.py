@@ -80,6 +80,9 @@ class SparkSettings:
         short_run: The driver JVM this process starts serves one short run (a small
             incremental change set in a run process): it starts with SHORT_RUN_JAVA_OPTIONS,
             unless driver JVM options are set anywhere already (`short_run_java_options`).
+        engine_wait_seconds: With `remote`: how long connecting waits for a Spark Connect
+            server that does not answer (the deployment's engine restarting) before it fails
+            (`cdf_platform.spark.engine_wait`); 0 fails at once.
     """
 
     master: str = "local[*]"
@@ -93,6 +96,7 @@ class SparkSettings:
     extra_conf: dict[str, str] = field(default_factory=dict)
     jvm_log: str | None = None
     short_run: bool = False
+    engine_wait_seconds: float = 0.0
 
 
 def delta_maven_coordinate() -> str:
