@@ -1,4 +1,6 @@
-"""What one pipeline run did: the result handed to logs, Dagster metadata and the CLI.
+"""What one pipeline run did: the result handed to logs, Dagster metadata and the CLI, with the
+seconds of each of its stages (`stage_<stage>_seconds`: queue, launch, plan, read, merge, end;
+`cdf_platform.state.load_log`).
 
 Example:
     >>> result.as_metadata()["mode"]  # doctest: +SKIP
@@ -12,6 +14,7 @@ from typing import Any
 
 from cdf_platform.core.expectations import ExpectationCounts
 from cdf_platform.planning.plan import RunMode
+from cdf_platform.state.load_log import STAGES, RunStages
 from cdf_platform.window.replay_window import ConsumerAssessment
 
 
@@ -30,7 +33,8 @@ NO_ROWS = RowCounts()
 
 @dataclass(frozen=True)
 class RunResult:
-    """What one pipeline run did, for logs, Dagster metadata and the CLI."""
+    """What one pipeline run did, for logs, Dagster metadata and the CLI; `stages`: its marks,
+    from the orchestrator's creating it to its load-log row."""
 
     pipeline_id: str
     run_id: str
@@ -50,6 +54,7 @@ class RunResult:
     incident_message: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     expectations: ExpectationCounts | None = None
+    stages: RunStages | None = None
 
     def as_metadata(self) -> dict[str, Any]:
         """Flat figures for Dagster metadata and JSON output."""
@@ -73,6 +78,19 @@ class RunResult:
             "incident_code": self.incident_code,
             **{f"{name}_seconds": round(value, 3) for name, value in self.timings.items()},
             **self._expectation_figures(),
+            **self._stage_figures(),
+        }
+
+    def _stage_figures(self) -> dict[str, float | None]:
+        """Seconds of each stage of the run (`stage_<stage>_seconds`; None: a stage it has not)."""
+        seconds: dict[str, float | None]
+        if self.stages is None:
+            seconds = {stage: None for stage, _ in STAGES if stage != "tick_wait"}
+        else:
+            seconds = self.stages.seconds()
+        return {
+            f"stage_{stage}_seconds": None if value is None else round(value, 3)
+            for stage, value in seconds.items()
         }
 
     def _expectation_figures(self) -> dict[str, Any]:

@@ -9,7 +9,11 @@ Where each concern lives:
 - `incremental`, `snapshot`, `advance`: the three kinds of write;
 - `tuning`: the Spark settings a run changes for its own steps;
 - `record`: the load-log and state rows, and the run's result;
-- `context`: one run in progress and what it did.
+- `context`: one run in progress (its stage marks among its figures) and what it did.
+
+When an orchestrator launches the run, `PipelineRunner.finish` takes when it created, dequeued
+and launched it as plain times (`OrchestratorTimes`): the load log's row then accounts for the
+run from its creation.
 
 Example:
     >>> runner = PipelineRunner.on(ControlTable(root), lambda: spark)  # doctest: +SKIP
@@ -19,5 +23,6 @@ Example:
 """
 
 from cdf_platform.run.runner import PipelineRunner, PreparedRun, SessionFor
+from cdf_platform.state.load_log import OrchestratorTimes
 
-__all__ = ["PipelineRunner", "PreparedRun", "SessionFor"]
+__all__ = ["OrchestratorTimes", "PipelineRunner", "PreparedRun", "SessionFor"]

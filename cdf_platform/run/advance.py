@@ -5,6 +5,7 @@ silver's watermark to its end in a silver commit of no data, written without Spa
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 
 from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.planning.run_result import NO_ROWS
@@ -48,6 +49,8 @@ def run_advance(run: RunContext, plan: RunPlan) -> RunOutcome | None:
         )
         return None
     run.lap("write")
+    if advanced:
+        run.committed_at = datetime.now(UTC)
     applied = (
         end if advanced else read_silver_state(spec.target, spec.id, storage=storage).watermark
     )

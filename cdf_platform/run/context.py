@@ -1,6 +1,6 @@
-"""One run in progress (`RunContext`: its ids, clock and timings, and its Spark session,
-started on first use) and what it did (`RunOutcome`), which `cdf_platform.run.record` writes
-to the control tables and returns as the run's `RunResult`.
+"""One run in progress (`RunContext`: its ids, clock, timings and stage marks, and its Spark
+session, started on first use) and what it did (`RunOutcome`), which `cdf_platform.run.record`
+writes to the control tables and returns as the run's `RunResult`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.run_result import NO_ROWS, RowCounts
 from cdf_platform.spark.session import assert_safe_spark_config, new_session
+from cdf_platform.state.load_log import NOT_ORCHESTRATED, OrchestratorTimes, RunStages
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -27,17 +28,37 @@ SparkFactory = Callable[[], "SparkSession"]
 
 
 class RunContext:
-    """State of one run in progress: its id, start, timings and Spark session.
+    """State of one run in progress: its id, start, timings, stage marks and Spark session.
 
     Spark starts on first use of `spark` (a no-op or an advance never starts it), in a session
     of its own: the txn confs set around the MERGE never leak to other work.
+
+    Args:
+        started_at: When the run began planning (default: now).
+        planned_at: When its plan was pinned.
+        orchestrator: When an orchestrator created, dequeued and launched it.
     """
 
-    def __init__(self, spec: PipelineSpec, spark_factory: SparkFactory, control: ControlTable):
+    def __init__(
+        self,
+        spec: PipelineSpec,
+        spark_factory: SparkFactory,
+        control: ControlTable,
+        *,
+        started_at: datetime | None = None,
+        planned_at: datetime | None = None,
+        orchestrator: OrchestratorTimes = NOT_ORCHESTRATED,
+    ):
         self.spec = spec
         self.control = control
         self.run_id = uuid.uuid4().hex
-        self.started_at = datetime.now(UTC)
+        self.started_at = started_at or datetime.now(UTC)
+        self.planned_at = planned_at
+        # Marked by the kinds of write (change set read, silver's commit landed) and `record`.
+        self.read_at: datetime | None = None
+        self.committed_at: datetime | None = None
+        self.finished_at: datetime | None = None
+        self.orchestrator = orchestrator
         self.clock = time.monotonic()
         self.timings: dict[str, float] = {}
         self._spark_factory = spark_factory
@@ -60,6 +81,17 @@ class RunContext:
     def mark(self) -> None:
         """Start timing the next step here."""
         self._mark = time.monotonic()
+
+    def stages(self) -> RunStages:
+        """The run's marks so far (`finished`: its load-log row written, else now)."""
+        return RunStages(
+            self.started_at,
+            self.planned_at,
+            self.read_at,
+            self.committed_at,
+            self.finished_at or datetime.now(UTC),
+            self.orchestrator,
+        )
 
     def lap(self, name: str) -> None:
         """Add the time since the last mark or lap to step `name`, and mark now."""

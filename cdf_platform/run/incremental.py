@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -73,6 +74,8 @@ def run_incremental(run: RunContext, plan: RunPlan, strategy: WriteStrategy) -> 
         try:
             fault_point(FaultPoint.AFTER_READ)
             _write(run, plan, strategy, tuning, change_set)
+            # Silver's commit landed, unless Delta skipped it (`_count_and_record` unmarks it).
+            run.committed_at = datetime.now(UTC)
         finally:
             change_set.release()
         run.lap("merge")
@@ -101,6 +104,7 @@ def _read(run: RunContext, plan: RunPlan, strategy: WriteStrategy, tuning: RunTu
                 changes, spec.keys, data_columns, ctx, ChangeOrder.of(spec)
             )
             run.lap("read")
+            run.read_at = datetime.now(UTC)
         run.lap("silver_state")
     return _ChangeSet(ctx, changes, data_columns, collapsed, truncation, state, judgement)
 
@@ -187,6 +191,7 @@ def _count_and_record(
         # Delta skipped the MERGE (txnVersion not above the stored one): a newer run of this
         # pipeline applied a later range first. Silver's watermark is the truth to report.
         applied = read_silver_state(spec.target, spec.id, storage=storage).watermark
+        run.committed_at = None
         logger.warning(
             "%s: a newer run already applied up to %s; nothing written", spec.id, applied
         )

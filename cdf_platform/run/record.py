@@ -1,6 +1,7 @@
 """What a run writes about itself: its load-log row and the pipeline's state row (`record`), a
 FAILED row for a problem it stops on (`record_incident`), the row of a silver commit the
-control tables missed (`repair_control`), and the `RunResult` it returns.
+control tables missed (`repair_control`), and the `RunResult` it returns. Each row and the
+result carry the run's stage marks so far (`cdf_platform.state.load_log.RunStages`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.planning.run_result import RowCounts, RunResult
 from cdf_platform.run.context import RunContext, RunOutcome
 from cdf_platform.spark.silver_table import silver_widenings
-from cdf_platform.state.control import LoadLogEntry
+from cdf_platform.state.load_log import LoadLogEntry
 from cdf_platform.window.replay_window import assess_consumer, compute_replay_window
 
 # The load log's incident code of a run that took a spec edit forward only.
@@ -70,7 +71,7 @@ def record(run: RunContext, plan: RunPlan, outcome: RunOutcome, *, before: int |
         # A column this run widened in silver (bronze's type widening) is said in the load log.
         widened = silver_widenings(spec.target, plan.silver.silver_version, run.control.storage)
         message = "; ".join(filter(None, (message, *(f"silver {w}" for w in widened)))) or None
-    finished = datetime.now(UTC)
+    finished = run.finished_at = datetime.now(UTC)
     run.control.append_log(
         LoadLogEntry(
             run_id=run.run_id,
@@ -94,6 +95,7 @@ def record(run: RunContext, plan: RunPlan, outcome: RunOutcome, *, before: int |
             spec_fingerprint=plan.spec_fingerprint,
             spec=shaping_fields(spec),
             expectations=outcome.expectations.to_json() if outcome.expectations else None,
+            stages=run.stages(),
         ),
     )
     generation = plan.silver.generation if outcome.generation is None else outcome.generation
@@ -134,6 +136,7 @@ def record_incident(
     spec = plan.spec
     mode = mode or plan.mode
     rebuilding = mode.reads_snapshot
+    run.finished_at = datetime.now(UTC)
     run.control.append_log(
         LoadLogEntry(
             run_id=run.run_id,
@@ -141,7 +144,7 @@ def record_incident(
             mode=mode.value,
             outcome="FAILED",
             started_at=run.started_at,
-            finished_at=datetime.now(UTC),
+            finished_at=run.finished_at,
             incident_code=problem.incident_code,
             message=str(problem),
             start_version=None if rebuilding else plan.start_version,
@@ -150,6 +153,7 @@ def record_incident(
             watermark_after=plan.silver.watermark,
             spec_fingerprint=plan.spec_fingerprint,
             spec=shaping_fields(spec),
+            stages=run.stages(),
         ),
     )
 
@@ -206,4 +210,5 @@ def result(run: RunContext, plan: RunPlan, outcome: RunOutcome) -> RunResult:
         incident_message=outcome.message if outcome.reported else None,
         timings=dict(run.timings),
         expectations=outcome.expectations,
+        stages=run.stages(),
     )

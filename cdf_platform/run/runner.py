@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import CdfPlatformError
@@ -25,6 +25,7 @@ from cdf_platform.run.snapshot import run_snapshot
 from cdf_platform.run.strategy import WriteStrategy
 from cdf_platform.spark.catalog import locate_in_catalog, register_silver
 from cdf_platform.spark.failures import classified_run
+from cdf_platform.state.load_log import NOT_ORCHESTRATED, OrchestratorTimes
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -46,11 +47,15 @@ class PreparedRun:
         spec: The pipeline as declared (catalog names kept, to register silver under its name).
         plan: The pinned plan; its spec names the tables' locations.
         plan_seconds: How long locating and planning took.
+        started_at: When planning began (None: when the run is carried out).
+        planned_at: When the plan was pinned.
     """
 
     spec: PipelineSpec
     plan: RunPlan
     plan_seconds: float = 0.0
+    started_at: datetime | None = None
+    planned_at: datetime | None = None
 
     def is_short(self, *, force_rebuild: bool = False) -> bool:
         """Whether carrying this out is a short run: a small incremental one
@@ -101,21 +106,28 @@ class PipelineRunner:
                 catalog, a target owned by another pipeline, ...).
         """
         with classified_run(spec.id, rerun=self.rerun(spec)):
-            started = time.monotonic()
+            started_at, started = datetime.now(UTC), time.monotonic()
             if spec.table_names:
                 locate_in_catalog(self.session_for(False), spec, self.control)
             plan = plan_pipeline(spec, self.control, now=now)
-            return PreparedRun(spec, plan, time.monotonic() - started)
+            seconds = time.monotonic() - started
+            return PreparedRun(spec, plan, seconds, started_at, datetime.now(UTC))
 
     def finish(
-        self, prepared: PreparedRun, *, force_rebuild: bool = False, shares_jvm: bool = False
+        self,
+        prepared: PreparedRun,
+        *,
+        force_rebuild: bool = False,
+        shares_jvm: bool = False,
+        orchestrator: OrchestratorTimes = NOT_ORCHESTRATED,
     ) -> RunResult:
         """Carry out a prepared run, then register silver under its catalog name once it
         exists, when the pipeline names its target so. Its session is asked for as short when
         the run is short and `shares_jvm` is false (no other run shares this process's JVM).
 
         `force_rebuild` reconciles from the snapshot at the plan's end version whatever the
-        state.
+        state. `orchestrator`: when the orchestrator created, dequeued and launched the run,
+        for its load-log row and its result's stages.
 
         Raises:
             CdfPlatformError: the classified failure (FAIL_FAST, bad input, a read failure).
@@ -126,7 +138,14 @@ class PipelineRunner:
             return self.session_for(short)
 
         with classified_run(prepared.spec.id, rerun=self.rerun(prepared.spec)):
-            run = RunContext(prepared.plan.spec, session, self.control)
+            run = RunContext(
+                prepared.plan.spec,
+                session,
+                self.control,
+                started_at=prepared.started_at,
+                planned_at=prepared.planned_at,
+                orchestrator=orchestrator,
+            )
             run.timings["plan"] = prepared.plan_seconds
             repair_control(run, prepared.plan)
             outcome = _carry_out(run, prepared.plan, force_rebuild=force_rebuild)

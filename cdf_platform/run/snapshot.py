@@ -6,6 +6,7 @@ bronze at the plan's pinned version in one stamped commit.
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import CdfPlatformError, SourceReset, SpecChanged
@@ -61,6 +62,8 @@ def run_snapshot(
     except CdfPlatformError as err:
         record_incident(run, plan, err, mode=mode)
         raise
+    # The snapshot's read is part of its write: a snapshot run marks no `read`.
+    run.committed_at = datetime.now(UTC)
     run.lap("write")
     counts = silver_commit_counts(
         spark, spec.target, spec.id, run.run_id, spec.delete_mode, storage=run.control.storage

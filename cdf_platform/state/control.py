@@ -3,7 +3,8 @@ under one control root), and, once a pipeline names a table by its catalog name,
 each name was found at (a third table, `table_locations`). Consumer assets of the watermark IO
 manager register which tables they read (`consumers`), so maintenance counts their watermarks.
 Every maintenance action a run asks for is recorded in `maintenance_log` (who, what, what it
-destroyed).
+destroyed). The load log's row and the stages its timestamps mark: `cdf_platform.state.load_log`
+(`LoadLogEntry` is imported from here too).
 
 The state mirrors the watermark that silver's own log holds; when they differ (a crash between
 the MERGE and the control write) it is repaired from silver. Reads and writes are JVM-free
@@ -21,7 +22,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -33,6 +33,7 @@ from cdf_platform.deltalog.delta_tables import (
     write_delta_table,
 )
 from cdf_platform.deltalog.tables import is_delta_table
+from cdf_platform.state.load_log import LOG_SCHEMA, LoadLogEntry
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -59,32 +60,6 @@ STATE_SCHEMA: dict[str, str] = {
     # The spec silver was last written under (a mirror of silver's commit metadata).
     "spec_fingerprint": "string",
     "spec_record": "string",
-}
-LOG_SCHEMA: dict[str, str] = {
-    "run_id": "string",
-    "pipeline_id": "string",
-    "mode": "string",
-    "outcome": "string",
-    "incident_code": "string",
-    "message": "string",
-    "start_version": "long",
-    "end_version": "long",
-    "watermark_before": "long",
-    "watermark_after": "long",
-    "rows_inserted": "long",
-    "rows_updated": "long",
-    "rows_deleted": "long",
-    "started_at": "timestamp",
-    "finished_at": "timestamp",
-    "plan_seconds": "double",
-    "read_seconds": "double",
-    "write_seconds": "double",
-    "duration_seconds": "double",
-    # The spec the run wrote under: its fingerprint and its row-shaping fields (JSON).
-    "spec_fingerprint": "string",
-    "spec": "string",
-    # The run's expectation counts (JSON: rows judged, failing rows per rule).
-    "expectations": "string",
 }
 # Where a catalog table name was found, recorded by the run that asked Spark's catalog.
 LOCATION_SCHEMA: dict[str, str] = {
@@ -128,44 +103,6 @@ MAINTENANCE_SCHEMA: dict[str, str] = {
 # Runs of different pipelines write the same tables: deltalake retries a losing append; a state
 # MERGE whose file another rewrote raises CommitFailedError, retried here from a fresh snapshot.
 _RETRIES = 8
-
-
-@dataclass(frozen=True)
-class LoadLogEntry:
-    """One row of the load log."""
-
-    run_id: str
-    pipeline_id: str
-    mode: str
-    outcome: str
-    started_at: datetime
-    finished_at: datetime
-    incident_code: str | None = None
-    message: str | None = None
-    start_version: int | None = None
-    end_version: int | None = None
-    watermark_before: int | None = None
-    watermark_after: int | None = None
-    rows_inserted: int = 0
-    rows_updated: int = 0
-    rows_deleted: int = 0
-    plan_seconds: float = 0.0
-    read_seconds: float = 0.0
-    write_seconds: float = 0.0
-    spec_fingerprint: str | None = None
-    spec: str | None = None
-    expectations: str | None = None
-
-    @property
-    def duration_seconds(self) -> float:
-        """Wall time of the run."""
-        return (self.finished_at - self.started_at).total_seconds()
-
-    def as_row(self) -> dict[str, Any]:
-        """The row as written to the load log."""
-        row = {name: getattr(self, name) for name in LOG_SCHEMA if name != "duration_seconds"}
-        row["duration_seconds"] = self.duration_seconds
-        return row
 
 
 # Each control write adds a file. Past this many, the write that finds them compacts the table,
@@ -396,4 +333,9 @@ class ControlTable:
     def read_log(self, pipeline_id: str | None = None) -> list[dict[str, Any]]:
         """Load-log rows (oldest first), optionally of one pipeline, JVM-free."""
         rows = self.query(self.log_path, "SELECT * FROM t ORDER BY started_at, run_id")
-        return [r for r in rows if pipeline_id is None or r["pipeline_id"] == pipeline_id]
+        # A log no run of this version appended to yet lacks the newer columns: they read null.
+        return [
+            {**dict.fromkeys(LOG_SCHEMA), **r}
+            for r in rows
+            if pipeline_id is None or r["pipeline_id"] == pipeline_id
+        ]

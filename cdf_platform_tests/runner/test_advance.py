@@ -65,7 +65,11 @@ def test_commits_without_data_advance_the_watermark_without_spark_and_later_runs
     )
     assert changes.count() == 0
     assert control.read_states()[spec.id]["last_commit_version"] == latest
-    assert control.read_log(spec.id)[-1]["mode"] == "advance"
+    advance_row = control.read_log(spec.id)[-1]
+    assert advance_row["mode"] == "advance"
+    # An advance reads no change set; its commit of no data is marked.
+    assert advance_row["read_at"] is None
+    assert advance_row["planned_at"] <= advance_row["committed_at"] <= advance_row["finished_at"]
     status = pipeline_status(spec, control)
     assert (status.state.value, status.watermark, status.version_lag) == ("OK", latest, 0)
 

@@ -49,12 +49,28 @@ def test_initial_load_then_incremental_upserts_and_hard_deletes(
 
     state = control.read_states()[spec.id]
     assert state["last_commit_version"] == 4
-    assert [r["mode"] for r in control.read_log(spec.id)] == ["initial_load", "incremental"]
+    log = control.read_log(spec.id)
+    assert [r["mode"] for r in log] == ["initial_load", "incremental"]
+    # Every stage of the incremental run is marked, in order, in its row and its result; a
+    # run of the command line has no orchestrator's marks.
+    marks = ("started_at", "planned_at", "read_at", "committed_at", "finished_at")
+    assert None not in [log[1][mark] for mark in marks]
+    assert [log[1][mark] for mark in marks] == sorted(log[1][mark] for mark in marks)
+    assert (log[1]["created_at"], log[1]["dequeued_at"], log[1]["launched_at"]) == (None,) * 3
+    assert second.stages is not None and second.stages.committed_at == log[1]["committed_at"]
+    seconds = second.stages.seconds()
+    assert (seconds["queue"], seconds["launch"]) == (None, None)
+    assert all(seconds[stage] >= 0 for stage in ("plan", "read", "merge", "end"))
+    # A snapshot read is part of its write: the initial load marks its commit, not a read.
+    assert (log[0]["read_at"], log[0]["committed_at"] is not None) == (None, True)
 
     third = PipelineRunner.on(control, _no_spark).run(spec)
     assert third.mode is RunMode.NOOP
     assert not third.spark_started
     assert third.watermark_after == 4
+    # A no-op reads no change set and commits nothing.
+    assert third.stages is not None and third.stages.planned_at is not None
+    assert (third.stages.read_at, third.stages.committed_at) == (None, None)
 
 
 def test_soft_delete_marks_rows_and_reinsert_revives_them(spark: SparkSession, lake: Path) -> None:
