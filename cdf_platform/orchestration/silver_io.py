@@ -15,6 +15,11 @@ the watermark in silver's commit) and reports as the materialization's metadata.
 A no-op plan never starts Spark, on either side. Failures are classified on both sides (by
 `PipelineRunner`) and fail the step as a `dg.Failure` with the pipeline and incident code.
 
+Where the run's seconds went is part of the metadata (`stage_<stage>_seconds`): when Dagster
+created, dequeued and launched the run (its run record and its `RUN_DEQUEUED` and `RUN_START`
+events, read once per step) are handed to the run as plain times (`OrchestratorTimes`), which
+adds them to its load-log row and its stages (`cdf_platform.state.load_log`).
+
 Example:
     >>> @dg.asset(ins={"bronze": pipeline_input(spec)})  # doctest: +SKIP
     ... def orders(bronze: PipelineBatch) -> PipelineWrite:
@@ -24,6 +29,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -40,7 +46,7 @@ from cdf_platform.orchestration.keys import (
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.plan import RunPlan
 from cdf_platform.planning.run_result import RunResult
-from cdf_platform.run import PipelineRunner, PreparedRun
+from cdf_platform.run import OrchestratorTimes, PipelineRunner, PreparedRun
 
 PIPELINE_SPEC = "cdf_platform/pipeline_spec"
 """The input metadata entry holding the pipeline's spec (JSON): it marks a pipeline's silver."""
@@ -146,7 +152,10 @@ def write_pipeline(
         # An unexpected failure is classified too: the step fails as a platform error naming
         # the pipeline and what to do, the original chained below it.
         result = _runner(spark, lake).finish(
-            write.prepared, force_rebuild=write.force_rebuild, shares_jvm=shared
+            write.prepared,
+            force_rebuild=write.force_rebuild,
+            shares_jvm=shared,
+            orchestrator=orchestrator_times(context.step_context.instance, context.run_id),
         )
     except CdfPlatformError as err:
         mark_retryable_run(context, err, spark)
@@ -164,12 +173,32 @@ def write_pipeline(
         result.spark_started,
     )
     metadata = run_result_metadata(result)
+    metadata["dagster_run_id"] = dg.MetadataValue.text(context.run_id)
     if "target" in spec.table_names:
         metadata["table_name"] = dg.MetadataValue.text(spec.target)
     else:
         metadata["path"] = dg.MetadataValue.path(spec.target)
     context.add_output_metadata(metadata)
     return result
+
+
+def orchestrator_times(instance: dg.DagsterInstance, run_id: str) -> OrchestratorTimes:
+    """When Dagster created run `run_id`, its queue launched it (`RUN_DEQUEUED`; None for a
+    run that did not pass the queued run coordinator) and its process started (`RUN_START`):
+    its run record and those two events of its log."""
+    record = instance.get_run_record_by_id(run_id)
+    events = instance.get_records_for_run(
+        run_id, of_type={dg.DagsterEventType.RUN_DEQUEUED, dg.DagsterEventType.RUN_START}
+    ).records
+    at = {
+        event.event_log_entry.dagster_event_type: datetime.fromtimestamp(event.timestamp, UTC)
+        for event in events
+    }
+    return OrchestratorTimes(
+        created_at=record.create_timestamp if record is not None else None,
+        dequeued_at=at.get(dg.DagsterEventType.RUN_DEQUEUED),
+        launched_at=at.get(dg.DagsterEventType.RUN_START),
+    )
 
 
 def _metadata_value(value: object) -> dg.MetadataValue:
@@ -184,7 +213,8 @@ def _metadata_value(value: object) -> dg.MetadataValue:
 
 def run_result_metadata(result: RunResult) -> dict[str, dg.MetadataValue]:
     """Typed Dagster metadata of one pipeline run: mode, start/end version, rows inserted /
-    updated / deleted, lag before and after, duration, whether Spark started, the incident.
+    updated / deleted, lag before and after, duration, whether Spark started, the incident,
+    the seconds of its stages.
 
     Numbers stay numbers (so the UI plots them), hours and seconds rounded to 2 decimals; a
     figure the run does not have (the range of a no-op, the incident of a clean run) reads
