@@ -27,7 +27,7 @@ from cdf_platform.core.errors import (
     UnknownReadFailure,
 )
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.sql import quote_ident
+from cdf_platform.core.sql import quote_ident, sql_path
 from cdf_platform.spark.failures import (
     ENGINE_RULE,
     engine_loss,
@@ -179,14 +179,19 @@ def read_changes(
     if start_version > end_version:
         raise ValueError(f"empty range [{start_version}, {end_version}]")
     ctx = context or ReadContext(pipeline_id, path, start_version, end_version)
+    # The table is named as SQL names it (`delta.`<path>``, always absolute), not `.load(path)`:
+    # a path load goes through Delta's V1 `DeltaDataSource.createRelation`, which merges the
+    # reader's options (lowercased by Spark) with its own camel-case copy of the CDF options,
+    # so every read logged "Converting duplicated key" for each of the three. Resolved through
+    # Delta's catalog, each option reaches the change feed's relation once; the rows and the
+    # error conditions (PATH_NOT_FOUND, DELTA_MISSING_CHANGE_DATA, ...) are the same.
     return classified(
         ctx,
         lambda: (
-            spark.read.format("delta")
-            .option("readChangeFeed", "true")
+            spark.read.option("readChangeFeed", "true")
             .option("startingVersion", start_version)
             .option("endingVersion", end_version)
-            .load(path)
+            .table(sql_path(path))
         ),
     )
 
