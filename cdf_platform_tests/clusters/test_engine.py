@@ -1,8 +1,8 @@
 """The warm engine (`cdf-platform engine`): its conf (the operator's settings win, Delta's stay,
 credentials never on a command line), runs over it in sessions of their own (a conf another
 client set never reaches a run), and a run whose engine was killed and restarted under it
-failing as `EngineUnavailable` (retryable), then applied exactly once by its retry in a new
-session."""
+failing as `EngineUnavailable` (retryable, said in words), then applied exactly once by its retry
+in a new session, and a run started while the engine is away waiting for it."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -231,15 +232,20 @@ _SURVIVOR = textwrap.dedent(
         runner.run(spec)
         failed = None
     except EngineUnavailable as err:
-        failed = {"retryable": err.retryable, "code": err.incident_code}
+        failed = {"retryable": err.retryable, "code": err.incident_code, "message": str(err)}
         spark.discard_session()
     again = runner.run(spec)
     print(json.dumps({"failed": failed, "again": again.mode.value}), flush=True)
+    sys.stdin.readline()  # the engine is killed now, and stays away a while
+    write_demo_batch(spec.source, "orders", batch_size=30)
+    print(json.dumps({"waited": runner.run(spec).mode.value}), flush=True)
     """
 )
+# How long the engine stays away under the survivor's third run, which waits for it.
+ENGINE_AWAY_S = 15.0
 
 
-def test_a_run_whose_engine_restarted_fails_retryable_and_its_retry_applies_it_once(
+def test_a_run_whose_engine_restarted_fails_retryable_and_one_started_while_it_is_away_waits(
     engine: Engine, spark: SparkSession
 ) -> None:
     env = {**engine.env, **engine.client_env()}
@@ -247,6 +253,7 @@ def test_a_run_whose_engine_restarted_fails_retryable_and_its_retry_applies_it_o
         [sys.executable, "-c", _SURVIVOR],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, **env},
     )
@@ -258,11 +265,29 @@ def test_a_run_whose_engine_restarted_fails_retryable_and_its_retry_applies_it_o
     survivor.stdin.write("go\n")
     survivor.stdin.flush()
     outcome = json.loads(survivor.stdout.readline())
-    assert survivor.wait(timeout=300) == 0
+    # The lost session is said in words, with nothing to fix: the engine is running.
+    message = outcome["failed"].pop("message")
+    assert "session on the engine was lost" in message, message
+    assert "_InactiveRpcError" not in message and "start the engine" not in message, message
     assert outcome == {
         "failed": {"retryable": True, "code": "ENGINE_UNAVAILABLE"},
         "again": "incremental",
     }
+    # A run started while the engine is away waits for it, says so, and goes on once it is back.
+    engine.kill()
+    survivor.stdin.write("go\n")
+    survivor.stdin.flush()
+    time.sleep(ENGINE_AWAY_S)
+    engine.start()
+    line = survivor.stdout.readline()
+    assert survivor.stderr is not None
+    assert line, survivor.stderr.read()
+    waited = json.loads(line)
+    assert survivor.wait(timeout=300) == 0
+    assert waited == {"waited": "incremental"}
+    said = survivor.stderr.read()
+    assert f"engine unreachable at {engine.url} since" in said, said
+    assert f"engine at {engine.url} answers again after" in said, said
     lake = Path(env[LAKE_ROOT_ENV])
     silver, bronze = str(lake / "silver" / "lost"), str(lake / "bronze" / "lost")
     assert table_rows(spark, silver) == table_rows(spark, bronze)
@@ -272,4 +297,4 @@ def test_a_run_whose_engine_restarted_fails_retryable_and_its_retry_applies_it_o
         for entry in DeltaTable(silver).history()
         if entry.get("userMetadata")
     ]
-    assert sorted(modes) == ["incremental", "initial_load"]
+    assert sorted(modes) == ["incremental", "incremental", "initial_load"]
