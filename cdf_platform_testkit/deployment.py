@@ -37,6 +37,7 @@ from cdf_platform.orchestration.keys import silver_pipeline_ids
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.orchestration.run_worker import answers
 from cdf_platform.planning.status import PipelineStatus, pipeline_status
+from cdf_platform.spark.engine import DEFAULT_ENGINE_MEMORY
 from cdf_platform_testkit.lake import write_pipelines
 from cdf_platform_testkit.postgres import PostgresServer
 from cdf_platform_testkit.spark_servers import connect_answers
@@ -95,7 +96,7 @@ class Deployment:
         pipelines: list[dict[str, Any]],
         *,
         warm: bool = True,
-        engine_memory: str = "3g",
+        engine_memory: str = DEFAULT_ENGINE_MEMORY,
         code: Sequence[str] = ("-m", "cdf_platform.definitions"),
         env: Mapping[str, str | None] | None = None,
     ) -> None:
