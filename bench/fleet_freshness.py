@@ -55,6 +55,7 @@ from bench.streaming_peer import (
 )
 from cdf_platform.demo.services import wait_for
 from cdf_platform.orchestration.incremental_sensor import PENDING_STATUSES
+from cdf_platform.spark.engine import DEFAULT_ENGINE_MEMORY
 from cdf_platform.state.control import ControlTable
 from cdf_platform_testkit.deployment import Commit, Deployment, covered
 from cdf_platform_testkit.postgres import PostgresServer
@@ -62,8 +63,9 @@ from cdf_platform_testkit.postgres import PostgresServer
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-# The engine's heap as the deployment kit starts it; the peer's driver gets the same.
-ENGINE_MEMORY = "3g"
+# The engine's heap (the deployment kit starts it with the documented default); the peer's
+# driver gets the same.
+ENGINE_MEMORY = DEFAULT_ENGINE_MEMORY
 CATCH_UP_TIMEOUT_S = 1800.0
 PEER_START_TIMEOUT_S = 900.0
 SEED = 11
