@@ -16,7 +16,7 @@ A no-op plan never starts Spark, on either side. Failures are classified on both
 `PipelineRunner`) and fail the step as a `dg.Failure` with the pipeline and incident code.
 
 Where the run's seconds went is part of the metadata (`stage_<stage>_seconds`): when Dagster
-created, dequeued and launched the run (its run record and its `RUN_DEQUEUED` and `RUN_START`
+created, dequeued and launched the run (its run record and its `RUN_STARTING` and `RUN_START`
 events, read once per step) are handed to the run as plain times (`OrchestratorTimes`), which
 adds them to its load-log row and its stages (`cdf_platform.state.load_log`).
 
@@ -182,22 +182,25 @@ def write_pipeline(
     return result
 
 
+# Dagster 1.13 writes no RUN_DEQUEUED (the type exists, unused): the queued run coordinator's
+# daemon reports RUN_STARTING as it takes a run off the queue and hands it to the launcher.
+_DEQUEUED, _LAUNCHED = dg.DagsterEventType.RUN_STARTING, dg.DagsterEventType.RUN_START
+
+
 def orchestrator_times(instance: dg.DagsterInstance, run_id: str) -> OrchestratorTimes:
-    """When Dagster created run `run_id`, its queue launched it (`RUN_DEQUEUED`; None for a
-    run that did not pass the queued run coordinator) and its process started (`RUN_START`):
-    its run record and those two events of its log."""
+    """When Dagster created run `run_id`, handed it to its launcher (off the queue: its
+    `RUN_STARTING`; None for a run executed in process) and started its process (`RUN_START`):
+    its run record and those two events of its log, two reads."""
     record = instance.get_run_record_by_id(run_id)
-    events = instance.get_records_for_run(
-        run_id, of_type={dg.DagsterEventType.RUN_DEQUEUED, dg.DagsterEventType.RUN_START}
-    ).records
+    events = instance.get_records_for_run(run_id, of_type={_DEQUEUED, _LAUNCHED}).records
     at = {
         event.event_log_entry.dagster_event_type: datetime.fromtimestamp(event.timestamp, UTC)
         for event in events
     }
     return OrchestratorTimes(
         created_at=record.create_timestamp if record is not None else None,
-        dequeued_at=at.get(dg.DagsterEventType.RUN_DEQUEUED),
-        launched_at=at.get(dg.DagsterEventType.RUN_START),
+        dequeued_at=at.get(_DEQUEUED),
+        launched_at=at.get(_LAUNCHED),
     )
 
 

@@ -4,9 +4,10 @@ to silver can be read back from the log.
 
 A run's marks, in order (UTC; a mark the run does not pass is None):
 
-- `created`, `dequeued`, `launched`: the orchestrator created the run, its queue launched it,
-  the run process started (Dagster's run record, `RUN_DEQUEUED` and `RUN_START`; None for a
-  run of the command line, a run outside the queue has no `dequeued`);
+- `created`, `dequeued`, `launched`: the orchestrator created the run, took it off its queue
+  and handed it to the launcher, the run process started (Dagster's run record, its
+  `RUN_STARTING` and `RUN_START` events; None for a run of the command line; a run executed
+  in process has no `dequeued`);
 - `started`: the run began planning (`PipelineRunner.prepare`); `planned`: its plan pinned;
 - `read`: its change set read and collapsed (an incremental run's only);
 - `committed`: silver's commit landed (none for a no-op, or a MERGE a newer run superseded);

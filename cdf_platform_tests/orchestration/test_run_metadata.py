@@ -1,6 +1,8 @@
 """A silver run pins `(watermark, latest]` from the logs alone (no Spark job), per pipeline, and
 records what it did as typed metadata: numbers stay numbers (hours and seconds rounded to 2
-decimals), and an absent figure reads "none", never "null"."""
+decimals), and an absent figure reads "none", never "null". Where its seconds went is in its
+metadata and its load-log row, from Dagster's creating the run (through the queued run
+coordinator and its daemon on a real instance) to the row."""
 
 from __future__ import annotations
 
@@ -8,8 +10,24 @@ from dataclasses import replace
 from pathlib import Path
 
 import dagster as dg
+import pytest
+from dagster._core.definitions.selector import JobSubsetSelector
+from dagster._core.remote_origin import InProcessCodeLocationOrigin
+from dagster._core.test_utils import create_test_daemon_workspace_context
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
+from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (
+    QueuedRunCoordinatorDaemon,
+)
 from pyspark.sql import SparkSession
 
+from cdf_platform.core.config import (
+    AUTOMATION_ENV,
+    LAKE_ROOT_ENV,
+    MASTER_ENV,
+    PIPELINES_FILE_ENV,
+)
+from cdf_platform.orchestration.jobs import INCREMENTAL_JOB
 from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform.orchestration.silver import describe_plan
@@ -51,8 +69,72 @@ def test_each_pipeline_pins_its_change_set_from_the_logs_without_spark(
         assert describe_plan(plan) == f"{pipeline_id}: initial_load, bronze snapshot at version 1"
 
 
+# The queued run coordinator, as deploy/dagster.yaml has it; the run launched in this process.
+QUEUED = {
+    "run_coordinator": {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"}
+}
+LOCATION = "cdf_platform"
+
+
+def _status(instance: dg.DagsterInstance, run_id: str) -> dg.DagsterRunStatus | None:
+    run = instance.get_run_by_id(run_id)
+    return run.status if run is not None else None
+
+
+def _queued_run(instance: dg.DagsterInstance, job_name: str, asset: dg.AssetKey) -> str:
+    """Run `job_name` on `asset` as a deployment does: the platform's definitions
+    (`cdf_platform.definitions`, configured by the environment) as a code location, the run
+    created and submitted to the queue, then taken off it by the queued run coordinator's
+    daemon and launched (in this process: the instance's launcher is synchronous)."""
+    origin = InProcessCodeLocationOrigin(
+        LoadableTargetOrigin(module_name="cdf_platform.definitions", attribute="defs"),
+        location_name=LOCATION,
+    )
+    target = InProcessWorkspaceLoadTarget(origin)
+    with create_test_daemon_workspace_context(target, instance) as workspace:
+        context = workspace.create_request_context()
+        location = context.get_code_location(LOCATION)
+        (repository,) = location.get_repositories()
+        remote_job = location.get_job(
+            JobSubsetSelector(
+                location_name=LOCATION,
+                repository_name=repository,
+                job_name=job_name,
+                op_selection=None,
+                asset_selection=[asset],
+            )
+        )
+        plan = location.get_execution_plan(
+            remote_job, {}, step_keys_to_execute=None, known_state=None, instance=instance
+        )
+        run = instance.create_run(
+            job_name=job_name,
+            run_id=None,
+            run_config={},
+            resolved_op_selection=None,
+            step_keys_to_execute=None,
+            status=None,
+            op_selection=None,
+            root_run_id=None,
+            parent_run_id=None,
+            tags=remote_job.run_tags,
+            job_snapshot=remote_job.job_snapshot,
+            execution_plan_snapshot=plan.execution_plan_snapshot,
+            parent_job_snapshot=remote_job.parent_job_snapshot,
+            remote_job_origin=remote_job.get_remote_origin(),
+            job_code_origin=remote_job.get_python_origin(),
+            asset_selection=frozenset([asset]),
+            asset_check_selection=None,
+            asset_graph=location.get_repository(repository).asset_graph,
+        )
+        instance.submit_run(run.run_id, context)
+        assert _status(instance, run.run_id) is dg.DagsterRunStatus.QUEUED
+        list(QueuedRunCoordinatorDaemon(interval_seconds=1).run_iteration(workspace))
+    return run.run_id
+
+
 def test_a_silver_materialization_records_typed_figures(
-    spark_resource: SparkResource, lake: Path
+    spark_resource: SparkResource, lake: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     defs = lake_defs(spark_resource, lake, ORDERS)
     instance = dg.DagsterInstance.ephemeral()
@@ -108,6 +190,40 @@ def test_a_silver_materialization_records_typed_figures(
     assert abs(row["launched_at"].timestamp() - record.start_time) < 0.01
     assert row["dequeued_at"] is None
     marks = ("created_at", "launched_at", "started_at", "planned_at", "committed_at")
+    assert [row[mark] for mark in marks] == sorted(row[mark] for mark in marks)
+
+    # The next batch's incremental run through the queue, as the deployment runs it: every
+    # stage is marked, in order, and each has its seconds.
+    bronze_batch(defs, "orders", instance, 10)
+    for name, value in (
+        (LAKE_ROOT_ENV, str(lake)),
+        (PIPELINES_FILE_ENV, str(lake / "pipelines.yaml")),
+        (MASTER_ENV, "local[2]"),
+        (AUTOMATION_ENV, "off"),
+    ):
+        monkeypatch.setenv(name, value)
+    with dg.instance_for_test(overrides=QUEUED, synchronous_run_launcher=True) as deployed:
+        run_id = _queued_run(deployed, INCREMENTAL_JOB, key)
+        assert _status(deployed, run_id) is dg.DagsterRunStatus.SUCCESS
+        event = deployed.get_latest_materialization_event(key)
+        assert event is not None and event.asset_materialization is not None
+        queued = event.asset_materialization.metadata
+    assert (queued["mode"].value, queued["dagster_run_id"].value) == ("incremental", run_id)
+    for stage in ("queue", "launch", "plan", "read", "merge", "end"):
+        assert isinstance(queued[f"stage_{stage}_seconds"], dg.FloatMetadataValue), stage
+        assert queued[f"stage_{stage}_seconds"].value >= 0, stage
+    row = control_for(lake, ORDERS).control().read_log("orders")[-1]
+    marks = (
+        "created_at",
+        "dequeued_at",
+        "launched_at",
+        "started_at",
+        "planned_at",
+        "read_at",
+        "committed_at",
+        "finished_at",
+    )
+    assert None not in [row[mark] for mark in marks]
     assert [row[mark] for mark in marks] == sorted(row[mark] for mark in marks)
 
 
