@@ -15,7 +15,7 @@ A run's marks, in order (UTC; a mark the run does not pass is None):
 
 Each stage (`STAGES`) lasts from the latest mark the run has before the one that ends it, so
 the stages a run has add up to the time from its first mark to `finished`: every second is in
-one stage. A run the orchestrator did not launch starts planning at `started`.
+one stage. A run no orchestrator launched has `started` for its `launched`.
 
 Example:
     >>> from datetime import UTC, datetime, timedelta
@@ -29,7 +29,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -104,7 +104,7 @@ class RunStages:
     read_at: datetime | None = None
     committed_at: datetime | None = None
     finished_at: datetime | None = None
-    orchestrator: OrchestratorTimes = field(default=NOT_ORCHESTRATED)
+    orchestrator: OrchestratorTimes = NOT_ORCHESTRATED
 
     @classmethod
     def of_row(cls, row: Mapping[str, Any]) -> RunStages:
