@@ -13,11 +13,14 @@ run_launcher:
 
 The worker is an accelerator, never a single point of failure: when it does not answer, the run
 is launched through the code server exactly as `DefaultRunLauncher` does (an engine event of
-the run says so). A run the worker started is tagged with its process (`cdf_platform/run_worker`:
-address, pid, start time), which lets run monitoring see at once a run process that died (its
-pid gone or reused: the run is marked failed within a monitoring interval, instead of waiting
-for `max_runtime_seconds`) and lets a termination reach it (SIGTERM, which Dagster turns into
-the run's interruption).
+the run says so). A run the worker started is tagged with its process
+(`.dagster/cdf_platform_run_worker`: address, pid, start time), which lets run monitoring see
+at once a run process that died (its pid gone or reused: the run is marked failed within a
+monitoring interval, instead of waiting for `max_runtime_seconds`) and lets a termination
+reach it (SIGTERM, which Dagster turns into the run's interruption). The key starts with
+`.dagster/`, which Dagster's GraphQL API leaves out of a run's tags (`TagType.HIDDEN`): the
+UI's runs list shows what an operator reads (the queue, the incident a rebuild repairs), not a
+process id. Runs tagged before the key moved carry `cdf_platform/run_worker`, still read.
 
 This module is loaded by every process that opens the instance (daemon, webserver, code
 server, runs): it imports nothing beyond Dagster, psutil (Dagster's) and the standard library.
@@ -37,8 +40,12 @@ from dagster._serdes import ConfigurableClassData
 
 from cdf_platform.orchestration.run_worker import is_same_process, request
 
-# The run tag naming the run worker's process that runs it.
-RUN_WORKER_TAG = "cdf_platform/run_worker"
+# The run tag naming the run worker's process that runs it. Hidden from the UI: Dagster's
+# GraphQL API drops tags under `.dagster/` (dagster._core.storage.tags.HIDDEN_TAG_PREFIX); not
+# `.dagster/run_worker`, which is Dagster's own (RUN_WORKER_ID_TAG).
+RUN_WORKER_TAG = ".dagster/cdf_platform_run_worker"
+# Where runs launched before the key moved carry it (read, never written).
+LEGACY_RUN_WORKER_TAG = "cdf_platform/run_worker"
 
 
 class WarmRunLauncher(dg.DefaultRunLauncher):
@@ -98,9 +105,10 @@ class WarmRunLauncher(dg.DefaultRunLauncher):
                     run,
                     cls=self.__class__,
                 )
-        if run.tags.get(RUN_WORKER_TAG):
+        stale = {tag: "" for tag in (RUN_WORKER_TAG, LEGACY_RUN_WORKER_TAG) if run.tags.get(tag)}
+        if stale:
             # A retry carries its parent's tags: this run's process is not the parent's.
-            self._instance.add_run_tags(run.run_id, {RUN_WORKER_TAG: ""})
+            self._instance.add_run_tags(run.run_id, stale)
         super().launch_run(context)
 
     def terminate(self, run_id: str) -> bool:
@@ -153,8 +161,9 @@ class WarmRunLauncher(dg.DefaultRunLauncher):
 
 
 def _process(run: dg.DagsterRun) -> dict[str, Any] | None:
-    """The run worker's process of `run` (its tag), if the worker started it."""
-    tag = run.tags.get(RUN_WORKER_TAG)
+    """The run worker's process of `run` (its tag, or the tag's earlier key), if the worker
+    started it."""
+    tag = run.tags.get(RUN_WORKER_TAG) or run.tags.get(LEGACY_RUN_WORKER_TAG)
     return json.loads(tag) if tag else None
 
 
