@@ -46,12 +46,14 @@ def connect_when_engine_answers(
 ) -> T:
     """`connect()`, tried again every `ENGINE_POLL_SECONDS` while it raises `EngineUnavailable`,
     for at most `wait_seconds`; `report` gets the wait's news (unreachable since, still waiting,
-    back). Any other failure passes through at once.
+    back). Any other failure passes through at once, and every failure when `wait_seconds` is 0.
 
     Raises:
         EngineUnavailable: the engine at `remote` did not answer within `wait_seconds`: the
             message names its address, since when it is unreachable, why, and the wait.
     """
+    if wait_seconds <= 0:
+        return connect()  # no wait: the first refusal as it is
     started = time.monotonic()
     since: datetime | None = None
     reported = started
