@@ -166,12 +166,12 @@ def replay_window_result(
             else {}
         ),
         "watermark": count(status.watermark),
-        # The headroom as plotted (a caught-up consumer's is the retention horizon; left out
-        # when there is none), and the headroom bronze's next commit will start with.
+        # The headroom every view shows (a caught-up consumer's is the retention horizon; left
+        # out when there is none), and the headroom bronze's next commit will start with.
         # A snapshot source replays no history: no headroom either.
         **(
-            {"headroom_hours": hours(plotted)}
-            if (plotted := status.plotted_headroom_hours) is not None and not target.snapshots
+            {"headroom_hours": hours(headroom)}
+            if headroom is not None and not target.snapshots
             else {}
         ),
         "retention_horizon_hours": hours(status.retention_horizon_hours),
@@ -211,6 +211,7 @@ def replay_window_result(
             f"{target.consumer}, or raise delta.deletedFileRetentionDuration on {target.source}",
         ),
     }
+    unmeetable = _unmeetable_limit(target, status)
     if status.state in failed:
         severity, description = failed[status.state]
         return _result(
@@ -218,7 +219,7 @@ def replay_window_result(
             target,
             passed=False,
             severity=severity,
-            description=description,
+            description=description + unmeetable,
             metadata=metadata,
         )
     description = f"replayable from version {status.earliest_replayable_version}"
@@ -232,7 +233,23 @@ def replay_window_result(
             f"; spec edits of {', '.join(status.spec_changed_fields)} taken forward only: rows "
             "written before keep the previous spec's values until the next rebuild"
         )
-    return _result(REPLAY_WINDOW, target, passed=True, description=description, metadata=metadata)
+    return _result(
+        REPLAY_WINDOW, target, passed=True, description=description + unmeetable, metadata=metadata
+    )
+
+
+def _unmeetable_limit(target: CheckTarget, status: PipelineStatus) -> str:
+    """A word on a headroom limit no headroom can reach: `min_headroom_hours` at or above the
+    retention horizon (the most headroom a version ever has); "" otherwise."""
+    horizon = status.retention_horizon_hours
+    if target.snapshots or horizon is None or target.min_headroom_hours < horizon:
+        return ""
+    return (
+        f"; the limit min_headroom_hours {target.min_headroom_hours:g} h can never be met: "
+        f"{target.source} keeps changes for {horizon:.2f} h (delta.deletedFileRetentionDuration, "
+        "delta.logRetentionDuration), so every backlog warns: lower the limit below that, or "
+        f"raise {target.source}'s retention"
+    )
 
 
 def foreign_writes_result(

@@ -255,8 +255,8 @@ def consumer_check_results(
         metadata = {"input": text(input_id), "fallback_mode": text(fallback.value)}
         if several:
             for name, each in statuses.items():
-                if (plotted := each.plotted_headroom_hours) is not None:
-                    metadata[f"{name} headroom_hours"] = hours(plotted)
+                if (headroom := each.headroom_hours) is not None:
+                    metadata[f"{name} headroom_hours"] = hours(headroom)
         result = replay_window_result(target, status)
         yield _about(result, input_id, several, metadata)
 

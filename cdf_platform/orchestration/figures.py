@@ -15,12 +15,12 @@ recorded as `UNKNOWN` (-1), never dropped:
 - every bronze figure (lag, earliest replayable version) while the bronze table does not exist.
 
 Versions and lag are never negative otherwise, so -1 cannot be mistaken for a real value. Hours
-are never a placeholder: a -1 on an hours axis reads as a negative duration. So `headroom_hours`
-is plotted as what it means to the consumer (`PipelineStatus.plotted_headroom_hours`): while
-nothing waits to be replayed (caught up) the retention horizon, the headroom bronze's next
-commit will start with; 0 once the window is lost; and left out (a hole) where there is none
-(never ran, no bronze table). `status --json` says null while no deadline runs, the tables `-`. An
-absent text value reads "none" (the UI shows a null value as "null").
+are never a placeholder: a -1 on an hours axis reads as a negative duration. `headroom_hours`
+is the one figure every view gives (`PipelineStatus.headroom_hours`: `status`, the checks,
+`platform/pipelines`): while nothing waits to be replayed (caught up) the retention horizon,
+the headroom bronze's next commit will start with; 0 once the window is lost; and left out (a
+hole) where there is none (never ran, no bronze table), as `status --json` says null and the
+tables `-`. An absent text value reads "none" (the UI shows a null value as "null").
 """
 
 import dagster as dg

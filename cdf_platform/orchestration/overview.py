@@ -43,8 +43,8 @@ state (`lost_pipelines`, `blocked_pipelines`, `source_missing_pipelines`,
 `spec_changed_pipelines`, `low_headroom_pipelines`), `lag_exceeded_pipelines`, `max_lag_hours`
 and `least_headroom_hours` (measured figures, named apart from the limits `max_allowed_lag_hours`
 and `min_headroom_hours`), each on every materialization so a plot has no holes:
-`least_headroom_hours` is the least headroom as the checks plot it (a caught-up pipeline's is
-its retention horizon, a lost window's 0), left out only while no pipeline has one (no bronze
+`least_headroom_hours` is the least headroom, as every view gives it (a caught-up pipeline's
+is its retention horizon, a lost window's 0), left out only while no pipeline has one (no bronze
 table yet); `pipeline_count` is text (it moves only when pipelines are added). While a
 pipeline has a `quarantine` expectation, a last line gives each such pipeline's quarantined
 rows and `quarantined_rows` plots their sum.
@@ -252,7 +252,7 @@ def overview_metadata(
     numeric on every materialization (a state without pipelines counts 0; the least headroom
     left out while no pipeline has one; the quarantined rows while a pipeline quarantines)."""
     lags = [s.lag_hours for s in statuses if s.lag_hours is not None]
-    headrooms = [h for s in statuses if (h := s.plotted_headroom_hours) is not None]
+    headrooms = [h for s in statuses if (h := s.headroom_hours) is not None]
     states = Counter(status.state for status in statuses)
     quarantined = quarantined or {}
     table = "\n".join([overview_table(specs, statuses), *_quarantine_line(quarantined)])

@@ -29,7 +29,12 @@ from cdf_platform.core.errors import SourceNotFound
 from cdf_platform.core.spec import FallbackMode
 from cdf_platform.core.storage_options import StorageConfig
 from cdf_platform.planning.input_plan import BatchMode, plan_input
-from cdf_platform.planning.status import PipelineStatus, WindowState, headroom_of
+from cdf_platform.planning.status import (
+    PipelineStatus,
+    WindowState,
+    headroom_of,
+    shown_headroom,
+)
 from cdf_platform.state.consumer_marks import ConsumerMarks, MarksLost, read_consumer_marks
 from cdf_platform.window.replay_window import compute_replay_window
 
@@ -114,6 +119,7 @@ def input_status(
     else:
         state = WindowState.OK
     lag_hours = consumer.lag_hours if consumer is not None else None
+    horizon = min(window.deleted_file_retention, window.log_retention) / _HOUR
     return PipelineStatus(
         pipeline_id=read.consumer,
         watermark=plan.watermark,
@@ -123,8 +129,8 @@ def input_status(
         lag_hours=lag_hours,
         earliest_replayable_version=window.earliest_replayable_version,
         replayable=problem is None and consumer is not None and consumer.replayable,
-        headroom_hours=headroom_of(consumer),
-        retention_horizon_hours=min(window.deleted_file_retention, window.log_retention) / _HOUR,
+        headroom_hours=shown_headroom(consumer, state, horizon),
+        retention_horizon_hours=horizon,
         state=state,
         lag_exceeded=lag_hours is not None and lag_hours > max_allowed_lag_hours,
         problem_code=problem.incident_code if problem is not None else None,

@@ -130,20 +130,6 @@ class PipelineStatus:
             problem=problem,
         )
 
-    @property
-    def plotted_headroom_hours(self) -> float | None:
-        """The headroom a plot shows: `headroom_hours` while a deadline runs; 0 once the window
-        is lost; for a caught-up consumer the retention horizon, the headroom bronze's next
-        commit will start with (the whole retention is ahead of it); None otherwise (never ran,
-        bronze missing: a point left out of the plot, never a placeholder)."""
-        if self.headroom_hours is not None:
-            return max(0.0, self.headroom_hours)
-        if self.state is WindowState.LOST:
-            return 0.0
-        if self.version_lag == 0:
-            return self.retention_horizon_hours
-        return None
-
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
         data = asdict(self)
@@ -159,12 +145,29 @@ class PipelineStatus:
 
 
 def headroom_of(consumer: ConsumerAssessment | None) -> float | None:
-    """The headroom every view shows (`status`, the checks, `platform/pipelines`): hours until
-    W + 1 leaves the replay window; 0 once it has (a lost window); None while nothing waits to
-    be replayed (caught up, or never ran), since no deadline runs until bronze's next commit."""
+    """The deadline headroom: hours until W + 1 leaves the replay window; 0 once it has (a lost
+    window); None while nothing waits to be replayed (caught up, or never ran). The state is
+    judged by it: a caught-up consumer is never LOW_HEADROOM."""
     if consumer is None or consumer.headroom_hours is None:
         return None
     return max(0.0, consumer.headroom_hours)
+
+
+def shown_headroom(
+    consumer: ConsumerAssessment | None, state: WindowState, horizon: float | None
+) -> float | None:
+    """The headroom every view shows (`status`, the checks' plots, `platform/pipelines`): the
+    deadline's (`headroom_of`) while one runs; 0 once the window is lost; for a caught-up
+    consumer the retention horizon, the headroom bronze's next commit starts with (W + 1 is
+    that commit, and nothing can leave the window before it exists); None where there is no
+    figure (never ran, no bronze table)."""
+    if (deadline := headroom_of(consumer)) is not None:
+        return deadline
+    if state is WindowState.LOST:
+        return 0.0
+    if consumer is not None and consumer.version_lag == 0:
+        return horizon
+    return None
 
 
 def status_from(found: PipelineAssessment, foreign: ForeignWrites | None = None) -> PipelineStatus:
@@ -200,7 +203,8 @@ def status_from(found: PipelineAssessment, foreign: ForeignWrites | None = None)
             window.earliest_replayable_version if window and not spec.snapshot_source else None
         ),
         replayable=problem is None and consumer is not None and consumer.replayable,
-        headroom_hours=headroom_of(consumer),
+        # A snapshot source replays no history: no headroom.
+        headroom_hours=None if spec.snapshot_source else shown_headroom(consumer, state, horizon),
         retention_horizon_hours=horizon,
         state=state,
         lag_exceeded=lag_hours is not None and lag_hours > spec.max_allowed_lag_hours,

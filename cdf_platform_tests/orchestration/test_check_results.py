@@ -67,7 +67,8 @@ BLOCKED = replace(
     problem_code="TARGET_OWNED_BY_OTHER_PIPELINE",
     problem="TargetOwnershipConflict: silver table is owned by 'payments'",
 )
-CAUGHT_UP = replace(HEALTHY, watermark=43, version_lag=0, lag_hours=0.0, headroom_hours=None)
+# Caught up: its headroom is the retention horizon, as every view gives it (`shown_headroom`).
+CAUGHT_UP = replace(HEALTHY, watermark=43, version_lag=0, lag_hours=0.0, headroom_hours=168.0)
 
 LAG_FIGURES = ("version_lag", "data_version_lag", "watermark")
 WINDOW_FIGURES = ("earliest_replayable_version", "watermark")
@@ -168,10 +169,9 @@ def test_replay_window_figures_of_a_lost_window() -> None:
 
 
 def test_a_caught_up_pipeline_plots_its_retention_horizon_as_headroom() -> None:
-    """No deadline runs while nothing waits to be replayed: the headroom plotted is the horizon
-    bronze's next commit will start with (never a placeholder that reads as negative hours, nor
-    a 0 that reads as a closed window); without bronze there is none, and no point is
-    plotted."""
+    """Nothing waits to be replayed: the headroom is the horizon bronze's next commit will
+    start with (never a placeholder that reads as negative hours, nor a 0 that reads as a
+    closed window); without bronze there is none, and no point is plotted."""
     figures = replay_window_result(SPEC, CAUGHT_UP).metadata
     assert (figures["headroom_hours"].value, figures["retention_horizon_hours"].value) == (
         168.0,
@@ -181,6 +181,17 @@ def test_a_caught_up_pipeline_plots_its_retention_horizon_as_headroom() -> None:
     missing = replay_window_result(SPEC, MISSING).metadata
     assert "headroom_hours" not in missing
     assert missing["retention_horizon_hours"].value == UNKNOWN
+
+
+def test_a_headroom_limit_at_or_above_the_retention_horizon_is_named_as_never_met() -> None:
+    """min_headroom_hours 200 against bronze's 168 h: every backlog would warn, so the check says
+    the limit can never be met, caught up or not; a limit below the horizon gets no such word."""
+    unmeetable = SPEC.model_copy(update={"min_headroom_hours": 200})
+    for status in (CAUGHT_UP, replace(LOW, headroom_hours=150.0)):
+        description = replay_window_result(unmeetable, status).description or ""
+        assert "min_headroom_hours 200 h can never be met" in description, description
+        assert "keeps changes for 168.00 h" in description, description
+    assert "never be met" not in (replay_window_result(SPEC, CAUGHT_UP).description or "")
 
 
 FOREIGN = replace(

@@ -1,7 +1,7 @@
 """One headroom for a pipeline in every view: `cdf-platform status --json`, the replay_window
 check's metadata and the `platform/pipelines` overview agree in each state (caught up, behind,
-lost, right after a rebuild), and only a closed window reads 0. Caught up, no deadline runs:
-null in JSON, -1 on the check (its plotted sentinel), `-` in the overview."""
+lost, right after a rebuild), and only a closed window reads 0. Caught up, every view gives the
+retention horizon: the headroom bronze's next commit starts with."""
 
 from __future__ import annotations
 
@@ -49,10 +49,6 @@ def headrooms(
     ]
     from_check = evaluation.metadata["headroom_hours"].value
     assert isinstance(from_check, float)
-    if from_status is None:
-        # Caught up: the check plots the headroom bronze's next commit will start with.
-        assert from_check == evaluation.metadata["retention_horizon_hours"].value
-        from_check = None
 
     (overview,) = checks.asset_materializations_for_node(OVERVIEW.to_python_identifier())
     table = str(overview.metadata["pipelines"].value)
@@ -89,7 +85,8 @@ def test_status_checks_and_overview_give_one_headroom_in_every_state(
 
     bronze_batch(defs, "orders", instance, 20)
     assert defs.resolve_job_def("incremental_job").execute_in_process(instance=instance).success
-    assert agreed(headrooms(defs, instance, layout)) is None  # caught up: no deadline runs
+    # Caught up: the whole retention (the default 7 days) is ahead of bronze's next commit.
+    assert agreed(headrooms(defs, instance, layout)) == 168.0
 
     bronze_batch(defs, "orders", instance, 20)  # behind: the default 7 days run down
     behind = agreed(headrooms(defs, instance, layout))
@@ -98,14 +95,14 @@ def test_status_checks_and_overview_give_one_headroom_in_every_state(
     vacuum_breaking_the_window(spark, bronze)
     assert agreed(headrooms(defs, instance, layout)) == 0.0  # lost: the window has closed
 
-    # Rebuilt while bronze keeps changes for a second only: caught up again, so still no
-    # deadline, not a 0 beside an OK state.
+    # Rebuilt while bronze keeps changes for 3 hours: caught up again, so the headroom is that
+    # retention again, not the 0 of the loss beside an OK state.
     retention = "'delta.deletedFileRetentionDuration'"
-    spark.sql(f"ALTER TABLE {sql_path(bronze)} SET TBLPROPERTIES ({retention} = '1 seconds')")
+    spark.sql(f"ALTER TABLE {sql_path(bronze)} SET TBLPROPERTIES ({retention} = '3 hours')")
     rebuilt = defs.resolve_job_def("rebuild_job").execute_in_process(
         instance=instance,
         run_config=rebuild_run_config("orders"),
         asset_selection=[silver_key("orders")],
     )
     assert rebuilt.success
-    assert agreed(headrooms(defs, instance, layout)) is None
+    assert agreed(headrooms(defs, instance, layout)) == 3.0
