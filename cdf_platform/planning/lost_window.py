@@ -88,18 +88,28 @@ def replay_problem(
     if found is None:
         return None
     latest = window.latest_version
-    what = f"{table_role} versions {start}..{latest} cannot be replayed: {found.detail}"
+    what = f"{table_role} {_versions(start, latest)} cannot be read as one change feed: "
+    what += found.detail
     kind: type[CdfPlatformError] = ReplayWindowLost
     if found.kind is WindowBreakKind.SCHEMA_CHANGE:
         kind = IncompatibleSchemaChange
     elif found.kind is WindowBreakKind.CDF_DISABLED:
         kind = CdfNotEnabled
     elif (earliest := window.earliest_replayable_version) > start:
-        # Where the window starts now, and which of the versions needed have left it.
-        last_gone = min(earliest - 1, latest)
-        gone = f"version {start}" if last_gone <= start else f"versions {start}..{last_gone}"
-        what += f"; the replay window now starts at version {earliest}: {gone} left it"
+        # Which of the versions needed have left the window (E is the first still in it, so
+        # start..E-1 have gone and E..L are still readable), and where it starts now.
+        what = f"{table_role} {_versions(start, min(earliest - 1, latest))} left the replay window"
+        if earliest > latest:
+            what += ", which holds no version now"
+        else:
+            what += f", which now starts at version {earliest} ({table_role} is at {latest})"
+        what += f": {found.detail}"
     return kind(what, pipeline_id=consumer, table=table, version=found.version)
+
+
+def _versions(first: int, last: int) -> str:
+    """`version 4`, or `versions 4..5`."""
+    return f"version {first}" if last <= first else f"versions {first}..{last}"
 
 
 def reset_problem(
