@@ -7,6 +7,7 @@ Example:
     (False, 'LOST')
 """
 
+from collections.abc import Iterable
 from typing import Any
 
 import dagster as dg
@@ -14,6 +15,7 @@ import dagster as dg
 from cdf_platform.core.errors import DestructiveActionNotPermitted, VacuumRefused
 from cdf_platform.demo.deployment import RunResult
 from cdf_platform.demo.steps import DemoFailed
+from cdf_platform.orchestration.keys import INCIDENT_TAG
 
 # How a maintenance run ended when it did not: the deployment refused its destructive run
 # config, or the VACUUM guard refused it (a consumer is behind).
@@ -31,6 +33,15 @@ def refusal(result: RunResult) -> str:
             return REFUSED
         return f"failed: {message or code}"
     return "failed"
+
+
+def tag_incident(instance: dg.DagsterInstance, run_id: str, codes: Iterable[Any]) -> None:
+    """Tag a run of the story that failed as intended with the incident codes that failed it
+    (`INCIDENT_TAG`, the key a rebuild's run carries for the loss it repairs), so the runs list
+    says why it is red; nothing when no code is known."""
+    found = sorted({str(code) for code in codes if code})
+    if found:
+        instance.add_run_tags(run_id, {INCIDENT_TAG: ", ".join(found)})
 
 
 def latest_metadata(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[str, Any]:

@@ -49,6 +49,11 @@ from cdf_platform.demo import processes
 from cdf_platform.demo.services import free_port, port_open, wait_for
 from cdf_platform.orchestration.run_worker import answers
 
+# Who launched a run the story submits: Dagster's `user` tag (dagster._core.storage.tags.
+# USER_TAG), which the UI's runs list shows as "Launched by" instead of "Manually launched".
+LAUNCHED_BY_TAG = "user"
+LAUNCHED_BY = "cdf-platform demo"
+
 # workspace.demo.yaml's code location: named after its module, as Dagster names it.
 LOCATION = "cdf_platform.demo.definitions"
 REPOSITORY = "__repository__"
@@ -266,7 +271,8 @@ class DemoDeployment:
         tags: Mapping[str, str] | None = None,
     ) -> str:
         """Submit a run of the code location's `job_name` (on `assets` when given) to the run
-        queue, as the UI's Launchpad does; return its run id."""
+        queue, as the UI's Launchpad does, launched by the demo's story (`LAUNCHED_BY_TAG`);
+        return its run id."""
         instance = self._instance()
         context = self._context().create_request_context()
         location = context.get_code_location(LOCATION)
@@ -293,7 +299,7 @@ class DemoDeployment:
             op_selection=None,
             root_run_id=None,
             parent_run_id=None,
-            tags={**remote_job.run_tags, **(tags or {})},
+            tags={**remote_job.run_tags, LAUNCHED_BY_TAG: LAUNCHED_BY, **(tags or {})},
             job_snapshot=remote_job.job_snapshot,
             execution_plan_snapshot=plan.execution_plan_snapshot,
             parent_job_snapshot=remote_job.parent_job_snapshot,

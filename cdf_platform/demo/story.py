@@ -40,6 +40,7 @@ from cdf_platform.demo.dagster_figures import (
     check_figures,
     latest_metadata,
     refusal,
+    tag_incident,
 )
 from cdf_platform.demo.deployment import (
     POLL_SECONDS,
@@ -202,8 +203,10 @@ class DemoStory:
         current.figures[INCREMENTAL_SENSOR] = "stopped"
 
     def checks(self, current: Step, *, expect_passed: bool) -> None:
-        """checks_job; record each pipeline's replay_window figures."""
-        self.deployment.run("checks_job")
+        """checks_job; record each pipeline's replay_window figures. A checks run failed by
+        its blocking check (a LOST window) is tagged with the windows' incident codes."""
+        result = self.deployment.run("checks_job")
+        codes = []
         for spec in self.specs:
             passed, figures = check_figures(
                 self.instance, dg.AssetKey(["silver", spec.id]), REPLAY_WINDOW
@@ -214,10 +217,13 @@ class DemoStory:
             current.figures[f"{spec.id}_headroom_h"] = "-" if headroom is None else headroom
             current.figures[f"{spec.id}_watermark"] = figures.get("watermark")
             current.figures[f"{spec.id}_latest"] = figures.get("latest_version")
+            codes.append(figures.get("problem_code") if not passed else None)
             if passed is not expect_passed:
                 raise DemoFailed(
                     f"{spec.id}: replay_window passed={passed}, expected {expect_passed}"
                 )
+        if not result.success:
+            tag_incident(self.instance, result.run_id, codes)
 
     def set_retention(self, current: Step, value: str) -> None:
         """Set bronze's `delta.deletedFileRetentionDuration` on every demo table: the
@@ -240,6 +246,8 @@ class DemoStory:
                 name, {"ops": {f"vacuum_{spec.bronze_name}": {"config": config}}}
             )
             outcome = "done" if result.success else refusal(result)
+            if not result.success:  # refused: the runs list says by what
+                tag_incident(self.instance, result.run_id, (c for c, _ in result.failures()))
             if outcome != expected:
                 raise DemoFailed(f"{name}: {outcome}, expected {expected} (run {result.run_id})")
             current.figures[f"{spec.bronze_name}_vacuum"] = outcome
