@@ -71,6 +71,7 @@ from cdf_platform.orchestration.keys import (
 )
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.orchestration.silver import freshness_window
+from cdf_platform.orchestration.tick_reason import TickReason
 from cdf_platform.planning.assessment import ControlReads
 from cdf_platform.planning.plan import plan_from
 from cdf_platform.planning.repair import repair_decision
@@ -234,8 +235,8 @@ def run_requests(
     newest: dict[str, dg.DagsterRun],
     *,
     max_pipelines_per_run: int,
-) -> tuple[list[dg.RunRequest], list[str]]:
-    """The run requests for `wanted` and the pipelines left out (with why).
+) -> tuple[list[dg.RunRequest], list[tuple[str, str]]]:
+    """The run requests for `wanted` and the pipelines left out (each id with why).
 
     A pipeline whose newest run failed in its own code when asked the same thing is left out
     (it would fail the same way; the next bronze version, or a person, brings the next run). A
@@ -245,7 +246,7 @@ def run_requests(
     driver for each run, each pipeline its own step, watermark and failure); the others get a
     run each."""
     requests: list[dg.RunRequest] = []
-    left_out: list[str] = []
+    left_out: list[tuple[str, str]] = []
     shared: list[tuple[WantedRun, str]] = []
     for item in wanted:
         last = newest.get(item.spec.id)
@@ -254,7 +255,7 @@ def run_requests(
             and _failed_in_its_code(last)
             and _requested(last).get(item.spec.id) == item.requested
         ):
-            left_out.append(f"{item.spec.id} (run {last.run_id[:8]} failed at {item.key})")
+            left_out.append((item.spec.id, f"run {last.run_id[:8]} failed at {item.key}"))
             continue
         after = f":after:{last.run_id[:8]}" if last is not None and _died(last) else ""
         if item.shares:
@@ -336,11 +337,10 @@ def _decide(
     spec: PipelineSpec,
     control: ControlTable,
     reads: ControlReads,
-    waiting: list[str],
+    reason: TickReason,
 ) -> WantedRun | int | None:
     """The run `spec` wants in this tick; its watermark when it is caught up (a refresh may be
-    due); None when it has no bronze version yet or is not run here (the reason appended to
-    `waiting`)."""
+    due); None when it has no bronze version yet or is held back (why, told to `reason`)."""
     try:
         status, small = assess(spec, control, reads)
     except (CdfPlatformError, NotImplementedError) as err:
@@ -348,14 +348,14 @@ def _decide(
         # read yet) must not stop the others from being triggered.
         log.warning("%s: cannot read its status: %s", spec.id, err)
         code = getattr(err, "incident_code", type(err).__name__)
-        waiting.append(f"{spec.id} ({code})")
+        reason.held_back(spec.id, code)
         return None
     if status.problem_code == TableNameNotLocated.incident_code:
         # Only a run can ask Spark's catalog where a named table lives: one run locates
         # it, and from then on this sensor reads its log like any other.
         return WantedRun(spec, "locate", "first")
     if status.state in _NOT_OURS:
-        waiting.append(f"{spec.id} ({status.state.value})")
+        reason.held_back(spec.id, status.state.value)
         return None
     latest, watermark = status.latest_version, status.watermark
     if latest is None:
@@ -363,7 +363,7 @@ def _decide(
     if status.state is WindowState.LOST:
         decision = repair_decision(spec.fallback_mode)
         if not decision.automatic:
-            waiting.append(f"{spec.id} (LOST, {decision.why_not})")
+            reason.held_back(spec.id, f"LOST, {decision.why_not}")
             return None
         # Seen in this tick: the run's plan meets the loss and rebuilds (its fallback),
         # once per loss; the checks still record it.
@@ -411,19 +411,20 @@ def build_incremental_sensor(
         # Read once for the tick: each read returns every pipeline's row.
         reads = ControlReads.of(control, verified=False)  # no foreign-write search here
         wanted: list[WantedRun] = []
-        waiting: list[str] = []
+        reason = TickReason(len(specs))
         caught_up: list[tuple[PipelineSpec, int]] = []
         pending = pending_pipelines(context.instance, pipeline_ids)
         for spec in specs:
             if spec.id in pending:
                 # Its queued or running run covers every version up to the latest at its start.
-                waiting.append(f"{spec.id} (run {pending[spec.id][:8]} pending)")
+                reason.in_progress(spec.id, pending[spec.id])
                 continue
-            decided = _decide(context.log, spec, control, reads, waiting)
+            decided = _decide(context.log, spec, control, reads, reason)
             if isinstance(decided, WantedRun):
                 wanted.append(decided)
             elif decided is not None:
                 caught_up.append((spec, decided))
+                reason.up_to_date(spec.id)
         # A caught-up fleet is the usual case: one query for every last materialization.
         materialized = last_materialized(context.instance, [spec for spec, _ in caught_up])
         now = time.time()
@@ -439,12 +440,10 @@ def build_incremental_sensor(
             requests, left_out = run_requests(
                 wanted, newest, max_pipelines_per_run=max_pipelines_per_run
             )
-            waiting += left_out
+            for pipeline_id, why in left_out:
+                reason.held_back(pipeline_id, why)
             if requests:
                 return dg.SensorResult(run_requests=requests)
-        reason = "every silver table is up to date"
-        if waiting:
-            reason += f"; not run here: {', '.join(waiting)}"
-        return dg.SensorResult(skip_reason=dg.SkipReason(reason))
+        return dg.SensorResult(skip_reason=dg.SkipReason(reason.text()))
 
     return _incremental_sensor

@@ -69,7 +69,7 @@ def test_new_bronze_versions_request_one_silver_run_per_pipeline_and_version(
     caught_up = tick(defs, instance)
     assert not caught_up.run_requests
     assert str(caught_up.skip_reason.skip_message) == (
-        "every silver table is up to date; not run here: customers (SOURCE_MISSING)"
+        "nothing to request: held back: customers (SOURCE_MISSING); orders is up to date"
     )
 
     # An instance that never saw silver materialize (silver loaded elsewhere) has nothing for
@@ -114,7 +114,10 @@ def test_no_run_is_requested_for_a_pipeline_whose_run_is_pending(
         bronze_batch(defs, "orders", instance, 10)  # versions 2 and 3 while it waits
         waiting = tick(defs, instance)
         assert not waiting.run_requests
-        assert f"orders (run {queued.run_id[:8]} pending)" in str(waiting.skip_reason)
+        # Neither up to date nor held back: its run is in progress, and says so.
+        assert str(waiting.skip_reason.skip_message) == (
+            f"nothing to request: orders has a run in progress ({queued.run_id[:8]})"
+        )
     instance.report_run_failed(queued)  # its process died before it started
     (request,) = tick(defs, instance).run_requests
     assert request.run_key == f"incremental:orders:3:after:{queued.run_id[:8]}"
@@ -163,7 +166,7 @@ def test_a_run_that_died_is_requested_again_and_one_that_failed_in_its_code_is_n
     instance.report_run_failed(marked)
     waiting = tick(defs, instance)
     assert not waiting.run_requests
-    assert f"orders (run {marked.run_id[:8]} pending)" in str(waiting.skip_reason)
+    assert f"orders has a run in progress ({marked.run_id[:8]})" in str(waiting.skip_reason)
     # Dagster's retry created (and, here, lost as well): the pipeline is requested again.
     instance.add_run_tags(marked.run_id, {AUTO_RETRY_RUN_ID_TAG: "a-retry-that-died"})
     (retry,) = tick(defs, instance).run_requests
@@ -202,7 +205,7 @@ def test_a_run_that_just_failed_waits_for_dagsters_retry_decision(
         assert WILL_RETRY_TAG not in instance.get_run_by_id(dead.run_id).tags
         waiting = tick(defs, instance)
         assert not waiting.run_requests
-        assert f"orders (run {dead.run_id[:8]} pending)" in str(waiting.skip_reason)
+        assert f"orders has a run in progress ({dead.run_id[:8]})" in str(waiting.skip_reason)
         # Decided (not retried): the pipeline is requested again at once.
         instance.add_run_tags(dead.run_id, {WILL_RETRY_TAG: "false"})
         (again,) = tick(defs, instance).run_requests
