@@ -155,7 +155,9 @@ def test_the_demos_outage_story_in_a_real_browser(
         _dismiss_welcome(page)
         expect(page.get_by_text("replay_window").first).to_be_visible()
         page.get_by_text("replay_window").first.click()
+        # Caught up, the whole retention ahead and above the demo's limit: green.
         expect(page.get_by_text("Passed").first).to_be_visible()
+        expect(page.get_by_text("can never be met")).to_have_count(0)
         expect(page.get_by_text("Plots").first).to_be_visible()
         for figure in (
             "headroom_hours",
@@ -166,7 +168,7 @@ def test_the_demos_outage_story_in_a_real_browser(
             expect(page.get_by_text(figure, exact=True)).to_have_count(2)
         for shown in ("latest_version", "limit", "replayable", "problem_code"):
             expect(page.get_by_text(shown, exact=True)).to_have_count(1)
-        expect(page.get_by_text("warns below 48 h (min_headroom_hours)")).to_be_visible()
+        expect(page.get_by_text("warns below 0.02 h (min_headroom_hours)")).to_be_visible()
         page.screenshot(path=str(shots / "replay_window_check.png"), full_page=True)
         page.get_by_text("consumer_lag").first.click()
         expect(page.get_by_text("fails above 24 h (max_allowed_lag_hours)")).to_be_visible()
@@ -196,8 +198,13 @@ def test_the_demos_outage_story_in_a_real_browser(
         _dismiss_welcome(page)
         expect(page.get_by_text("unhealthy_pipelines").first).to_be_visible()
         expect(page.get_by_role("columnheader", name="headroom h/min")).to_be_visible()
-        # Caught up: no deadline runs, so no headroom (`-`, as `status` prints it).
-        for row in ("orders OK 0.00/24 -", "customers OK 0.00/24 -", "accounts OK 0.00/24 -"):
+        # Caught up: the headroom is the retention horizon (0.04 h), as the check plots it and
+        # `status` prints it, against the demo's limit.
+        for row in (
+            "orders OK 0.00/24 0.04/0.02",
+            "customers OK 0.00/24 0.04/0.02",
+            "accounts OK 0.00/24 0.04/0.02",
+        ):
             expect(page.get_by_role("row", name=row).first).to_be_visible()
         expect(page.get_by_text("Problems: none.")).to_be_visible()
         # (The "/" escaped: Playwright passes the pattern on as a JavaScript regex literal.)
@@ -205,6 +212,17 @@ def test_the_demos_outage_story_in_a_real_browser(
         expect(figures).to_have_count(3)
         assert figures.evaluate_all(LINES_OF_TEXT) == [1, 1, 1]
         page.screenshot(path=str(shots / "all_pipelines.png"), full_page=True)
+
+        # The runs list: each red run says why (the incident tag), the story's own runs who
+        # launched them; the run worker's process tag is hidden (a `.dagster/` key).
+        page.set_viewport_size({"width": 1600, "height": 1400})
+        page.goto(f"{url}/runs")
+        _dismiss_welcome(page)
+        expect(page.get_by_text("WATERMARK_OUTSIDE_RETENTION").first).to_be_visible()
+        expect(page.get_by_text("cdf-platform demo").first).to_be_visible()
+        expect(page.get_by_text("run_worker")).to_have_count(0)
+        page.screenshot(path=str(shots / "runs_list.png"), full_page=True)
+        page.set_viewport_size({"width": 1000, "height": 1800})
 
         # The repair can be traced: the rebuild's run page names the sensor that launched it.
         page.goto(f"{url}/runs/{rebuild_runs[0]}")
@@ -286,6 +304,7 @@ def test_the_demos_outage_story_in_a_real_browser(
         "gold_replay_window_check",
         "gold_consumer_lag_check",
         "all_pipelines",
+        "runs_list",
         "rebuild_run",
         "overview_timeline",
         "jobs",
