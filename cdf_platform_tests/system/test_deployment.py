@@ -3,7 +3,8 @@ engine, the reloadable code server, the daemon with the queued run coordinator, 
 with bronze written continuously and processes dying: the sensors alone bring every silver
 table to its bronze, the queue never holds two runs of one pipeline, no change is lost or
 applied twice, a killed run's pipeline catches up without a person, the engine killed under
-runs in flight (twice) costs retries only, a pipelines-file edit is taken by a reload of the
+runs in flight (twice: away for minutes, then restarted at once) costs retries only while runs
+started meanwhile wait for it, a pipelines-file edit is taken by a reload of the
 code location, and a destroyed replay window is repaired by one run a sensor requests within a
 tick or two. A read-only webserver serves the checks' figures and refuses launches, and a
 destructive run config launched from the operator's UI is refused by the deployment. A second
@@ -30,6 +31,7 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
+from cdf_platform.core.config import REMOTE_ENV
 from cdf_platform.demo.local_s3 import LocalS3Server
 from cdf_platform.demo.services import wait_for
 from cdf_platform.orchestration.incremental_sensor import PENDING_STATUSES
@@ -60,7 +62,7 @@ from cdf_platform_tests.system.secret_search import (
     write_bronze,
 )
 
-pytestmark = [pytest.mark.system, pytest.mark.long(minutes=6), pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.system, pytest.mark.long(minutes=9), pytest.mark.timeout(1800)]
 
 WRITTEN = ["p1", "p2"]  # the writer's tables
 LOST = "p3"  # written by the test only: its window is destroyed while the daemon is down
@@ -78,6 +80,10 @@ ADDED_WITHIN_S = 60.0 + TWO_TICKS_S + 60.0
 WRITES_AFTER_S = 10.0
 # The incremental sensor's ticks (every 5 s) after catching up that must request nothing.
 QUIET_TICKS_S = 20.0
+# How long the engine stays away under runs (its supervisor restarts it after an outage of
+# minutes), and within how long of its return every pipeline reaches the bronze of that moment.
+ENGINE_OUTAGE_S = 180.0
+ENGINE_RETURN_CATCH_UP_S = 60.0
 
 
 def caught_up(deployment: Deployment, instance: dg.DagsterInstance, ids: list[str]) -> bool:
@@ -126,10 +132,10 @@ def kill_a_run_mid_way(deployment: Deployment, instance: dg.DagsterInstance) -> 
     raise AssertionError("no run in progress to kill within 300 s")
 
 
-def restart_the_engine_under_runs(deployment: Deployment, instance: dg.DagsterInstance) -> float:
-    """Kill the engine (SIGKILL) once a silver run is in progress, and start it again once a
-    run has met its death (as a supervisor would, a few seconds later); return when it was
-    killed."""
+def kill_the_engine_under_runs(deployment: Deployment, instance: dg.DagsterInstance) -> float:
+    """Kill the engine (SIGKILL) once a silver run is in progress, and return when it was
+    killed, once a run has met its absence: a step failed as the engine's loss, or a run that
+    needed a session waits for it."""
     wait_for(
         "a silver run in progress",
         lambda: instance.get_run_records(
@@ -139,16 +145,66 @@ def restart_the_engine_under_runs(deployment: Deployment, instance: dg.DagsterIn
         0.2,
     )
     killed_at = time.time()
-    met_before = set(engine_failures(instance))
     deployment.engine.kill()
-    # Down until a run has met it (its step failed as the engine's loss and waits to retry).
+    url = str(deployment.env[REMOTE_ENV])
     wait_for(
-        "a run meeting the engine's death",
-        lambda: set(engine_failures(instance)) - met_before,
-        120,
+        "a run meeting the engine's absence", lambda: engine_met(instance, url, killed_at), 120
     )
+    return killed_at
+
+
+def restart_the_engine_under_runs(deployment: Deployment, instance: dg.DagsterInstance) -> float:
+    """Kill the engine under runs and start it again once a run has met its absence (as a
+    supervisor would, a few seconds later); return when it was killed."""
+    killed_at = kill_the_engine_under_runs(deployment, instance)
     deployment.start_engine()
     return killed_at
+
+
+def bring_the_engine_back(
+    deployment: Deployment, instance: dg.DagsterInstance, killed_at: float
+) -> tuple[float, dict[str, int], set[str]]:
+    """End an outage of the engine of at least ENGINE_OUTAGE_S (as its supervisor would after
+    an outage of minutes); return when it answered again, each pipeline's bronze version then,
+    and the runs that waited for it meanwhile (their log says so, naming the engine)."""
+    time.sleep(max(0.0, killed_at + ENGINE_OUTAGE_S - time.time()))
+    deployment.start_engine()
+    back_at = time.time()
+    bronze = {
+        pipeline_id: table_version(str(deployment.bronze(pipeline_id)), {}) for pipeline_id in IDS
+    }
+    url = str(deployment.env[REMOTE_ENV])
+    waited = engine_met(instance, url, killed_at, failed=False)
+    return back_at, bronze, waited
+
+
+def engine_met(
+    instance: dg.DagsterInstance, url: str, since: float, *, failed: bool = True
+) -> set[str]:
+    """The silver runs whose log, since `since`, says that they waited for the engine at `url`
+    (`engine unreachable at <url> since ...`) or, with `failed`, that a step failed as the
+    engine's loss."""
+    after = datetime.datetime.fromtimestamp(since, datetime.UTC)
+    records = [
+        *instance.get_run_records(
+            dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED], tags={QUEUE_TAG: SILVER_QUEUE})
+        ),
+        *instance.get_run_records(
+            dg.RunsFilter(tags={QUEUE_TAG: SILVER_QUEUE}, updated_after=after)
+        ),
+    ]
+    met = set()
+    for record in records:
+        run_id = record.dagster_run.run_id
+        for event in instance.all_logs(run_id):
+            if event.timestamp < since:
+                continue
+            if f"engine unreachable at {url} since" in event.message or (
+                failed and "EngineUnavailable" in str(event.dagster_event or "")
+            ):
+                met.add(run_id)
+                break
+    return met
 
 
 def restart_the_run_worker_under_runs(
@@ -183,6 +239,17 @@ def restart_the_run_worker_under_runs(
     )
     deployment.start_run_worker()
     return killed, launched[0]
+
+
+def _engine_failure_messages(event: dg.EventLogEntry) -> list[str]:
+    """The message of the step failure `event` names the engine's loss in (a retried step's
+    failure is the cause of Dagster's retry request), its own causes left out."""
+    error = getattr(getattr(event.dagster_event, "event_specific_data", None), "error", None)
+    while error is not None:
+        if "EngineUnavailable" in error.message:
+            return [error.message]
+        error = error.cause
+    return []
 
 
 def engine_failures(instance: dg.DagsterInstance) -> list[str]:
@@ -282,14 +349,31 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
             # A run's process killed mid-run.
             killed_ids = {kill_a_run_mid_way(deployment, instance)}
 
-            # The engine killed under a run in flight, and started again.
-            first_engine_kill = restart_the_engine_under_runs(deployment, instance)
+            # The engine killed under a run in flight and away for minutes, runs waiting for it.
+            first_engine_kill = kill_the_engine_under_runs(deployment, instance)
 
-            # The run worker killed with its run processes, runs launched without it, restarted.
+            # Meanwhile the run worker killed with its run processes, runs launched without it,
+            # restarted.
             worker_killed, without_worker = restart_the_run_worker_under_runs(deployment, instance)
 
             # PostgreSQL restarted under the daemon, the code server, the webserver and runs.
             postgres.restart()
+
+            # The engine back: every pipeline reaches the bronze of that moment within a minute.
+            back_at, bronze_at_return, waited_for_engine = bring_the_engine_back(
+                deployment, instance, first_engine_kill
+            )
+            wait_for(
+                "every pipeline at its bronze of the engine's return",
+                lambda: all(
+                    (deployment.statuses()[pipeline_id].watermark or -1) >= version
+                    for pipeline_id, version in bronze_at_return.items()
+                ),
+                ENGINE_RETURN_CATCH_UP_S + 30,
+                1,
+            )
+            caught_up_after_return_s = time.time() - back_at
+            print(f"caught up {caught_up_after_return_s:.0f} s after the engine's return")
 
             # The daemon killed; while it is down, a window is destroyed.
             wait_for("p3 caught up", lambda: caught_up(deployment, instance, [LOST]), 300)
@@ -347,6 +431,15 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
         runs = [r.dagster_run for r in instance.get_run_records(dg.RunsFilter())]
         records = instance.get_run_records(dg.RunsFilter())
         failed_on_engine = engine_failures(instance)
+        engine_messages = [
+            message
+            for run_id in failed_on_engine
+            for event in instance.all_logs(
+                run_id,
+                of_type={dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.STEP_UP_FOR_RETRY},
+            )
+            for message in _engine_failure_messages(event)
+        ]
         refusals = [
             str(
                 event.dagster_event.step_failure_data.user_failure_data.metadata[
@@ -376,9 +469,16 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
         silver, bronze = deployment.silver(pipeline_id), deployment.bronze(pipeline_id)
         assert table_rows(spark, str(silver)) == table_rows(spark, str(bronze)), pipeline_id
 
-    # Runs in flight when the engine died failed as the engine's loss, and were retried.
-    assert failed_on_engine, "no run met the engine's death"
+    # A step whose engine died under it failed as the engine's loss, said in words with the
+    # engine's address, and was retried; runs that needed the engine while it was away waited
+    # for it, and every pipeline was caught up within a minute of its return.
     assert second_engine_kill > first_engine_kill
+    assert len(engine_messages) >= len(failed_on_engine)
+    for message in engine_messages:
+        assert str(deployment.env[REMOTE_ENV]) in message, message
+        assert "_InactiveRpcError" not in message, message
+    assert waited_for_engine, "no run waited for the engine while it was away"
+    assert caught_up_after_return_s <= ENGINE_RETURN_CATCH_UP_S, caught_up_after_return_s
     # The added pipeline was loaded by the sensors within the daemon's refresh and a run.
     assert added_after_s <= ADDED_WITHIN_S
 
