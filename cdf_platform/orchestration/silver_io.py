@@ -225,5 +225,32 @@ def run_result_metadata(result: RunResult) -> dict[str, dg.MetadataValue]:
     """
     metadata = {name: _metadata_value(value) for name, value in result.as_metadata().items()}
     if result.incident_message:
-        metadata["incident_message"] = dg.MetadataValue.text(result.incident_message)
+        metadata["incident_message"] = dg.MetadataValue.text(
+            incident_summary(result.incident_message)
+        )
     return metadata
+
+
+# Where a platform error's text turns from the problem to its remedy (`CdfPlatformError`).
+_REMEDY = ". What to do: "
+
+
+def incident_summary(message: str) -> str:
+    """The incident a run handled, for its metadata: the problem and what the run noted, without
+    the remedy the run carried out (a rebuild's `What to do` is the rebuild itself). Dagster
+    shows an IO manager's metadata on the materialization and on the handled output both, so
+    it is kept to what a person needs beside the incident code; the load log keeps all of it.
+
+    Example:
+        >>> incident_summary(
+        ...     "ReplayWindowLost [pipeline=p]: versions 4..5 left the window. What to do: "
+        ...     "run `cdf-platform rebuild p`.; history kept from version 6"
+        ... )
+        'ReplayWindowLost [pipeline=p]: versions 4..5 left the window; history kept from version 6'
+    """
+    text = message
+    if _REMEDY not in text:
+        return text
+    problem, rest = text.split(_REMEDY, 1)
+    _, _, notes = rest.partition(".; ")
+    return "; ".join(filter(None, (problem, notes)))

@@ -287,3 +287,23 @@ def test_an_incident_is_named_with_its_message() -> None:
     )
     assert metadata["incident_code"].value == "WATERMARK_OUTSIDE_RETENTION"
     assert metadata["incident_message"].value == "bronze versions 5..7 cannot be replayed"
+
+
+def test_a_rebuild_names_its_incident_without_the_remedy_it_carried_out() -> None:
+    handled = (
+        "ReplayWindowLost [pipeline=p1, version=5]: bronze versions 5..6 left the replay window, "
+        "which now starts at version 7. What to do: run `cdf-platform rebuild p1`; it "
+        "reconciles silver from a bronze snapshot.; spec edit of where: reconciled silver"
+    )
+    metadata = run_result_metadata(
+        replace(
+            NOOP,
+            mode=RunMode.REBUILD,
+            incident_code="WATERMARK_OUTSIDE_RETENTION",
+            incident_message=handled,
+        )
+    )
+    assert metadata["incident_message"].value == (
+        "ReplayWindowLost [pipeline=p1, version=5]: bronze versions 5..6 left the replay window, "
+        "which now starts at version 7; spec edit of where: reconciled silver"
+    )
