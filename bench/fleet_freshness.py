@@ -43,7 +43,7 @@ import pyspark
 from bench.commit_stream import PlannedCommit, StreamWriter, plan_commits, save_stream
 from bench.fleet_lake import KEY, SEQUENCE, FleetLake, SourceKind, fleet_ids, fleet_pipeline
 from bench.foreign_spark import foreign_spark
-from bench.freshness import cpu_hog, freshness_seconds, percentile, targets
+from bench.freshness import cpu_hog, freshness_seconds, measured_log, percentile, targets
 from bench.process_meter import ProcessMeter, cpu_between
 from bench.report import Figure, command_line, machine_info, publish, run_info, scratch_folder
 from bench.streaming_peer import (
@@ -56,7 +56,6 @@ from bench.streaming_peer import (
 from cdf_platform.demo.services import wait_for
 from cdf_platform.orchestration.incremental_sensor import PENDING_STATUSES
 from cdf_platform.spark.engine import DEFAULT_ENGINE_MEMORY
-from cdf_platform.state.control import ControlTable
 from cdf_platform_testkit.deployment import Commit, Deployment, covered
 from cdf_platform_testkit.postgres import PostgresServer
 
@@ -243,13 +242,7 @@ def run_ours(
                 deployment.stop()
             records = instance.get_run_records(dg.RunsFilter())
             instance.dispose()
-        control = ControlTable(deployment.lake_layout.bound().control().root)
-        log = [
-            row
-            for pipeline_id in ids
-            for row in control.read_log(pipeline_id)
-            if row["started_at"].timestamp() >= measured_from
-        ]
+        log = measured_log(deployment, ids, measured_from)
     runs = [
         r
         for r in records

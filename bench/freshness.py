@@ -112,6 +112,18 @@ def freshness_seconds(commits: list[Commit], log: list[dict[str, Any]]) -> list[
 DEFAULTS, FLEET_DEFAULTS = (8, 5.0, 15.0), (100, 1.0, 10.0)
 
 
+def measured_log(deployment: Deployment, ids: list[str], since: float) -> list[dict[str, Any]]:
+    """The load-log rows of the pipelines `ids` of `deployment` whose run started at `since` or
+    later (epoch seconds): the measured runs, the warm-up's left out."""
+    control = ControlTable(deployment.lake_layout.bound().control().root)
+    return [
+        row
+        for pipeline_id in ids
+        for row in control.read_log(pipeline_id)
+        if row["started_at"].timestamp() >= since
+    ]
+
+
 # One core's worth of work for the whole measurement: a busy loop in a process of its own.
 _HOG = "while True:\n    pass\n"
 
@@ -221,13 +233,7 @@ def main(argv: list[str] | None = None) -> None:
                 deployment.stop()
             records = instance.get_run_records(dg.RunsFilter())
             instance.dispose()
-        control = ControlTable(deployment.lake_layout.bound().control().root)
-        log = [
-            row
-            for pipeline_id in ids
-            for row in control.read_log(pipeline_id)
-            if row["started_at"].timestamp() >= measured_from
-        ]
+        log = measured_log(deployment, ids, measured_from)
     commits = writer.commits[warm:]
     seconds = freshness_seconds(commits, log)
     runs = [
