@@ -249,9 +249,10 @@ def test_a_consumer_with_two_inputs_is_judged_by_its_worst_input_and_plots_each(
 
     consumer = ConsumerAsset.of(joined)
     statuses = {
-        # a: far behind but replayable; b: less behind, its window lost.
+        # a: far behind but replayable; b: less behind, its window lost (a lost window's
+        # headroom is 0 in every view: `shown_headroom`).
         "silver/a": _status(WindowState.OK, 30.0, 100.0),
-        "silver/b": _status(WindowState.LOST, 3.0, -1.5),
+        "silver/b": _status(WindowState.LOST, 3.0, 0.0),
     }
     lag, window = consumer_check_results(
         consumer,
