@@ -25,13 +25,12 @@ the fold of the event log).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +45,7 @@ from bench.foreign_spark import foreign_spark
 from bench.freshness import cpu_hog, freshness_seconds, measured_log, percentile, targets
 from bench.process_meter import ProcessMeter, cpu_between
 from bench.report import Figure, command_line, machine_info, publish, run_info, scratch_folder
+from bench.stages import stages_of
 from bench.streaming_peer import (
     PeerConfig,
     PeerTable,
@@ -56,7 +56,7 @@ from bench.streaming_peer import (
 from cdf_platform.demo.services import wait_for
 from cdf_platform.orchestration.incremental_sensor import PENDING_STATUSES
 from cdf_platform.spark.engine import DEFAULT_ENGINE_MEMORY
-from cdf_platform_testkit.deployment import Commit, Deployment, covered
+from cdf_platform_testkit.deployment import Deployment, covered
 from cdf_platform_testkit.postgres import PostgresServer
 
 if TYPE_CHECKING:
@@ -392,33 +392,6 @@ def verify_peer(spark: SparkSession, lake: FleetLake) -> list[str]:
     return differing
 
 
-def markdown_rows(table: str) -> list[dict[str, str]]:
-    """The rows of a Markdown table as dicts keyed by its header (no rows: not a table)."""
-    lines = [line for line in table.splitlines() if line.startswith("|")]
-    if len(lines) < 3:
-        return []
-
-    def cells(line: str) -> list[str]:
-        return [cell.strip() for cell in line.strip().strip("|").split("|")]
-
-    header = cells(lines[0])
-    return [dict(zip(header, cells(line), strict=False)) for line in lines[2:]]
-
-
-def stage_breakdown(log: list[dict[str, Any]], commits: Sequence[Commit]) -> list[dict[str, str]]:
-    """STAGES HOOK (the one call of `bench.stages`, written beside this module): the stages of
-    our pass's median and p95 commit, from the load log's marks; no rows when that module is
-    absent, so the report works without it."""
-    if importlib.util.find_spec("bench.stages") is None:
-        return []
-    from bench.stages import commit_stages, stages_table
-
-    found = [
-        commit_stages(log, c.at, version=c.version, pipeline_id=c.pipeline_id) for c in commits
-    ]
-    return markdown_rows(stages_table([account for account in found if account is not None]))
-
-
 def run_fleet(args: argparse.Namespace, argv: list[str] | None) -> None:
     """The fleet mode of `bench.freshness`: both passes, verified, reported."""
     from cdf_platform.spark.session import build_spark_session
@@ -559,7 +532,7 @@ def fleet_document(
         f"Commits no silver covered: ours {a.commits - len(a.seconds)}, peer "
         f"{b.commits - len(b.seconds)}.",
     ]
-    stages = stage_breakdown(ours["log"], ours["commits"])
+    stages = stages_of(ours["log"], ours["commits"])
     return {
         "run": run_info(
             "cdf_platform freshness benchmark, fleet and streaming peer",

@@ -60,6 +60,7 @@ from bench.report import (
     publish,
     scratch_folder,
 )
+from bench.stages import stages_of
 from cdf_platform.demo.services import wait_for
 from cdf_platform.state.control import ControlTable
 from cdf_platform_testkit.deployment import (
@@ -335,7 +336,10 @@ def main(argv: list[str] | None = None) -> None:
                     "max": f"{max(seconds, default=float('nan')):.1f}",
                     "min": f"{min(seconds, default=float('nan')):.1f}",
                 }
-            ]
+            ],
+            "Where the median and p95 commit's seconds went (bench.stages)": stages_of(
+                log, commits
+            ),
         },
         "samples": {"freshness_seconds": [round(s, 2) for s in seconds]},
     }

@@ -135,18 +135,46 @@ def _cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def stages_table(breakdowns: Sequence[CommitStages]) -> str:
-    """A Markdown table of the stages of the median and the p95 commit of `breakdowns` (by
-    freshness, nearest rank), in seconds; "-" for a stage the commit's run has not."""
+def stage_rows(breakdowns: Sequence[CommitStages]) -> list[dict[str, str]]:
+    """The stages of the median and the p95 commit of `breakdowns` (by freshness, nearest
+    rank), in seconds, a row per stage and the total last; "-" for a stage the commit's run
+    has not; no rows when no commit was covered."""
     if not breakdowns:
-        return "No commit was covered by a run: no stage to show."
+        return []
     ordered = sorted(breakdowns, key=lambda account: account.total)
     median, p95 = _nearest_rank(ordered, 0.5), _nearest_rank(ordered, 0.95)
+    rows = [
+        {
+            "stage": LABELS[stage],
+            "median commit (s)": _cell(median.seconds.get(stage)),
+            "p95 commit (s)": _cell(p95.seconds.get(stage)),
+        }
+        for stage, _mark in STAGES
+    ]
+    rows.append(
+        {
+            "stage": "**commit -> silver**",
+            "median commit (s)": f"{median.total:.2f}",
+            "p95 commit (s)": f"{p95.total:.2f}",
+        }
+    )
+    return rows
+
+
+def stages_of(log: Sequence[Mapping[str, Any]], commits: Sequence[Any]) -> list[dict[str, str]]:
+    """`stage_rows` of `commits` (each with `at`, `version` and `pipeline_id`, as the
+    benchmarks' writers record them) covered by the runs of the load-log rows `log`."""
+    found = (
+        commit_stages(log, c.at, version=c.version, pipeline_id=c.pipeline_id) for c in commits
+    )
+    return stage_rows([account for account in found if account is not None])
+
+
+def stages_table(breakdowns: Sequence[CommitStages]) -> str:
+    """`stage_rows` as a Markdown table."""
+    rows = stage_rows(breakdowns)
+    if not rows:
+        return "No commit was covered by a run: no stage to show."
     lines = ["| stage | median commit (s) | p95 commit (s) |", "|---|---|---|"]
-    for stage, _mark in STAGES:
-        lines.append(
-            f"| {LABELS[stage]} | {_cell(median.seconds.get(stage))} "
-            f"| {_cell(p95.seconds.get(stage))} |"
-        )
-    lines.append(f"| **commit -> silver** | {median.total:.2f} | {p95.total:.2f} |")
+    lines.extend("| " + " | ".join(row.values()) + " |" for row in rows)
     return "\n".join(lines)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from bench.commit_stream import PlannedCommit, StreamWriter, load_stream, plan_commits, save_stream
-from bench.fleet_freshness import PassFigures, markdown_rows, side_by_side
+from bench.fleet_freshness import PassFigures, side_by_side
 from bench.fleet_lake import EventLogWriter, SourceKind, fleet_ids
 from bench.process_meter import cpu_between
 from bench.streaming_peer import PeerBatch, applied_versions, peer_freshness, read_peer_log
@@ -88,12 +88,3 @@ def test_the_side_by_side_table_gives_each_ratio_ours_over_the_peer() -> None:
     assert table["idle CPU seconds per minute"]["ours / peer"] == "0.25"
     nothing = PassFigures("peer", 0, [], 0.0, 0.0, 0.0, 0, [0.5])
     assert side_by_side(ours, nothing)[0]["ours / peer"] == "n/a"
-
-
-def test_a_markdown_table_becomes_report_rows() -> None:
-    table = "| stage | median (s) |\n|---|---|\n| queue | 1.00 |\n| end | - |"
-    assert markdown_rows(table) == [
-        {"stage": "queue", "median (s)": "1.00"},
-        {"stage": "end", "median (s)": "-"},
-    ]
-    assert markdown_rows("No commit was covered by a run: no stage to show.") == []

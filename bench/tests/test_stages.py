@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import bench.stages
-from bench.stages import CommitStages, commit_stages, stages_table
+from bench.stages import LABELS, CommitStages, commit_stages, stage_rows, stages_table
+from cdf_platform.state.load_log import STAGES
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -110,3 +111,12 @@ def test_the_table_shows_the_median_and_p95_commits() -> None:
 
 def test_the_modules_example_runs() -> None:
     assert doctest.testmod(bench.stages).failed == 0
+
+
+def test_the_benchmarks_report_rows_name_each_stage_and_the_total() -> None:
+    quick = CommitStages({stage: 1.0 for stage, _ in STAGES})
+    rows = stage_rows([quick])
+    labels = [LABELS[stage] for stage, _ in STAGES]
+    assert [row["stage"] for row in rows] == [*labels, "**commit -> silver**"]
+    assert rows[-1]["median commit (s)"] == f"{len(STAGES):.2f}"
+    assert stage_rows([]) == []
