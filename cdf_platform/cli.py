@@ -248,6 +248,13 @@ def _cmd_run_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from cdf_platform.supervised import serve
+
+    serve(Path(args.config))
+    return 0
+
+
 def _secret(key: str) -> bool:
     lowered = key.lower()
     return any(word in lowered for word in ("secret", "password", "token", "key", "sas"))
@@ -387,6 +394,28 @@ def _add_run_worker_command(sub: _Commands) -> None:
     worker.set_defaults(func=_cmd_run_worker)
 
 
+def _add_serve_command(sub: _Commands) -> None:
+    """`serve`: the whole production deployment on one machine, under supervisord."""
+    from cdf_platform.supervised import SUPERVISORD_CONF
+
+    text = "run the production deployment on this machine under supervisord"
+    serve = sub.add_parser(
+        "serve",
+        help=text,
+        description="Check the deployment's environment (docs/production.md), then run "
+        "supervisord in the foreground (the process becomes it): it starts the warm engine, the "
+        "run worker, the code server, the webserver and the daemon, restarts any that exits, "
+        "and stops them all on SIGTERM. Logs and the control socket are in "
+        "$DAGSTER_HOME/supervisor.",
+    )
+    serve.add_argument(
+        "--config",
+        default=str(SUPERVISORD_CONF),
+        help="supervisord's configuration (default: the checkout's deploy/supervisord.conf)",
+    )
+    serve.set_defaults(func=_cmd_serve)
+
+
 def _add_demo_command(sub: _Commands) -> None:
     """`demo`: the end-to-end demo on a lake of its own."""
     demo = sub.add_parser("demo", help="run the end-to-end demo on a local (or local S3) lake")
@@ -420,6 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_pipeline_commands(sub, common)
     _add_engine_command(sub, common)
     _add_run_worker_command(sub)
+    _add_serve_command(sub)
     _add_demo_command(sub)
     return parser
 
