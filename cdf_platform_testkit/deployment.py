@@ -11,6 +11,7 @@ own, the embedded default)."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -33,11 +34,13 @@ from cdf_platform.core.config import REMOTE_ENV, RUN_WORKER_ENV
 from cdf_platform.demo import processes
 from cdf_platform.demo.services import Service, free_port, port_open
 from cdf_platform.demo.source import write_demo_batch
+from cdf_platform.orchestration.incremental_sensor import PENDING_STATUSES
 from cdf_platform.orchestration.keys import silver_pipeline_ids
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.orchestration.run_worker import answers
 from cdf_platform.planning.status import PipelineStatus, pipeline_status
 from cdf_platform.spark.engine import DEFAULT_ENGINE_MEMORY
+from cdf_platform.state.control import ControlTable
 from cdf_platform_testkit.lake import write_pipelines
 from cdf_platform_testkit.postgres import PostgresServer
 from cdf_platform_testkit.spark_servers import connect_answers
@@ -289,28 +292,26 @@ class Deployment:
 
     def start_code_server(self) -> None:
         self.code_server.start(self.env)
+        self._wait(self.code_server, self._code_server_answers)
+
+    def _code_server_answers(self) -> bool:
         client = DagsterGrpcClient(port=self.code_server_port, host="127.0.0.1")
-
-        def answers() -> bool:
-            try:
-                client.ping("")
-            except Exception:  # not listening yet: dagster raises its own gRPC errors
-                return False
-            return True
-
-        self._wait(self.code_server, answers)
+        try:
+            client.ping("")
+        except Exception:  # not listening yet: dagster raises its own gRPC errors
+            return False
+        return True
 
     def start_daemon(self) -> None:
         """Start the daemon; wait until its sensor daemon has beaten after this start."""
         started = time.time()
         self.daemon.start(self.env)
+        self._wait(self.daemon, lambda: self._daemon_beating(started))
 
-        def beating() -> bool:
-            beats = self.instance().get_daemon_heartbeats()
-            sensor = beats.get("SENSOR")
-            return sensor is not None and sensor.timestamp > started
-
-        self._wait(self.daemon, beating)
+    def _daemon_beating(self, since: float) -> bool:
+        """Whether the daemon's sensor daemon has beaten after `since` (a timestamp)."""
+        sensor = self.instance().get_daemon_heartbeats().get("SENSOR")
+        return sensor is not None and sensor.timestamp > since
 
     def _webserver_answers(self, port: int) -> bool:
         url = f"http://127.0.0.1:{port}/server_info"
@@ -443,6 +444,32 @@ class Deployment:
             found[i].watermark is not None and found[i].watermark == found[i].latest_version
             for i in (pipeline_ids or found)
         )
+
+    def caught_up(self, pipeline_ids: list[str]) -> bool:
+        """Whether every pipeline of `pipeline_ids` has applied its bronze's latest version and
+        has no run pending (inside `environment()`)."""
+        pending = self.instance().get_run_records(dg.RunsFilter(statuses=PENDING_STATUSES))
+        if any(set(covered(record.dagster_run)) & set(pipeline_ids) for record in pending):
+            return False
+        return self.applied(pipeline_ids)
+
+    def watermark_breaks(self, pipeline_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:
+        """The load-log rows (with their pipeline) of runs that did not start from the
+        watermark the run before them left: a change applied twice, or skipped. Empty when
+        every run of `pipeline_ids` continued its predecessor's work."""
+        control = ControlTable(self.lake_layout.bound().control().root)
+        breaks = []
+        for pipeline_id in pipeline_ids:
+            log = sorted(
+                (row for row in control.read_log(pipeline_id) if row["outcome"] != "FAILED"),
+                key=lambda row: row["finished_at"],
+            )
+            breaks += [
+                (pipeline_id, row)
+                for previous, row in itertools.pairwise(log)
+                if row["watermark_before"] != previous["watermark_after"]
+            ]
+        return breaks
 
     def bronze(self, pipeline_id: str) -> Path:
         return self.lake / "bronze" / pipeline_id

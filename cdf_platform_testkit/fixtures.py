@@ -60,6 +60,7 @@ HEAVY_FILES = frozenset(
         "cdf_platform_tests/clusters/test_engine.py",
         "cdf_platform_tests/test_ui_browser.py",
         "cdf_platform_tests/system/test_deployment.py",
+        "cdf_platform_tests/system/test_supervised.py",
         "cdf_platform_tests/faults/test_fault_points.py",
     }
 )
