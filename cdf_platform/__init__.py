@@ -79,6 +79,7 @@ _HOMES = {
     "MarksLost": "cdf_platform.core.errors",
     "ConcurrentWriteConflict": "cdf_platform.core.errors",
     "InvalidStorageConfig": "cdf_platform.core.errors",
+    "InvalidAlertConfig": "cdf_platform.core.errors",
     "StorageUnreachable": "cdf_platform.core.errors",
     "RuntimeEnvironmentError": "cdf_platform.core.errors",
     "EngineUnavailable": "cdf_platform.core.errors",
@@ -113,6 +114,7 @@ if TYPE_CHECKING:
     )
     from cdf_platform.core.errors import EngineUnavailable as EngineUnavailable
     from cdf_platform.core.errors import IncompatibleSchemaChange as IncompatibleSchemaChange
+    from cdf_platform.core.errors import InvalidAlertConfig as InvalidAlertConfig
     from cdf_platform.core.errors import InvalidPipelineSpec as InvalidPipelineSpec
     from cdf_platform.core.errors import InvalidStorageConfig as InvalidStorageConfig
     from cdf_platform.core.errors import MarksLost as MarksLost

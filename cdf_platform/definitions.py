@@ -43,14 +43,16 @@ def build_defs(
             (default: `$CDF_ALLOW_DESTRUCTIVE`, else no; docs/production.md).
     """
     lake = lake or LakeLayout.from_environment()
+    resolved = lake.lake()
     return platform_defs(
-        lake.lake().specs(),
+        resolved.specs(),
         lake,
         spark,
         bronze_written_here=bronze_written_here,
         consumers=consumers,
         automation=default_automation() if automation is None else automation,
         allow_destructive=allow_destructive,
+        alerts=resolved.alerts(),
     )
 
 

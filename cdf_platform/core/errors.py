@@ -310,6 +310,15 @@ class InvalidStorageConfig(CdfPlatformError):
     )
 
 
+class InvalidAlertConfig(CdfPlatformError):
+    """The `alerts:` section (of the pipelines file or the Component) is malformed: an unknown
+    key, a target with no kind or two, a route naming an unknown target, or an environment
+    variable it reads that is not set."""
+
+    incident_code = "INVALID_ALERT_CONFIG"
+    default_action = "fix the named entry of `alerts:` (docs/production.md, Alerts, lists its keys)"
+
+
 class StorageUnreachable(CdfPlatformError):
     """An object store refused or did not answer a read or write of a location with the
     lake's options (endpoint, region, credentials): from its storage configuration, or from

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdf_platform.core.alert_config import AlertConfig
 from cdf_platform.core.config import (
     DEFAULT_MASTER,
     PIPELINES_FILE_ENV,
@@ -30,7 +31,7 @@ from cdf_platform.core.config import (
 )
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_file import load_specs, load_storage
+from cdf_platform.core.spec_file import load_alerts, load_specs, load_storage
 from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.core.table_location import storage_locations
 
@@ -133,6 +134,18 @@ class Lake:
                 f"pipelines_file (${PIPELINES_FILE_ENV})",
             )
         return load_specs(self.pipelines_file, lake_root=self.lake_root)
+
+    def alerts(self) -> AlertConfig | None:
+        """The pipelines file's `alerts:` section (None: no file, or no section), its
+        `{env: NAME}` values unread.
+
+        Raises:
+            InvalidAlertConfig: the section is malformed.
+            InvalidPipelineSpec: the file is not YAML.
+        """
+        if self.pipelines_file is None or not Path(self.pipelines_file).is_file():
+            return None
+        return load_alerts(self.pipelines_file)
 
     def storage_locations(self, specs: list[PipelineSpec]) -> list[str]:
         """Every location `specs` touch: lake and control roots, sources and targets."""

@@ -1,6 +1,7 @@
 """The pipelines file: YAML -> validated `PipelineSpec`s (`cdf_platform.core.spec`), with ids
-unique and one pipeline per target, and its optional `storage:` section (object-store options
-per location prefix, `cdf_platform.core.storage_options`).
+unique and one pipeline per target, its optional `storage:` section (object-store options
+per location prefix, `cdf_platform.core.storage_options`) and `alerts:` section (where alerts
+go, `cdf_platform.core.alert_config`).
 
 `pipelines.yaml` by default, `$CDF_PIPELINES_FILE` or an explicit path otherwise.
 
@@ -18,13 +19,14 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from cdf_platform.core.alert_config import AlertConfig
 from cdf_platform.core.config import PIPELINES_FILE_ENV, LakeEnvironment
 from cdf_platform.core.errors import FIX_SPEC_FIELD, InvalidPipelineSpec, TargetOwnershipConflict
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.storage_options import StorageConfig
 
 # The top-level sections of a pipelines file.
-SECTIONS = ("pipelines", "storage")
+SECTIONS = ("pipelines", "storage", "alerts")
 
 
 def _describe(err: ValidationError) -> str:
@@ -52,7 +54,9 @@ def parse_specs(document: Any, *, origin: str = "<config>") -> list[PipelineSpec
     unknown = set(document) - set(SECTIONS)
     if unknown:
         raise InvalidPipelineSpec(f"{origin} has unknown top-level keys {sorted(unknown)}")
-    parse_storage(document, origin=origin)  # a malformed section fails wherever the file is read
+    # A malformed section fails wherever the file is read.
+    parse_storage(document, origin=origin)
+    parse_alerts(document, origin=origin)
     specs: list[PipelineSpec] = []
     for index, raw in enumerate(document["pipelines"]):
         name = raw.get("id", f"#{index}") if isinstance(raw, dict) else f"#{index}"
@@ -151,6 +155,27 @@ def load_storage(path: str | Path | None = None) -> StorageConfig:
     """
     document, file = _read_document(path)
     return parse_storage(document, origin=str(file))
+
+
+def parse_alerts(document: Any, *, origin: str = "<config>") -> AlertConfig | None:
+    """The `alerts:` section of a parsed pipelines document (None when it has none).
+
+    Raises:
+        InvalidAlertConfig: the section is malformed (see `AlertConfig.parse`).
+    """
+    section = document.get("alerts") if isinstance(document, dict) else None
+    return AlertConfig.parse(section, origin=origin)
+
+
+def load_alerts(path: str | Path | None = None) -> AlertConfig | None:
+    """The `alerts:` section of the pipelines file (its `{env: NAME}` values unread).
+
+    Raises:
+        InvalidPipelineSpec: the file is missing or is not YAML.
+        InvalidAlertConfig: the section is malformed.
+    """
+    document, file = _read_document(path)
+    return parse_alerts(document, origin=str(file))
 
 
 def find_spec(specs: list[PipelineSpec], pipeline_id: str) -> PipelineSpec:

@@ -33,10 +33,11 @@ from typing import Annotated, Any
 import dagster as dg
 from pydantic import BaseModel, Field, create_model
 
+from cdf_platform.core.alert_config import AlertConfig
 from cdf_platform.core.config import default_automation
-from cdf_platform.core.errors import InvalidPipelineSpec
+from cdf_platform.core.errors import InvalidAlertConfig, InvalidPipelineSpec
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_file import load_specs, parse_specs
+from cdf_platform.core.spec_file import load_alerts, load_specs, parse_specs
 from cdf_platform.orchestration.platform import platform_defs
 from cdf_platform.orchestration.resources import LakeLayout
 
@@ -145,6 +146,12 @@ class CdfPipelinesComponent(dg.Component, dg.Model, dg.Resolvable):
         description="Folder of the control tables (default: $CDF_CONTROL_ROOT, else "
         "<lake_root>/_control).",
     )
+    alerts: dict[str, Any] | None = Field(
+        default=None,
+        description="Where alerts go and which events go where: `targets` (slack, webhook, "
+        "email), `routes`, `ui_url` (docs/production.md, Alerts); `{env: NAME}` for secrets. "
+        "With `pipelines_file`, its `alerts:` section may say it instead.",
+    )
     automation: bool | None = Field(
         default=None,
         description="Start the incremental and rebuild sensors and the checks schedule RUNNING "
@@ -176,6 +183,7 @@ class CdfPipelinesComponent(dg.Component, dg.Model, dg.Resolvable):
         Raises:
             InvalidPipelineSpec: a pipeline is invalid, or both or neither of `pipelines` and
                 `pipelines_file` are set.
+            InvalidAlertConfig: `alerts` is malformed, or set both here and in the file.
         """
         environment = LakeLayout.from_environment()
         file = str(Path(context.path) / self.pipelines_file) if self.pipelines_file else None
@@ -186,4 +194,18 @@ class CdfPipelinesComponent(dg.Component, dg.Model, dg.Resolvable):
         )
         specs = self._specs(Path(context.path), lake.lake().lake_root)
         automation = default_automation() if self.automation is None else self.automation
-        return platform_defs(specs, lake, automation=automation)
+        return platform_defs(
+            specs, lake, automation=automation, alerts=self._alerts(Path(context.path))
+        )
+
+    def _alerts(self, folder: Path) -> AlertConfig | None:
+        from_file = load_alerts(folder / self.pipelines_file) if self.pipelines_file else None
+        if self.alerts is not None and from_file is not None:
+            raise InvalidAlertConfig(
+                f"{folder / 'defs.yaml'} sets `alerts` and its pipelines file "
+                f"{self.pipelines_file} has an `alerts:` section too",
+                action="keep one of the two",
+            )
+        if self.alerts is not None:
+            return AlertConfig.parse(self.alerts, origin=str(folder / "defs.yaml"))
+        return from_file

@@ -23,6 +23,7 @@ import dagster as dg
 from cdf_platform.core.config import ALLOW_DESTRUCTIVE_ENV
 from cdf_platform.core.errors import DestructiveActionNotPermitted
 from cdf_platform.orchestration.failures import platform_failure
+from cdf_platform.orchestration.keys import DESTRUCTIVE_TAG
 from cdf_platform.state.control import ControlTable
 
 # The maintenance log's `permitted_by` for an action the deployment's permission let run.
@@ -56,12 +57,17 @@ def refuse_unless_permitted(
     metadata: Mapping[str, Any] | None = None,
 ) -> None:
     """Nothing when the run config asks for no destructive setting (`requested`: the names of
-    those it sets) or the deployment permits them; else record the refusal and fail the step.
+    those it sets); when the deployment permits them, tag the run with them
+    (`DESTRUCTIVE_TAG`, which the alert sensor tells of); else record the refusal and fail the
+    step.
 
     Raises:
         dagster.Failure: `DestructiveActionNotPermitted`, with the settings asked for.
     """
-    if not requested or allowed:
+    if not requested:
+        return
+    if allowed:
+        context.instance.add_run_tags(context.run_id, {DESTRUCTIVE_TAG: ", ".join(requested)})
         return
     asked = " and ".join(f"`{name}: true`" for name in requested)
     refused = DestructiveActionNotPermitted(

@@ -138,7 +138,7 @@ def _covered(run: dg.DagsterRun, pipeline_ids: set[str]) -> set[str]:
     return set(silver_pipeline_ids(run.asset_selection)) & pipeline_ids
 
 
-def _requested(run: dg.DagsterRun) -> dict[str, str]:
+def requested_of(run: dg.DagsterRun) -> dict[str, str]:
     """Pipeline id -> what the sensor requested of it in `run` (its REQUESTED_TAG)."""
     value = run.tags.get(REQUESTED_TAG, "")
     pairs = (item.split("=", 1) for item in value.split(",") if "=" in item)
@@ -253,7 +253,7 @@ def run_requests(
         if (
             last is not None
             and _failed_in_its_code(last)
-            and _requested(last).get(item.spec.id) == item.requested
+            and requested_of(last).get(item.spec.id) == item.requested
         ):
             left_out.append((item.spec.id, f"run {last.run_id[:8]} failed at {item.key}"))
             continue

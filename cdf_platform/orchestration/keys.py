@@ -35,6 +35,9 @@ PRIORITY_TAG = "dagster/priority"
 # The tags the daemon sets on a run a sensor requested: the UI names the sensor on the run's page.
 SENSOR_NAME_TAG = "dagster/sensor_name"
 RUN_KEY_TAG = "dagster/run_key"
+# Run tag of a run that carried out a destructive setting the deployment permits (the
+# settings it asked for, comma-separated): the alert sensor tells of it when the run ends.
+DESTRUCTIVE_TAG = "cdf_platform/destructive"
 # Run tag asking the watermark IO manager for a full read of every input (recompute_job sets it).
 FULL_RECOMPUTE_TAG = "cdf_platform/full_recompute"
 # The watermark IO manager's resource key: bronze and silver assets name it, so an asset that

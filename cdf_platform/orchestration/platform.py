@@ -7,8 +7,10 @@ from collections.abc import Collection, Sequence
 
 import dagster as dg
 
+from cdf_platform.core.alert_config import AlertConfig
 from cdf_platform.core.config import default_allow_destructive, default_pipelines_per_run
 from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.orchestration.alert_sensor import build_alert_sensor
 from cdf_platform.orchestration.checks import silver_checks
 from cdf_platform.orchestration.consumers import (
     ConsumerAsset,
@@ -49,6 +51,7 @@ def platform_defs(
     automation: bool = True,
     pipelines_per_run: int | None = None,
     allow_destructive: bool | None = None,
+    alerts: AlertConfig | None = None,
 ) -> dg.Definitions:
     """Silver assets with their checks, external bronze assets, the jobs, schedules and
     sensors, the `spark` and `lake` resources and the watermark IO manager, for `specs`
@@ -72,6 +75,8 @@ def platform_defs(
         allow_destructive: run configs that destroy history or skip a guard may run
             (`cdf_platform.orchestration.destructive`; default: `$CDF_ALLOW_DESTRUCTIVE`, else
             no). Fixed when the definitions load: no run config changes it.
+        alerts: where alerts go (the `alerts:` section): with it, `alert_sensor` tells them
+            (`cdf_platform.orchestration.alert_sensor`).
     """
     if allow_destructive is None:
         allow_destructive = default_allow_destructive()
@@ -106,12 +111,14 @@ def platform_defs(
         if consumer_job
         else []
     )
+    asset_checks = [
+        *silver_checks(specs),
+        *(consumer_checks(consumer, upstream_metadata) for consumer in watched),
+    ]
+    check_keys = [key for checks in asset_checks for key in checks.check_keys]
     return dg.Definitions(
         assets=[*bronze, *silver, *consumers, overview_asset(specs)],
-        asset_checks=[
-            *silver_checks(specs),
-            *(consumer_checks(consumer, upstream_metadata) for consumer in watched),
-        ],
+        asset_checks=asset_checks,
         jobs=[
             incremental_job,
             rebuild_job,
@@ -134,6 +141,7 @@ def platform_defs(
             ),
             build_rebuild_sensor(specs, consumers=watched, jobs=repair_jobs, running=automation),
             *consumer_sensors,
+            *([build_alert_sensor(specs, alerts, check_keys)] if alerts is not None else []),
         ],
         resources={
             "spark": spark,
