@@ -76,7 +76,10 @@ class _Strict(BaseModel):
 class SlackTarget(_Strict):
     """A Slack channel, posted to with a bot token through dagster-slack's client."""
 
-    token: Text = Field(description="The bot token (xoxb-...); `{env: NAME}` keeps it out.")
+    # Secrets stay out of every repr (a log line, an error): `repr=False`.
+    token: Text = Field(
+        repr=False, description="The bot token (xoxb-...); `{env: NAME}` keeps it out."
+    )
     channel: str = Field(description="The channel, e.g. `#data-alerts`, or its id.")
     api_url: str = Field(
         default="https://slack.com/api/",
@@ -87,9 +90,13 @@ class SlackTarget(_Strict):
 class WebhookTarget(_Strict):
     """An HTTP endpoint that takes one JSON document per message (POST)."""
 
-    url: Text = Field(description="The endpoint's URL; `{env: NAME}` if it carries a secret.")
+    url: Text = Field(
+        repr=False, description="The endpoint's URL; `{env: NAME}` if it carries a secret."
+    )
     headers: dict[str, Text] = Field(
-        default_factory=dict, description="Extra request headers, e.g. an Authorization."
+        default_factory=dict,
+        repr=False,
+        description="Extra request headers, e.g. an Authorization.",
     )
 
 
@@ -101,8 +108,10 @@ class EmailTarget(_Strict):
     sender: str = Field(description="The From address.")
     to: list[str] = Field(min_length=1, description="The recipients.")
     starttls: bool = Field(default=False, description="Upgrade the connection with STARTTLS.")
-    username: Text | None = Field(default=None, description="Login, if the server wants one.")
-    password: Text | None = Field(default=None, description="Its password.")
+    username: Text | None = Field(
+        default=None, repr=False, description="Login, if the server wants one."
+    )
+    password: Text | None = Field(default=None, repr=False, description="Its password.")
 
 
 class AlertTarget(_Strict):

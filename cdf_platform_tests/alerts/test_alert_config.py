@@ -105,3 +105,19 @@ def test_the_pipelines_file_carries_the_section_and_a_bad_one_stops_its_loading(
         load_specs(file)
     file.write_text(yaml.safe_dump({"pipelines": [pipeline]}))
     assert load_alerts(file) is None
+
+
+def test_no_secret_reaches_a_repr() -> None:
+    config = AlertConfig.parse(
+        {
+            "targets": {
+                **TARGETS,
+                "hook": {"webhook": {"url": "https://h/T0K3N", "headers": {"X-Key": "S3CR3T"}}},
+                "mail": {"email": {**TARGETS["mail"]["email"], "password": "PA55"}},
+            }
+        },
+        origin="test",
+    )
+    assert config is not None
+    shown = repr(config.resolved({"TEST_SLACK_TOKEN": "xoxb-V4LUE"}))
+    assert all(secret not in shown for secret in ("xoxb-V4LUE", "T0K3N", "S3CR3T", "PA55"))
