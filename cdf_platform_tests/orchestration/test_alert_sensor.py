@@ -1,6 +1,7 @@
 """The alert sensor over a real platform and a real Dagster instance: a window at risk, back,
 at risk again, lost and repaired gives each receiver exactly one message per opening and end
-(the lost window's end is its repair), in order, with nothing repeated however often the checks
+(the lost window's end is its repair), and a refused destructive setting one message, in order,
+with nothing repeated however often the checks
 run or the sensor ticks, and nothing from before the sensor first ran; the sensor's state is
 the instance's, so definitions loaded again (a restarted code server) carry on where it was."""
 
@@ -18,6 +19,7 @@ from cdf_platform.demo.definitions import build_demo_defs
 from cdf_platform.orchestration.alert_sensor import ALERT_SENSOR
 from cdf_platform.orchestration.jobs import CHECKS_JOB, REBUILD_JOB, rebuild_run_config
 from cdf_platform.orchestration.keys import INCIDENT_TAG, PIPELINE_TAG
+from cdf_platform.orchestration.maintenance_jobs import maintenance_job_name
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform_testkit.lake import write_pipelines
 from cdf_platform_testkit.receivers import HttpReceiver
@@ -112,3 +114,14 @@ def test_each_incident_is_told_once_when_it_opens_and_once_when_it_ends(
         assert "silver rebuilt from bronze version" in repaired["summary"]
         assert repaired["opened_at"] is not None
         assert repaired["url"].startswith("http://dagster.test/runs/")
+
+        # A refused destructive setting is an event of its own, not a failed run.
+        retain_zero = {"ops": {"vacuum_orders": {"config": {"retain_zero": True}}}}
+        run(defs, maintenance_job_name("orders"), instance, run_config=retain_zero)
+        sensor_tick(defs, instance, ALERT_SENSOR)
+        assert told(webhook)[6:] == [("destructive_action", "event")]
+        refused = webhook.received()[-1]["body"]
+        assert refused["title"] == (
+            f"[cdf_platform] {maintenance_job_name('orders')}: destructive action refused"
+        )
+        assert "DestructiveActionNotPermitted" in refused["summary"]
