@@ -102,8 +102,11 @@ class Deployment:
         engine_memory: str = DEFAULT_ENGINE_MEMORY,
         code: Sequence[str] = ("-m", "cdf_platform.definitions"),
         env: Mapping[str, str | None] | None = None,
+        sections: Mapping[str, Any] | None = None,
     ) -> None:
         self.root, self.postgres, self.pipelines = root, postgres, pipelines
+        # The pipelines file's other sections (`alerts=...`), kept on every rewrite.
+        self.sections = dict(sections or {})
         self.lake, self.home, logs = root / "lake", root / "dagster_home", root / "logs"
         self.home.mkdir(parents=True, exist_ok=True)
         shutil.copy(DEPLOY / "dagster.yaml", self.home / "dagster.yaml")
@@ -167,7 +170,7 @@ class Deployment:
         """(Re)write the deployment's pipelines file: read by the code server when it loads
         (at its start, and on each reload)."""
         self.pipelines = pipelines
-        write_pipelines(self.pipelines_file, pipelines)
+        write_pipelines(self.pipelines_file, pipelines, **self.sections)
 
     @contextlib.contextmanager
     def environment(self) -> Iterator[None]:

@@ -65,8 +65,11 @@ class SupervisedDeployment(Deployment):
         *,
         engine_memory: str = DEFAULT_ENGINE_MEMORY,
         env: Mapping[str, str | None] | None = None,
+        sections: Mapping[str, Any] | None = None,
     ) -> None:
-        super().__init__(root, postgres, pipelines, engine_memory=engine_memory, env=env)
+        super().__init__(
+            root, postgres, pipelines, engine_memory=engine_memory, env=env, sections=sections
+        )
         self.env |= {
             ENGINE_MEMORY_ENV: engine_memory,
             WEBSERVER_PORT_ENV: str(self.webserver_port),

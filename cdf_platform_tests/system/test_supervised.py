@@ -3,13 +3,17 @@
 continuously: the engine and the daemon killed with SIGKILL are brought back by the supervisor
 while the sensors alone keep every silver table at its bronze (nothing lost or applied twice,
 never two queued runs of one pipeline), and stopping supervisord by its PID stops every process
-it started, the code server included.
+it started, the code server included. Under the same deployment, alerts reach real receivers
+on loopback (an HTTP server for the webhook and Slack's Web API, an SMTP server): a replay
+window at risk, lost and repaired gives each exactly one message of each, across two daemon
+restarts and a receiver down for a minute, and no silver run fails because a receiver does.
 
 One deployment serves the file's tests (`supervised`, module-scoped); the last test stops it.
 """
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 from collections import Counter
@@ -18,6 +22,7 @@ from typing import Any
 
 import dagster as dg
 import pytest
+from deltalake import DeltaTable
 
 from cdf_platform.demo.services import wait_for
 from cdf_platform.orchestration.keys import QUEUE_TAG, RUN_KEY_TAG, SILVER_QUEUE
@@ -25,6 +30,7 @@ from cdf_platform_testkit.deployment import BronzeWriter
 from cdf_platform_testkit.faults.oracle import read_rows
 from cdf_platform_testkit.lake import orders_pipeline
 from cdf_platform_testkit.postgres import PostgresServer
+from cdf_platform_testkit.receivers import HttpReceiver, SmtpReceiver
 from cdf_platform_testkit.supervised import (
     DAEMON,
     ENGINE,
@@ -32,9 +38,15 @@ from cdf_platform_testkit.supervised import (
     SupervisedDeployment,
 )
 
-pytestmark = [pytest.mark.system, pytest.mark.long(minutes=4), pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.system, pytest.mark.long(minutes=8), pytest.mark.timeout(1200)]
 
 IDS = ["p1", "p2", "p3"]
+# The pipeline whose replay window the alert story puts at risk and loses: its bronze keeps
+# 120 s of history, and it is at risk below 90 s of headroom.
+WATCHED = "w"
+RETENTION_S = 120
+AT_RISK_BELOW_H = 0.025
+SLACK_TOKEN_ENV = "CDF_TEST_SLACK_TOKEN"
 # The writer's commits after the daemon is back, before it stops and the sensors catch up.
 WRITES_AFTER_S = 10.0
 
@@ -46,20 +58,65 @@ def postgres() -> Iterator[PostgresServer]:
 
 
 @pytest.fixture(scope="module")
+def receivers(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[HttpReceiver, SmtpReceiver]]:
+    """The alert receivers: HTTP (the webhook, Slack's Web API) and SMTP, each a process."""
+    folder = tmp_path_factory.mktemp("receivers")
+    with HttpReceiver(folder) as http, SmtpReceiver(folder) as smtp:
+        yield http, smtp
+
+
+def alerts_section(http: HttpReceiver, smtp: SmtpReceiver) -> dict[str, Any]:
+    """Every alert to Slack (its token from the environment), a webhook and email."""
+    return {
+        "ui_url": "http://dagster.test",
+        "targets": {
+            "team": {
+                "slack": {
+                    "token": {"env": SLACK_TOKEN_ENV},
+                    "channel": "#data",
+                    "api_url": f"{http.endpoint}/api/",
+                }
+            },
+            "hook": {"webhook": {"url": f"{http.endpoint}/hook"}},
+            "mail": {
+                "email": {
+                    "host": "127.0.0.1",
+                    "port": smtp.port,
+                    "sender": "cdf@test",
+                    "to": ["oncall@test"],
+                }
+            },
+        },
+    }
+
+
+@pytest.fixture(scope="module")
 def supervised(
-    postgres: PostgresServer, tmp_path_factory: pytest.TempPathFactory
+    postgres: PostgresServer,
+    receivers: tuple[HttpReceiver, SmtpReceiver],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[SupervisedDeployment]:
     """The deployment of `IDS` under supervisord, every program answering, a first bronze
     version of each pipeline written; inside its environment. Each story of the file takes it as
     it is: `BronzeWriter(supervised, ...)` commits bronze, `supervised.write_pipelines(...)`
     then `supervised.reload_code()` edits the pipelines file. Stopped by the file's last test
     (else here, at the module's end)."""
+    watched = orders_pipeline(WATCHED, min_headroom_hours=AT_RISK_BELOW_H)
     deployment = SupervisedDeployment(
-        tmp_path_factory.mktemp("supervised"), postgres, [orders_pipeline(i) for i in IDS]
+        tmp_path_factory.mktemp("supervised"),
+        postgres,
+        [*(orders_pipeline(i) for i in IDS), watched],
+        env={SLACK_TOKEN_ENV: "xoxb-test"},
+        sections={"alerts": alerts_section(*receivers)},
     )
-    first = BronzeWriter(deployment, IDS, interval=0)
-    for pipeline_id in IDS:
+    first = BronzeWriter(deployment, [*IDS, WATCHED], interval=0)
+    for pipeline_id in [*IDS, WATCHED]:
         first.commit(pipeline_id)
+    DeltaTable(str(deployment.bronze(WATCHED))).alter.set_table_properties(
+        {"delta.deletedFileRetentionDuration": f"interval {RETENTION_S} seconds"}
+    )
     with deployment.environment():
         try:
             deployment.start()
@@ -145,6 +202,112 @@ def test_the_supervisor_brings_back_a_killed_engine_and_daemon_and_nothing_is_lo
         run.tags[RUN_KEY_TAG] for run in runs if RUN_KEY_TAG in run.tags and not run.parent_run_id
     )
     assert not [key for key, n in keys.items() if n > 1]
+
+
+def said(http: HttpReceiver, smtp: SmtpReceiver, pipeline: str) -> dict[str, list[str]]:
+    """The titles each receiver got about `pipeline`, in the order it got them."""
+    prefix = f"[cdf_platform] {pipeline}: "
+    resolved = f"[cdf_platform] RESOLVED {pipeline}: "
+    webhook = [
+        r["body"]["title"]
+        for r in http.received()
+        if r["path"] == "/hook" and r["body"]["pipeline"] == pipeline
+    ]
+    slack = [
+        r["body"]["text"].split("*")[1]
+        for r in http.received()
+        if r["path"] == "/api/chat.postMessage"
+    ]
+    mail = [r["subject"] for r in smtp.received()]
+    return {
+        name: [t for t in titles if t.startswith((prefix, resolved))]
+        for name, titles in (("webhook", webhook), ("slack", slack), ("email", mail))
+    }
+
+
+def launch_checks(deployment: SupervisedDeployment) -> None:
+    launched = deployment.launch("checks_job", {})
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+
+
+def test_a_window_at_risk_lost_and_repaired_is_told_once_each_across_restarts(
+    supervised: SupervisedDeployment, receivers: tuple[HttpReceiver, SmtpReceiver]
+) -> None:
+    deployment, (http, smtp) = supervised, receivers
+    instance = deployment.instance()
+    started = time.time()
+    at_risk = [f"[cdf_platform] {WATCHED}: replay window at risk"]
+    lost = [
+        f"[cdf_platform] {WATCHED}: replay window lost",
+        f"[cdf_platform] {WATCHED}: repair started",
+    ]
+    repaired = [f"[cdf_platform] RESOLVED {WATCHED}: replay window repaired"]
+    # Silver stops following bronze: a commit's headroom runs down from 120 s.
+    deployment.set_sensor("incremental_sensor", running=False)
+    try:
+        # Two commits: W + 1 is not bronze's latest version, which Delta always lets a read
+        # start at; the window loses W + 1 once its commit is older than the retention.
+        writer = BronzeWriter(deployment, [WATCHED], interval=0)
+        commit = writer.commit(WATCHED)
+        writer.commit(WATCHED)
+        time.sleep(max(0.0, commit.at + 35 - time.time()))  # below 90 s of headroom
+        launch_checks(deployment)
+        wait_for(
+            "'at risk' told everywhere",
+            lambda: all(t == at_risk for t in said(http, smtp, WATCHED).values()),
+            120,
+            1,
+        )
+        first = deployment.kill(DAEMON)
+        deployment.wait_back(DAEMON, first)
+
+        # The HTTP receiver (webhook and Slack) is down for a minute while the window is lost
+        # and repaired (by the rebuild sensor: the incremental sensor is stopped).
+        http.stop()
+        down_at = time.monotonic()
+        time.sleep(max(0.0, commit.at + RETENTION_S + 5 - time.time()))
+        launch_checks(deployment)
+        wait_for(
+            "'lost' and 'repaired' mailed",
+            lambda: said(http, smtp, WATCHED)["email"] == at_risk + lost + repaired,
+            240,
+            1,
+        )
+        second = deployment.kill(DAEMON)  # the webhook's and Slack's messages still wait
+        deployment.wait_back(DAEMON, second)
+        time.sleep(max(0.0, down_at + 60 - time.monotonic()))
+        assert said(http, smtp, WATCHED)["webhook"] == at_risk  # nothing got through
+        http.start()
+        wait_for(
+            "every receiver told of the loss and the repair",
+            lambda: all(t == at_risk + lost + repaired for t in said(http, smtp, WATCHED).values()),
+            180,
+            1,
+        )
+        time.sleep(35)  # two more ticks of the alert sensor: nothing is told again
+    finally:
+        deployment.set_sensor("incremental_sensor", running=True)
+    assert all(t == at_risk + lost + repaired for t in said(http, smtp, WATCHED).values())
+    # The receivers cost no silver run anything: every one since the story began succeeded.
+    silver = [
+        r.dagster_run
+        for r in instance.get_run_records(
+            dg.RunsFilter(
+                tags={QUEUE_TAG: SILVER_QUEUE},
+                created_after=datetime.datetime.fromtimestamp(started, datetime.UTC),
+            )
+        )
+    ]
+    assert silver and {run.status for run in silver} == {dg.DagsterRunStatus.SUCCESS}
+    assert _rows(str(deployment.silver(WATCHED))) == _rows(str(deployment.bronze(WATCHED)))
+    (webhook_lost,) = [
+        r["body"]
+        for r in http.received()
+        if r["path"] == "/hook"
+        and r["body"]["event"] == "window_lost"
+        and r["body"]["status"] == "opened"
+    ]
+    assert webhook_lost["advice"].startswith("nothing: the platform rebuilds")
 
 
 def test_stopping_the_supervisor_stops_every_process(supervised: SupervisedDeployment) -> None:
