@@ -21,6 +21,7 @@ from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform_testkit.azurite import ACCOUNT_HOST
 from cdf_platform_testkit.environment import environment
 from cdf_platform_testkit.jvm_options import ENVIRONMENT, LONG_LIVED
+from cdf_platform_testkit.receivers import HttpReceiver, SmtpReceiver
 from cdf_platform_testkit.spark_conf import TEST_SPARK_CONF
 
 if TYPE_CHECKING:
@@ -172,3 +173,14 @@ def lake(tmp_path: Path) -> Path:
     root = tmp_path / "lake"
     root.mkdir()
     return root
+
+
+@pytest.fixture(scope="module")
+def alert_receivers(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[HttpReceiver, SmtpReceiver]]:
+    """Alert receivers for a test file: HTTP (a webhook, Slack's Web API) and SMTP, each a
+    process on a free loopback port (`cdf_platform_testkit.receivers`)."""
+    folder = tmp_path_factory.mktemp("receivers")
+    with HttpReceiver(folder) as http, SmtpReceiver(folder) as smtp:
+        yield http, smtp

@@ -70,6 +70,27 @@ class SmtpReceiver(_Receiver):
         return port_open(self.port)
 
 
+def alert_targets(
+    http: HttpReceiver, smtp: SmtpReceiver, slack_token: Any = "xoxb-test"
+) -> dict[str, Any]:
+    """An `alerts:` section's `targets` on these receivers: Slack (`team`, its token
+    `slack_token`: a value or `{env: NAME}`), a webhook (`hook`) and email (`mail`)."""
+    return {
+        "team": {
+            "slack": {"token": slack_token, "channel": "#data", "api_url": f"{http.endpoint}/api/"}
+        },
+        "hook": {"webhook": {"url": f"{http.endpoint}/hook"}},
+        "mail": {
+            "email": {
+                "host": "127.0.0.1",
+                "port": smtp.port,
+                "sender": "cdf@test",
+                "to": ["oncall@test"],
+            }
+        },
+    }
+
+
 def _serve_http(port: int, file: Path) -> None:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:

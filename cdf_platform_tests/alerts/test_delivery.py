@@ -7,8 +7,6 @@ back is given up after `retry_hours`, said in the log."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,50 +15,16 @@ from cdf_platform.alerts.delivery import AlertState, Sender, deliver
 from cdf_platform.alerts.incidents import Change, IncidentBook, Signal
 from cdf_platform.core.alert_config import AlertConfig, AlertEvent, Severity
 from cdf_platform.orchestration.alert_sensor import senders
-from cdf_platform_testkit.receivers import HttpReceiver, SmtpReceiver
+from cdf_platform_testkit.receivers import HttpReceiver, SmtpReceiver, alert_targets
 
 LOG = logging.getLogger("alerts-test")
 
 
-@pytest.fixture(scope="module")
-def receivers(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[HttpReceiver, SmtpReceiver]]:
-    folder = tmp_path_factory.mktemp("receivers")
-    with HttpReceiver(folder) as http, SmtpReceiver(folder) as smtp:
-        yield http, smtp
-
-
 def config_for(http: HttpReceiver, smtp: SmtpReceiver, **extra: Any) -> AlertConfig:
+    targets = alert_targets(http, smtp)
+    targets["hook"]["webhook"]["headers"] = {"Authorization": "Bearer t"}
     config = AlertConfig.parse(
-        {
-            "ui_url": "http://dagster.test",
-            "targets": {
-                "team": {
-                    "slack": {
-                        "token": "xoxb-test",
-                        "channel": "#data",
-                        "api_url": f"{http.endpoint}/api/",
-                    }
-                },
-                "hook": {
-                    "webhook": {
-                        "url": f"{http.endpoint}/hook",
-                        "headers": {"Authorization": "Bearer t"},
-                    }
-                },
-                "mail": {
-                    "email": {
-                        "host": "127.0.0.1",
-                        "port": smtp.port,
-                        "sender": "cdf@test",
-                        "to": ["oncall@test"],
-                    }
-                },
-            },
-            **extra,
-        },
-        origin="test",
+        {"ui_url": "http://dagster.test", "targets": targets, **extra}, origin="test"
     )
     assert config is not None
     return config
@@ -82,9 +46,9 @@ def lost(at: float) -> Signal:
 
 
 def test_each_receiver_gets_the_pipeline_figures_advice_and_link(
-    receivers: tuple[HttpReceiver, SmtpReceiver],
+    alert_receivers: tuple[HttpReceiver, SmtpReceiver],
 ) -> None:
-    http, smtp = receivers
+    http, smtp = alert_receivers
     config = config_for(http, smtp)
     state = AlertState(book=IncidentBook())
     state.post(state.book.fold(lost(100.0)), config, now=100.0)
@@ -124,9 +88,9 @@ def test_each_receiver_gets_the_pipeline_figures_advice_and_link(
 
 
 def test_a_receiver_that_is_down_gets_its_messages_once_it_is_back(
-    receivers: tuple[HttpReceiver, SmtpReceiver], caplog: pytest.LogCaptureFixture
+    alert_receivers: tuple[HttpReceiver, SmtpReceiver], caplog: pytest.LogCaptureFixture
 ) -> None:
-    http, smtp = receivers
+    http, smtp = alert_receivers
     config = config_for(http, smtp, routes=[{"targets": ["hook"]}])
     targets: dict[str, Sender] = senders(config)
     state = AlertState(book=IncidentBook())
@@ -162,23 +126,11 @@ def test_a_receiver_that_is_down_gets_its_messages_once_it_is_back(
 
 
 def test_a_target_that_never_comes_back_is_given_up_after_retry_hours(
-    receivers: tuple[HttpReceiver, SmtpReceiver], caplog: pytest.LogCaptureFixture, tmp_path: Path
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    http, smtp = receivers
-    config = config_for(http, smtp, retry_hours=1.0)
-    config = config.model_copy(
-        update={
-            "targets": {
-                "hook": config.targets["hook"].model_copy(
-                    update={
-                        "webhook": config.targets["hook"].webhook.model_copy(  # type: ignore[union-attr]
-                            update={"url": "http://127.0.0.1:9/hook"}
-                        )
-                    }
-                )
-            }
-        }
-    )
+    nothing_listens = {"webhook": {"url": "http://127.0.0.1:9/hook"}}
+    config = AlertConfig.parse({"targets": {"hook": nothing_listens}, "retry_hours": 1}, origin="t")
+    assert config is not None
     state = AlertState(book=IncidentBook())
     state.post(state.book.fold(lost(0.0)), config, now=0.0)
     deliver(state, senders(config), config, now=0.0, save=lambda s: None, log=LOG)

@@ -30,7 +30,7 @@ from cdf_platform_testkit.deployment import BronzeWriter
 from cdf_platform_testkit.faults.oracle import read_rows
 from cdf_platform_testkit.lake import orders_pipeline
 from cdf_platform_testkit.postgres import PostgresServer
-from cdf_platform_testkit.receivers import HttpReceiver, SmtpReceiver
+from cdf_platform_testkit.receivers import HttpReceiver, SmtpReceiver, alert_targets
 from cdf_platform_testkit.supervised import (
     DAEMON,
     ENGINE,
@@ -58,44 +58,9 @@ def postgres() -> Iterator[PostgresServer]:
 
 
 @pytest.fixture(scope="module")
-def receivers(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[HttpReceiver, SmtpReceiver]]:
-    """The alert receivers: HTTP (the webhook, Slack's Web API) and SMTP, each a process."""
-    folder = tmp_path_factory.mktemp("receivers")
-    with HttpReceiver(folder) as http, SmtpReceiver(folder) as smtp:
-        yield http, smtp
-
-
-def alerts_section(http: HttpReceiver, smtp: SmtpReceiver) -> dict[str, Any]:
-    """Every alert to Slack (its token from the environment), a webhook and email."""
-    return {
-        "ui_url": "http://dagster.test",
-        "targets": {
-            "team": {
-                "slack": {
-                    "token": {"env": SLACK_TOKEN_ENV},
-                    "channel": "#data",
-                    "api_url": f"{http.endpoint}/api/",
-                }
-            },
-            "hook": {"webhook": {"url": f"{http.endpoint}/hook"}},
-            "mail": {
-                "email": {
-                    "host": "127.0.0.1",
-                    "port": smtp.port,
-                    "sender": "cdf@test",
-                    "to": ["oncall@test"],
-                }
-            },
-        },
-    }
-
-
-@pytest.fixture(scope="module")
 def supervised(
     postgres: PostgresServer,
-    receivers: tuple[HttpReceiver, SmtpReceiver],
+    alert_receivers: tuple[HttpReceiver, SmtpReceiver],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[SupervisedDeployment]:
     """The deployment of `IDS` under supervisord, every program answering, a first bronze
@@ -109,7 +74,13 @@ def supervised(
         postgres,
         [*(orders_pipeline(i) for i in IDS), watched],
         env={SLACK_TOKEN_ENV: "xoxb-test"},
-        sections={"alerts": alerts_section(*receivers)},
+        sections={
+            "alerts": {
+                "ui_url": "http://dagster.test",
+                # Every alert to Slack (its token from the environment), a webhook and email.
+                "targets": alert_targets(*alert_receivers, slack_token={"env": SLACK_TOKEN_ENV}),
+            }
+        },
     )
     first = BronzeWriter(deployment, [*IDS, WATCHED], interval=0)
     for pipeline_id in [*IDS, WATCHED]:
@@ -231,9 +202,9 @@ def launch_checks(deployment: SupervisedDeployment) -> None:
 
 
 def test_a_window_at_risk_lost_and_repaired_is_told_once_each_across_restarts(
-    supervised: SupervisedDeployment, receivers: tuple[HttpReceiver, SmtpReceiver]
+    supervised: SupervisedDeployment, alert_receivers: tuple[HttpReceiver, SmtpReceiver]
 ) -> None:
-    deployment, (http, smtp) = supervised, receivers
+    deployment, (http, smtp) = supervised, alert_receivers
     instance = deployment.instance()
     started = time.time()
     at_risk = [f"[cdf_platform] {WATCHED}: replay window at risk"]
