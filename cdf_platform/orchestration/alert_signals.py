@@ -37,6 +37,7 @@ from cdf_platform.orchestration.keys import (
     PIPELINE_TAG,
     SILVER_PREFIX,
     WILL_RETRY_TAG,
+    silver_op_name,
     silver_pipeline_ids,
 )
 
@@ -423,9 +424,12 @@ class SignalReader:
                     title="destructive action refused",
                 ),
             ]
-        subjects = silver_pipeline_ids(run.asset_selection or ()) or [
-            run.tags.get(PIPELINE_TAG) or run.job_name
-        ]
+        # A shared run's failure is its failed steps' pipelines (the others wrote silver); a
+        # run whose process died is all it covers.
+        failed_steps = {failure.step_key for failure in failures}
+        covered = silver_pipeline_ids(run.asset_selection or ())
+        subjects = [p for p in self.specs if silver_op_name(p) in failed_steps] or covered
+        subjects = subjects or [run.tags.get(PIPELINE_TAG) or run.job_name]
         for subject in subjects:
             signals.append(
                 Signal(
