@@ -96,3 +96,27 @@ def write_delta_table(location: str, storage: StorageConfig, data: Any, **option
         write_deltalake(
             location, data, storage_options=delta_storage_options(location, storage), **options
         )
+
+
+def write_opened_table(
+    table: DeltaTable, location: str, storage: StorageConfig, data: Any, **options: Any
+) -> None:
+    """`write_deltalake` to `table`, opened at `location` by `open_delta_table` (with the
+    options `storage` gives it), on the version the object holds, which then holds the version
+    written (`options`: mode, ...): no second read of the table's log, as a write to its
+    location makes."""
+    from deltalake import write_deltalake
+
+    with store_errors_classified(location, storage):
+        write_deltalake(table, data, **options)
+
+
+def refresh_delta_table(table: DeltaTable, location: str, storage: StorageConfig) -> None:
+    """Bring `table`, opened at `location` by `open_delta_table`, to its latest version,
+    reading only the commits after the one it holds.
+
+    Raises:
+        StorageUnreachable: the store refused or did not answer.
+    """
+    with store_errors_classified(location, storage):
+        table.update_incremental()

@@ -124,6 +124,9 @@ class LakeLayout(dg.ConfigurableResource):
     )
     # The lake this layout stands for, built on first use (`lake()`).
     _lake: Lake | None = PrivateAttr(default=None)
+    # Its control tables, opened on first use (`control()`) and kept for the resource's life
+    # (a run, a tick): each of a shared run's steps reads and writes them.
+    _control: ControlTable | None = PrivateAttr(default=None)
 
     @classmethod
     def _is_dagster_maintained(cls) -> bool:
@@ -222,9 +225,12 @@ class LakeLayout(dg.ConfigurableResource):
 
     def control(self) -> ControlTable:
         """The control tables (state and load log), carrying the lake's object-store options
-        to every reader they are handed to."""
-        lake = self.lake()
-        return ControlTable(lake.control_root, storage=lake.storage)
+        to every reader they are handed to: one object for this resource, which keeps the
+        tables it opened up to date rather than opening them again (`ControlTable`)."""
+        if self._control is None:
+            lake = self.lake()
+            self._control = ControlTable(lake.control_root, storage=lake.storage)
+        return self._control
 
     def specs(self) -> list[PipelineSpec]:
         """Every pipeline of the pipelines file, locations resolved under the lake root.

@@ -1,6 +1,7 @@
 """The control tables stay a few files however many runs write them: every write that finds
 more than COMPACT_AT_FILES files compacts the table, and every row is still read. A load log
-written before a column was added is read (the column null) and appended to."""
+written before a column was added is read (the column null) and appended to, a state table
+so takes an upsert; a control table object reads what other writers committed since."""
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -10,7 +11,7 @@ from deltalake import DeltaTable
 
 from cdf_platform.deltalog.arrow_rows import arrow_table
 from cdf_platform.deltalog.delta_tables import write_delta_table
-from cdf_platform.state.control import COMPACT_AT_FILES, ControlTable, LoadLogEntry
+from cdf_platform.state.control import COMPACT_AT_FILES, STATE_SCHEMA, ControlTable, LoadLogEntry
 from cdf_platform.state.load_log import LOG_SCHEMA, OrchestratorTimes, RunStages
 
 MARK_COLUMNS = ("created_at", "dequeued_at", "launched_at", "planned_at", "read_at", "committed_at")
@@ -90,3 +91,42 @@ def test_a_load_log_written_before_the_stage_marks_is_read_and_appended_to(
         "merge": 1.0,
         "end": 2.0,  # the entry finished 5 s after it started
     }
+
+
+def test_a_state_table_written_before_a_column_takes_it_and_keeps_one_row_per_pipeline(
+    tmp_path: Path,
+) -> None:
+    control = ControlTable(str(tmp_path / "_control"))
+    old_schema = {name: kind for name, kind in STATE_SCHEMA.items() if name != "spec_record"}
+    rows = [{"pipeline_id": "o'brien", "last_commit_version": 1}, {"pipeline_id": "b"}]
+    write_delta_table(
+        control.state_path, control.storage, arrow_table(old_schema, rows), mode="append"
+    )
+
+    control.upsert_state({"pipeline_id": "o'brien", "last_commit_version": 2, "spec_record": "{}"})
+    control.upsert_state({"pipeline_id": "c", "last_commit_version": 7})
+
+    states = control.read_states()
+    assert sorted(states) == ["b", "c", "o'brien"]
+    assert (states["o'brien"]["last_commit_version"], states["o'brien"]["spec_record"]) == (2, "{}")
+    assert (states["b"]["last_commit_version"], states["b"]["spec_record"]) == (None, None)
+
+
+def test_a_control_table_object_reads_what_others_wrote_since_its_last_read(
+    tmp_path: Path,
+) -> None:
+    # One object per process of a deployment: each reads the other's rows as they land.
+    ours, theirs = (ControlTable(str(tmp_path / "_control")) for _ in range(2))
+    ours.upsert_state({"pipeline_id": "a", "last_commit_version": 1})
+    assert ours.read_states()["a"]["last_commit_version"] == 1
+
+    theirs.upsert_state({"pipeline_id": "a", "last_commit_version": 2})
+    theirs.append_log(_entry(2, "a"))
+    ours.upsert_state({"pipeline_id": "b", "last_commit_version": 5})
+    ours.append_log(_entry(3, "b"))
+
+    for control in (ours, theirs):
+        states = control.read_states()
+        assert {i: s["last_commit_version"] for i, s in states.items()} == {"a": 2, "b": 5}
+        assert [row["run_id"] for row in control.read_log()] == ["run-002", "run-003"]
+    assert len(DeltaTable(ours.state_path).file_uris()) == 2
