@@ -17,8 +17,9 @@ A no-op plan never starts Spark, on either side. Failures are classified on both
 
 Where the run's seconds went is part of the metadata (`stage_<stage>_seconds`): when Dagster
 created, dequeued and launched the run (its run record and its `RUN_STARTING` and `RUN_START`
-events, read once per step) are handed to the run as plain times (`OrchestratorTimes`), which
-adds them to its load-log row and its stages (`cdf_platform.state.load_log`).
+events, read at the run's first step) are handed to the run as plain times
+(`OrchestratorTimes`), which adds them to its load-log row and its stages
+(`cdf_platform.state.load_log`).
 
 Example:
     >>> @dg.asset(ins={"bronze": pipeline_input(spec)})  # doctest: +SKIP
@@ -187,21 +188,32 @@ def write_pipeline(
 _DEQUEUED, _LAUNCHED = dg.DagsterEventType.RUN_STARTING, dg.DagsterEventType.RUN_START
 
 
+# The times of the run in progress in this process, by run id: read at its first silver step
+# (its process has started by then: every mark is written) and the same for every later step.
+_RUN_TIMES: dict[str, OrchestratorTimes] = {}
+
+
 def orchestrator_times(instance: dg.DagsterInstance, run_id: str) -> OrchestratorTimes:
     """When Dagster created run `run_id`, handed it to its launcher (off the queue: its
     `RUN_STARTING`; None for a run executed in process) and started its process (`RUN_START`):
-    its run record and those two events of its log, two reads."""
+    its run record and those two events of its log, two reads at the run's first step in this
+    process, which its later steps (a shared run's other pipelines) reuse."""
+    if run_id in _RUN_TIMES:
+        return _RUN_TIMES[run_id]
     record = instance.get_run_record_by_id(run_id)
     events = instance.get_records_for_run(run_id, of_type={_DEQUEUED, _LAUNCHED}).records
     at = {
         event.event_log_entry.dagster_event_type: datetime.fromtimestamp(event.timestamp, UTC)
         for event in events
     }
-    return OrchestratorTimes(
+    times = OrchestratorTimes(
         created_at=record.create_timestamp if record is not None else None,
         dequeued_at=at.get(_DEQUEUED),
         launched_at=at.get(_LAUNCHED),
     )
+    _RUN_TIMES.clear()
+    _RUN_TIMES[run_id] = times
+    return times
 
 
 def _metadata_value(value: object) -> dg.MetadataValue:
