@@ -218,7 +218,7 @@ def catch_up(
                 # The backlog, on every bronze table at once: written while the incremental
                 # sensor is stopped, so the catch-up starts from a whole backlog (not from the
                 # first tables written, while the writer still writes the others).
-                deployment.set_sensor(INCREMENTAL_SENSOR, running=False)
+                stop_sensor(deployment, instance, deadline)
                 backlog_at = time.time()
                 for pipeline_id in ids:
                     bronze = str(deployment.bronze(pipeline_id))
@@ -243,7 +243,7 @@ def catch_up(
                 )
                 # A nightly maintenance on every bronze table: commits that change no row,
                 # written while the incremental sensor is stopped, as the backlog was.
-                deployment.set_sensor(INCREMENTAL_SENSOR, running=False)
+                stop_sensor(deployment, instance, deadline)
                 maintained_at = time.time()
                 waiting = {i: maintain(str(deployment.bronze(i))) for i in ids}
                 maintenance_written_s = time.time() - maintained_at
@@ -309,6 +309,23 @@ def catch_up(
             "not_ok": sorted(i for i, status in statuses.items() if status.state.value != "OK"),
         },
     }
+
+
+def stop_sensor(deployment: Deployment, instance: dg.DagsterInstance, deadline: float) -> None:
+    """Stop the incremental sensor and wait for a tick in progress to end: stopping starts no
+    new tick, but one the daemon has begun requests runs for what it finds (some of the tables
+    written next, in a run of their own, had the writer started at once)."""
+    from dagster._core.scheduler.instigation import TickStatus
+
+    deployment.set_sensor(INCREMENTAL_SENSOR, running=False)
+    (state,) = [s for s in instance.all_instigator_state() if s.name == INCREMENTAL_SENSOR]
+    while True:
+        ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=1)
+        if not ticks or ticks[0].status is not TickStatus.STARTED:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError("the incremental sensor's tick did not end")
+        time.sleep(0.5)
 
 
 def maintain(bronze: str) -> int:
