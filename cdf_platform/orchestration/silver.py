@@ -184,7 +184,11 @@ def silver_asset(spec: PipelineSpec, *, allow_destructive: bool = False) -> dg.A
             raise platform_failure(
                 refused, pipeline_id=spec.id, fallback_mode=FallbackMode.FAIL_FAST.value
             )
-        context.log.info("pinned change set: %s", describe_plan(bronze.plan))
+        context.log.info(
+            "pinned change set: %s (planned from the logs in %.2f s)",
+            describe_plan(bronze.plan),
+            bronze.prepared.plan_seconds,
+        )
         plan, force = bronze.plan, config.force_rebuild
         if force and already_repaired(plan, config.repair_of):
             context.log.info(
