@@ -24,6 +24,7 @@ import json
 import logging
 import smtplib
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field

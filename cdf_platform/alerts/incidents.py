@@ -16,7 +16,7 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -148,7 +148,7 @@ class IncidentBook:
             if incident is None:
                 return []
             severity = Severity(incident["severity"])
-            ended = Signal(**{**asdict(signal), "severity": severity})
+            ended = replace(signal, severity=severity)
             return [_alert(ended, "resolved", incident["id"], incident["opened_at"])]
         if key in self.open:
             return []
@@ -160,7 +160,3 @@ class IncidentBook:
         opened = f"{key}:{signal.source}"
         self.open[key] = {"id": opened, "opened_at": signal.at, "severity": signal.severity.value}
         return [_alert(signal, "opened", opened)]
-
-    def is_open(self, event: AlertEvent, subject: str) -> bool:
-        """Whether `subject` has an open incident of `event`."""
-        return f"{event.value}:{subject}" in self.open

@@ -236,7 +236,8 @@ def _resolve(value: Any, environ: Mapping[str, str], where: str) -> Any:
         if name not in environ:
             raise InvalidAlertConfig(
                 f"{where} reads the environment variable {name}, which is not set",
-                action=f"set {name} in the environment of the code server and the daemon, or "
+                action=f"set {name} in the environment of every process that loads the "
+                "definitions (the code server, the run worker and its runs), or "
                 "correct the reference",
             )
         return environ[name]
