@@ -12,6 +12,9 @@ files, an initial load of a snapshot that small, or a refresh) share runs of at 
 `CDF_PIPELINES_PER_RUN` pipelines (run key `batch:<hash of what each was asked>`): one process
 and one Spark driver apply them all, each its own step with its own watermark, pool and
 failure, so a fleet's onboarding or catch-up pays a driver start per batch, not per pipeline.
+They are spread over as many runs as the instance runs silver runs at once (its run queue's
+limit on the silver queue, `silver_run_slots`), so a fleet's catch-up uses every slot; an
+instance without a limit gets as few runs as hold them.
 A pipeline with a large change set or snapshot, a repair, a spec edit or a location to find
 gets a run of its own (run key
 `<reason>:<pipeline>:<key>`, e.g. `incremental:<pipeline>:<latest version>`), so it holds no
@@ -230,21 +233,42 @@ def _failed(
     return list(instance.get_run_records(filters))
 
 
+def silver_run_slots(instance: dg.DagsterInstance) -> int | None:
+    """How many silver runs `instance` runs at once: the lowest of its run queue's limits that
+    apply to runs tagged `cdf_platform/queue: silver` (a limit on that tag and value, on the
+    tag whatever its value, or on all runs); None when none applies (no queued run
+    coordinator, or no limit)."""
+    config = instance.get_concurrency_config().run_queue_config
+    if config is None:
+        return None
+    limits = [config.max_concurrent_runs] if config.max_concurrent_runs >= 0 else []
+    for rule in config.tag_concurrency_limits or ():
+        value = rule.get("value")
+        # No value: one limit over every value; a dict (applyLimitPerUniqueValue): per value.
+        if rule.get("key") == QUEUE_TAG and (
+            value in (None, SILVER_QUEUE) or isinstance(value, dict)
+        ):
+            limits.append(int(rule["limit"]))
+    return min(limits) if limits else None
+
+
 def run_requests(
     wanted: list[WantedRun],
     newest: dict[str, dg.DagsterRun],
     *,
     max_pipelines_per_run: int,
+    parallel_runs: int | None = None,
 ) -> tuple[list[dg.RunRequest], list[tuple[str, str]]]:
     """The run requests for `wanted` and the pipelines left out (each id with why).
 
     A pipeline whose newest run failed in its own code when asked the same thing is left out
     (it would fail the same way; the next bronze version, or a person, brings the next run). A
     pipeline whose newest run died is asked again, its run key naming the dead run (Dagster
-    drops a request whose run key was used). Pipelines that may share a run go in as few runs
-    of at most `max_pipelines_per_run` as hold them, spread evenly (one process and one Spark
-    driver for each run, each pipeline its own step, watermark and failure); the others get a
-    run each."""
+    drops a request whose run key was used). Pipelines that may share a run go in runs of at
+    most `max_pipelines_per_run`, spread evenly over as many runs as `parallel_runs` (the
+    silver runs the instance runs at once) when that is more, never more runs than pipelines
+    (one process for each run, each pipeline its own step, watermark and failure); the others
+    get a run each."""
     requests: list[dg.RunRequest] = []
     left_out: list[tuple[str, str]] = []
     shared: list[tuple[WantedRun, str]] = []
@@ -262,10 +286,11 @@ def run_requests(
             shared.append((item, after))
         else:
             requests.append(_request([(item, after)]))
-    # As few runs as the limit allows, the pipelines spread evenly over them: runs that finish
-    # together (a fleet is caught up when its slowest run ends), none a short remainder that
-    # pays a driver start for a few pipelines.
-    runs = -(-len(shared) // max_pipelines_per_run)
+    # As many runs as run at once (their Spark work shares the engine: a run's step waits on
+    # Dagster and the control tables while another's MERGE runs), at least as many as the limit
+    # per run needs; the pipelines spread evenly over them, so the runs finish together (a
+    # fleet is caught up when its slowest run ends).
+    runs = max(-(-len(shared) // max_pipelines_per_run), min(parallel_runs or 1, len(shared)))
     start = 0
     for index in range(runs):
         size = len(shared) // runs + (1 if index < len(shared) % runs else 0)
@@ -438,7 +463,10 @@ def build_incremental_sensor(
             limit = max(100, 4 * len(wanted))
             newest = newest_runs(context.instance, {item.spec.id for item in wanted}, limit)
             requests, left_out = run_requests(
-                wanted, newest, max_pipelines_per_run=max_pipelines_per_run
+                wanted,
+                newest,
+                max_pipelines_per_run=max_pipelines_per_run,
+                parallel_runs=silver_run_slots(context.instance),
             )
             for pipeline_id, why in left_out:
                 reason.held_back(pipeline_id, why)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.config import default_pipelines_per_run
@@ -19,11 +20,16 @@ from cdf_platform.core.errors import RuntimeEnvironmentError
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.demo.source import write_demo_batch
-from cdf_platform.orchestration.incremental_sensor import WantedRun, run_requests
-from cdf_platform.orchestration.keys import REQUESTED_TAG, silver_key
+from cdf_platform.orchestration.incremental_sensor import (
+    WantedRun,
+    run_requests,
+    silver_run_slots,
+)
+from cdf_platform.orchestration.keys import QUEUE_TAG, REQUESTED_TAG, silver_key
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.status import pipeline_status
 from cdf_platform_testkit import jvm_options
+from cdf_platform_testkit.deployment import DEPLOY
 from cdf_platform_testkit.lake import orders_pipeline
 from cdf_platform_tests.lake_platform import incremental_tick as tick
 from cdf_platform_tests.lake_platform import lake_defs, run_as_daemon, table_rows
@@ -93,7 +99,8 @@ def test_shared_runs_hold_at_most_the_configured_number_of_pipelines(
     ]
     assert not left_out
 
-    # As few runs as the limit allows, the pipelines spread evenly (3 and 2, not 4 and 1).
+    # Without a limit on silver runs at once: as few runs as the limit per run allows, the
+    # pipelines spread evenly (3 and 2, not 4 and 1).
     five = [
         WantedRun(PipelineSpec(**orders_pipeline(i)), "incremental", "4", shares=True)
         for i in "abcde"
@@ -103,12 +110,44 @@ def test_shared_runs_hold_at_most_the_configured_number_of_pipelines(
         ["a", "b", "c"],
         ["d", "e"],
     ]
+    # With 3 silver runs at once: spread over 3 (never more runs than pipelines), and over more
+    # where the limit per run needs them.
+    requests, _ = run_requests(five, {}, max_pipelines_per_run=4, parallel_runs=3)
+    assert [[key.path[1] for key in r.asset_selection] for r in requests] == [
+        ["a", "b"],
+        ["c", "d"],
+        ["e"],
+    ]
+    requests, _ = run_requests(five[:2], {}, max_pipelines_per_run=4, parallel_runs=3)
+    assert [[key.path[1] for key in r.asset_selection] for r in requests] == [["a"], ["b"]]
+    requests, _ = run_requests(five, {}, max_pipelines_per_run=1, parallel_runs=3)
+    assert len(requests) == 5
 
     monkeypatch.setenv("CDF_PIPELINES_PER_RUN", "1")
     assert default_pipelines_per_run() == 1
     monkeypatch.setenv("CDF_PIPELINES_PER_RUN", "0")
     with pytest.raises(RuntimeEnvironmentError, match="CDF_PIPELINES_PER_RUN='0'"):
         default_pipelines_per_run()
+
+
+def test_silver_run_slots_are_the_run_queues_lowest_limit_on_silver_runs(tmp_path: Path) -> None:
+    assert silver_run_slots(dg.DagsterInstance.ephemeral()) is None  # no run queue
+    deployed = yaml.safe_load((DEPLOY / "dagster.yaml").read_text())
+    queue = {key: deployed[key] for key in ("run_coordinator", "concurrency")}
+    (tmp_path / "dagster.yaml").write_text(yaml.safe_dump(queue))
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert silver_run_slots(instance) == 4  # deploy/dagster.yaml: 4 silver runs of 5
+    runs = queue["concurrency"]["runs"]
+    for rules, slots in (
+        ([], 5),  # all runs' limit
+        ([{"key": QUEUE_TAG, "limit": 3}], 3),  # the tag's, whatever its value
+        ([{"key": QUEUE_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 2}], 2),
+        ([{"key": QUEUE_TAG, "value": "checks", "limit": 1}], 5),  # not silver's
+    ):
+        runs["tag_concurrency_limits"] = rules
+        (tmp_path / "dagster.yaml").write_text(yaml.safe_dump(queue))
+        with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+            assert silver_run_slots(instance) == slots, rules
 
 
 # A shared run in a process of its own, on the instance in $DAGSTER_HOME: its first silver step
