@@ -1,7 +1,9 @@
 """Figures of the code's layout, read from the source tree with `ast`: how many ways there are to
 carry out a run, where MERGE text is written, where the fallback policy is applied, module
-globals assigned at run time, long functions, the largest module, where a process is started,
-and imports between the tests, the test kit and the benchmarks.
+globals assigned at run time, long functions, the largest module, the largest package folder,
+the storage modules, module names two packages use, where the source kind is tested outside the
+run package, module-level mutable objects, where a process is started, and imports between the
+tests, the test kit, the benchmarks and the demo.
 
     python -m bench.layout                 # this tree -> bench/results/layout.md
     python -m bench.layout --root DIR      # another checkout (e.g. `git worktree add DIR REV`)
@@ -24,6 +26,18 @@ RESULTS_DIR = Path(__file__).parent / "results"
 LONG_FUNCTION_LINES = 80
 # The test and benchmark trees, and the test kit where it exists.
 TEST_TREES = ("cdf_platform_tests", "bench", "cdf_platform_testkit")
+# A package folder holding more modules than this is counted as crowded.
+CROWDED_FOLDER_MODULES = 12
+# A module whose file name holds one of these is a storage module.
+STORAGE_WORDS = ("storage", "store", "location", "object_store")
+# Calls that build a mutable container.
+MUTABLE_CALLS = frozenset(
+    {"dict", "list", "set", "defaultdict", "OrderedDict", "WeakKeyDictionary"}
+)
+# Decorators that keep a module function's results for the process's life.
+CACHE_DECORATORS = frozenset({"lru_cache", "cache"})
+# Attributes of a layout that tell the source kind or delete mode apart.
+LAYOUT_KIND_ATTRIBUTES = frozenset({"soft", "events"})
 
 
 @dataclass
@@ -164,10 +178,180 @@ def _product_figures(root: Path) -> list[Figure]:
     return [_run_entries(root), merges, fallback, globals_, long, largest]
 
 
+def _package_folders(root: Path) -> dict[str, list[Path]]:
+    """Each package folder of cdf_platform and the modules (not `__init__.py`) directly in it."""
+    folders: dict[str, list[Path]] = {}
+    for init in sorted((root / "cdf_platform").rglob("__init__.py")):
+        folder = init.parent
+        folders[str(folder.relative_to(root))] = sorted(
+            p for p in folder.glob("*.py") if p.name != "__init__.py"
+        )
+    return folders
+
+
+def _folder_figures(root: Path) -> list[Figure]:
+    largest = Figure("the largest package folder (modules directly in it, `__init__.py` left out)")
+    crowded = Figure(f"package folders of more than {CROWDED_FOLDER_MODULES} modules")
+    storage = Figure(
+        "storage modules (file name holding " + ", ".join(f"`{w}`" for w in STORAGE_WORDS) + ")"
+    )
+    twice = Figure(
+        "module file names used in two top-level packages of cdf_platform (`__init__` left out; "
+        "a module directly in cdf_platform/ counts as the package `cdf_platform`)"
+    )
+    folders = _package_folders(root)
+    count, name = max((len(modules), folder) for folder, modules in folders.items())
+    largest.items.append(f"{name}/ ({count})")
+    crowded.items.extend(
+        f"{folder}/ ({len(modules)})"
+        for folder, modules in folders.items()
+        if len(modules) > CROWDED_FOLDER_MODULES
+    )
+    homes: dict[str, set[str]] = {}
+    for modules in folders.values():
+        for path in modules:
+            relative = path.relative_to(root)
+            if any(word in path.stem for word in STORAGE_WORDS):
+                storage.items.append(str(relative))
+            top = relative.parts[1] if len(relative.parts) > 2 else "cdf_platform"
+            homes.setdefault(path.stem, set()).add(top)
+    twice.items.extend(
+        f"{stem} ({', '.join(sorted(tops))})"
+        for stem, tops in sorted(homes.items())
+        if len(tops) > 1
+    )
+    return [largest, crowded, storage, twice]
+
+
+def _last_name(node: ast.expr) -> str:
+    """The name `node` ends in: `x` for `x`, `layout` for `self.layout`, else ''."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return ""
+
+
+def _tests_source_kind(node: ast.AST) -> str | None:
+    """What `node` reads to tell the source kind apart, or None."""
+    if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+        if node.attr == "snapshot_source":
+            return "snapshot_source"
+        if node.attr in LAYOUT_KIND_ATTRIBUTES and "layout" in _last_name(node.value).lower():
+            return f"{_last_name(node.value)}.{node.attr}"
+    if (
+        isinstance(node, ast.Compare)
+        and _last_name(node.left) == "tombstones"
+        and len(node.ops) == 1
+        and isinstance(node.ops[0], ast.Is | ast.IsNot)
+        and isinstance(node.comparators[0], ast.Constant)
+        and node.comparators[0].value is None
+    ):
+        return (
+            "tombstones is not None" if isinstance(node.ops[0], ast.IsNot) else "tombstones is None"
+        )
+    return None
+
+
+def _module_statements(module: ast.Module) -> Iterator[ast.stmt]:
+    """The statements run at import: the module's body, with the bodies of its `if`, `try` and
+    `with` blocks."""
+    pending = list(module.body)
+    while pending:
+        statement = pending.pop(0)
+        yield statement
+        if isinstance(statement, ast.If | ast.Try | ast.With):
+            for block in ("body", "orelse", "finalbody", "handlers"):
+                pending.extend(getattr(statement, block, []))
+        if isinstance(statement, ast.ExceptHandler):
+            pending.extend(statement.body)
+
+
+def _is_mutable(value: ast.expr | None) -> bool:
+    if isinstance(value, ast.Dict | ast.List | ast.Set | ast.DictComp | ast.ListComp | ast.SetComp):
+        return True
+    return isinstance(value, ast.Call) and _last_name(value.func) in MUTABLE_CALLS
+
+
+def _is_cache(decorator: ast.expr) -> bool:
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return _last_name(target) in CACHE_DECORATORS
+
+
+def _writes_environ(node: ast.AST) -> bool:
+    """Whether `node` is an assignment to `os.environ[...]`."""
+    if not isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+        return False
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return any(
+        isinstance(target, ast.Subscript) and _last_name(target.value) == "environ"
+        for target in targets
+    )
+
+
+def _state_figures(root: Path) -> list[Figure]:
+    kinds = Figure(
+        "places outside cdf_platform/run/ that test the source kind (`X.snapshot_source` "
+        "reads, `tombstones is (not) None`, `.soft`/`.events` read on a name holding `layout`)"
+    )
+    mutable = Figure(
+        "module-level mutable objects (a dict, list or set display or a "
+        + "/".join(f"`{name}()`" for name in sorted(MUTABLE_CALLS))
+        + " call assigned at module level, `__all__` left out; module functions under "
+        "`functools.lru_cache`/`functools.cache`; `os.environ[...]` assigned in a function)"
+    )
+    for path, module, _text in _modules(root, "cdf_platform"):
+        if not path.startswith("cdf_platform/run/"):
+            for node in ast.walk(module):
+                if (kind := _tests_source_kind(node)) is not None:
+                    kinds.items.append(f"{path}:{node.lineno} {kind}")
+        for statement in _module_statements(module):
+            if isinstance(statement, ast.Assign | ast.AnnAssign) and _is_mutable(statement.value):
+                targets = (
+                    statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+                )
+                names = [_last_name(t) for t in targets if _last_name(t) != "__all__"]
+                mutable.items.extend(f"{path}:{statement.lineno} {name}" for name in names)
+            if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+                _is_cache(d) for d in statement.decorator_list
+            ):
+                mutable.items.append(f"{path}:{statement.lineno} {statement.name}() cached")
+        for name, function in _functions(module):
+            mutable.items.extend(
+                f"{path}:{node.lineno} os.environ written in {name}()"
+                for node in ast.walk(function)
+                if _writes_environ(node) and _innermost(function, node)
+            )
+    for figure in (kinds, mutable):
+        figure.items.sort(key=_place)
+    return [kinds, mutable]
+
+
+def _place(item: str) -> tuple[str, int]:
+    """The file and line an item `path:line ...` names, to list items in reading order."""
+    path, line = item.split(" ", 1)[0].rsplit(":", 1)
+    return path, int(line)
+
+
+def _innermost(function: ast.FunctionDef | ast.AsyncFunctionDef, node: ast.AST) -> bool:
+    """Whether `node` belongs to `function` itself, not to a function defined inside it (which
+    `_functions` yields on its own)."""
+    return not any(
+        inner is not function
+        and isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef)
+        and any(child is node for child in ast.walk(inner))
+        for inner in ast.walk(function)
+    )
+
+
 def _test_figures(root: Path) -> list[Figure]:
     starts = Figure("modules naming `subprocess.Popen` (starting a child process, or its type)")
     bench_imports_tests = Figure("bench modules importing the test package")
     tests_import_bench = Figure("test modules importing bench")
+    kit_imports_demo = Figure(
+        "test-kit modules importing cdf_platform.demo (cdf_platform_testkit/, and the modules of "
+        "cdf_platform_tests/ that hold no tests: conftest.py and helpers not named test_*.py)"
+    )
     trees = ["cdf_platform", *(tree for tree in TEST_TREES if (root / tree).exists())]
     for tree in trees:
         for path, module, _text in _modules(root, tree):
@@ -175,21 +359,35 @@ def _test_figures(root: Path) -> list[Figure]:
                 if isinstance(node, ast.Attribute) and node.attr == "Popen":
                     starts.items.append(path)
                     break
-            imported = {
-                node.module.split(".")[0]
-                for node in ast.walk(module)
-                if isinstance(node, ast.ImportFrom) and node.module
-            } | {
-                alias.name.split(".")[0]
-                for node in ast.walk(module)
-                if isinstance(node, ast.Import)
-                for alias in node.names
-            }
+            names = _imported(module)
+            imported = {name.split(".")[0] for name in names}
             if tree == "bench" and "cdf_platform_tests" in imported:
                 bench_imports_tests.items.append(path)
             if tree == "cdf_platform_tests" and "bench" in imported:
                 tests_import_bench.items.append(path)
-    return [starts, bench_imports_tests, tests_import_bench]
+            kit = tree == "cdf_platform_testkit" or (
+                tree == "cdf_platform_tests" and not Path(path).name.startswith("test_")
+            )
+            demo = sorted(
+                {n for n in names if n == "cdf_platform.demo" or n.startswith("cdf_platform.demo.")}
+            )
+            if kit and demo:
+                kit_imports_demo.items.append(f"{path} ({', '.join(demo)})")
+    return [starts, bench_imports_tests, tests_import_bench, kit_imports_demo]
+
+
+def _imported(module: ast.Module) -> set[str]:
+    """The modules `module` imports, by their dotted names (`from cdf_platform import demo`
+    names `cdf_platform.demo`)."""
+    names: set[str] = set()
+    for node in ast.walk(module):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            if node.module == "cdf_platform":
+                names.update(f"cdf_platform.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
 
 
 def _revision(root: Path) -> str:
@@ -220,7 +418,12 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="the checkout to read")
     parser.add_argument("--stem", default="layout", help="bench/results/<stem>.md")
     args = parser.parse_args()
-    figures = [*_product_figures(args.root), *_test_figures(args.root)]
+    figures = [
+        *_product_figures(args.root),
+        *_folder_figures(args.root),
+        *_state_figures(args.root),
+        *_test_figures(args.root),
+    ]
     text = "\n".join(
         ["| figure | count | what it counts |", "|---|---|---|", *(f.line() for f in figures)]
     )
