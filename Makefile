@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet -e ".[dev]"
-	$(BIN)/python -c "from cdf_platform.spark.session import require_java; require_java()"
+	$(BIN)/python -c "from cdf_platform.spark.runtime.session import require_java; require_java()"
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -96,8 +96,8 @@ PARTS = (
 def build_lake(root: Path, n: int) -> LakeLayout:
     """`n` pipelines under `root`, silver loaded in a local Spark session, then a maintenance
     on every bronze table."""
-    from cdf_platform.spark.session import build_spark_session
-    from cdf_platform.spark.session_conf import SparkSettings
+    from cdf_platform.spark.runtime.session import build_spark_session
+    from cdf_platform.spark.runtime.session_conf import SparkSettings
 
     ids = [f"p{k:03d}" for k in range(1, n + 1)]
     root.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bench.workload import DATA_COLUMNS, KEY
-from cdf_platform.spark.silver_layout import SOURCE_VERSION
+from cdf_platform.spark.table.silver_layout import SOURCE_VERSION
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -526,8 +526,8 @@ def main(argv: list[str] | None = None) -> None:
     started = time.monotonic()
     loads = [os.getloadavg()[0]]
     with scratch_folder(args, "cdf-fleet-") as workdir:
-        from cdf_platform.spark.session import build_spark_session
-        from cdf_platform.spark.session_conf import SparkSettings
+        from cdf_platform.spark.runtime.session import build_spark_session
+        from cdf_platform.spark.runtime.session_conf import SparkSettings
 
         # One Spark session for the preparation of both parts (the silver tables' first loads,
         # and the comparison of every silver with its bronze).

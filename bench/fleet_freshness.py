@@ -55,7 +55,7 @@ from bench.streaming_peer import (
 )
 from cdf_platform.demo.services import wait_for
 from cdf_platform.orchestration.incremental_sensor import PENDING_STATUSES
-from cdf_platform.spark.engine import DEFAULT_ENGINE_MEMORY
+from cdf_platform.spark.runtime.engine import DEFAULT_ENGINE_MEMORY
 from cdf_platform_testkit.deployment import Deployment, covered
 from cdf_platform_testkit.postgres import PostgresServer
 
@@ -394,8 +394,8 @@ def verify_peer(spark: SparkSession, lake: FleetLake) -> list[str]:
 
 def run_fleet(args: argparse.Namespace, argv: list[str] | None) -> None:
     """The fleet mode of `bench.freshness`: both passes, verified, reported."""
-    from cdf_platform.spark.session import build_spark_session
-    from cdf_platform.spark.session_conf import SparkSettings
+    from cdf_platform.spark.runtime.session import build_spark_session
+    from cdf_platform.spark.runtime.session_conf import SparkSettings
 
     started = time.monotonic()
     pipelines = fleet_ids(args.pipelines)

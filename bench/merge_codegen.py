@@ -1,5 +1,5 @@
 """A small change set's MERGE with and without generated code, by the size of silver
-(`spark.cdf_platform.interpretedMergeMaxBytes`, `cdf_platform.spark.small_steps`).
+(`spark.cdf_platform.interpretedMergeMaxBytes`, `cdf_platform.spark.runtime.small_steps`).
 
 One warm session (`local[2]`, Spark's own code generation settings) holds one pipeline per
 silver size (`--rows`, demo `orders` rows, loaded first). Each round commits `--changed-keys`
@@ -54,9 +54,9 @@ def measure(workdir: Path, sizes: list[int], changed_keys: int, rounds: int) -> 
     from cdf_platform.demo.source import write_demo_batch
     from cdf_platform.orchestration.resources import LakeLayout
     from cdf_platform.run import PipelineRunner
-    from cdf_platform.spark.session import build_spark_session
-    from cdf_platform.spark.session_conf import SparkSettings
-    from cdf_platform.spark.small_steps import MERGE_CONF, load_table_state
+    from cdf_platform.spark.runtime.session import build_spark_session
+    from cdf_platform.spark.runtime.session_conf import SparkSettings
+    from cdf_platform.spark.runtime.small_steps import MERGE_CONF, load_table_state
     from cdf_platform_testkit.lake import orders_pipeline, write_pipelines
 
     ids = [f"rows_{n}" for n in sizes]

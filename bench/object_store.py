@@ -46,8 +46,8 @@ from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.object_storage import ObjectStorage
 from cdf_platform.deltalog.storage import open_storage
 from cdf_platform.demo.local_s3 import LocalS3Server
-from cdf_platform.spark.session import build_spark_session
-from cdf_platform.spark.session_conf import SparkSettings
+from cdf_platform.spark.runtime.session import build_spark_session
+from cdf_platform.spark.runtime.session_conf import SparkSettings
 from cdf_platform.window.replay_window import assess_consumer, compute_replay_window
 from cdf_platform_testkit.lake import write_pipelines
 from cdf_platform_testkit.latency_proxy import LatencyProxy

@@ -276,8 +276,8 @@ def run_benchmarks(
 
 def build_session(config: BenchConfig, workdir: Path) -> SparkSession:
     """The benchmark's one SparkSession (Delta configured by the platform's session builder)."""
-    from cdf_platform.spark.session import build_spark_session
-    from cdf_platform.spark.session_conf import SparkSettings
+    from cdf_platform.spark.runtime.session import build_spark_session
+    from cdf_platform.spark.runtime.session_conf import SparkSettings
 
     settings = SparkSettings(
         master=MASTER,

@@ -23,12 +23,12 @@ from bench.workload import DATA_COLUMNS, KEY, Workload, spec_for
 from cdf_platform.core.spec import DeleteMode
 from cdf_platform.core.sql import sql_path
 from cdf_platform.run import PipelineRunner
-from cdf_platform.spark.metrics import silver_commit_counts
-from cdf_platform.spark.silver_layout import SilverLayout
-from cdf_platform.spark.silver_table import ensure_silver
-from cdf_platform.spark.small_steps import AHEAD_CONF as SILVER_STATE_AHEAD
-from cdf_platform.spark.small_steps import ENABLED_CONF as SMALL_STEPS_ENABLED
-from cdf_platform.spark.small_steps import FIXED_PLAN_CONF
+from cdf_platform.spark.runtime.small_steps import AHEAD_CONF as SILVER_STATE_AHEAD
+from cdf_platform.spark.runtime.small_steps import ENABLED_CONF as SMALL_STEPS_ENABLED
+from cdf_platform.spark.runtime.small_steps import FIXED_PLAN_CONF
+from cdf_platform.spark.table.silver_layout import SilverLayout
+from cdf_platform.spark.table.silver_table import ensure_silver
+from cdf_platform.spark.write.metrics import silver_commit_counts
 from cdf_platform.state.control import ControlTable, LoadLogEntry
 from cdf_platform_testkit.lake import write_pipelines
 from cdf_platform_testkit.synthetic_log import write_synthetic_commits
@@ -50,7 +50,8 @@ TUNING_VARIANTS: dict[str, dict[str, str]] = {
         "spark.sql.shuffle.partitions": "2",
         "spark.databricks.delta.snapshotPartitions": "2",
     },
-    # The run as it was before its small steps ran interpreted (`cdf_platform.spark.small_steps`).
+    # The run as it was before its small steps ran interpreted
+    # (`cdf_platform.spark.runtime.small_steps`).
     "small steps with generated code": {SMALL_STEPS_ENABLED: "false"},
     # Before a small change set ran on a fixed plan, and before silver's state was built while
     # the changes are read: each alone, then both (the run as it was before either).

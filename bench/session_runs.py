@@ -50,8 +50,8 @@ def one_session(workdir: Path, pipelines: int, changed_keys: int) -> dict[str, A
     from cdf_platform.demo.source import write_demo_batch
     from cdf_platform.orchestration.resources import LakeLayout
     from cdf_platform.run import PipelineRunner
-    from cdf_platform.spark.session import build_spark_session
-    from cdf_platform.spark.session_conf import SparkSettings
+    from cdf_platform.spark.runtime.session import build_spark_session
+    from cdf_platform.spark.runtime.session_conf import SparkSettings
     from cdf_platform_testkit.lake import orders_pipeline, write_pipelines
 
     ids = [f"s{k:03d}" for k in range(1, pipelines + 1)]

@@ -327,8 +327,8 @@ def start_query(
 
 def peer_session(config: PeerConfig) -> SparkSession:
     """A local session with Delta: the engine's local settings, its driver memory."""
-    from cdf_platform.spark.session import build_spark_session
-    from cdf_platform.spark.session_conf import SparkSettings
+    from cdf_platform.spark.runtime.session import build_spark_session
+    from cdf_platform.spark.runtime.session_conf import SparkSettings
 
     settings = SparkSettings(
         master="local[*]",

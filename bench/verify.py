@@ -84,8 +84,8 @@ def _measure_size(spark: Any, root: Path, rows: int, reps: int) -> dict[str, Any
 
 def measure(workdir: Path, sizes: list[int], reps: int) -> list[dict[str, Any]]:
     """Every size's samples (`_measure_size`), in one session."""
-    from cdf_platform.spark.session import build_spark_session
-    from cdf_platform.spark.session_conf import SparkSettings
+    from cdf_platform.spark.runtime.session import build_spark_session
+    from cdf_platform.spark.runtime.session_conf import SparkSettings
 
     spark = build_spark_session(
         SparkSettings(

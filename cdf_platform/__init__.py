@@ -48,10 +48,10 @@ _HOMES = {
     "SparkResource": "cdf_platform.orchestration.resources",
     "LakeLayout": "cdf_platform.orchestration.resources",
     "WatermarkIOManager": "cdf_platform.orchestration.watermark_io_manager",
-    "ChangeBatch": "cdf_platform.spark.batch",
-    "TableWrite": "cdf_platform.spark.batch",
-    "MergeRows": "cdf_platform.spark.batch",
-    "ReplaceRows": "cdf_platform.spark.batch",
+    "ChangeBatch": "cdf_platform.spark.read.batch",
+    "TableWrite": "cdf_platform.spark.read.batch",
+    "MergeRows": "cdf_platform.spark.read.batch",
+    "ReplaceRows": "cdf_platform.spark.read.batch",
     "pipeline_status": "cdf_platform.planning.status",
     "PipelineStatus": "cdf_platform.planning.status",
     "WindowState": "cdf_platform.planning.status",
@@ -153,7 +153,7 @@ if TYPE_CHECKING:
     from cdf_platform.planning.status import PipelineStatus as PipelineStatus
     from cdf_platform.planning.status import WindowState as WindowState
     from cdf_platform.planning.status import pipeline_status as pipeline_status
-    from cdf_platform.spark.batch import ChangeBatch as ChangeBatch
-    from cdf_platform.spark.batch import MergeRows as MergeRows
-    from cdf_platform.spark.batch import ReplaceRows as ReplaceRows
-    from cdf_platform.spark.batch import TableWrite as TableWrite
+    from cdf_platform.spark.read.batch import ChangeBatch as ChangeBatch
+    from cdf_platform.spark.read.batch import MergeRows as MergeRows
+    from cdf_platform.spark.read.batch import ReplaceRows as ReplaceRows
+    from cdf_platform.spark.read.batch import TableWrite as TableWrite

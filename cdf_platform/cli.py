@@ -20,8 +20,8 @@ from cdf_platform.core.spec_file import find_spec
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.planning.status import pipeline_statuses
 from cdf_platform.run import PipelineRunner
-from cdf_platform.spark.session import build_spark_session
-from cdf_platform.spark.session_conf import SparkSettings
+from cdf_platform.spark.runtime.session import build_spark_session
+from cdf_platform.spark.runtime.session_conf import SparkSettings
 from cdf_platform.state.control import ControlTable
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ def render_verification(result: dict[str, Any]) -> str:
 
 
 def _cmd_engine(args: argparse.Namespace) -> int:
-    from cdf_platform.spark.engine import (
+    from cdf_platform.spark.runtime.engine import (
         DEFAULT_ENGINE_REMOTE,
         EngineSettings,
         engine_command,
@@ -201,7 +201,7 @@ def _cmd_engine(args: argparse.Namespace) -> int:
         engine_environment,
         write_properties,
     )
-    from cdf_platform.spark.session import require_java
+    from cdf_platform.spark.runtime.session import require_java
 
     _, _, local = _context(args)
     conf = dict(item.split("=", 1) for item in args.conf)

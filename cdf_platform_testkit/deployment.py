@@ -39,7 +39,7 @@ from cdf_platform.orchestration.keys import silver_pipeline_ids
 from cdf_platform.orchestration.resources import LakeLayout
 from cdf_platform.orchestration.run_worker import answers
 from cdf_platform.planning.status import PipelineStatus, pipeline_status
-from cdf_platform.spark.engine import DEFAULT_ENGINE_MEMORY
+from cdf_platform.spark.runtime.engine import DEFAULT_ENGINE_MEMORY
 from cdf_platform.state.control import ControlTable
 from cdf_platform_testkit.lake import write_pipelines
 from cdf_platform_testkit.postgres import PostgresServer

@@ -13,7 +13,7 @@ Measured on the 2-core test machine (machine-wide CPU seconds from /proc/stat, i
 
 from __future__ import annotations
 
-from cdf_platform.spark.session_conf import SHORT_RUN_JAVA_OPTIONS
+from cdf_platform.spark.runtime.session_conf import SHORT_RUN_JAVA_OPTIONS
 
 # Serial GC and the C1 compiler only (what the platform documents for a short local run):
 # every Spark process the tests start (CLI runs, Dagster run processes, servers, executors).

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from cdf_platform_testkit.environment import environment
 
 if TYPE_CHECKING:
-    from cdf_platform.spark.session_conf import SparkSettings
+    from cdf_platform.spark.runtime.session_conf import SparkSettings
 
 # The checkout's root: the session process imports this module from it whatever its `cwd`.
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,7 +141,7 @@ def _settings() -> SparkSettings:
     (master or Connect server, JVM log, the lake root's store connectors); the command's own
     `build_spark_session` then gets the session these started."""
     from cdf_platform.core.config import LakeEnvironment, default_spark_log
-    from cdf_platform.spark.session_conf import SparkSettings
+    from cdf_platform.spark.runtime.session_conf import SparkSettings
 
     env = LakeEnvironment.resolve()
     return SparkSettings(
@@ -153,13 +153,13 @@ def _settings() -> SparkSettings:
 
 
 def _start_spark() -> None:
-    from cdf_platform.spark.session import build_spark_session
+    from cdf_platform.spark.runtime.session import build_spark_session
 
     build_spark_session(_settings())
 
 
 def _sql(statement: str) -> int:
-    from cdf_platform.spark.session import build_spark_session
+    from cdf_platform.spark.runtime.session import build_spark_session
 
     rows = build_spark_session(_settings()).sql(statement).collect()
     sys.stdout.write(json.dumps([list(row) for row in rows], default=str) + "\n")

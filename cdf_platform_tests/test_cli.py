@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.cli import main
 from cdf_platform.core.sql import sql_path
-from cdf_platform.spark.merge import TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF
+from cdf_platform.spark.write.merge import TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF
 from cdf_platform.state.watermark import OWNER_PROPERTY, user_metadata
 from cdf_platform_testkit.synthetic_log import write_synthetic_commits
 from cdf_platform_tests.bronze import make_bronze, rows, sql

@@ -23,7 +23,7 @@ from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_file import parse_specs, parse_storage
 from cdf_platform.core.sql import sql_path
 from cdf_platform.run import PipelineRunner
-from cdf_platform.spark.small_steps import COPY_ON_WRITE_CONF
+from cdf_platform.spark.runtime.small_steps import COPY_ON_WRITE_CONF
 from cdf_platform_testkit.spark_conf import SessionsWithConf
 from cdf_platform_tests.bronze import control_for, make_bronze, rows, spec_for, sql
 

@@ -7,7 +7,7 @@ the JVM-free readers, the spec's reserved names, the demo).
 - `__start_at`, `__end_at`: when an SCD2 version opened and closed (NULL: the current one).
 - `__changes`: SCD2 with `sequence_by`: the bronze changes a version holds (the one that opened
   it, those it took in place, the delete that closed it), so a change arriving late can be
-  placed exactly (`cdf_platform.spark.sequenced_history`).
+  placed exactly (`cdf_platform.spark.write.sequenced_history`).
 """
 
 from __future__ import annotations

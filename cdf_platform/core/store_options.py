@@ -4,7 +4,7 @@ option's name, type and description, and the key it maps to for each reader.
 - Option names are obstore's (the Python face of the Rust `object_store` crate that `deltalake`
   uses too). Each maps to that crate's key for `obstore` and for `deltalake`
   (`OPTION_KEYS`), and to the Hadoop connector's bucket- or account-scoped key for Spark
-  (`cdf_platform.spark.object_stores`).
+  (`cdf_platform.spark.runtime.object_stores`).
 - A text value may be `{env: NAME}` (`EnvRef`): the variable is read when a lake is loaded, so
   no secret has to be written into a file.
 

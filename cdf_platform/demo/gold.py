@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cdf_platform.spark.batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite
-from cdf_platform.spark.change_feed import CHANGE_TYPE
-from cdf_platform.spark.silver_layout import END_AT, IS_DELETED
+from cdf_platform.spark.read.batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite
+from cdf_platform.spark.read.change_feed import CHANGE_TYPE
+from cdf_platform.spark.table.silver_layout import END_AT, IS_DELETED
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

@@ -27,7 +27,7 @@ from cdf_platform.orchestration.failures import platform_failure
 from cdf_platform.orchestration.keys import BRONZE_PREFIX, silver_key
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.vacuum import RetentionPolicy, VacuumDecision, plan_vacuum
-from cdf_platform.spark.vacuum import execute_vacuum
+from cdf_platform.spark.table.vacuum_execution import execute_vacuum
 from cdf_platform.state.control import ControlTable
 
 

@@ -38,8 +38,8 @@ from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_file import find_spec, load_storage
 from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.orchestration.storage_options import StorageOptionsConfig
-from cdf_platform.spark.engine_wait import DEFAULT_ENGINE_WAIT_SECONDS
-from cdf_platform.spark.session import (
+from cdf_platform.spark.runtime.engine_wait import DEFAULT_ENGINE_WAIT_SECONDS
+from cdf_platform.spark.runtime.session import (
     apply_storage_options,
     build_spark_session,
     discard_session,
@@ -47,7 +47,7 @@ from cdf_platform.spark.session import (
     is_connect_session,
     is_usable,
 )
-from cdf_platform.spark.session_conf import SparkSettings
+from cdf_platform.spark.runtime.session_conf import SparkSettings
 from cdf_platform.state.control import ControlTable
 
 logger = logging.getLogger(__name__)

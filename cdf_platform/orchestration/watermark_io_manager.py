@@ -51,8 +51,8 @@ from cdf_platform.orchestration.silver_io import (
     write_pipeline,
 )
 from cdf_platform.planning.input_plan import BatchMode, plan_input
-from cdf_platform.spark.batch import ChangeBatch, MergeRows, TableWrite
-from cdf_platform.spark.consumer_write import consumer_stamp, describe, write_output
+from cdf_platform.spark.read.batch import ChangeBatch, MergeRows, TableWrite
+from cdf_platform.spark.write.consumer_write import consumer_stamp, describe, write_output
 from cdf_platform.state.consumer_marks import ConsumerMarks, MarksLost, read_consumer_marks
 
 logger = logging.getLogger(__name__)

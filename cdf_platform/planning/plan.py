@@ -31,7 +31,7 @@ from cdf_platform.state.watermark import ForwardOnly, SilverState
 from cdf_platform.window.replay_window import ConsumerAssessment, ReplayWindow
 
 # A change set whose files take at most this much is small: its run is short enough for a
-# fixed query plan (`cdf_platform.spark.small_steps`) and a lean driver JVM
+# fixed query plan (`cdf_platform.spark.runtime.small_steps`) and a lean driver JVM
 # (`SparkSettings.short_run`).
 SMALL_CHANGE_BYTES = 256 * 1024 * 1024
 # An initial load's snapshot size is summed from at most this many commits (a checkpointed or

@@ -7,7 +7,7 @@ compared with that property; it is raised to cover them (up to a cap), or the VA
 `RETAIN 0 HOURS` runs only when no consumer would lose its window, or with an explicit override.
 
 The decision is made from the logs alone (`plan_vacuum`, no JVM);
-`cdf_platform.spark.vacuum.execute_vacuum` carries it out.
+`cdf_platform.spark.table.vacuum_execution.execute_vacuum` carries it out.
 
 Example:
     >>> decision = plan_vacuum("/lake/bronze/orders", specs, policy=RetentionPolicy.RAISE)

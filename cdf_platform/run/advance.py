@@ -11,7 +11,7 @@ from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.planning.run_result import NO_ROWS
 from cdf_platform.run.context import RunContext, RunOutcome
 from cdf_platform.run.record import applied_outcome, record
-from cdf_platform.spark.silver_writer import silver_stamp
+from cdf_platform.spark.write.silver_writer import silver_stamp
 from cdf_platform.state.watermark import advance_watermark, read_silver_state, spec_metadata
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.run_result import NO_ROWS, RowCounts
-from cdf_platform.spark.session import assert_safe_spark_config, new_session
+from cdf_platform.spark.runtime.session import assert_safe_spark_config, new_session
 from cdf_platform.state.load_log import NOT_ORCHESTRATED, OrchestratorTimes, RunStages
 
 if TYPE_CHECKING:

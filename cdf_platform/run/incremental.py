@@ -15,14 +15,14 @@ from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.run.context import RunContext, RunOutcome
 from cdf_platform.run.record import applied_outcome, record
 from cdf_platform.run.tuning import RunTuning
-from cdf_platform.spark.change_feed import FEED_COLUMNS, ReadContext, classified, read_changes
-from cdf_platform.spark.changes import ChangeOrder, collapse_changes
-from cdf_platform.spark.merge import changes_key_filter
-from cdf_platform.spark.metrics import commit_counts, find_run_commit
-from cdf_platform.spark.silver_layout import SilverLayout
-from cdf_platform.spark.silver_table import ensure_silver
-from cdf_platform.spark.silver_writer import SilverWriter, silver_stamp
-from cdf_platform.spark.small_steps import StateLoad, load_table_state, loading_table_state
+from cdf_platform.spark.read.change_feed import FEED_COLUMNS, ReadContext, classified, read_changes
+from cdf_platform.spark.read.changes import ChangeOrder, collapse_changes
+from cdf_platform.spark.runtime.small_steps import StateLoad, load_table_state, loading_table_state
+from cdf_platform.spark.table.silver_layout import SilverLayout
+from cdf_platform.spark.table.silver_table import ensure_silver
+from cdf_platform.spark.write.merge import changes_key_filter
+from cdf_platform.spark.write.metrics import commit_counts, find_run_commit
+from cdf_platform.spark.write.silver_writer import SilverWriter, silver_stamp
 from cdf_platform.state.watermark import read_silver_state, spec_metadata
 
 if TYPE_CHECKING:
@@ -30,9 +30,9 @@ if TYPE_CHECKING:
 
     from cdf_platform.core.expectations import ExpectationCounts
     from cdf_platform.run.strategy import WriteStrategy
-    from cdf_platform.spark.changes import CollapsedChanges
-    from cdf_platform.spark.merge import Truncation, TxnStamp
-    from cdf_platform.spark.quarantine import Judgement
+    from cdf_platform.spark.quality.quality_gate import Judgement
+    from cdf_platform.spark.read.changes import CollapsedChanges
+    from cdf_platform.spark.write.merge import Truncation, TxnStamp
 
 logger = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from cdf_platform.run.incremental import run_incremental
 from cdf_platform.run.record import record_incident, repair_control, result
 from cdf_platform.run.snapshot import run_snapshot
 from cdf_platform.run.strategy import WriteStrategy
-from cdf_platform.spark.catalog import locate_in_catalog, register_silver
-from cdf_platform.spark.failures import classified_run
+from cdf_platform.spark.runtime.failures import classified_run
+from cdf_platform.spark.table.catalog import locate_in_catalog, register_silver
 from cdf_platform.state.load_log import NOT_ORCHESTRATED, OrchestratorTimes
 
 if TYPE_CHECKING:

@@ -15,13 +15,13 @@ from cdf_platform.core.spec_fingerprint import EXACT_FIELDS
 from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.run.context import RunContext, RunOutcome
 from cdf_platform.run.record import record, record_incident, spec_note
-from cdf_platform.spark.history import rebuild_note
-from cdf_platform.spark.metrics import silver_commit_counts
-from cdf_platform.spark.rebuild import RebuildRequest, SpecRewrite
+from cdf_platform.spark.reconcile.rebuild import RebuildRequest, SpecRewrite
+from cdf_platform.spark.write.history import rebuild_note
+from cdf_platform.spark.write.metrics import silver_commit_counts
 
 if TYPE_CHECKING:
     from cdf_platform.run.strategy import WriteStrategy
-    from cdf_platform.spark.rebuild import RebuildOutcome
+    from cdf_platform.spark.reconcile.rebuild import RebuildOutcome
 
 logger = logging.getLogger(__name__)
 

@@ -13,22 +13,22 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from cdf_platform.spark.change_feed import classified
-from cdf_platform.spark.event_fold import fold_events
-from cdf_platform.spark.events import Tombstones, change_rows
-from cdf_platform.spark.quarantine import Judgement, QualityGate
-from cdf_platform.spark.rebuild import rebuild_silver
+from cdf_platform.spark.quality.quality_gate import Judgement, QualityGate
+from cdf_platform.spark.read.change_feed import classified
+from cdf_platform.spark.reconcile.event_fold import fold_events
+from cdf_platform.spark.reconcile.event_source import Tombstones, change_rows
+from cdf_platform.spark.reconcile.rebuild import rebuild_silver
 from cdf_platform.state.quarantine import quarantine_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from cdf_platform.core.spec import PipelineSpec
-    from cdf_platform.spark.change_feed import ReadContext
-    from cdf_platform.spark.changes import CollapsedChanges
-    from cdf_platform.spark.merge import Truncation
-    from cdf_platform.spark.rebuild import RebuildOutcome, RebuildRequest
-    from cdf_platform.spark.silver_writer import SilverWriter
+    from cdf_platform.spark.read.change_feed import ReadContext
+    from cdf_platform.spark.read.changes import CollapsedChanges
+    from cdf_platform.spark.reconcile.rebuild import RebuildOutcome, RebuildRequest
+    from cdf_platform.spark.write.merge import Truncation
+    from cdf_platform.spark.write.silver_writer import SilverWriter
     from cdf_platform.state.control import ControlTable
 
 
@@ -58,7 +58,7 @@ class WriteStrategy:
         """The change rows of bronze's feed (an event log's as its events' images), judged by
         the spec's expectations (`QualityGate.screen_changes`: counted, refused by a `fail`
         rule, the kept-out rows made deletes), and an event log's latest truncate
-        (`cdf_platform.spark.events.change_rows`).
+        (`cdf_platform.spark.reconcile.event_source.change_rows`).
 
         Raises:
             DataQualityError: a row fails a `fail` rule.

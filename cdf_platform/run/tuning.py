@@ -1,5 +1,5 @@
 """The Spark settings a run changes for its own steps, in one place. Each switch and its conf
-lives in `cdf_platform.spark.small_steps`; this says which step of a run takes which:
+lives in `cdf_platform.spark.runtime.small_steps`; this says which step of a run takes which:
 
 - the whole incremental run of a small change set runs on a fixed plan (`fixed_plan`);
 - the run's small reads (the change set and silver's log state, the key filter, the commit's
@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cdf_platform.spark.small_steps import (
+from cdf_platform.spark.runtime.small_steps import (
     TableState,
     copy_on_write_merge,
     fixed_plan,

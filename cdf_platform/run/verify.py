@@ -6,7 +6,7 @@ command line (`cdf-platform verify`) and the Dagster `verify_job` alike.
    claims to reflect: a silver behind bronze is not *wrong* for the changes a run has not
    taken yet, and comparing with bronze's latest would name every one of them. An explicit
    bronze version is compared as asked (a note says when it is past the watermark).
-2. Compare (`cdf_platform.spark.verify.compare_silver`): nothing is written.
+2. Compare (`cdf_platform.spark.reconcile.silver_comparison.compare_silver`): nothing is written.
 3. Repair when asked and silver differs: the rebuild's quiet reconcile at the pinned bronze
    version (`WriteStrategy.reconcile`), stamped like every platform commit (the watermark, at
    the pinned version: never backwards), so only the differing keys reach silver's change feed;
@@ -30,11 +30,15 @@ from typing import TYPE_CHECKING, Any
 from cdf_platform.core.errors import SourceReset, VerificationRefused
 from cdf_platform.run.runner import PipelineRunner
 from cdf_platform.run.strategy import WriteStrategy
-from cdf_platform.spark.events import Tombstones
-from cdf_platform.spark.failures import classified_run
-from cdf_platform.spark.rebuild import RebuildRequest, SpecRewrite
-from cdf_platform.spark.session import assert_safe_spark_config, new_session
-from cdf_platform.spark.verify import SilverComparison, SilverPins, compare_silver
+from cdf_platform.spark.reconcile.event_source import Tombstones
+from cdf_platform.spark.reconcile.rebuild import RebuildRequest, SpecRewrite
+from cdf_platform.spark.reconcile.silver_comparison import (
+    SilverComparison,
+    SilverPins,
+    compare_silver,
+)
+from cdf_platform.spark.runtime.failures import classified_run
+from cdf_platform.spark.runtime.session import assert_safe_spark_config, new_session
 from cdf_platform.state.verifications import (
     Verification,
     VerificationOutcome,

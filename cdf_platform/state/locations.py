@@ -1,7 +1,7 @@
 """Catalog table names, located without a JVM.
 
 A pipeline may name its bronze or silver table by its catalog name (`bronze.orders`). Only
-Spark can ask the catalog where that table lives (`cdf_platform.spark.catalog`), so every run
+Spark can ask the catalog where that table lives (`cdf_platform.spark.table.catalog`), so every run
 that does records the answer in the control tables; status, the checks, the sensors and the
 maintenance plan read bronze's and silver's logs at the recorded location.
 

@@ -1,5 +1,5 @@
 """Where a pipeline's quarantine table lives under the control root, and its size, JVM-free
-(the rows are written by the run's quality gate, `cdf_platform.spark.quarantine`).
+(the rows are written by the run's quality gate, `cdf_platform.spark.quality.quality_gate`).
 
 Example:
     >>> quarantine_path("/lake/_control", "orders")

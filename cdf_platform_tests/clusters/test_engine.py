@@ -25,7 +25,7 @@ from pyspark.sql import SparkSession
 from cdf_platform.core.config import LAKE_ROOT_ENV, PIPELINES_FILE_ENV
 from cdf_platform.demo.events import folded_rows, write_event_batch
 from cdf_platform.demo.source import write_demo_batch
-from cdf_platform.spark.engine import (
+from cdf_platform.spark.runtime.engine import (
     EngineSettings,
     engine_command,
     engine_conf,

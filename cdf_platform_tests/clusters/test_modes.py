@@ -56,7 +56,7 @@ from cdf_platform.demo.services import free_port
 from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.keys import REQUESTED_TAG, silver_key
 from cdf_platform.orchestration.resources import SparkResource
-from cdf_platform.spark.object_stores import object_store_conf
+from cdf_platform.spark.runtime.object_stores import object_store_conf
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_testkit.lake import orders_pipeline

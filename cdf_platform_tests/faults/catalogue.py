@@ -41,8 +41,8 @@ from cdf_platform.core.spec_file import find_spec, load_specs
 from cdf_platform.demo.services import free_port
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.run import PipelineRunner
-from cdf_platform.spark.session import build_spark_session
-from cdf_platform.spark.session_conf import SparkSettings
+from cdf_platform.spark.runtime.session import build_spark_session
+from cdf_platform.spark.runtime.session_conf import SparkSettings
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import OWNER_PROPERTY
 from cdf_platform_testkit.faults.bronze_model import CDF, BronzeTable, arrow_table

@@ -26,8 +26,8 @@ from cdf_platform.core.spec import DeleteMode
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.run import PipelineRunner
-from cdf_platform.spark.silver_layout import SilverLayout
-from cdf_platform.spark.silver_table import CREATE_RACE_WAIT_S, ensure_silver
+from cdf_platform.spark.table.silver_layout import SilverLayout
+from cdf_platform.spark.table.silver_table import CREATE_RACE_WAIT_S, ensure_silver
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_testkit.faults.bronze_model import BronzeTable
 from cdf_platform_testkit.faults.harness import HistoryHarness

@@ -25,7 +25,7 @@ from cdf_platform.orchestration.keys import WATERMARK_IO_MANAGER_KEY
 from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform.planning.status import PipelineStatus, WindowState
 from cdf_platform.planning.vacuum import VacuumAction, plan_vacuum
-from cdf_platform.spark.batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite
+from cdf_platform.spark.read.batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite
 from cdf_platform.state.consumer_marks import read_consumer_marks
 from cdf_platform_tests.lake_platform import (
     ORDERS,

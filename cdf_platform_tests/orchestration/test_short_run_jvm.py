@@ -14,8 +14,8 @@ from pyspark.sql import SparkSession
 from cdf_platform.orchestration.resources import SparkResource
 from cdf_platform.planning.plan import RunMode, plan_run
 from cdf_platform.run import PipelineRunner
-from cdf_platform.spark.session import submit_opts
-from cdf_platform.spark.session_conf import (
+from cdf_platform.spark.runtime.session import submit_opts
+from cdf_platform.spark.runtime.session_conf import (
     SHORT_RUN_JAVA_OPTIONS,
     SUBMIT_OPTS_ENV,
     SparkSettings,

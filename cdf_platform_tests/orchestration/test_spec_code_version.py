@@ -25,7 +25,7 @@ from cdf_platform.core.sql import sql_path
 from cdf_platform.orchestration.keys import silver_key
 from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.orchestration.watermark_io_manager import RESOURCE_KEY, WatermarkIOManager
-from cdf_platform.spark.batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite
+from cdf_platform.spark.read.batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite
 from cdf_platform.state.consumer_marks import read_consumer_marks
 from cdf_platform_tests.lake_platform import (
     ORDERS,

@@ -30,7 +30,7 @@ from cdf_platform.orchestration.resources import LakeLayout, SparkResource
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.status import WindowState, pipeline_status
 from cdf_platform.run import PipelineRunner
-from cdf_platform.spark.catalog import plain_location
+from cdf_platform.spark.table.catalog import plain_location
 from cdf_platform_tests.bronze import control_for
 from cdf_platform_tests.cli_process import run_cli
 

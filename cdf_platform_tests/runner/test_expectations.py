@@ -25,7 +25,7 @@ from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.run import PipelineRunner
 from cdf_platform.run.verify import verify_pipeline
-from cdf_platform.spark.key_filter import key_filter
+from cdf_platform.spark.write.key_filter import key_filter
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.quarantine import quarantine_path
 from cdf_platform.state.verifications import VerificationOutcome

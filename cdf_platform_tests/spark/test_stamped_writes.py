@@ -9,7 +9,7 @@ from pathlib import Path
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdf_platform.spark.merge import TxnStamp, stamped
+from cdf_platform.spark.write.merge import TxnStamp, stamped
 
 WRITES = 4
 

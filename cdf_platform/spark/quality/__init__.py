@@ -1,0 +1,1 @@
+"""Between read and write: conforming transforms, expectations' judging, the quality gate."""
