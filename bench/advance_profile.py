@@ -57,8 +57,8 @@ from bench.report import (
     scratch_folder,
 )
 from cdf_platform.demo.source import write_demo_batch
-from cdf_platform.orchestration.resources import LakeLayout, SparkResource
-from cdf_platform.orchestration.run_worker import prepared_run_instance
+from cdf_platform.orchestration.launch.run_worker import prepared_run_instance
+from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 from cdf_platform_testkit.deployment import DEPLOY
 from cdf_platform_testkit.lake import orders_pipeline, write_pipelines
 from cdf_platform_testkit.postgres import PostgresServer
@@ -82,7 +82,11 @@ PARTS = (
     ("deltalake tables opened (DeltaTable.__init__)", "deltalake/table.py", "__init__"),
     ("the run's Dagster times read (orchestrator_times)", "silver_io.py", "orchestrator_times"),
     ("checks steps (the status of each pipeline)", "planning/status.py", "pipeline_status"),
-    ("checks steps: the control rows they read", "orchestration/checks.py", "_control_reads"),
+    (
+        "checks steps: the control rows they read",
+        "orchestration/checks/silver_checks.py",
+        "_control_reads",
+    ),
     ("Dagster: the run created (with its planned events)", "run_domain.py", "create_run_for_job"),
     ("Dagster: events stored", "event_log/event_log.py", "store_event"),
     (
@@ -147,7 +151,7 @@ def advance_in_a_shared_run(lake: LakeLayout, instance: dg.DagsterInstance) -> N
     """Every pipeline of `lake` advanced by one shared run of `incremental_job`, its silver and
     checks steps executed in this process."""
     from cdf_platform.definitions import build_defs
-    from cdf_platform.orchestration.keys import silver_key
+    from cdf_platform.orchestration.shared.keys import silver_key
 
     defs = build_defs(lake, SparkResource(master="local[1]"), automation=False)
     job = defs.resolve_job_def("incremental_job")

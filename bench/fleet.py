@@ -61,8 +61,11 @@ from bench.report import (
 from cdf_platform.core.config import DEFAULT_PIPELINES_PER_RUN
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.demo.source import write_demo_batch
-from cdf_platform.orchestration.incremental_sensor import INCREMENTAL_SENSOR, PENDING_STATUSES
-from cdf_platform.orchestration.resources import LakeLayout
+from cdf_platform.orchestration.sensors.incremental_sensor import (
+    INCREMENTAL_SENSOR,
+    PENDING_STATUSES,
+)
+from cdf_platform.orchestration.shared.resources import LakeLayout
 from cdf_platform_testkit.deployment import PROJECT_ROOT, Deployment
 from cdf_platform_testkit.lake import orders_pipeline, write_pipelines
 from cdf_platform_testkit.postgres import PostgresServer

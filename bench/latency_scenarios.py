@@ -48,8 +48,8 @@ from cdf_platform.core.config import (
     PIPELINES_FILE_ENV,
     REMOTE_ENV,
 )
-from cdf_platform.orchestration.jobs import INCREMENTAL_JOB
-from cdf_platform.orchestration.keys import PIPELINE_TAG, silver_key, silver_op_name
+from cdf_platform.orchestration.jobs.silver_jobs import INCREMENTAL_JOB
+from cdf_platform.orchestration.shared.keys import PIPELINE_TAG, silver_key, silver_op_name
 from cdf_platform.run import PipelineRunner
 from cdf_platform.spark.runtime.session_conf import SHORT_RUN_JAVA_OPTIONS
 from cdf_platform.state.control import ControlTable

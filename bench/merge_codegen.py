@@ -52,7 +52,7 @@ def _driver_cpu_seconds(spark: Any) -> float:
 def measure(workdir: Path, sizes: list[int], changed_keys: int, rounds: int) -> dict[str, Any]:
     """Load a pipeline per size, then `rounds` rounds of changes and runs, ways alternating."""
     from cdf_platform.demo.source import write_demo_batch
-    from cdf_platform.orchestration.resources import LakeLayout
+    from cdf_platform.orchestration.shared.resources import LakeLayout
     from cdf_platform.run import PipelineRunner
     from cdf_platform.spark.runtime.session import build_spark_session
     from cdf_platform.spark.runtime.session_conf import SparkSettings

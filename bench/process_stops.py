@@ -38,7 +38,7 @@ from bench.report import (
     scratch_folder,
 )
 from cdf_platform.demo.services import group_alive, wait_for
-from cdf_platform.orchestration.keys import QUEUE_TAG, SILVER_QUEUE
+from cdf_platform.orchestration.shared.keys import QUEUE_TAG, SILVER_QUEUE
 from cdf_platform_testkit.deployment import (
     BronzeWriter,
     Deployment,

@@ -48,7 +48,7 @@ WARM_UP = 3
 def one_session(workdir: Path, pipelines: int, changed_keys: int) -> dict[str, Any]:
     """Load, then time one incremental run of each pipeline, in this process's session."""
     from cdf_platform.demo.source import write_demo_batch
-    from cdf_platform.orchestration.resources import LakeLayout
+    from cdf_platform.orchestration.shared.resources import LakeLayout
     from cdf_platform.run import PipelineRunner
     from cdf_platform.spark.runtime.session import build_spark_session
     from cdf_platform.spark.runtime.session_conf import SparkSettings

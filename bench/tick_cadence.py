@@ -36,7 +36,7 @@ from bench.report import (
     run_info,
     scratch_folder,
 )
-from cdf_platform.orchestration.incremental_sensor import INCREMENTAL_SENSOR, TICK_SECONDS
+from cdf_platform.orchestration.sensors.incremental_sensor import INCREMENTAL_SENSOR, TICK_SECONDS
 from cdf_platform_testkit.deployment import Deployment
 from cdf_platform_testkit.lake import orders_pipeline
 from cdf_platform_testkit.postgres import PostgresServer

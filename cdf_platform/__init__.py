@@ -45,9 +45,9 @@ _HOMES = {
     "VerifyRepair": "cdf_platform.core.spec",
     "build_defs": "cdf_platform.definitions",
     "CdfPipelinesComponent": "cdf_platform.orchestration.component",
-    "SparkResource": "cdf_platform.orchestration.resources",
-    "LakeLayout": "cdf_platform.orchestration.resources",
-    "WatermarkIOManager": "cdf_platform.orchestration.watermark_io_manager",
+    "SparkResource": "cdf_platform.orchestration.shared.resources",
+    "LakeLayout": "cdf_platform.orchestration.shared.resources",
+    "WatermarkIOManager": "cdf_platform.orchestration.io_manager.watermark_io_manager",
     "ChangeBatch": "cdf_platform.spark.read.batch",
     "TableWrite": "cdf_platform.spark.read.batch",
     "MergeRows": "cdf_platform.spark.read.batch",
@@ -145,11 +145,11 @@ if TYPE_CHECKING:
     from cdf_platform.core.spec import VerifyRepair as VerifyRepair
     from cdf_platform.definitions import build_defs as build_defs
     from cdf_platform.orchestration.component import CdfPipelinesComponent as CdfPipelinesComponent
-    from cdf_platform.orchestration.resources import LakeLayout as LakeLayout
-    from cdf_platform.orchestration.resources import SparkResource as SparkResource
-    from cdf_platform.orchestration.watermark_io_manager import (
+    from cdf_platform.orchestration.io_manager.watermark_io_manager import (
         WatermarkIOManager as WatermarkIOManager,
     )
+    from cdf_platform.orchestration.shared.resources import LakeLayout as LakeLayout
+    from cdf_platform.orchestration.shared.resources import SparkResource as SparkResource
     from cdf_platform.planning.status import PipelineStatus as PipelineStatus
     from cdf_platform.planning.status import WindowState as WindowState
     from cdf_platform.planning.status import pipeline_status as pipeline_status

@@ -235,7 +235,7 @@ def _cmd_engine(args: argparse.Namespace) -> int:
 
 
 def _cmd_run_worker(args: argparse.Namespace) -> int:
-    from cdf_platform.orchestration.run_worker import DEFAULT_ADDRESS, parse_address, serve
+    from cdf_platform.orchestration.launch.run_worker import DEFAULT_ADDRESS, parse_address, serve
 
     address = args.address or os.environ.get(RUN_WORKER_ENV) or DEFAULT_ADDRESS
     try:

@@ -15,7 +15,7 @@ import dagster as dg
 
 from cdf_platform.core.config import default_automation
 from cdf_platform.orchestration.platform import platform_defs
-from cdf_platform.orchestration.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 
 
 def build_defs(

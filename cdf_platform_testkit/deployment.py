@@ -34,10 +34,10 @@ from cdf_platform.core.config import REMOTE_ENV, RUN_WORKER_ENV
 from cdf_platform.demo import processes
 from cdf_platform.demo.services import Service, free_port, port_open
 from cdf_platform.demo.source import write_demo_batch
-from cdf_platform.orchestration.incremental_sensor import PENDING_STATUSES
-from cdf_platform.orchestration.keys import silver_pipeline_ids
-from cdf_platform.orchestration.resources import LakeLayout
-from cdf_platform.orchestration.run_worker import answers
+from cdf_platform.orchestration.launch.run_worker import answers
+from cdf_platform.orchestration.sensors.incremental_sensor import PENDING_STATUSES
+from cdf_platform.orchestration.shared.keys import silver_pipeline_ids
+from cdf_platform.orchestration.shared.resources import LakeLayout
 from cdf_platform.planning.status import PipelineStatus, pipeline_status
 from cdf_platform.spark.runtime.engine import DEFAULT_ENGINE_MEMORY
 from cdf_platform.state.control import ControlTable

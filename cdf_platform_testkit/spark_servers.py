@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.config import MASTER_ENV, REMOTE_ENV, RUN_WORKER_ENV
 from cdf_platform.demo.services import Service, free_port, port_open
-from cdf_platform.orchestration import run_worker
+from cdf_platform.orchestration.launch import run_worker
 from cdf_platform.spark.runtime.object_stores import ObjectStoreConf
 from cdf_platform.spark.runtime.session import CONNECT_SERVER_CLASS
 from cdf_platform.spark.runtime.session_conf import delta_conf

@@ -24,7 +24,7 @@ import dagster as dg
 import psutil
 from pydantic import BaseModel, Field
 
-from cdf_platform.orchestration.keys import silver_pipeline_ids
+from cdf_platform.orchestration.shared.keys import silver_pipeline_ids
 from cdf_platform_tests.cli_session import python_path
 from cdf_platform_tests.lake_platform import incremental_tick, run_as_daemon
 

@@ -21,7 +21,7 @@ BRONZE_OF = {"orders": "orders", "customers": "customers", "accounts": "accounts
 
 
 def test_definitions_load_without_starting_spark() -> None:
-    from cdf_platform.orchestration.resources import SparkResource
+    from cdf_platform.orchestration.shared.resources import SparkResource
 
     loaded = defs()
     assert isinstance(loaded, dg.Definitions)

@@ -21,8 +21,8 @@ import dagster as dg
 import pytest
 
 from cdf_platform.demo.story import HEADROOM_EVALUATIONS, DemoStory
-from cdf_platform.orchestration.checks import REPLAY_WINDOW
-from cdf_platform.orchestration.keys import SENSOR_NAME_TAG
+from cdf_platform.orchestration.checks.silver_checks import REPLAY_WINDOW
+from cdf_platform.orchestration.shared.keys import SENSOR_NAME_TAG
 from cdf_platform_testkit.dagster_dev import dagster_dev
 from cdf_platform_tests.lake_platform import check_figures
 

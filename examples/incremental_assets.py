@@ -12,7 +12,7 @@ platform's definitions, which add their lag and replay-window checks, repair and
 
     defs = cdf.build_defs(consumers=ASSETS)
 
-`cdf_platform_tests/orchestration/test_watermark_io_manager.py` materializes both.
+`cdf_platform_tests/orchestration/io_manager/test_watermark_io_manager.py` materializes both.
 """
 
 import dagster as dg

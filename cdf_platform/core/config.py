@@ -2,7 +2,7 @@
 defaults (local Spark, `./lake`, `<lake>/_control`, `./pipelines.yaml`).
 
 Nothing here runs at import: the CLI reads the environment when a command runs, and the Dagster
-definitions when they load (as `dg.EnvVar`, see `cdf_platform.orchestration.resources`).
+definitions when they load (as `dg.EnvVar`, see `cdf_platform.orchestration.shared.resources`).
 
 A lake or control root is resolved once, where it enters (a flag, a variable, a resource's
 config), by `resolve_root`: every later step sees an absolute path or a URI.

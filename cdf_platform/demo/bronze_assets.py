@@ -8,8 +8,8 @@ from pydantic import Field
 from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.demo.events import EVENT_KEYS, EventBatch, write_event_batch
 from cdf_platform.demo.source import DEMO_KEYS, DemoBatch, write_demo_batch
-from cdf_platform.orchestration.keys import BRONZE_PREFIX
-from cdf_platform.orchestration.resources import LakeLayout
+from cdf_platform.orchestration.shared.keys import BRONZE_PREFIX
+from cdf_platform.orchestration.shared.resources import LakeLayout
 
 # Every demo bronze table -> its key.
 DEMO_TABLES = {**DEMO_KEYS, **EVENT_KEYS}

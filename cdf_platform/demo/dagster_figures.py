@@ -15,7 +15,7 @@ import dagster as dg
 from cdf_platform.core.errors import DestructiveActionNotPermitted, VacuumRefused
 from cdf_platform.demo.deployment import RunResult
 from cdf_platform.demo.steps import DemoFailed
-from cdf_platform.orchestration.keys import INCIDENT_TAG
+from cdf_platform.orchestration.shared.keys import INCIDENT_TAG
 
 # How a maintenance run ended when it did not: the deployment refused its destructive run
 # config, or the VACUUM guard refused it (a consumer is behind).

@@ -47,7 +47,7 @@ from cdf_platform.core.config import (
 )
 from cdf_platform.demo import processes
 from cdf_platform.demo.services import free_port, port_open, wait_for
-from cdf_platform.orchestration.run_worker import answers
+from cdf_platform.orchestration.launch.run_worker import answers
 
 # Who launched a run the story submits: Dagster's `user` tag (dagster._core.storage.tags.
 # USER_TAG), which the UI's runs list shows as "Launched by" instead of "Manually launched".

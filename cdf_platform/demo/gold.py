@@ -9,8 +9,8 @@ whose postimage has `__end_at`) subtracts it and opening one (an insert) adds it
 whose last live order goes leaves the table. A full batch (the first run, or one whose range of
 silver's feed is gone) recomputes from the pinned silver snapshot instead.
 
-The watermark IO manager (`cdf_platform.orchestration.watermark_io_manager`) pins the batch,
-and commits what this returns with silver's version in the same commit, so a rerun after a
+The watermark IO manager (`cdf_platform.orchestration.io_manager.watermark_io_manager`) pins the
+batch, and commits what this returns with silver's version in the same commit, so a rerun after a
 crash applies nothing twice.
 
 Example:

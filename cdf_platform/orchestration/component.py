@@ -39,7 +39,7 @@ from cdf_platform.core.errors import InvalidAlertConfig, InvalidPipelineSpec
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_file import load_alerts, load_specs, parse_specs
 from cdf_platform.orchestration.platform import platform_defs
-from cdf_platform.orchestration.resources import LakeLayout
+from cdf_platform.orchestration.shared.resources import LakeLayout
 
 COMPONENT_TYPE = "cdf_platform.orchestration.component.CdfPipelinesComponent"
 # What `dg scaffold defs` writes: one pipeline to rename, on the embedded lake.

@@ -10,9 +10,27 @@ import dagster as dg
 from cdf_platform.core.alert_config import AlertConfig
 from cdf_platform.core.config import default_allow_destructive, default_pipelines_per_run
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.orchestration.alert_sensor import build_alert_sensor
-from cdf_platform.orchestration.checks import silver_checks
-from cdf_platform.orchestration.consumers import (
+from cdf_platform.orchestration.assets.external import external_bronze_assets
+from cdf_platform.orchestration.assets.overview import overview_asset
+from cdf_platform.orchestration.assets.silver import silver_assets
+from cdf_platform.orchestration.checks.silver_checks import silver_checks
+from cdf_platform.orchestration.io_manager.watermark_io_manager import (
+    RESOURCE_KEY,
+    WatermarkIOManager,
+)
+from cdf_platform.orchestration.jobs.maintenance_jobs import (
+    build_maintenance_jobs,
+    build_maintenance_schedules,
+)
+from cdf_platform.orchestration.jobs.silver_jobs import (
+    build_checks_job,
+    build_checks_schedule,
+    build_rebuild_job,
+    incremental_job,
+)
+from cdf_platform.orchestration.jobs.verify_job import build_verify_job, build_verify_schedule
+from cdf_platform.orchestration.sensors.alert_sensor import build_alert_sensor
+from cdf_platform.orchestration.sensors.consumers import (
     ConsumerAsset,
     build_consumer_job,
     build_consumer_sensor,
@@ -20,25 +38,10 @@ from cdf_platform.orchestration.consumers import (
     consumer_check_keys,
     consumer_checks,
 )
-from cdf_platform.orchestration.external import external_bronze_assets
-from cdf_platform.orchestration.incremental_sensor import build_incremental_sensor
-from cdf_platform.orchestration.jobs import (
-    build_checks_job,
-    build_checks_schedule,
-    build_rebuild_job,
-    incremental_job,
-)
-from cdf_platform.orchestration.maintenance_jobs import (
-    build_maintenance_jobs,
-    build_maintenance_schedules,
-)
-from cdf_platform.orchestration.overview import overview_asset
-from cdf_platform.orchestration.rebuild_sensor import build_rebuild_sensor
-from cdf_platform.orchestration.resources import LakeLayout, SparkResource
-from cdf_platform.orchestration.silver import silver_assets
-from cdf_platform.orchestration.storage_options import StorageOptionsConfig
-from cdf_platform.orchestration.verify_job import build_verify_job, build_verify_schedule
-from cdf_platform.orchestration.watermark_io_manager import RESOURCE_KEY, WatermarkIOManager
+from cdf_platform.orchestration.sensors.incremental_sensor import build_incremental_sensor
+from cdf_platform.orchestration.sensors.rebuild_sensor import build_rebuild_sensor
+from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.storage_options_config import StorageOptionsConfig
 
 
 def platform_defs(
@@ -67,16 +70,16 @@ def platform_defs(
         consumers: assets written by the watermark IO manager that read these tables through
             it (docs/incremental-assets.md); each gets silver's checks, repair by the
             rebuild sensor (`recompute_job`) and a say in the VACUUM of what it reads
-            (`cdf_platform.orchestration.consumers`).
+            (`cdf_platform.orchestration.sensors.consumers`).
         automation: the incremental and rebuild sensors, the checks schedule and the weekly
             verification start RUNNING (False: STOPPED, for a person to turn on).
         pipelines_per_run: at most this many pipelines with small change sets share a silver
             run (default: `$CDF_PIPELINES_PER_RUN`, else 50).
         allow_destructive: run configs that destroy history or skip a guard may run
-            (`cdf_platform.orchestration.destructive`; default: `$CDF_ALLOW_DESTRUCTIVE`, else
-            no). Fixed when the definitions load: no run config changes it.
+            (`cdf_platform.orchestration.shared.destructive`; default: `$CDF_ALLOW_DESTRUCTIVE`,
+            else no). Fixed when the definitions load: no run config changes it.
         alerts: where alerts go (the `alerts:` section): with it, `alert_sensor` tells them
-            (`cdf_platform.orchestration.alert_sensor`).
+            (`cdf_platform.orchestration.sensors.alert_sensor`).
     """
     if allow_destructive is None:
         allow_destructive = default_allow_destructive()

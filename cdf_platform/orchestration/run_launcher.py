@@ -1,6 +1,6 @@
 """`WarmRunLauncher`: Dagster's default run launcher, but a run starts in the deployment's warm
-run worker (`cdf_platform.orchestration.run_worker`, `cdf-platform run-worker`) by a fork of a
-process that has Dagster and the platform imported, instead of the code server spawning a new
+run worker (`cdf_platform.orchestration.launch.run_worker`, `cdf-platform run-worker`) by a fork of
+a process that has Dagster and the platform imported, instead of the code server spawning a new
 interpreter for it. Named in the instance's `dagster.yaml` (deploy/dagster.yaml):
 
 ```yaml
@@ -38,7 +38,7 @@ from dagster._config.config_schema import UserConfigSchema
 from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, WorkerStatus
 from dagster._serdes import ConfigurableClassData
 
-from cdf_platform.orchestration.run_worker import is_same_process, request
+from cdf_platform.orchestration.launch.run_worker import is_same_process, request
 
 # The run tag naming the run worker's process that runs it. Hidden from the UI: Dagster's
 # GraphQL API drops tags under `.dagster/` (dagster._core.storage.tags.HIDDEN_TAG_PREFIX); not

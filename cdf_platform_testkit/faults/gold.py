@@ -33,9 +33,12 @@ import dagster as dg
 from deltalake import DeltaTable
 
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.orchestration.keys import silver_key
-from cdf_platform.orchestration.resources import LakeLayout, SparkResource
-from cdf_platform.orchestration.watermark_io_manager import RESOURCE_KEY, WatermarkIOManager
+from cdf_platform.orchestration.io_manager.watermark_io_manager import (
+    RESOURCE_KEY,
+    WatermarkIOManager,
+)
+from cdf_platform.orchestration.shared.keys import silver_key
+from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 from cdf_platform.state.consumer_marks import ConsumerMarks, read_consumer_marks
 from cdf_platform_testkit.faults.gold_asset import GOLD_KEY, totals_by_name_asset
 from cdf_platform_testkit.faults.gold_oracle import (

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from cdf_platform.orchestration.watermark_io_manager import RESOURCE_KEY
+from cdf_platform.orchestration.io_manager.watermark_io_manager import RESOURCE_KEY
 from cdf_platform.spark.read.batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite
 from cdf_platform_testkit.faults.gold_oracle import AMOUNT, AMOUNT_TOTAL, GROUP, PEOPLE
 

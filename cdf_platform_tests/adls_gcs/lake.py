@@ -28,7 +28,7 @@ from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.deltalog.arrow_rows import arrow_table
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.demo.source import write_demo_batch
-from cdf_platform.orchestration.resources import LakeLayout
+from cdf_platform.orchestration.shared.resources import LakeLayout
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import OWNER_PROPERTY, app_id, user_metadata
 from cdf_platform_testkit.objects import delete_object

@@ -13,7 +13,7 @@ import yaml
 from pyspark.sql import SparkSession
 
 from cdf_platform.demo.source import DEMO_SCHEMAS, write_demo_batch
-from cdf_platform.orchestration.resources import LakeLayout
+from cdf_platform.orchestration.shared.resources import LakeLayout
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.status import WindowState, pipeline_status
 from cdf_platform.run import PipelineRunner

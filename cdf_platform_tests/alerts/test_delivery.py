@@ -14,7 +14,7 @@ import pytest
 from cdf_platform.alerts.delivery import AlertState, Sender, deliver
 from cdf_platform.alerts.incidents import Change, IncidentBook, Signal
 from cdf_platform.core.alert_config import AlertConfig, AlertEvent, Severity
-from cdf_platform.orchestration.alert_sensor import senders
+from cdf_platform.orchestration.sensors.alert_sensor import senders
 from cdf_platform_testkit.receivers import HttpReceiver, SmtpReceiver, alert_targets
 
 LOG = logging.getLogger("alerts-test")

@@ -214,7 +214,7 @@ _SURVIVOR = textwrap.dedent(
     """
     import json, os, sys
     from cdf_platform.core.errors import EngineUnavailable
-    from cdf_platform.orchestration.resources import LakeLayout, SparkResource
+    from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
     from cdf_platform.run import PipelineRunner
     from cdf_platform.demo.source import write_demo_batch
 

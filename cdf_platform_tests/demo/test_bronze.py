@@ -9,7 +9,7 @@ import dagster as dg
 from pyspark.sql import SparkSession
 
 from cdf_platform.demo.bronze_assets import bronze_path, demo_bronze_asset
-from cdf_platform.orchestration.resources import LakeLayout
+from cdf_platform.orchestration.shared.resources import LakeLayout
 
 
 def _materialize_orders(lake: Path, batch_size: int) -> dict:

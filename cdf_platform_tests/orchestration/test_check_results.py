@@ -10,12 +10,12 @@ import dagster as dg
 import pytest
 
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.orchestration.checks import (
+from cdf_platform.orchestration.checks.silver_checks import (
     consumer_lag_result,
     foreign_writes_result,
     replay_window_result,
 )
-from cdf_platform.orchestration.figures import UNKNOWN
+from cdf_platform.orchestration.shared.figures import UNKNOWN
 from cdf_platform.planning.foreign_writes import ForeignWrite
 from cdf_platform.planning.status import PipelineStatus, WindowState
 

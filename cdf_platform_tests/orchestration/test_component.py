@@ -18,7 +18,7 @@ import pytest
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.definitions import build_defs
 from cdf_platform.orchestration.component import COMPONENT_TYPE, CdfPipelinesComponent
-from cdf_platform.orchestration.resources import LakeLayout
+from cdf_platform.orchestration.shared.resources import LakeLayout
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "dg_project"

@@ -16,13 +16,13 @@ from cdf_platform.core.spec import FallbackMode
 from cdf_platform.definitions import build_defs
 from cdf_platform.demo.bronze_assets import demo_bronze_assets
 from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY, customer_order_totals_asset
-from cdf_platform.orchestration.checks import CONSUMER_LAG, REPLAY_WINDOW
-from cdf_platform.orchestration.consumers import (
+from cdf_platform.orchestration.checks.silver_checks import CONSUMER_LAG, REPLAY_WINDOW
+from cdf_platform.orchestration.sensors.consumers import (
     ConsumerAsset,
     consumer_check_results,
 )
-from cdf_platform.orchestration.keys import WATERMARK_IO_MANAGER_KEY
-from cdf_platform.orchestration.resources import SparkResource
+from cdf_platform.orchestration.shared.keys import WATERMARK_IO_MANAGER_KEY
+from cdf_platform.orchestration.shared.resources import SparkResource
 from cdf_platform.planning.status import PipelineStatus, WindowState
 from cdf_platform.planning.vacuum import VacuumAction, plan_vacuum
 from cdf_platform.spark.read.batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite

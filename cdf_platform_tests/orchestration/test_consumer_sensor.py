@@ -12,8 +12,8 @@ import dagster as dg
 from pyspark.sql import SparkSession
 
 from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
-from cdf_platform.orchestration.consumers import CONSUMER_JOB, CONSUMER_SENSOR
-from cdf_platform.orchestration.resources import SparkResource
+from cdf_platform.orchestration.sensors.consumers import CONSUMER_JOB, CONSUMER_SENSOR
+from cdf_platform.orchestration.shared.resources import SparkResource
 from cdf_platform_tests.lake_platform import (
     ORDERS,
     bronze_batch,

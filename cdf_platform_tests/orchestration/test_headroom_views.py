@@ -13,10 +13,10 @@ import dagster as dg
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.sql import sql_path
-from cdf_platform.orchestration.checks import REPLAY_WINDOW
-from cdf_platform.orchestration.jobs import rebuild_run_config
-from cdf_platform.orchestration.keys import silver_key
-from cdf_platform.orchestration.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.checks.silver_checks import REPLAY_WINDOW
+from cdf_platform.orchestration.jobs.silver_jobs import rebuild_run_config
+from cdf_platform.orchestration.shared.keys import silver_key
+from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 from cdf_platform_tests.cli_process import run_cli
 from cdf_platform_tests.lake_platform import (
     ORDERS,

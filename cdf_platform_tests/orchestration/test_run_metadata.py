@@ -27,11 +27,11 @@ from cdf_platform.core.config import (
     MASTER_ENV,
     PIPELINES_FILE_ENV,
 )
-from cdf_platform.orchestration.jobs import INCREMENTAL_JOB
-from cdf_platform.orchestration.keys import silver_key
-from cdf_platform.orchestration.resources import SparkResource
-from cdf_platform.orchestration.silver import describe_plan
-from cdf_platform.orchestration.silver_io import run_result_metadata
+from cdf_platform.orchestration.assets.silver import describe_plan
+from cdf_platform.orchestration.io_manager.silver_io import run_result_metadata
+from cdf_platform.orchestration.jobs.silver_jobs import INCREMENTAL_JOB
+from cdf_platform.orchestration.shared.keys import silver_key
+from cdf_platform.orchestration.shared.resources import SparkResource
 from cdf_platform.planning.plan import RunMode, plan_pipeline
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.window.replay_window import ConsumerAssessment

@@ -9,12 +9,12 @@ import json
 import dagster as dg
 from dagster_graphql.schema.pipelines.pipeline import GrapheneRun
 
-from cdf_platform.orchestration.keys import INCIDENT_TAG
 from cdf_platform.orchestration.run_launcher import (
     LEGACY_RUN_WORKER_TAG,
     RUN_WORKER_TAG,
     _process,
 )
+from cdf_platform.orchestration.shared.keys import INCIDENT_TAG
 
 PROCESS = {"worker": "127.0.0.1:4010", "pid": 4242, "started": 1.5, "host": "here"}
 

@@ -20,13 +20,13 @@ from cdf_platform.core.errors import RuntimeEnvironmentError
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.demo.source import write_demo_batch
-from cdf_platform.orchestration.incremental_sensor import (
+from cdf_platform.orchestration.sensors.incremental_sensor import (
     WantedRun,
     run_requests,
     silver_run_slots,
 )
-from cdf_platform.orchestration.keys import QUEUE_TAG, REQUESTED_TAG, silver_key
-from cdf_platform.orchestration.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.keys import QUEUE_TAG, REQUESTED_TAG, silver_key
+from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 from cdf_platform.planning.status import pipeline_status
 from cdf_platform_testkit import jvm_options
 from cdf_platform_testkit.deployment import DEPLOY

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from cdf_platform.orchestration.resources import SparkResource
+from cdf_platform.orchestration.shared.resources import SparkResource
 from cdf_platform.planning.plan import RunMode, plan_run
 from cdf_platform.run import PipelineRunner
 from cdf_platform.spark.runtime.session import submit_opts
@@ -32,8 +32,8 @@ RUN_PROCESS = """
 import json, sys
 import dagster as dg
 from cdf_platform.definitions import build_defs
-from cdf_platform.orchestration.keys import silver_key
-from cdf_platform.orchestration.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.keys import silver_key
+from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 
 lake, lean = sys.argv[1], sys.argv[2] == "on"
 spark = SparkResource(master="local[1]", shuffle_partitions=1, lean_short_runs=lean)

@@ -22,9 +22,12 @@ from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_fingerprint import spec_fingerprint
 from cdf_platform.core.sql import sql_path
-from cdf_platform.orchestration.keys import silver_key
-from cdf_platform.orchestration.resources import LakeLayout, SparkResource
-from cdf_platform.orchestration.watermark_io_manager import RESOURCE_KEY, WatermarkIOManager
+from cdf_platform.orchestration.io_manager.watermark_io_manager import (
+    RESOURCE_KEY,
+    WatermarkIOManager,
+)
+from cdf_platform.orchestration.shared.keys import silver_key
+from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 from cdf_platform.spark.read.batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite
 from cdf_platform.state.consumer_marks import read_consumer_marks
 from cdf_platform_tests.lake_platform import (

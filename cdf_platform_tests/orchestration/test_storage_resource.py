@@ -13,8 +13,8 @@ import yaml
 
 from cdf_platform.core.errors import InvalidPipelineSpec, InvalidStorageConfig
 from cdf_platform.core.store_options import EnvRef, StoreOptions
-from cdf_platform.orchestration.resources import LakeLayout
-from cdf_platform.orchestration.storage_options import StorageOptionsConfig
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.storage_options_config import StorageOptionsConfig
 
 PIPELINE = {"id": "p", "source": "s3://lake-a/bronze/p", "target": "s3://lake-b/p", "keys": ["id"]}
 

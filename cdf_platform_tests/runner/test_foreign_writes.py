@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 import cdf_platform
 from cdf_platform.core.sql import quote_ident
-from cdf_platform.orchestration.resources import LakeLayout
+from cdf_platform.orchestration.shared.resources import LakeLayout
 from cdf_platform.run import PipelineRunner
 from cdf_platform.state.verifications import (
     Verification,
@@ -68,7 +68,7 @@ _EVALUATE = textwrap.dedent(
     from pyspark.sql import SparkSession
     from cdf_platform.cli import main
     from cdf_platform.definitions import build_defs
-    from cdf_platform.orchestration.resources import LakeLayout
+    from cdf_platform.orchestration.shared.resources import LakeLayout
 
     lake, pipelines = sys.argv[1], sys.argv[2]
     common = ["--pipelines", pipelines, "--lake-root", lake]

@@ -18,10 +18,10 @@ from pyspark.sql import SparkSession
 from cdf_platform.core.errors import ReplayWindowLost
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
 from cdf_platform.definitions import build_defs
-from cdf_platform.orchestration.checks import REPLAY_WINDOW
-from cdf_platform.orchestration.keys import silver_key
-from cdf_platform.orchestration.maintenance_jobs import build_maintenance_jobs
-from cdf_platform.orchestration.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.checks.silver_checks import REPLAY_WINDOW
+from cdf_platform.orchestration.jobs.maintenance_jobs import build_maintenance_jobs
+from cdf_platform.orchestration.shared.keys import silver_key
+from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.run import PipelineRunner
 from cdf_platform.state.watermark import read_silver_state

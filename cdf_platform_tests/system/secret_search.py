@@ -47,8 +47,8 @@ DEFINITIONS = textwrap.dedent(
     import dagster as dg
 
     from cdf_platform.definitions import build_defs
-    from cdf_platform.orchestration.resources import LakeLayout
-    from cdf_platform.orchestration.storage_options import StorageOptionsConfig
+    from cdf_platform.orchestration.shared.resources import LakeLayout
+    from cdf_platform.orchestration.shared.storage_options_config import StorageOptionsConfig
 
 
     @dg.definitions

@@ -12,7 +12,7 @@ import dagster as dg
 import psycopg2
 import pytest
 
-from cdf_platform.orchestration.keys import QUEUE_TAG, SILVER_QUEUE
+from cdf_platform.orchestration.shared.keys import QUEUE_TAG, SILVER_QUEUE
 from cdf_platform_testkit.postgres import MAX_CONNECTIONS, PostgresServer, PostgresServerError
 
 # The deployment's instance: its postgres_db settings come from the environment.

@@ -1,0 +1,1 @@
+"""Assets: one silver asset per pipeline, external bronze, the all-pipelines overview."""

@@ -1,0 +1,1 @@
+"""Jobs and schedules: incremental, rebuild and checks; maintenance (VACUUM); verification."""

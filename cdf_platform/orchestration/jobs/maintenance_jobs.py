@@ -1,0 +1,273 @@
+"""Maintenance jobs: one consumer-aware VACUUM job per bronze table, and per silver table that
+consumer assets read (docs/design.md section 9).
+
+`maintenance_<table>_job` decides from the logs (no JVM) whether vacuuming now would cut a
+consumer's replay window (the pipelines reading it, and the consumer assets of the watermark
+IO manager registered as reading it), raises `delta.deletedFileRetentionDuration` to cover them
+(up to a cap) or refuses, and only then starts Spark to vacuum. The decision, the retention
+sizing (max expected downtime + recovery buffer, from the load log) and the current setting are
+the run's metadata, and an observation on the bronze asset. A refusal fails the run, so it is
+seen: the table was not vacuumed. `retain_zero` and `allow_window_loss` destroy history a
+consumer may need: they run only where the deployment permits destructive actions
+(`cdf_platform.orchestration.shared.destructive`). Every run's decision, refusal included, is a
+row of the maintenance log, with what it destroyed.
+"""
+
+import json
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+import dagster as dg
+from pydantic import Field
+
+from cdf_platform.core.errors import VacuumRefused
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.orchestration.shared.destructive import (
+    PERMITTED_BY,
+    record,
+    refuse_unless_permitted,
+)
+from cdf_platform.orchestration.shared.keys import BRONZE_PREFIX, silver_key
+from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.step_failures import platform_failure
+from cdf_platform.planning.vacuum import RetentionPolicy, VacuumDecision, plan_vacuum
+from cdf_platform.spark.table.vacuum_execution import execute_vacuum
+from cdf_platform.state.control import ControlTable
+
+
+class MaintenanceConfig(dg.Config):
+    """How a maintenance run treats the table's consumers."""
+
+    policy: RetentionPolicy = Field(
+        default=RetentionPolicy.RAISE,
+        description="`raise`: raise delta.deletedFileRetentionDuration to cover the consumers "
+        "(up to max_retention_hours) before vacuuming; `refuse`: do not vacuum when it does not.",
+    )
+    buffer_hours: float = Field(
+        default=24.0, ge=0, description="Hours kept beyond what each consumer needs right now."
+    )
+    max_retention_hours: float = Field(
+        default=30 * 24.0, gt=0, description="Cap on delta.deletedFileRetentionDuration."
+    )
+    recovery_buffer_hours: float = Field(
+        default=24.0, ge=0, description="Added to the observed downtime in the sizing report."
+    )
+    retain_zero: bool = Field(
+        default=False,
+        description="VACUUM RETAIN 0 HOURS (refused while a consumer is behind). Destructive: "
+        "refused unless the deployment permits it (CDF_ALLOW_DESTRUCTIVE=1).",
+    )
+    allow_window_loss: bool = Field(
+        default=False,
+        description="Explicit override: vacuum even if a consumer loses its replay window. "
+        "Destructive: refused unless the deployment permits it (CDF_ALLOW_DESTRUCTIVE=1).",
+    )
+    listing_parallelism: int | None = Field(
+        default=None,
+        ge=1,
+        description="Tasks VACUUM lists files with (Spark's default 10,000 suits huge tables).",
+    )
+
+
+# Inferred once for every maintenance job's op (see `SILVER_CONFIG_SCHEMA`).
+MAINTENANCE_CONFIG_SCHEMA = MaintenanceConfig.to_config_schema().as_field()
+
+
+def _numeric(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def maintenance_job_name(bronze_name: str) -> str:
+    """`maintenance_<bronze table>_job`."""
+    return f"maintenance_{bronze_name}_job"
+
+
+def silver_maintenance_job_name(pipeline_id: str) -> str:
+    """`maintenance_silver_<pipeline id>_job`."""
+    return f"maintenance_silver_{pipeline_id}_job"
+
+
+@dataclass(frozen=True)
+class _Vacuumed:
+    """A table a maintenance job vacuums: its asset key and location."""
+
+    key: dg.AssetKey
+    location: str
+
+
+def _destructive_options(config: MaintenanceConfig) -> list[str]:
+    """The destructive options `config` asks for (`retain_zero`, `allow_window_loss`)."""
+    return [
+        name
+        for name, value in (
+            ("retain_zero", config.retain_zero),
+            ("allow_window_loss", config.allow_window_loss),
+        )
+        if value
+    ]
+
+
+def _decide(
+    location: str, specs: list[PipelineSpec], config: MaintenanceConfig, control: ControlTable
+) -> VacuumDecision:
+    """The VACUUM decision for the table at `location` under the run's `config`."""
+    return plan_vacuum(
+        location,
+        specs,
+        policy=config.policy,
+        buffer_hours=config.buffer_hours,
+        max_retention_hours=config.max_retention_hours,
+        recovery_buffer_hours=config.recovery_buffer_hours,
+        retain_zero=config.retain_zero,
+        allow_window_loss=config.allow_window_loss,
+        control=control,
+    )
+
+
+# Quoted: `dg.RawMetadataValue` exists for type checkers only, and this module's annotations are
+# evaluated (Dagster reads the op's).
+def _decision_metadata(decision: VacuumDecision) -> "dict[str, dg.RawMetadataValue]":
+    """The run's and the observation's metadata: the decision's figures, and with a
+    destructive one what it destroys, whose windows it cuts and what permitted it."""
+    figures = decision.as_metadata()
+    metadata: dict[str, dg.RawMetadataValue] = {
+        key: value for key, value in figures.items() if _numeric(value) or isinstance(value, str)
+    }
+    metadata["consumers"] = dg.MetadataValue.json(figures["consumers"])
+    destructive = decision.destroyed is not None
+    metadata["destructive"] = destructive
+    if destructive:
+        metadata["destroyed"] = str(decision.destroyed)
+        metadata["windows_cut"] = dg.MetadataValue.json(decision.windows_cut)
+        metadata["permitted_by"] = PERMITTED_BY
+    return metadata
+
+
+def _vacuum_op(
+    tables: Mapping[str, _Vacuumed], specs: list[PipelineSpec], allow_destructive: bool
+) -> dg.OpDefinition:
+    """The VACUUM op every maintenance job runs (one definition, built once: a fleet's hundreds
+    of jobs each alias it), finding its table by the job's name in `tables`; `retain_zero` and
+    `allow_window_loss` refused unless `allow_destructive`."""
+
+    @dg.op(name="vacuum", tags={"kind": "delta"}, config_schema=MAINTENANCE_CONFIG_SCHEMA)
+    def vacuum(
+        context: dg.OpExecutionContext, spark: SparkResource, lake: LakeLayout
+    ) -> dg.Output[None]:
+        table = tables[context.job_name]
+        config = MaintenanceConfig(**context.op_config)
+        control = lake.control()
+        refuse_unless_permitted(
+            allow_destructive,
+            _destructive_options(config),
+            control=control,
+            context=context,
+            table=table.location,
+            action="vacuum",
+        )
+        decision = _decide(table.location, specs, config, control)
+        metadata = _decision_metadata(decision)
+        destructive = decision.destroyed is not None
+        context.log.info("%s: %s", decision.action.value, decision.reason)
+        log_row = {
+            "table_location": table.location,
+            "action": decision.action.value,
+            "reason": decision.reason,
+            "latest_version": decision.latest_version,
+        }
+        if not decision.will_vacuum:
+            context.log_event(dg.AssetObservation(asset_key=table.key, metadata=metadata))
+            record(control, context, **log_row, outcome="refused", destructive=False)
+            refused = VacuumRefused(decision.reason, table=table.location)
+            raise platform_failure(refused, **metadata)
+        if destructive:
+            context.log.warning("%s destroys %s", table.location, decision.destroyed)
+        try:
+            outcome = execute_vacuum(
+                spark.session_on(control.storage),
+                decision,
+                storage=control.storage,
+                listing_parallelism=config.listing_parallelism,
+            )
+        except Exception:
+            record(control, context, **log_row, outcome="failed", destructive=destructive)
+            raise
+        if outcome.files_deleted is not None:
+            metadata["files_deleted"] = outcome.files_deleted
+        record(
+            control,
+            context,
+            **log_row,
+            outcome="vacuumed",
+            destructive=destructive,
+            permitted_by=PERMITTED_BY if destructive else None,
+            destroyed=decision.destroyed,
+            windows_cut=json.dumps(decision.windows_cut),
+            files_deleted=outcome.files_deleted,
+        )
+        context.log_event(dg.AssetObservation(asset_key=table.key, metadata=metadata))
+        return dg.Output(None, metadata=metadata)
+
+    return vacuum
+
+
+def _vacuum_job(
+    name: str, node_name: str, key: dg.AssetKey, op: dg.OpDefinition
+) -> dg.JobDefinition:
+    # The op runs under the job's own node name (`vacuum_<table>`): the name run config uses.
+    @dg.job(
+        name=name,
+        description=f"Consumer-aware VACUUM of {key.to_user_string()}: raises the retention its "
+        "consumers need or refuses, never silently cutting a replay window.",
+    )
+    def _job() -> None:
+        op.alias(node_name)()
+
+    return _job
+
+
+def build_maintenance_jobs(
+    specs: list[PipelineSpec],
+    consumed: Collection[dg.AssetKey] = (),
+    *,
+    allow_destructive: bool = False,
+) -> list[dg.JobDefinition]:
+    """One maintenance job per bronze table the pipelines read (`maintenance_<table>_job`, its
+    op `vacuum_<table>`), and per silver table among the asset keys `consumed`, read by
+    consumer assets (`maintenance_silver_<pipeline id>_job`, op `vacuum_silver_<pipeline id>`).
+    `retain_zero` and `allow_window_loss` are refused unless `allow_destructive`.
+    """
+    sources: dict[str, str] = {}
+    for spec in specs:
+        sources.setdefault(spec.bronze_name, spec.source)
+    planned = [
+        (
+            maintenance_job_name(name),
+            f"vacuum_{name}",
+            _Vacuumed(dg.AssetKey([BRONZE_PREFIX, name]), src),
+        )
+        for name, src in sorted(sources.items())
+    ] + [
+        (
+            silver_maintenance_job_name(spec.id),
+            f"vacuum_silver_{spec.id}",
+            _Vacuumed(silver_key(spec.id), spec.target),
+        )
+        for spec in specs
+        if silver_key(spec.id) in consumed
+    ]
+    op = _vacuum_op({job: table for job, _, table in planned}, specs, allow_destructive)
+    return [_vacuum_job(job, node, table.key, op) for job, node, table in planned]
+
+
+def build_maintenance_schedules(jobs: list[dg.JobDefinition]) -> list[dg.ScheduleDefinition]:
+    """A nightly schedule per maintenance job (stopped until an operator turns it on)."""
+    return [
+        dg.ScheduleDefinition(
+            name=f"{job.name.removesuffix('_job')}_schedule",
+            job=job,
+            cron_schedule="0 3 * * *",
+            default_status=dg.DefaultScheduleStatus.STOPPED,
+        )
+        for job in jobs
+    ]

@@ -1,0 +1,1 @@
+"""The warm run worker that `WarmRunLauncher` (`orchestration/run_launcher.py`) starts runs in."""

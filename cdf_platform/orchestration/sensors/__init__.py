@@ -1,0 +1,1 @@
+"""Sensors: incremental, rebuild, alerts; consumer assets' checks, repair jobs and sensor."""

@@ -1,0 +1,1 @@
+"""What every room uses: keys and tags, figures, resources, step failures, destructive runs."""

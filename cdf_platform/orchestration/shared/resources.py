@@ -1,0 +1,436 @@
+"""The Dagster resources: where the lake and its pipelines are and how its object stores are
+reached (`LakeLayout`, whose `lake()` is the `Lake` value every platform step is handed), and
+one lazily created, Delta-configured SparkSession per process (`SparkResource`).
+
+`from_environment()` builds each from the environment when the definitions load (never at
+import): a field whose variable is set is a `dg.EnvVar` (the UI shows the variable's name, and a
+run reads its value when it starts), the others take the embedded defaults. A relative lake or
+control root (a literal, or an `EnvVar`'s value when it is read) is resolved once to its
+absolute path (`cdf_platform.core.config.resolve_root`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import dagster as dg
+from dagster_pyspark import LazyPySparkResource
+from pydantic import Field, PrivateAttr, field_validator
+
+from cdf_platform.core.config import (
+    CONTROL_ROOT_ENV,
+    DEFAULT_MASTER,
+    LAKE_ROOT_ENV,
+    MASTER_ENV,
+    PIPELINES_FILE_ENV,
+    REMOTE_ENV,
+    LakeEnvironment,
+    Setting,
+    resolve_root,
+)
+from cdf_platform.core.errors import InvalidPipelineSpec
+from cdf_platform.core.lake import Lake
+from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec_file import find_spec, load_storage
+from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.orchestration.shared.storage_options_config import StorageOptionsConfig
+from cdf_platform.spark.runtime.engine_wait import DEFAULT_ENGINE_WAIT_SECONDS
+from cdf_platform.spark.runtime.session import (
+    apply_storage_options,
+    build_spark_session,
+    discard_session,
+    engine_listens,
+    is_connect_session,
+    is_usable,
+)
+from cdf_platform.spark.runtime.session_conf import SparkSettings
+from cdf_platform.state.control import ControlTable
+
+logger = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def _field(setting: Setting) -> str:
+    """A resource field's value for `setting`: `dg.EnvVar` of the variable it was read from,
+    else its value."""
+    return dg.EnvVar(setting.variable) if setting.variable else setting.value
+
+
+def _read_env(field: str, value: Any) -> Any:
+    """The value of `value`'s variable when it is a `dg.EnvVar`, else `value` itself.
+
+    Raises:
+        InvalidPipelineSpec: the variable is not set.
+    """
+    if not isinstance(value, dg.EnvVar):
+        return value
+    read = os.environ.get(value.env_var_name)
+    if read is None:
+        raise InvalidPipelineSpec(
+            f"the lake layout's {field} reads ${value.env_var_name}, which is not set",
+            action=f"set {value.env_var_name}, or give {field} a value",
+        )
+    return read
+
+
+class LakeLayout(dg.ConfigurableResource):
+    """The pipelines file, the lake root it is resolved against, the control tables, and the
+    object-store options of the lake's locations (`storage`, beside the pipelines file's
+    `storage:` section).
+
+    Example:
+        >>> layout = LakeLayout(lake_root="/lake", pipelines_file="pipelines.yaml")
+        >>> layout.spec("orders").target  # doctest: +SKIP
+        '/lake/silver/orders'
+        >>> layout.control().read_states()  # doctest: +SKIP
+        {'orders': {...}}
+        >>> LakeLayout(  # doctest: +SKIP
+        ...     lake_root="s3://lake-a/lake",
+        ...     storage={"s3://lake-a": StorageOptionsConfig(
+        ...         endpoint="https://minio.internal:9000",
+        ...         secret_access_key=dg.EnvVar("LAKE_A_SECRET"), ...)},
+        ... )
+    """
+
+    lake_root: str = Field(
+        description="Folder (or URI) that relative `source`/`target` locations of the pipelines "
+        f"file are resolved against (${LAKE_ROOT_ENV}; default ./lake). A relative folder is "
+        "taken from the working directory and made absolute once."
+    )
+    control_root: str | None = Field(
+        default=None,
+        description=f"Folder of the control tables (pipeline_state, load_log) (${CONTROL_ROOT_ENV};"
+        " default <lake_root>/_control).",
+    )
+    pipelines_file: str | None = Field(
+        default=None,
+        description=f"The pipelines YAML file (${PIPELINES_FILE_ENV}; default ./pipelines.yaml); "
+        "None when the pipelines are declared in a Component's defs.yaml.",
+    )
+    storage: dict[str, StorageOptionsConfig] = Field(
+        default_factory=dict,
+        description="Object-store options by location prefix (s3://bucket, "
+        "abfss://container@account.dfs.core.windows.net/lake, ...): endpoint, region, "
+        "credentials (dg.EnvVar). The longest prefix matching a location wins; what is unset, "
+        "and locations no prefix matches, come from the environment (AWS_*, AZURE_STORAGE_*, "
+        "GOOGLE_*). Added to the pipelines file's `storage:` section; a prefix may be in one "
+        "of the two only.",
+    )
+    # The lake this layout stands for, built on first use (`lake()`).
+    _lake: Lake | None = PrivateAttr(default=None)
+    # Its control tables, opened on first use (`control()`) and kept for the resource's life
+    # (a run, a tick): each of a shared run's steps reads and writes them.
+    _control: ControlTable | None = PrivateAttr(default=None)
+
+    @classmethod
+    def _is_dagster_maintained(cls) -> bool:
+        return False
+
+    @field_validator("lake_root", "control_root", "pipelines_file", mode="before")
+    @classmethod
+    def _resolve(cls, value: object) -> object:
+        # Before Dagster reads it, an `EnvVar` holds the variable's name, not a path: it is
+        # resolved when the bound layout is built from the value (`bound()`, a run's start).
+        if isinstance(value, str) and value and not isinstance(value, dg.EnvVar):
+            return resolve_root(value)
+        return value
+
+    @classmethod
+    def from_environment(cls) -> LakeLayout:
+        """The layout the environment configures (see the module docstring)."""
+        env = LakeEnvironment.resolve()
+        return cls(
+            lake_root=_field(env.lake_root),
+            control_root=_field(env.control_root) if env.control_root else None,
+            pipelines_file=_field(env.pipelines_file),
+        )
+
+    def bound(self) -> LakeLayout:
+        """This layout with its `dg.EnvVar` fields read now (what a run would see).
+
+        The variables are read here rather than through Dagster's
+        `process_config_and_initialize`, which builds an ephemeral instance (in-memory
+        storages and their migrations) on every call: a tenth of a second of each definitions
+        load, in the code server and in every run process.
+
+        Raises:
+            InvalidStorageConfig: a `dg.EnvVar` of `storage` names a variable that is not set.
+            InvalidPipelineSpec: a `dg.EnvVar` of the lake root, control root or pipelines
+                file names a variable that is not set.
+        """
+        roots = {
+            name: _read_env(name, getattr(self, name))
+            for name in ("lake_root", "control_root", "pipelines_file")
+        }
+        # The pipelines file's storage section as well as this resource's: the error names the
+        # prefix and the variable.
+        LakeLayout(**roots, storage=self.storage).storage_config().resolved(os.environ)
+        return LakeLayout(
+            **roots,
+            storage={
+                prefix: StorageOptionsConfig(
+                    **{name: _read_env(name, value) for name, value in options}
+                )
+                for prefix, options in self.storage.items()
+            },
+        )
+
+    def _resource_storage(self) -> StorageConfig:
+        """This resource's `storage` as the platform's configuration (a `dg.EnvVar` not read
+        yet as a reference to its variable)."""
+        return StorageOptionsConfig.to_config(self.storage, "the lake resource's storage")
+
+    def storage_config(self) -> StorageConfig:
+        """The object-store options of the lake: the pipelines file's `storage:` section (when
+        the file exists: a layout whose pipelines live in a Component's defs.yaml has none)
+        and this resource's `storage`, their environment references not read yet.
+
+        Raises:
+            InvalidStorageConfig: a malformed entry, or a prefix configured in both.
+            InvalidPipelineSpec: the pipelines file is not YAML, or its `dg.EnvVar` is not set.
+        """
+        file = _read_env("pipelines_file", self.pipelines_file)
+        from_file = ENVIRONMENT_ONLY
+        if file is not None and Path(file).is_file():
+            from_file = load_storage(file)
+        return from_file.merged(self._resource_storage())
+
+    def lake(self) -> Lake:
+        """The lake this layout stands for (`Lake.load`): its `dg.EnvVar` fields and its
+        storage options' environment references read now, once per resource.
+
+        Raises:
+            InvalidStorageConfig: see `storage_config`, or a referenced variable is not set.
+            InvalidPipelineSpec: a root or the pipelines file reads a variable that is not
+                set, or the pipelines file is not YAML.
+        """
+        if self._lake is None:
+            roots = {
+                name: _read_env(name, getattr(self, name))
+                for name in ("lake_root", "control_root", "pipelines_file")
+            }
+            self._lake = Lake.load(**roots, storage=self._resource_storage())
+        return self._lake
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """A run, check or sensor that uses the lake fails at its start when the lake's
+        storage options are invalid or read a variable that is not set."""
+        self.lake()
+
+    def control(self) -> ControlTable:
+        """The control tables (state and load log), carrying the lake's object-store options
+        to every reader they are handed to: one object for this resource, which keeps the
+        tables it opened up to date rather than opening them again (`ControlTable`)."""
+        if self._control is None:
+            lake = self.lake()
+            self._control = ControlTable(lake.control_root, storage=lake.storage)
+        return self._control
+
+    def specs(self) -> list[PipelineSpec]:
+        """Every pipeline of the pipelines file, locations resolved under the lake root.
+
+        Raises:
+            InvalidPipelineSpec: the file is missing or holds an invalid spec, or the layout
+                names no file (the pipelines are declared in a Component's defs.yaml).
+        """
+        return self.lake().specs()
+
+    def spec(self, pipeline_id: str) -> PipelineSpec:
+        """The resolved spec of `pipeline_id`.
+
+        Raises:
+            InvalidPipelineSpec: no such pipeline (or the file is invalid).
+        """
+        return find_spec(self.specs(), pipeline_id)
+
+    def storage_locations(self) -> list[str]:
+        """Every location the pipelines touch: lake and control roots, sources and targets."""
+        return self.lake().storage_locations(self.specs())
+
+    def table_path(self, layer: str, table: str) -> str:
+        """Where a platform-owned table `layer/table` (e.g. gold/...) lives under the lake."""
+        return f"{self.lake_root.rstrip('/')}/{layer}/{table}"
+
+
+class SparkResource(LazyPySparkResource):
+    """A SparkSession with Delta Lake configured, created on first use and reused in the process.
+
+    Built on dagster-pyspark's `LazyPySparkResource`: nothing starts at import or at resource
+    initialisation, so runs that find nothing to do never pay for a JVM.
+
+    Example:
+        >>> spark_resource = SparkResource(master="local[2]", shuffle_partitions=2)
+        >>> spark_resource.spark_session.sql("SELECT 1")  # doctest: +SKIP
+    """
+
+    spark_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra Spark conf (key -> value), applied after the Delta and platform conf.",
+    )
+    master: str = Field(
+        default=DEFAULT_MASTER, description=f"Spark master URL (${MASTER_ENV}; default local[*])."
+    )
+    remote: str | None = Field(
+        default=None,
+        description=f"Spark Connect URL, e.g. sc://spark-connect:15002 (${REMOTE_ENV}): the "
+        "session is a client of that server, whose own configuration gives the master, Delta's "
+        "jars and the store connectors. Unset: Spark runs in the process on `master`.",
+    )
+    app_name: str = Field(default="cdf_platform", description="Spark application name.")
+    ui_enabled: bool = Field(default=False, description="Start the Spark UI.")
+    shuffle_partitions: int = Field(
+        default=8, ge=1, description="spark.sql.shuffle.partitions (keep small on a laptop)."
+    )
+    driver_memory: str = Field(default="4g", description="spark.driver.memory.")
+    storage_locations: list[str] = Field(
+        default_factory=list,
+        description="Locations the session reads and writes (lake and control roots, tables "
+        "outside them): an object-store URI among them (s3://, s3a://) makes Spark load that "
+        "store's connector jars and configure it from the environment (AWS_*) and the lake's "
+        "storage options (per bucket or account). A local lake loads nothing extra.",
+    )
+    storage: dict[str, StorageOptionsConfig] = Field(
+        default_factory=dict,
+        description="Object-store options by location prefix the session's connectors get "
+        "from its start, scoped to their buckets and accounts (the platform's definitions "
+        "give their lake's). A platform step adds the options of the lake it serves when it "
+        "uses the session.",
+    )
+
+    lean_short_runs: bool = Field(
+        default=True,
+        description="When a small incremental silver run (change files of at most 256 MiB) is "
+        "what starts this process's local driver JVM, start it with the serial collector and "
+        "the C1 compiler only (SHORT_RUN_JAVA_OPTIONS): a run process's JVM lives for one "
+        "short run. Never when driver JVM options are set elsewhere (spark_config, "
+        "spark-defaults.conf, SPARK_SUBMIT_OPTS); later steps of the same run process share "
+        "that JVM.",
+    )
+    engine_wait_seconds: float = Field(
+        default=DEFAULT_ENGINE_WAIT_SECONDS,
+        ge=0,
+        description="With `remote`: how long a run waits for a Spark Connect server that does "
+        "not answer (the deployment's engine restarting) before its step fails as "
+        "ENGINE_UNAVAILABLE; the run's log says where, since when and how long it waits. 0 "
+        "fails at once.",
+    )
+    jvm_log: str | None = Field(
+        default=None,
+        description="A file for the console output of the JVM this process starts (Ivy, log4j "
+        "warnings); default: the run's own stdout/stderr, which Dagster keeps as compute logs.",
+    )
+
+    # The run's log, where a wait for the engine is said (set for a run's execution).
+    _log: Any = PrivateAttr(default=None)
+
+    @classmethod
+    def _is_dagster_maintained(cls) -> bool:
+        return False
+
+    @classmethod
+    def from_environment(cls, **fields: Any) -> SparkResource:
+        """The resource with the master (or Spark Connect URL) the environment configures,
+        and `fields`."""
+        env = LakeEnvironment.resolve()
+        remote = _field(env.remote) if env.remote else None
+        return cls(master=_field(env.master), remote=remote, **fields)
+
+    def settings(self, *, short_run: bool = False) -> SparkSettings:
+        """The engine-level settings this resource stands for; `short_run`: see
+        `session_for_run`.
+
+        Raises:
+            InvalidStorageConfig: a `storage` option reads a variable that is not set.
+        """
+        storage = StorageOptionsConfig.to_config(self.storage, "the Spark resource's storage")
+        return SparkSettings(
+            master=self.master,
+            remote=self.remote or None,
+            app_name=self.app_name,
+            ui_enabled=self.ui_enabled,
+            shuffle_partitions=self.shuffle_partitions,
+            driver_memory=self.driver_memory,
+            storage_locations=tuple(self.storage_locations),
+            storage=storage.resolved(os.environ),
+            extra_conf={key: str(value) for key, value in self.spark_config.items()},
+            jvm_log=self.jvm_log,
+            short_run=short_run and self.lean_short_runs,
+            engine_wait_seconds=self.engine_wait_seconds,
+        )
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Keep the run's log: a wait for the engine is said there (nothing starts here)."""
+        self._log = context.log
+
+    def _report(self, message: str) -> None:
+        if self._log is not None:
+            self._log.warning(message)
+        else:
+            logger.warning(message)
+
+    def _init_session(self) -> None:
+        self._session()
+
+    def _session(
+        self, short_run: bool = False, storage: StorageConfig = ENVIRONMENT_ONLY
+    ) -> SparkSession:
+        """The session (built now if there is none, or its server lost it), its connectors
+        given `storage` too: in its conf from its start when this resource configures no
+        storage of its own, else in its Hadoop conf."""
+        if self._spark_session is not None and not (
+            is_usable(self._spark_session) and engine_listens(self.remote)
+        ):
+            # Its Spark Connect server lost it, or is away: connect again (and wait for it).
+            self.discard_session()
+        applied = None
+        if self._spark_session is None:
+            settings = self.settings(short_run=short_run)
+            if not settings.storage.entries:
+                settings = replace(settings, storage=storage)
+            self._spark_session = build_spark_session(settings, self._report)
+            applied = settings.storage
+        if storage.entries and storage is not applied:
+            extra = {key: str(value) for key, value in self.spark_config.items()}
+            apply_storage_options(self._spark_session, storage, extra)
+        return self._spark_session
+
+    def discard_session(self) -> None:
+        """Drop the session after its Spark Connect server went away (`EngineUnavailable`), so
+        the next use (a step's retry) connects again; a session in this process is kept."""
+        if self._spark_session is not None and is_connect_session(self._spark_session):
+            discard_session(self._spark_session)
+            self._spark_session = None
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        """At the end of a run, release its Spark Connect session on the server (its temporary
+        views and cached change sets go with it); a session in this process ends with it."""
+        session = self._spark_session
+        if session is not None and is_connect_session(session) and is_usable(session):
+            session.stop()
+            self._spark_session = None
+
+    @property
+    def spark_session(self) -> SparkSession:
+        return self._session()
+
+    def session_on(self, storage: StorageConfig) -> SparkSession:
+        """The session, its connectors given the object-store options `storage` (a lake's,
+        `Lake.storage`) scoped to their buckets and accounts."""
+        return self._session(storage=storage)
+
+    def session_for_run(self, *, short: bool, storage: StorageConfig) -> SparkSession:
+        """The session, for a silver run on the lake whose object-store options are `storage`:
+        if this call starts the driver JVM and the run is `short` (`PreparedRun.is_short`),
+        the JVM starts lean (`lean_short_runs`)."""
+        return self._session(short_run=short, storage=storage)
+
+    @property
+    def started(self) -> bool:
+        """Whether this resource has created its SparkSession."""
+        return self._spark_session is not None
