@@ -6,7 +6,7 @@ layout from the environment (`CDF_LAKE_ROOT`, `CDF_CONTROL_ROOT`, `CDF_PIPELINES
 asset with its checks per pipeline, and every bronze table as an external asset
 (`cdf_platform.orchestration.platform`; the Component builds the same from `defs.yaml`).
 Nothing starts Spark until a run needs it. The demo has its own definitions
-(`cdf_platform.demo.definitions`).
+(`cdf_platform.demo.demo_definitions`).
 """
 
 from collections.abc import Collection, Sequence

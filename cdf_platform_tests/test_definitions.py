@@ -12,7 +12,7 @@ import dagster as dg
 import pytest
 
 from cdf_platform.definitions import build_defs, defs
-from cdf_platform.demo.definitions import defs as demo_defs
+from cdf_platform.demo.demo_definitions import defs as demo_defs
 from cdf_platform_testkit.dagster_dev import DAGSTER, PROJECT_ROOT, dagster_dev
 from cdf_platform_tests.lake_platform import ORDERS, control_for
 

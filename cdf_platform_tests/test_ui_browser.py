@@ -39,7 +39,7 @@ CHROMIUM_ARGS = [
 ]
 
 # workspace.demo.yaml's code location (named after its module).
-LOCATION = "cdf_platform.demo.definitions"
+LOCATION = "cdf_platform.demo.demo_definitions"
 # How many lines the text of each element takes.
 LINES_OF_TEXT = """cells => cells.map(cell => {
     const range = document.createRange();

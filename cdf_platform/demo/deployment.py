@@ -55,7 +55,7 @@ LAUNCHED_BY_TAG = "user"
 LAUNCHED_BY = "cdf-platform demo"
 
 # workspace.demo.yaml's code location: named after its module, as Dagster names it.
-LOCATION = "cdf_platform.demo.definitions"
+LOCATION = "cdf_platform.demo.demo_definitions"
 REPOSITORY = "__repository__"
 RUN_TIMEOUT_SECONDS = 300.0
 ENDED = {

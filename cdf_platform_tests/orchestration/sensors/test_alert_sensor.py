@@ -15,7 +15,7 @@ import dagster as dg
 import pytest
 from pyspark.sql import SparkSession
 
-from cdf_platform.demo.definitions import build_demo_defs
+from cdf_platform.demo.demo_definitions import build_demo_defs
 from cdf_platform.orchestration.jobs.maintenance_jobs import maintenance_job_name
 from cdf_platform.orchestration.jobs.silver_jobs import CHECKS_JOB, REBUILD_JOB, rebuild_run_config
 from cdf_platform.orchestration.sensors.alert_sensor import ALERT_SENSOR
