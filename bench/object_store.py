@@ -39,8 +39,8 @@ from typing import Any
 from bench.probes import cli_via_subprocess, cpu_seconds
 from bench.replay_check import create_log_table
 from bench.workload import spec_for
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, storage_entry
-from cdf_platform.core.store_options import StoreOptions
+from cdf_platform.core.cloud_options import StoreOptions
+from cdf_platform.core.storage import ENVIRONMENT_ONLY, storage_entry
 from cdf_platform.deltalog.commit_cache import CACHE_ENV, CommitCache
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.object_storage import ObjectStorage

@@ -37,8 +37,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from cdf_platform.core.cloud_options import EnvRef, Text
 from cdf_platform.core.errors import InvalidAlertConfig
-from cdf_platform.core.store_options import EnvRef, Text
 
 
 class AlertEvent(StrEnum):

@@ -32,8 +32,7 @@ from cdf_platform.core.config import (
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_file import load_alerts, load_specs, load_storage
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
-from cdf_platform.core.table_location import storage_locations
+from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig, storage_locations
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from cdf_platform.core.event_spec import EventSpec
 from cdf_platform.core.expectations import Expectation, check_unique_names
 from cdf_platform.core.silver_columns import PLATFORM_COLUMNS
-from cdf_platform.core.table_location import is_table_name, resolve_location
+from cdf_platform.core.storage import is_table_name, resolve_location
 
 # Pipeline ids become Delta txn app ids, asset names and Dagster pool names.
 PIPELINE_ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")

@@ -1,6 +1,6 @@
 """The pipelines file: YAML -> validated `PipelineSpec`s (`cdf_platform.core.spec`), with ids
 unique and one pipeline per target, its optional `storage:` section (object-store options
-per location prefix, `cdf_platform.core.storage_options`) and `alerts:` section (where alerts
+per location prefix, `cdf_platform.core.storage`) and `alerts:` section (where alerts
 go, `cdf_platform.core.alert_config`).
 
 `pipelines.yaml` by default, `$CDF_PIPELINES_FILE` or an explicit path otherwise.
@@ -23,7 +23,7 @@ from cdf_platform.core.alert_config import AlertConfig
 from cdf_platform.core.config import PIPELINES_FILE_ENV, LakeEnvironment
 from cdf_platform.core.errors import FIX_SPEC_FIELD, InvalidPipelineSpec, TargetOwnershipConflict
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.core.storage import StorageConfig
 
 # The top-level sections of a pipelines file.
 SECTIONS = ("pipelines", "storage", "alerts")

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Set
 from typing import TYPE_CHECKING
 
-from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.core.storage import StorageConfig
 from cdf_platform.deltalog.actions import TableMetadata, TableProtocol
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.deltalog.table_storage import LOG_FOLDER, TableStorage

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.errors import StorageUnreachable
-from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.core.storage import StorageConfig
 from cdf_platform.deltalog.locations import is_local
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from datetime import timedelta
 from functools import cached_property
 
 from cdf_platform.core.errors import SourceLogDamaged, SourceNotFound
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.actions import Commit, TableMetadata, TableProtocol, parse_commit
 from cdf_platform.deltalog.checkpoint_state import CheckpointState
 from cdf_platform.deltalog.log_listing import LogListing

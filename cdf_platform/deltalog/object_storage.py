@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from cdf_platform.core.errors import StorageUnreachable
-from cdf_platform.core.storage_options import StorageEntry
+from cdf_platform.core.storage import StorageEntry
 from cdf_platform.deltalog.commit_cache import CommitCache
 from cdf_platform.deltalog.locations import same_object_store_root
 from cdf_platform.deltalog.table_storage import LOG_FOLDER, RequestCount, StoredFile

@@ -24,7 +24,7 @@ Example:
 
 from __future__ import annotations
 
-from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.core.storage import StorageConfig
 from cdf_platform.deltalog.local_storage import LocalStorage
 from cdf_platform.deltalog.locations import local_path
 from cdf_platform.deltalog.object_storage import ObjectStorage

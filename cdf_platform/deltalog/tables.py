@@ -4,7 +4,7 @@ does a location hold files that are not one. Local folders and object stores ali
 
 from __future__ import annotations
 
-from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.core.storage import StorageConfig
 from cdf_platform.deltalog.storage import open_storage
 from cdf_platform.deltalog.table_storage import LOG_FOLDER
 

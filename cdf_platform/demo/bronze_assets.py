@@ -5,7 +5,7 @@ insert, update and delete rows, and a change-event log whose batches append even
 import dagster as dg
 from pydantic import Field
 
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.demo.events import EVENT_KEYS, EventBatch, write_event_batch
 from cdf_platform.demo.source import DEMO_KEYS, DemoBatch, write_demo_batch
 from cdf_platform.orchestration.shared.keys import BRONZE_PREFIX

@@ -11,7 +11,7 @@ import signal
 import time
 from pathlib import Path
 
-from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.core.storage import StorageConfig
 from cdf_platform.demo.deployment import DeploymentFailed
 from cdf_platform.demo.steps import DemoFailed
 from cdf_platform.demo.story import DemoStory, say

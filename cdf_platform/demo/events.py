@@ -27,7 +27,7 @@ from decimal import Decimal
 from typing import Any
 
 from cdf_platform.core.errors import InvalidPipelineSpec
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.arrow_rows import arrow_table
 from cdf_platform.deltalog.delta_tables import (
     create_delta_table,

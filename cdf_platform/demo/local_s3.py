@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from cdf_platform.core.errors import RuntimeEnvironmentError
-from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.core.storage import StorageConfig
 from cdf_platform.demo.services import LoopbackServer
 
 START_TIMEOUT_SECONDS = 30.0

@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cdf_platform.core.errors import InvalidPipelineSpec
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.arrow_rows import arrow_table, delta_schema
 from cdf_platform.deltalog.delta_tables import create_delta_table, open_delta_table
 from cdf_platform.deltalog.tables import is_delta_table

@@ -11,7 +11,7 @@ Example:
 from collections import Counter
 from typing import Any
 
-from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.core.storage import StorageConfig
 from cdf_platform.deltalog.delta_tables import open_delta_table
 
 

@@ -41,7 +41,7 @@ from cdf_platform.core.spec import (
     PipelineSpec,
 )
 from cdf_platform.core.spec_fingerprint import SpecChange, spec_record
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.planning.blocking import Blocked, source_window
 from cdf_platform.planning.lost_window import lost_window_problem
 from cdf_platform.planning.spec_edits import spec_change, spec_problem

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 
 from cdf_platform.core.errors import SourceNotFound
 from cdf_platform.core.spec import FallbackMode
-from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.core.storage import StorageConfig
 from cdf_platform.planning.input_plan import BatchMode, plan_input
 from cdf_platform.planning.status import (
     PipelineStatus,

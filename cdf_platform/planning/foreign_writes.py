@@ -45,7 +45,7 @@ from enum import StrEnum
 from typing import Any
 
 from cdf_platform.core.errors import SourceNotFound
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.state.watermark import parse_user_metadata

@@ -32,7 +32,7 @@ from cdf_platform.core.errors import (
     SourceReset,
 )
 from cdf_platform.core.spec import FallbackMode
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.planning.lost_window import replay_problem
 from cdf_platform.planning.repair import repair_decision
 from cdf_platform.state.consumer_marks import ConsumerMarks

@@ -27,7 +27,7 @@ from enum import StrEnum
 from typing import Any
 
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY
+from cdf_platform.core.storage import ENVIRONMENT_ONLY
 from cdf_platform.state.catalog_locations import locate_table, located_specs
 from cdf_platform.state.consumer_marks import MarksLost, read_consumer_marks
 from cdf_platform.state.control import ControlTable

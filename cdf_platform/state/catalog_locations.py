@@ -17,7 +17,7 @@ from typing import Any
 
 from cdf_platform.core.errors import TableNameNotLocated
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.table_location import is_table_name
+from cdf_platform.core.storage import is_table_name
 from cdf_platform.state.control import ControlTable
 
 

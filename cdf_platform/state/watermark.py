@@ -24,7 +24,7 @@ from typing import Any
 
 from cdf_platform.core.errors import SourceNotFound
 from cdf_platform.core.spec_fingerprint import fingerprint_of
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.actions import TableMetadata
 from cdf_platform.deltalog.delta_tables import open_delta_table, store_errors_classified
 from cdf_platform.deltalog.log import DeltaLog

@@ -23,7 +23,7 @@ import bisect
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.window.criteria import (
     ReplayCriteria,

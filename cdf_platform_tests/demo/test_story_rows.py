@@ -11,7 +11,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY
+from cdf_platform.core.storage import ENVIRONMENT_ONLY
 from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.demo.table_rows import table_rows
 

@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 from cdf_platform.core.errors import DataQualityError, InvalidPipelineSpec
 from cdf_platform.core.expectations import ExpectationAction
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY
+from cdf_platform.core.storage import ENVIRONMENT_ONLY
 from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.run import PipelineRunner

@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import CatalogManagedSource
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY
+from cdf_platform.core.storage import ENVIRONMENT_ONLY
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.object_storage import LIST_PAGE_SIZE, ObjectStorage
 from cdf_platform.deltalog.storage import open_storage

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import CommitProperties, Transaction, write_deltalake
 
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY
+from cdf_platform.core.storage import ENVIRONMENT_ONLY
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.state.watermark import (
     NEWEST_SCAN,

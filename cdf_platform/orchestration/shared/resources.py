@@ -36,7 +36,7 @@ from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.lake import Lake
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_file import find_spec, load_storage
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.orchestration.shared.storage_options_config import StorageOptionsConfig
 from cdf_platform.spark.runtime.engine_wait import DEFAULT_ENGINE_WAIT_SECONDS
 from cdf_platform.spark.runtime.session import (

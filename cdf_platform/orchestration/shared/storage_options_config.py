@@ -1,7 +1,7 @@
 """`StorageOptionsConfig`: one location prefix's object-store options in the lake resource's
 `storage` (`LakeLayout`), the Dagster face of the pipelines file's `storage:` entries
-(`cdf_platform.core.storage_options`); each field shows its option's description
-(`cdf_platform.core.store_options.StoreOptions`).
+(`cdf_platform.core.storage`); each field shows its option's description
+(`cdf_platform.core.cloud_options.StoreOptions`).
 
 Secrets are `dg.EnvVar`s: the UI shows the variable's name, and the value is read when the
 lake is loaded (`LakeLayout.lake`).
@@ -14,8 +14,8 @@ from collections.abc import Mapping
 import dagster as dg
 from pydantic import Field
 
-from cdf_platform.core.storage_options import StorageConfig
-from cdf_platform.core.store_options import EnvRef, StoreOptions
+from cdf_platform.core.cloud_options import EnvRef, StoreOptions
+from cdf_platform.core.storage import StorageConfig
 
 
 def _about(option: str) -> str:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from cdf_platform.core.expectations import ExpectationAction, ExpectationCounts
 from cdf_platform.core.sql import quote_ident, sql_path
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.spark.quality.expectation_judging import (
     FAILED_RULES,

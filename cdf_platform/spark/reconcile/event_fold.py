@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident
-from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.core.storage import StorageConfig
 from cdf_platform.spark.quality.quality_gate import Judgement, QualityGate
 from cdf_platform.spark.read.change_feed import (
     CHANGE_TYPE,

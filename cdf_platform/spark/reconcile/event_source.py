@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from cdf_platform.core.errors import DataQualityError
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident, sql_path, sql_string
-from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.core.storage import StorageConfig
 from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.spark.quality.conform import analysed, conform_changes, invalid_spec
 from cdf_platform.spark.quality.expectation_judging import judged_columns

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from cdf_platform.core.expectations import ExpectationCounts
 from cdf_platform.core.faults import FaultPoint, fault_point
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.core.storage import StorageConfig
 from cdf_platform.spark.quality.conform import conform_snapshot
 from cdf_platform.spark.quality.expectation_judging import judged_columns
 from cdf_platform.spark.quality.quality_gate import Judgement, QualityGate

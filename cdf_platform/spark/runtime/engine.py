@@ -35,7 +35,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from cdf_platform.core.errors import RuntimeEnvironmentError
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.spark.runtime.session import CONNECT_SERVER_CLASS, DEFAULT_CONNECT_PORT
 from cdf_platform.spark.runtime.session_conf import (
     SparkSettings,

@@ -20,7 +20,7 @@ Only the stores a session's locations name are configured: a local lake loads no
   Azurite; the GCS one is not, and as configured does not start on pyspark 4.2's Hadoop 3.5.0,
   which maps `gs://` to its own connector (docs/storage.md has what was measured).
 
-The storage options configured per location prefix (`cdf_platform.core.storage_options`) are
+The storage options configured per location prefix (`cdf_platform.core.storage`) are
 the same for Spark as for the JVM-free readers, mapped to the connectors' scoped keys
 (`storage_hadoop_conf`), which override the environment-wide ones for their bucket or account
 only, so lakes on different endpoints and credentials share one session:
@@ -57,9 +57,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
+from cdf_platform.core.cloud_options import StoreKind
 from cdf_platform.core.errors import InvalidStorageConfig
-from cdf_platform.core.storage_options import StorageConfig, StorageEntry
-from cdf_platform.core.store_options import StoreKind
+from cdf_platform.core.storage import StorageConfig, StorageEntry
 
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
 AZURE_SCHEMES = frozenset({"abfs", "abfss"})

@@ -26,7 +26,7 @@ from urllib.parse import urlparse
 
 from cdf_platform.core.config import REMOTE_ENV
 from cdf_platform.core.errors import EngineUnavailable, RuntimeEnvironmentError, UnsafeSparkConfig
-from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.core.storage import StorageConfig
 from cdf_platform.spark.runtime.engine_wait import connect_when_engine_answers
 from cdf_platform.spark.runtime.failures import engine_loss, failure_facts
 from cdf_platform.spark.runtime.object_stores import storage_hadoop_conf

@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.spark.runtime.object_stores import object_store_conf, object_store_schemes
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from cdf_platform.core.errors import InvalidPipelineSpec, SourceNotFound, TargetOwnershipConflict
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident, sql_string
-from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.core.storage import StorageConfig
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.state.control import ControlTable

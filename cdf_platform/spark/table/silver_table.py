@@ -31,7 +31,7 @@ from cdf_platform.core.errors import (
 )
 from cdf_platform.core.spec import DeleteMode, HistoryMode
 from cdf_platform.core.sql import create_table_sql, quote_ident, sql_path, sql_string
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import holds_foreign_files, is_delta_table

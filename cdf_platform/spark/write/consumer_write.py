@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.faults import FaultPoint, fault_point
 from cdf_platform.core.sql import create_table_sql, quote_ident, sql_path
-from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.core.storage import StorageConfig
 from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.spark.read.batch import FEED_COLUMNS, ChangeBatch, MergeRows, TableWrite
 from cdf_platform.spark.read.change_feed import ReadContext, classified

@@ -36,7 +36,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.sql import quote_ident, sql_string
-from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
+from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.spark.runtime.session import switched_on
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from cdf_platform.core.errors import DataQualityError
 from cdf_platform.core.sql import quote_ident, sql_string
-from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.core.storage import StorageConfig
 from cdf_platform.spark.read.change_feed import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from cdf_platform.spark.read.changes import (
     RESET,

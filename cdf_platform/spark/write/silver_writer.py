@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.spec import HistoryMode
-from cdf_platform.core.storage_options import StorageConfig
+from cdf_platform.core.storage import StorageConfig
 from cdf_platform.spark.table.silver_table import holds_files
 from cdf_platform.spark.write.history import merge_history, staged_history, staged_reconcile
 from cdf_platform.spark.write.merge import (

@@ -8,7 +8,7 @@ option's name, type and description, and the key it maps to for each reader.
 - A text value may be `{env: NAME}` (`EnvRef`): the variable is read when a lake is loaded, so
   no secret has to be written into a file.
 
-Which prefix a location takes its options from is `cdf_platform.core.storage_options`.
+Which prefix a location takes its options from is `cdf_platform.core.storage`.
 
 Example:
     >>> store_of("s3a://lake-a/bronze/orders")

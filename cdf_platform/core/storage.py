@@ -1,5 +1,8 @@
-"""Object-store options per location prefix: what the pipelines file's `storage:` section and
-the lake resource's `storage` hold, and which entry a location takes.
+"""Where a lake's tables are and how their stores are reached: the object-store options per
+location prefix (what the pipelines file's `storage:` section and the lake resource's `storage`
+hold, and which entry a location takes), and where a pipeline's `source`/`target` is (a catalog
+table name or a path or URI, resolved under the lake root when relative) with the locations a
+Spark session for a set of pipelines touches.
 
     storage:
       s3://lake-a:                        # every location under this prefix
@@ -11,7 +14,7 @@ the lake resource's `storage` hold, and which entry a location takes.
         account_key: {env: SILVER_ACCOUNT_KEY}
 
 - Option names are obstore's; what each store takes and the key each reader gets for it is
-  `cdf_platform.core.store_options`.
+  `cdf_platform.core.cloud_options`.
 - The longest prefix that matches a location wins, at a path boundary (`s3://lake-a` is no
   prefix of `s3://lake-ab`); `s3://`, `s3a://` and `s3n://` name the same objects, as do
   `abfs://` and `abfss://`. What an entry leaves unset, and every location no prefix matches,
@@ -21,6 +24,8 @@ the lake resource's `storage` hold, and which entry a location takes.
   into a file.
 - The configuration is a value: a lake's travels with it (`ControlTable.storage`,
   `SparkSettings.storage`) to every reader of its locations, which asks `entry_for`.
+- A `source`/`target` is a catalog name (`schema.table`, `catalog.schema.table`) or a path or
+  URI; a relative path is resolved under the lake root (`resolve_location`).
 
 Example:
     >>> config = StorageConfig.parse(
@@ -31,19 +36,23 @@ Example:
     {'aws_endpoint': 'http://127.0.0.1:9000', 'allow_http': 'true'}
     >>> config.entry_for("s3://lake-ab/bronze/orders") is None
     True
+    >>> is_table_name("main.bronze.orders"), is_table_name("bronze/orders")
+    (True, False)
+    >>> resolve_location("s3://lake/bronze/orders", "/lake")
+    's3://lake/bronze/orders'
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
-from cdf_platform.core.errors import InvalidStorageConfig
-from cdf_platform.core.store_options import (
+from cdf_platform.core.cloud_options import (
     OPTION_KEYS,
     SCHEMES,
     EnvRef,
@@ -52,6 +61,15 @@ from cdf_platform.core.store_options import (
     options_of,
     store_of,
 )
+from cdf_platform.core.config import resolve_root
+from cdf_platform.core.errors import InvalidStorageConfig
+
+if TYPE_CHECKING:
+    from cdf_platform.core.spec import PipelineSpec
+
+# A catalog table name: `schema.table` or `catalog.schema.table`. A folder whose name has a dot
+# is written as a path (`./orders.v2`, or absolute).
+TABLE_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){1,2}$")
 
 
 @dataclass(frozen=True)
@@ -289,3 +307,24 @@ class StorageConfig:
 # No configured options: every location reads the environment's settings alone (a local lake,
 # or one whose stores the environment configures).
 ENVIRONMENT_ONLY = StorageConfig()
+
+
+def storage_locations(specs: Iterable[PipelineSpec], *roots: str) -> list[str]:
+    """`roots` (lake and control roots) and every source and target of `specs` given as a path:
+    what a Spark session for these pipelines reads and writes (a catalog name's location is
+    the catalog's to know)."""
+    locations = (location for spec in specs for location in (spec.source, spec.target))
+    return [*roots, *(location for location in locations if not is_table_name(location))]
+
+
+def is_table_name(location: str) -> bool:
+    """Whether a `source`/`target` value is a catalog table name rather than a path."""
+    return TABLE_NAME_PATTERN.match(location) is not None
+
+
+def resolve_location(location: str, lake_root: str) -> str:
+    """`location` if it is absolute, a URI or a catalog name, else `lake_root/location`, made
+    absolute when local (`resolve_root`): a relative location or root never reaches Spark."""
+    if "://" in location or location.startswith("/") or is_table_name(location):
+        return location
+    return resolve_root(f"{lake_root.rstrip('/')}/{location}")

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
+from cdf_platform.core.cloud_options import OPTION_KEYS, EnvRef, StoreKind, StoreOptions
 from cdf_platform.core.errors import InvalidPipelineSpec, InvalidStorageConfig
 from cdf_platform.core.spec_file import load_specs, load_storage
-from cdf_platform.core.storage_options import StorageConfig
-from cdf_platform.core.store_options import OPTION_KEYS, EnvRef, StoreKind, StoreOptions
+from cdf_platform.core.storage import StorageConfig
 
 SECTION: dict[str, Any] = {
     "s3://lake-a": {"endpoint": "http://127.0.0.1:9001", "allow_http": True, "region": "r-a"},
