@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from cdf_platform.core.storage import StorageConfig
 from cdf_platform.deltalog.actions import TableMetadata, TableProtocol
 from cdf_platform.deltalog.delta_tables import open_delta_table
-from cdf_platform.deltalog.table_storage import LOG_FOLDER, TableStorage
+from cdf_platform.deltalog.table_files import LOG_FOLDER, TableStorage
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.errors import StorageUnreachable
 from cdf_platform.core.storage import StorageConfig
-from cdf_platform.deltalog.locations import is_local
+from cdf_platform.deltalog.table_files import is_local
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable

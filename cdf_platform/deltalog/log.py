@@ -1,7 +1,7 @@
 """A read-only, JVM-free view of a Delta table's `_delta_log`.
 
-Everything here goes through one storage layer (`cdf_platform.deltalog.storage`: a local folder
-or an object store): the log folder is listed once when a `DeltaLog` is built
+Everything here goes through one storage layer (`cdf_platform.deltalog.table_storage`: a local
+folder or an object store): the log folder is listed once when a `DeltaLog` is built
 (`cdf_platform.deltalog.log_listing`), commit files are parsed on demand and cached (fetched a
 batch at a time, concurrently, from an object store), and the table's data files are listed once
 (on first use) into a set, so questions about thousands of commits are answered without starting
@@ -29,7 +29,6 @@ from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.actions import Commit, TableMetadata, TableProtocol, parse_commit
 from cdf_platform.deltalog.checkpoint_state import CheckpointState
 from cdf_platform.deltalog.log_listing import LogListing
-from cdf_platform.deltalog.object_storage import ObjectStorage
 from cdf_platform.deltalog.retention import (
     DEFAULT_DELETED_FILE_RETENTION,
     DEFAULT_LOG_RETENTION,
@@ -37,8 +36,8 @@ from cdf_platform.deltalog.retention import (
     LOG_RETENTION_KEY,
     parse_interval,
 )
-from cdf_platform.deltalog.storage import open_storage
-from cdf_platform.deltalog.table_storage import LOG_FOLDER, TableStorage
+from cdf_platform.deltalog.table_files import LOG_FOLDER, TableStorage
+from cdf_platform.deltalog.table_storage import ObjectStorage, open_storage
 
 
 class DeltaLog:

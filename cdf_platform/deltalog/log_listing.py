@@ -19,7 +19,7 @@ import bisect
 import re
 from collections.abc import Iterable
 
-from cdf_platform.deltalog.table_storage import StoredFile
+from cdf_platform.deltalog.table_files import StoredFile
 
 _COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
 _CLASSIC_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.parquet$")

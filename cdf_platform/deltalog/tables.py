@@ -5,8 +5,8 @@ does a location hold files that are not one. Local folders and object stores ali
 from __future__ import annotations
 
 from cdf_platform.core.storage import StorageConfig
-from cdf_platform.deltalog.storage import open_storage
-from cdf_platform.deltalog.table_storage import LOG_FOLDER
+from cdf_platform.deltalog.table_files import LOG_FOLDER
+from cdf_platform.deltalog.table_storage import open_storage
 
 # What makes a `_delta_log` a table's: a commit, or a checkpoint (after log cleanup).
 _LOG_ENTRY_SUFFIXES = (".json", ".checkpoint.parquet")

@@ -8,8 +8,8 @@ import os
 import threading
 from pathlib import Path
 
-from cdf_platform.deltalog.local_storage import LocalStorage
-from cdf_platform.deltalog.table_storage import LOG_FOLDER
+from cdf_platform.deltalog.table_files import LOG_FOLDER
+from cdf_platform.deltalog.table_storage import LocalStorage
 
 
 def test_a_listing_beside_a_committing_writer_never_fails(tmp_path: Path) -> None:

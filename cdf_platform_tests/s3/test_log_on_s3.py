@@ -12,8 +12,7 @@ from cdf_platform.core.errors import CatalogManagedSource
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.storage import ENVIRONMENT_ONLY
 from cdf_platform.deltalog.log import DeltaLog
-from cdf_platform.deltalog.object_storage import LIST_PAGE_SIZE, ObjectStorage
-from cdf_platform.deltalog.storage import open_storage
+from cdf_platform.deltalog.table_storage import LIST_PAGE_SIZE, ObjectStorage, open_storage
 from cdf_platform.deltalog.tables import holds_foreign_files, is_delta_table
 from cdf_platform.demo.local_s3 import LocalS3Server
 from cdf_platform.planning.assessment import assess_pipeline
