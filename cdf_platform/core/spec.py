@@ -4,7 +4,7 @@ Specs are loaded from a YAML file by `cdf_platform.core.spec_file` (`pipelines.y
 `$CDF_PIPELINES_FILE` or an explicit path otherwise). Relative `source`/`target` paths are
 resolved against the lake root; a dotted name without `/` (`bronze.orders`, `main.bronze.orders`)
 is a catalog table name, located through Spark's catalog (`cdf_platform.spark.table.catalog`) and
-recorded in the control tables for the JVM-free parts (`cdf_platform.state.catalog_locations`).
+recorded in the control tables for the JVM-free parts (`cdf_platform.state.catalog_names`).
 
 Example:
     >>> spec = PipelineSpec(id="orders", source="/lake/bronze/orders",

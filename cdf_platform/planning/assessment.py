@@ -45,7 +45,7 @@ from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.planning.blocking import Blocked, source_window
 from cdf_platform.planning.lost_window import lost_window_problem
 from cdf_platform.planning.spec_edits import spec_change, spec_problem
-from cdf_platform.state import catalog_locations
+from cdf_platform.state import catalog_names
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.verifications import last_verified_silver_versions
 from cdf_platform.state.watermark import (
@@ -119,7 +119,7 @@ def assess_pipeline(
         known_source_id: the bronze table id the control table recorded, used when silver's
             recent log no longer holds it (the control state's `source_table_id`).
         followed_location: for a source given by catalog name, the location the watermark was
-            taken at (see `cdf_platform.state.catalog_locations.followed_location`).
+            taken at (see `cdf_platform.state.catalog_names.followed_location`).
         now: the clock for lag, headroom and the time-travel limit (default: current UTC time).
         recorded_spec: the spec record the control table mirrors, used when silver's recent
             log no longer holds one.
@@ -227,13 +227,13 @@ def assess_with_control(
     Raises:
         TableNameNotLocated: `spec` names a table no run has located yet.
     """
-    located = catalog_locations.locate(spec, control, recorded=reads.recorded if reads else None)
+    located = catalog_names.locate(spec, control, recorded=reads.recorded if reads else None)
     state = (reads.states if reads else control.read_states()).get(spec.id)
     source_id = state.get("source_table_id") if state else None
     return assess_pipeline(
         located,
         known_source_id=str(source_id) if source_id else None,
-        followed_location=catalog_locations.followed_location(spec, state),
+        followed_location=catalog_names.followed_location(spec, state),
         now=now,
         recorded_spec=mirrored_spec_record(state),
         storage=control.storage,

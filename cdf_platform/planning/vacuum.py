@@ -28,7 +28,7 @@ from typing import Any
 
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.storage import ENVIRONMENT_ONLY
-from cdf_platform.state.catalog_locations import locate_table, located_specs
+from cdf_platform.state.catalog_names import locate_table, located_specs
 from cdf_platform.state.consumer_marks import MarksLost, read_consumer_marks
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import read_silver_state
