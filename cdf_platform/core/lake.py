@@ -70,9 +70,10 @@ class Lake:
         remote: str | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> Lake:
-        """The lake these values describe: roots resolved, the pipelines file's `storage:`
-        section (when the file exists) merged with `storage` and its references read from
-        `environ` (default: the process environment).
+        """The lake these values describe: roots resolved, its object-store options as
+        configured (`configured_storage`: the pipelines file's `storage:` section and
+        `storage`) with their references read from `environ` (default: the process
+        environment).
 
         Raises:
             InvalidStorageConfig: a malformed entry, a prefix configured in both, or a
@@ -80,17 +81,36 @@ class Lake:
             InvalidPipelineSpec: the pipelines file is not YAML.
         """
         root = resolve_root(lake_root)
-        from_file = ENVIRONMENT_ONLY
-        if pipelines_file is not None and Path(pipelines_file).is_file():
-            from_file = load_storage(pipelines_file)
+        configured = cls.configured_storage(pipelines_file, storage)
         return cls(
             lake_root=root,
             control_root=resolve_root(control_root) if control_root else control_root_under(root),
             pipelines_file=pipelines_file,
-            storage=from_file.merged(storage).resolved(os.environ if environ is None else environ),
+            storage=configured.resolved(os.environ if environ is None else environ),
             master=master,
             remote=remote,
         )
+
+    @staticmethod
+    def configured_storage(
+        pipelines_file: str | None, storage: StorageConfig = ENVIRONMENT_ONLY
+    ) -> StorageConfig:
+        """A lake's object-store options as configured, their `{env: NAME}` values unread: the
+        pipelines file's `storage:` section (when the file exists: a lake whose pipelines are
+        declared in a Component's defs.yaml has none) and `storage` (the lake resource's),
+        each prefix in one of the two only.
+
+        The one place the two are merged: `load` reads the references of its result, and the
+        lake resource shows them as they are written (`LakeLayout.storage_config`).
+
+        Raises:
+            InvalidStorageConfig: a malformed entry, or a prefix configured in both.
+            InvalidPipelineSpec: the pipelines file is not YAML.
+        """
+        from_file = ENVIRONMENT_ONLY
+        if pipelines_file is not None and Path(pipelines_file).is_file():
+            from_file = load_storage(pipelines_file)
+        return from_file.merged(storage)
 
     @classmethod
     def from_environment(

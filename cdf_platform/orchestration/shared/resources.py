@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
@@ -35,7 +34,7 @@ from cdf_platform.core.config import (
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.lake import Lake
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_file import find_spec, load_storage
+from cdf_platform.core.spec_file import find_spec
 from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.orchestration.shared.storage_options_config import StorageOptionsConfig
 from cdf_platform.spark.runtime.engine_wait import DEFAULT_ENGINE_WAIT_SECONDS
@@ -187,19 +186,16 @@ class LakeLayout(dg.ConfigurableResource):
         return StorageOptionsConfig.to_config(self.storage, "the lake resource's storage")
 
     def storage_config(self) -> StorageConfig:
-        """The object-store options of the lake: the pipelines file's `storage:` section (when
-        the file exists: a layout whose pipelines live in a Component's defs.yaml has none)
-        and this resource's `storage`, their environment references not read yet.
+        """The object-store options of the lake as the lake merges them
+        (`Lake.configured_storage`: the pipelines file's `storage:` section, when the file
+        exists, and this resource's `storage`), their environment references not read yet.
 
         Raises:
             InvalidStorageConfig: a malformed entry, or a prefix configured in both.
             InvalidPipelineSpec: the pipelines file is not YAML, or its `dg.EnvVar` is not set.
         """
         file = _read_env("pipelines_file", self.pipelines_file)
-        from_file = ENVIRONMENT_ONLY
-        if file is not None and Path(file).is_file():
-            from_file = load_storage(file)
-        return from_file.merged(self._resource_storage())
+        return Lake.configured_storage(file, self._resource_storage())
 
     def lake(self) -> Lake:
         """The lake this layout stands for (`Lake.load`): its `dg.EnvVar` fields and its
