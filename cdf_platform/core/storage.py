@@ -23,7 +23,9 @@ Spark session for a set of pipelines touches.
   (`cdf_platform.core.lake.Lake.load`, `StorageConfig.resolved`), so no secret has to be written
   into a file.
 - The configuration is a value: a lake's travels with it (`ControlTable.storage`,
-  `SparkSettings.storage`) to every reader of its locations, which asks `entry_for`.
+  `SparkSettings.storage`) to every reader of its locations, which asks `entry_for`. The
+  pipelines file's section and the lake resource's options are merged in one place
+  (`cdf_platform.core.lake.Lake.configured_storage`); a prefix in both is refused (`merged`).
 - A `source`/`target` is a catalog name (`schema.table`, `catalog.schema.table`) or a path or
   URI; a relative path is resolved under the lake root (`resolve_location`).
 
