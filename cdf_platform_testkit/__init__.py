@@ -1,8 +1,8 @@
 """The test kit: what the tests (`cdf_platform_tests`), the benchmarks (`bench`) and the
 tests of the benchmarks (`bench/tests`) share. Not shipped with the platform.
 
-- servers, each a `cdf_platform.demo.services.LoopbackServer` (one start/wait/stop-by-PID
-  base): the local S3 server (`cdf_platform.demo.local_s3`, the demo's too), Azurite
+- servers, each a `cdf_platform.services.service.LoopbackServer` (one start/wait/stop-by-PID
+  base): the local S3 server (`cdf_platform.services.local_s3`, the demo's too), Azurite
   (`azurite`), fake-gcs-server (`fake_gcs`), PostgreSQL (`postgres`), Spark Connect, the warm
   engine and run worker, a standalone cluster and a Hive metastore (`spark_servers`),
   `dagster dev` (`dagster_dev`), and a deployment's processes (`deployment`); the latency

@@ -51,11 +51,11 @@ from cdf_platform.core.spec_file import find_spec, load_specs
 from cdf_platform.core.sql import sql_path
 from cdf_platform.definitions import build_defs
 from cdf_platform.deltalog.log import DeltaLog
-from cdf_platform.demo.local_s3 import LocalS3Server
-from cdf_platform.demo.services import free_port
 from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.shared.keys import REQUESTED_TAG, silver_key
 from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.services.local_s3 import LocalS3Server
+from cdf_platform.services.service import free_port
 from cdf_platform.spark.runtime.object_stores import object_store_conf
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import read_silver_state

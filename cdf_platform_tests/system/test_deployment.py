@@ -32,11 +32,11 @@ import yaml
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.config import REMOTE_ENV
-from cdf_platform.demo.local_s3 import LocalS3Server
-from cdf_platform.demo.services import wait_for
 from cdf_platform.orchestration.jobs.silver_jobs import CHECKS_JOB, rebuild_run_config
 from cdf_platform.orchestration.run_launcher import RUN_WORKER_TAG
 from cdf_platform.orchestration.shared.keys import QUEUE_TAG, RUN_KEY_TAG, SILVER_QUEUE
+from cdf_platform.services.local_s3 import LocalS3Server
+from cdf_platform.services.service import wait_for
 from cdf_platform.state.control import ControlTable
 from cdf_platform_testkit.deployment import (
     BronzeWriter,
