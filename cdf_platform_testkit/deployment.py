@@ -31,7 +31,6 @@ import psutil
 from dagster._grpc.client import DagsterGrpcClient
 
 from cdf_platform.core.config import REMOTE_ENV, RUN_WORKER_ENV
-from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.launch.run_worker import answers
 from cdf_platform.orchestration.sensors.incremental_sensor import PENDING_STATUSES
 from cdf_platform.orchestration.shared.keys import silver_pipeline_ids
@@ -42,6 +41,7 @@ from cdf_platform.services.service import Service, free_port, port_open
 from cdf_platform.spark.runtime.engine import DEFAULT_ENGINE_MEMORY
 from cdf_platform.state.control import ControlTable
 from cdf_platform_testkit.lake import write_pipelines
+from cdf_platform_testkit.orders_bronze import write_orders_batch
 from cdf_platform_testkit.postgres import PostgresServer
 from cdf_platform_testkit.spark_servers import connect_answers
 
@@ -538,7 +538,7 @@ class Commit:
 
 
 class BronzeWriter:
-    """A thread committing one demo batch every `interval` seconds to a bronze table drawn
+    """A thread committing one `orders` batch every `interval` seconds to a bronze table drawn
     from `pipeline_ids` (seeded), until stopped."""
 
     def __init__(
@@ -559,8 +559,8 @@ class BronzeWriter:
 
     def commit(self, pipeline_id: str) -> Commit:
         """One batch to `bronze/<pipeline_id>` now."""
-        batch = write_demo_batch(
-            str(self.deployment.bronze(pipeline_id)), "orders", batch_size=self.batch_size
+        batch = write_orders_batch(
+            str(self.deployment.bronze(pipeline_id)), batch_size=self.batch_size
         )
         made = Commit(pipeline_id, batch.version, time.time())
         self.commits.append(made)
