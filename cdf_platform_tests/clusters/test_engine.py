@@ -36,7 +36,12 @@ from cdf_platform_testkit.spark_servers import Engine
 from cdf_platform_tests.cli_process import run_cli
 from cdf_platform_tests.lake_platform import table_rows
 
-pytestmark = [pytest.mark.cluster, pytest.mark.long(minutes=3), pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.heavy,
+    pytest.mark.long(minutes=3),
+    pytest.mark.timeout(900),
+]
 
 
 def _lake(root: Path, *pipeline_ids: str) -> dict[str, str]:

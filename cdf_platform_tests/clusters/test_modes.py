@@ -84,7 +84,7 @@ from cdf_platform_tests.lake_platform import (
     table_rows,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.long(minutes=8)]
+pytestmark = [pytest.mark.cluster, pytest.mark.heavy, pytest.mark.long(minutes=8)]
 
 PEOPLE = {"id": "people", "keys": ["id"]}
 CREATE_BRONZE = (

@@ -61,7 +61,12 @@ from cdf_platform_tests.system.secret_search import (
     write_bronze,
 )
 
-pytestmark = [pytest.mark.system, pytest.mark.long(minutes=9), pytest.mark.timeout(1800)]
+pytestmark = [
+    pytest.mark.system,
+    pytest.mark.heavy,
+    pytest.mark.long(minutes=9),
+    pytest.mark.timeout(1800),
+]
 
 WRITTEN = ["p1", "p2"]  # the writer's tables
 LOST = "p3"  # written by the test only: its window is destroyed while the daemon is down

@@ -38,7 +38,12 @@ from cdf_platform_testkit.supervised import (
     SupervisedDeployment,
 )
 
-pytestmark = [pytest.mark.system, pytest.mark.long(minutes=8), pytest.mark.timeout(1200)]
+pytestmark = [
+    pytest.mark.system,
+    pytest.mark.heavy,
+    pytest.mark.long(minutes=8),
+    pytest.mark.timeout(1200),
+]
 
 IDS = ["p1", "p2", "p3"]
 # The pipeline whose replay window the alert story puts at risk and loses: its bronze keeps
