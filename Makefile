@@ -63,8 +63,8 @@ azurite: $(AZURITE_STAMP)
 
 # Two test processes, each taking whole test files (a file's module fixtures start once), in
 # the order collected: the longest first (`long`), not xdist's default of the files with the
-# most tests first. The files that start servers or Spark processes of their own are one unit
-# (`HEAVY_FILES`, cdf_platform_testkit/fixtures.py): one process runs them one after another.
+# most tests first. The files marked `heavy` (they start servers or Spark processes of their
+# own) are one unit (cdf_platform_testkit/fixtures.py): one process runs them one after another.
 unit: setup browser azurite
 	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder
 

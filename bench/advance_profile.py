@@ -56,11 +56,11 @@ from bench.report import (
     run_info,
     scratch_folder,
 )
-from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.launch.run_worker import prepared_run_instance
 from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 from cdf_platform_testkit.deployment import DEPLOY
 from cdf_platform_testkit.lake import orders_pipeline, write_pipelines
+from cdf_platform_testkit.orders_bronze import write_orders_batch
 from cdf_platform_testkit.postgres import PostgresServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -107,9 +107,7 @@ def build_lake(root: Path, n: int) -> LakeLayout:
     root.mkdir(parents=True, exist_ok=True)
     pipelines_file = write_pipelines(root / "pipelines.yaml", [orders_pipeline(i) for i in ids])
     for pipeline_id in ids:
-        write_demo_batch(
-            str(root / "lake" / "bronze" / pipeline_id), "orders", batch_size=INITIAL_ROWS
-        )
+        write_orders_batch(str(root / "lake" / "bronze" / pipeline_id), batch_size=INITIAL_ROWS)
     lake = LakeLayout(lake_root=str(root / "lake"), pipelines_file=str(pipelines_file))
     spark = build_spark_session(
         SparkSettings(master="local[2]", app_name="cdf_platform_advance", shuffle_partitions=2)

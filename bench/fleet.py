@@ -60,7 +60,6 @@ from bench.report import (
 )
 from cdf_platform.core.config import DEFAULT_PIPELINES_PER_RUN
 from cdf_platform.deltalog.log import DeltaLog
-from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.sensors.incremental_sensor import (
     INCREMENTAL_SENSOR,
     PENDING_STATUSES,
@@ -68,6 +67,7 @@ from cdf_platform.orchestration.sensors.incremental_sensor import (
 from cdf_platform.orchestration.shared.resources import LakeLayout
 from cdf_platform_testkit.deployment import PROJECT_ROOT, Deployment
 from cdf_platform_testkit.lake import orders_pipeline, write_pipelines
+from cdf_platform_testkit.orders_bronze import write_orders_batch
 from cdf_platform_testkit.postgres import PostgresServer
 
 if TYPE_CHECKING:
@@ -200,7 +200,7 @@ def catch_up(
         pipelines = [orders_pipeline(i) for i in ids]
         deployment = Deployment(workdir, postgres, pipelines, warm=warm)
         for pipeline_id in ids:
-            write_demo_batch(str(deployment.bronze(pipeline_id)), "orders", batch_size=INITIAL_ROWS)
+            write_orders_batch(str(deployment.bronze(pipeline_id)), batch_size=INITIAL_ROWS)
         bound = deployment.lake_layout.bound()
         control = bound.control()
         with deployment.environment():
@@ -225,7 +225,7 @@ def catch_up(
                 backlog_at = time.time()
                 for pipeline_id in ids:
                     bronze = str(deployment.bronze(pipeline_id))
-                    write_demo_batch(bronze, "orders", batch_size=changed_keys)
+                    write_orders_batch(bronze, batch_size=changed_keys)
                 waiting = {i: DeltaLog(str(deployment.bronze(i))).latest_version() for i in ids}
                 loads = {"backlog written": os.getloadavg()[0]}
                 deployment.set_sensor(INCREMENTAL_SENSOR, running=True)
@@ -453,11 +453,11 @@ def jvm_free(spark: SparkSession, workdir: Path, n: int) -> dict[str, float]:
     ids = [f"j{k:03d}" for k in range(1, n + 1)]
     pipelines_file = _pipelines_file(workdir, ids)
     for pipeline_id in ids:
-        write_demo_batch(str(lake_root / "bronze" / pipeline_id), "orders", batch_size=20)
+        write_orders_batch(str(lake_root / "bronze" / pipeline_id), batch_size=20)
     lake = LakeLayout(lake_root=str(lake_root), pipelines_file=str(pipelines_file))
     initial_load_s = load_silver(spark, lake)
     for pipeline_id in ids:
-        write_demo_batch(str(lake_root / "bronze" / pipeline_id), "orders", batch_size=20)
+        write_orders_batch(str(lake_root / "bronze" / pipeline_id), batch_size=20)
     env = {
         **os.environ,
         "CDF_LAKE_ROOT": str(lake_root),

@@ -53,8 +53,8 @@ from bench.streaming_peer import (
     peer_freshness,
     read_peer_log,
 )
-from cdf_platform.demo.services import wait_for
 from cdf_platform.orchestration.sensors.incremental_sensor import PENDING_STATUSES
+from cdf_platform.services.service import wait_for
 from cdf_platform.spark.runtime.engine import DEFAULT_ENGINE_MEMORY
 from cdf_platform_testkit.deployment import Deployment, covered
 from cdf_platform_testkit.postgres import PostgresServer

@@ -3,7 +3,7 @@ sources, and one writer of a batch for each kind, deterministic given the table'
 
 Every tenth pipeline (its index ending in 0) reads a Debezium-shaped event log, two in ten
 (indexes ending in 1 or 2) keep SCD2 history, the rest are SCD1: 70% / 20% / 10% at 100
-pipelines. The SCD1 and SCD2 bronze tables are demo `orders` tables (`write_demo_batch`: 50
+pipelines. The SCD1 and SCD2 bronze tables are `orders` tables (`write_orders_batch`: 50
 rows, about 60% updates, 30% inserts, 10% deletes, seeded by table and batch); an event-log
 bronze is an append-only Delta table (change feed on) of events `op`, `before`, `after`,
 `ts_ms` written by deltalake, its batches drawn with the same shares from the keys the log has
@@ -24,8 +24,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from cdf_platform.demo.source import write_demo_batch
 from cdf_platform_testkit.lake import orders_pipeline
+from cdf_platform_testkit.orders_bronze import write_orders_batch
 
 KEY = "order_id"
 SEQUENCE = "ts_ms"
@@ -173,7 +173,5 @@ class FleetLake:
         """One batch to `pipeline_id`'s bronze now; the commit's version."""
         if pipeline_id in self._events:
             return self._events[pipeline_id].write(self.batch_size)
-        batch = write_demo_batch(
-            str(self.bronze(pipeline_id)), "orders", batch_size=self.batch_size
-        )
+        batch = write_orders_batch(str(self.bronze(pipeline_id)), batch_size=self.batch_size)
         return batch.version

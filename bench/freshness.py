@@ -61,7 +61,7 @@ from bench.report import (
     scratch_folder,
 )
 from bench.stages import stages_of
-from cdf_platform.demo.services import wait_for
+from cdf_platform.services.service import wait_for
 from cdf_platform.state.control import ControlTable
 from cdf_platform_testkit.deployment import (
     BronzeWriter,

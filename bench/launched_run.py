@@ -40,8 +40,8 @@ from dagster._grpc.client import DagsterGrpcClient
 from dagster._serdes import serialize_value
 
 from bench.probes import ProcessWatch
-from cdf_platform.demo.services import LoopbackServer
 from cdf_platform.orchestration.run_launcher import RUN_WORKER_TAG
+from cdf_platform.services.service import LoopbackServer
 
 LOCATION = "cdf_platform"
 DEFINITIONS_MODULE = "cdf_platform.definitions"

@@ -349,8 +349,11 @@ def _test_figures(root: Path) -> list[Figure]:
     bench_imports_tests = Figure("bench modules importing the test package")
     tests_import_bench = Figure("test modules importing bench")
     kit_imports_demo = Figure(
-        "test-kit modules importing cdf_platform.demo (cdf_platform_testkit/, and the modules of "
-        "cdf_platform_tests/ that hold no tests: conftest.py and helpers not named test_*.py)"
+        "test-kit modules (cdf_platform_testkit/) importing cdf_platform.demo"
+    )
+    helpers_import_demo = Figure(
+        "test helpers importing cdf_platform.demo (the modules of cdf_platform_tests/ that hold "
+        "no tests: conftest.py and helpers not named test_*.py)"
     )
     trees = ["cdf_platform", *(tree for tree in TEST_TREES if (root / tree).exists())]
     for tree in trees:
@@ -365,15 +368,15 @@ def _test_figures(root: Path) -> list[Figure]:
                 bench_imports_tests.items.append(path)
             if tree == "cdf_platform_tests" and "bench" in imported:
                 tests_import_bench.items.append(path)
-            kit = tree == "cdf_platform_testkit" or (
-                tree == "cdf_platform_tests" and not Path(path).name.startswith("test_")
-            )
+            helper = tree == "cdf_platform_tests" and not Path(path).name.startswith("test_")
             demo = sorted(
                 {n for n in names if n == "cdf_platform.demo" or n.startswith("cdf_platform.demo.")}
             )
-            if kit and demo:
+            if demo and tree == "cdf_platform_testkit":
                 kit_imports_demo.items.append(f"{path} ({', '.join(demo)})")
-    return [starts, bench_imports_tests, tests_import_bench, kit_imports_demo]
+            if demo and helper:
+                helpers_import_demo.items.append(f"{path} ({', '.join(demo)})")
+    return [starts, bench_imports_tests, tests_import_bench, kit_imports_demo, helpers_import_demo]
 
 
 def _imported(module: ast.Module) -> set[str]:

@@ -51,13 +51,13 @@ def _driver_cpu_seconds(spark: Any) -> float:
 
 def measure(workdir: Path, sizes: list[int], changed_keys: int, rounds: int) -> dict[str, Any]:
     """Load a pipeline per size, then `rounds` rounds of changes and runs, ways alternating."""
-    from cdf_platform.demo.source import write_demo_batch
     from cdf_platform.orchestration.shared.resources import LakeLayout
     from cdf_platform.run import PipelineRunner
     from cdf_platform.spark.runtime.session import build_spark_session
     from cdf_platform.spark.runtime.session_conf import SparkSettings
     from cdf_platform.spark.runtime.small_steps import MERGE_CONF, load_table_state
     from cdf_platform_testkit.lake import orders_pipeline, write_pipelines
+    from cdf_platform_testkit.orders_bronze import write_orders_batch
 
     ids = [f"rows_{n}" for n in sizes]
     pipelines_file = write_pipelines(workdir / "pipelines.yaml", [orders_pipeline(i) for i in ids])
@@ -68,7 +68,7 @@ def measure(workdir: Path, sizes: list[int], changed_keys: int, rounds: int) -> 
     )
     silver_bytes = {}
     for rows, spec in zip(sizes, specs, strict=True):
-        write_demo_batch(spec.source, "orders", batch_size=rows)
+        write_orders_batch(spec.source, batch_size=rows)
         PipelineRunner.on(control, lambda: spark).run(spec)
         silver_bytes[rows] = load_table_state(spark, spec.target).bytes
     samples: dict[tuple[int, str], list[tuple[float, float]]] = {}
@@ -76,7 +76,7 @@ def measure(workdir: Path, sizes: list[int], changed_keys: int, rounds: int) -> 
         way = WAYS[round_ % 2]
         spark.conf.set(MERGE_CONF, "0" if way == "generated code" else str(2**62))
         for rows, spec in zip(sizes, specs, strict=True):
-            write_demo_batch(spec.source, "orders", batch_size=changed_keys)
+            write_orders_batch(spec.source, batch_size=changed_keys)
             cpu, started = _driver_cpu_seconds(spark), time.monotonic()
             result = PipelineRunner.on(control, lambda: spark).run(spec)
             wall, cpu = time.monotonic() - started, _driver_cpu_seconds(spark) - cpu

@@ -44,7 +44,7 @@ from cdf_platform.core.storage import ENVIRONMENT_ONLY, storage_entry
 from cdf_platform.deltalog.commit_cache import CACHE_ENV, CommitCache
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.table_storage import ObjectStorage, open_storage
-from cdf_platform.demo.local_s3 import LocalS3Server
+from cdf_platform.services.local_s3 import LocalS3Server
 from cdf_platform.spark.runtime.session import build_spark_session
 from cdf_platform.spark.runtime.session_conf import SparkSettings
 from cdf_platform.window.replay_window import assess_consumer, compute_replay_window

@@ -37,8 +37,8 @@ from bench.report import (
     run_info,
     scratch_folder,
 )
-from cdf_platform.demo.services import group_alive, wait_for
 from cdf_platform.orchestration.shared.keys import QUEUE_TAG, SILVER_QUEUE
+from cdf_platform.services.service import group_alive, wait_for
 from cdf_platform_testkit.deployment import (
     BronzeWriter,
     Deployment,

@@ -47,12 +47,12 @@ WARM_UP = 3
 
 def one_session(workdir: Path, pipelines: int, changed_keys: int) -> dict[str, Any]:
     """Load, then time one incremental run of each pipeline, in this process's session."""
-    from cdf_platform.demo.source import write_demo_batch
     from cdf_platform.orchestration.shared.resources import LakeLayout
     from cdf_platform.run import PipelineRunner
     from cdf_platform.spark.runtime.session import build_spark_session
     from cdf_platform.spark.runtime.session_conf import SparkSettings
     from cdf_platform_testkit.lake import orders_pipeline, write_pipelines
+    from cdf_platform_testkit.orders_bronze import write_orders_batch
 
     ids = [f"s{k:03d}" for k in range(1, pipelines + 1)]
     workdir.mkdir(parents=True, exist_ok=True)
@@ -63,10 +63,10 @@ def one_session(workdir: Path, pipelines: int, changed_keys: int) -> dict[str, A
         SparkSettings(master="local[2]", app_name="cdf_platform_session_runs")
     )
     for spec in specs:
-        write_demo_batch(spec.source, "orders", batch_size=INITIAL_ROWS)
+        write_orders_batch(spec.source, batch_size=INITIAL_ROWS)
         PipelineRunner.on(control, lambda: spark).run(spec)
     for spec in specs:
-        write_demo_batch(spec.source, "orders", batch_size=changed_keys)
+        write_orders_batch(spec.source, batch_size=changed_keys)
     results, jobs, seconds = [], [], 0.0
     known = _job_ids(spark)
     for spec in specs:

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from cdf_platform.demo.services import LoopbackServer
+from cdf_platform.services.service import LoopbackServer
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DAGSTER = str(Path(sys.executable).parent / "dagster")

@@ -2,11 +2,11 @@
 `deploy/dagster.yaml` on a PostgreSQL server, the warm engine (`cdf-platform engine`, a Spark
 Connect server every silver run sends its Spark work to), the code server (`dagster code-server
 start`, reloadable), the daemon and the webserver as `deploy/workspace.yaml` wires them, each in
-its own process group, started, waited for and stopped by PID (their commands are the demo's,
-`cdf_platform.demo.processes`); a bronze writer committing demo batches; a watch of the run
-queue and of the deployment's memory. The system tests and the freshness and fleet benchmarks
-(`bench/`) drive it; `warm=False` leaves the engine out (each run starts a driver JVM of its
-own, the embedded default)."""
+its own process group, started, waited for and stopped by PID (their commands built as the
+demo's are, by `cdf_platform.services.deployment_processes`); a bronze writer committing
+`orders` batches; a watch of the run queue and of the deployment's memory. The system tests
+and the freshness and fleet benchmarks (`bench/`) drive it; `warm=False` leaves the engine out
+(each run starts a driver JVM of its own, the embedded default)."""
 
 from __future__ import annotations
 
@@ -31,17 +31,17 @@ import psutil
 from dagster._grpc.client import DagsterGrpcClient
 
 from cdf_platform.core.config import REMOTE_ENV, RUN_WORKER_ENV
-from cdf_platform.demo import processes
-from cdf_platform.demo.services import Service, free_port, port_open
-from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.launch.run_worker import answers
 from cdf_platform.orchestration.sensors.incremental_sensor import PENDING_STATUSES
 from cdf_platform.orchestration.shared.keys import silver_pipeline_ids
 from cdf_platform.orchestration.shared.resources import LakeLayout
 from cdf_platform.planning.status import PipelineStatus, pipeline_status
+from cdf_platform.services import deployment_processes
+from cdf_platform.services.service import Service, free_port, port_open
 from cdf_platform.spark.runtime.engine import DEFAULT_ENGINE_MEMORY
 from cdf_platform.state.control import ControlTable
 from cdf_platform_testkit.lake import write_pipelines
+from cdf_platform_testkit.orders_bronze import write_orders_batch
 from cdf_platform_testkit.postgres import PostgresServer
 from cdf_platform_testkit.spark_servers import connect_answers
 
@@ -135,17 +135,17 @@ class Deployment:
             **(env or {}),
         }
         workspace = DEPLOY / "workspace.yaml"
-        self.engine = processes.engine(logs, PROJECT_ROOT, engine_memory)
-        self.run_worker = processes.run_worker(logs, PROJECT_ROOT)
-        self.code_server = processes.code_server(
+        self.engine = deployment_processes.engine(logs, PROJECT_ROOT, engine_memory)
+        self.run_worker = deployment_processes.run_worker(logs, PROJECT_ROOT)
+        self.code_server = deployment_processes.code_server(
             logs, PROJECT_ROOT, port=self.code_server_port, location="cdf_platform", code=code
         )
-        self.daemon = processes.daemon(logs, PROJECT_ROOT, workspace)
-        self.webserver = processes.webserver(
+        self.daemon = deployment_processes.daemon(logs, PROJECT_ROOT, workspace)
+        self.webserver = deployment_processes.webserver(
             "webserver", logs, PROJECT_ROOT, workspace=workspace, port=self.webserver_port
         )
         # The UI for people who watch the dashboards (docs/production.md, Security).
-        self.read_only_webserver = processes.webserver(
+        self.read_only_webserver = deployment_processes.webserver(
             "read-only webserver",
             logs,
             PROJECT_ROOT,
@@ -538,7 +538,7 @@ class Commit:
 
 
 class BronzeWriter:
-    """A thread committing one demo batch every `interval` seconds to a bronze table drawn
+    """A thread committing one `orders` batch every `interval` seconds to a bronze table drawn
     from `pipeline_ids` (seeded), until stopped."""
 
     def __init__(
@@ -559,8 +559,8 @@ class BronzeWriter:
 
     def commit(self, pipeline_id: str) -> Commit:
         """One batch to `bronze/<pipeline_id>` now."""
-        batch = write_demo_batch(
-            str(self.deployment.bronze(pipeline_id)), "orders", batch_size=self.batch_size
+        batch = write_orders_batch(
+            str(self.deployment.bronze(pipeline_id)), batch_size=self.batch_size
         )
         made = Commit(pipeline_id, batch.version, time.time())
         self.commits.append(made)

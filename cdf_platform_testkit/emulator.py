@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cdf_platform.demo.services import LoopbackServer
+from cdf_platform.services.service import LoopbackServer
 
 
 class EmulatorProcess(LoopbackServer):

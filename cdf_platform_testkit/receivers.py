@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-from cdf_platform.demo.services import LoopbackServer, port_open
+from cdf_platform.services.service import LoopbackServer, port_open
 
 
 def _append(file: Path, document: dict[str, Any]) -> None:

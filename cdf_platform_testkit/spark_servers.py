@@ -1,7 +1,7 @@
 """Real Spark servers on loopback for the cluster tests: a standalone master with one worker,
 a Spark Connect server with Delta, and a Hive metastore service, each started from the classes
 pyspark ships (no Spark or Hive download), on free ports, waited for, and stopped by PID (each
-process a `cdf_platform.demo.services.Service`)."""
+process a `cdf_platform.services.service.Service`)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from pyspark.find_spark_home import _find_spark_home
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.config import MASTER_ENV, REMOTE_ENV, RUN_WORKER_ENV
-from cdf_platform.demo.services import Service, free_port, port_open
 from cdf_platform.orchestration.launch import run_worker
+from cdf_platform.services.service import Service, free_port, port_open
 from cdf_platform.spark.runtime.object_stores import ObjectStoreConf
 from cdf_platform.spark.runtime.session import CONNECT_SERVER_CLASS
 from cdf_platform.spark.runtime.session_conf import delta_conf

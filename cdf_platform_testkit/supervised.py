@@ -20,9 +20,9 @@ import psutil
 from supervisor.xmlrpc import SupervisorTransport
 
 from cdf_platform.core.config import RUN_WORKER_ENV
-from cdf_platform.demo.processes import BIN
-from cdf_platform.demo.services import Service, wait_for
 from cdf_platform.orchestration.launch.run_worker import answers
+from cdf_platform.services.deployment_processes import BIN
+from cdf_platform.services.service import Service, wait_for
 from cdf_platform.spark.runtime.engine import DEFAULT_ENGINE_MEMORY
 from cdf_platform.supervised import (
     ENGINE_MEMORY_ENV,

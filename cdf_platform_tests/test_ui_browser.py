@@ -52,6 +52,7 @@ pytestmark = [
         CHROMIUM is None,
         reason="no Chromium on this machine (`make test` installs Debian's chromium as root)",
     ),
+    pytest.mark.heavy,
     pytest.mark.long(minutes=9),
     # The demo's story (its setup, 5-8 minutes on the busy 2-core machine) and the browser.
     pytest.mark.timeout(1200),

@@ -30,7 +30,7 @@ def run_demo(
     """
     if not local_s3:
         return _tell(workdir, batch_size, retention_seconds, None)
-    from cdf_platform.demo.local_s3 import LocalS3Server
+    from cdf_platform.services.local_s3 import LocalS3Server
 
     with LocalS3Server(bucket="demo-lake") as server:
         say(f"local S3 server on {server.endpoint}, lake s3://{server.bucket}/lake")

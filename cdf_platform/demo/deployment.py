@@ -45,9 +45,9 @@ from cdf_platform.core.config import (
     REMOTE_ENV,
     RUN_WORKER_ENV,
 )
-from cdf_platform.demo import processes
-from cdf_platform.demo.services import free_port, port_open, wait_for
 from cdf_platform.orchestration.launch.run_worker import answers
+from cdf_platform.services import deployment_processes
+from cdf_platform.services.service import free_port, port_open, wait_for
 
 # Who launched a run the story submits: Dagster's `user` tag (dagster._core.storage.tags.
 # USER_TAG), which the UI's runs list shows as "Launched by" instead of "Manually launched".
@@ -178,14 +178,14 @@ class DemoDeployment:
             ALLOW_DESTRUCTIVE_ENV: None,
         }
         cwd = Path.cwd()
-        self.engine = processes.engine(
+        self.engine = deployment_processes.engine(
             logs, cwd, engine_memory, master="local[2]", conf=ENGINE_CONF
         )
-        self.run_worker = processes.run_worker(logs, cwd, self.worker_address)
-        self.code_server = processes.code_server(
+        self.run_worker = deployment_processes.run_worker(logs, cwd, self.worker_address)
+        self.code_server = deployment_processes.code_server(
             logs, cwd, port=self.code_port, location=LOCATION, code=("-m", LOCATION)
         )
-        self.daemon = processes.daemon(logs, cwd, self.workspace_file)
+        self.daemon = deployment_processes.daemon(logs, cwd, self.workspace_file)
         self._workspace: WorkspaceProcessContext | None = None
         self.instance: dg.DagsterInstance | None = None
 

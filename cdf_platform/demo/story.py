@@ -50,13 +50,13 @@ from cdf_platform.demo.deployment import (
 )
 from cdf_platform.demo.events import folded_rows
 from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
-from cdf_platform.demo.services import wait_for
 from cdf_platform.demo.steps import DemoFailed, Step
 from cdf_platform.demo.table_rows import data_columns, table_rows
 from cdf_platform.orchestration.checks.silver_checks import REPLAY_WINDOW
 from cdf_platform.orchestration.sensors.incremental_sensor import INCREMENTAL_SENSOR
 from cdf_platform.orchestration.sensors.rebuild_sensor import REBUILD_SENSOR
 from cdf_platform.planning.status import pipeline_status
+from cdf_platform.services.service import wait_for
 from cdf_platform.state.control import ControlTable
 
 logger = logging.getLogger(__name__)

@@ -1,9 +1,9 @@
 """A lake on an emulated store, written without a JVM: bronze with its change feed, silver
 stamped with a watermark, the control tables, and the pipelines file naming them.
 
-- Bronze is the demo's `orders` table as `deltalake` writes it (`write_demo_batch`): version 0
-  creates it with the change feed on, version 1 inserts, versions 2 and 3 are MERGEs of
-  updates, inserts and deletes whose changes sit in `_change_data` files.
+- Bronze is an `orders` table as `deltalake` writes it (the kit's `write_orders_batch`):
+  version 0 creates it with the change feed on, version 1 inserts, versions 2 and 3 are MERGEs
+  of updates, inserts and deletes whose changes sit in `_change_data` files.
 - Silver is what a platform run leaves in silver's log for the status, the checks and the
   sensors to read: the owner property, the Delta transaction (app id = pipeline id, version =
   watermark) and the run's `userMetadata`, here committed by `deltalake` instead of Spark's
@@ -27,11 +27,11 @@ import yaml
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.deltalog.arrow_rows import arrow_table
 from cdf_platform.deltalog.log import DeltaLog
-from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.shared.resources import LakeLayout
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import OWNER_PROPERTY, app_id, user_metadata
 from cdf_platform_testkit.objects import delete_object
+from cdf_platform_testkit.orders_bronze import write_orders_batch
 
 PIPELINE = "orders"
 BRONZE_VERSIONS = 4  # 0 create, 1 insert, 2 and 3 MERGEs
@@ -85,7 +85,7 @@ def write_bronze(location: str, *, checkpoint: bool = False) -> None:
     """Bronze `orders` at `location`: BRONZE_VERSIONS commits (see the module docstring), and
     a checkpoint of the latest version with `checkpoint`."""
     for _ in range(BRONZE_VERSIONS - 1):
-        write_demo_batch(location, "orders", batch_size=BATCH_ROWS)
+        write_orders_batch(location, batch_size=BATCH_ROWS)
     if checkpoint:
         from deltalake import DeltaTable
 

@@ -12,16 +12,16 @@ from typing import Any
 import yaml
 from pyspark.sql import SparkSession
 
-from cdf_platform.demo.source import DEMO_SCHEMAS, write_demo_batch
 from cdf_platform.orchestration.shared.resources import LakeLayout
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.status import WindowState, pipeline_status
 from cdf_platform.run import PipelineRunner
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_testkit.azurite import Azurite
+from cdf_platform_testkit.orders_bronze import ORDERS_SCHEMA, write_orders_batch
 
 ORDERS = {"id": "orders", "source": "bronze/orders", "target": "silver/orders"}
-COLUMNS = ", ".join(f'"{name}"' for name in DEMO_SCHEMAS["orders"])
+COLUMNS = ", ".join(f'"{name}"' for name in ORDERS_SCHEMA)
 
 
 def _rows(table: str) -> list[tuple[Any, ...]]:
@@ -44,10 +44,10 @@ def test_a_pipeline_runs_on_adls_through_spark_and_status_reads_it(
     spec, control = layout.spec("orders"), layout.control()
     assert spec.source.startswith("abfs://") and control.root.startswith("abfs://")
 
-    write_demo_batch(spec.source, "orders", batch_size=20)  # 0 create, 1 insert
+    write_orders_batch(spec.source, batch_size=20)  # 0 create, 1 insert
     first = PipelineRunner.on(control, lambda: spark).run(spec)
     assert (first.mode, first.end_version) == (RunMode.INITIAL_LOAD, 1)
-    write_demo_batch(spec.source, "orders", batch_size=20)  # 2: updates, inserts, deletes
+    write_orders_batch(spec.source, batch_size=20)  # 2: updates, inserts, deletes
     second = PipelineRunner.on(control, lambda: spark).run(spec)
     assert (second.mode, second.start_version, second.end_version) == (RunMode.INCREMENTAL, 2, 2)
     assert second.rows_deleted > 0

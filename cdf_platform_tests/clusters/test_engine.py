@@ -24,7 +24,6 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.config import LAKE_ROOT_ENV, PIPELINES_FILE_ENV
 from cdf_platform.demo.events import folded_rows, write_event_batch
-from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.spark.runtime.engine import (
     EngineSettings,
     engine_command,
@@ -32,11 +31,17 @@ from cdf_platform.spark.runtime.engine import (
     write_properties,
 )
 from cdf_platform_testkit.lake import orders_pipeline
+from cdf_platform_testkit.orders_bronze import write_orders_batch
 from cdf_platform_testkit.spark_servers import Engine
 from cdf_platform_tests.cli_process import run_cli
 from cdf_platform_tests.lake_platform import table_rows
 
-pytestmark = [pytest.mark.cluster, pytest.mark.long(minutes=3), pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.heavy,
+    pytest.mark.long(minutes=3),
+    pytest.mark.timeout(900),
+]
 
 
 def _lake(root: Path, *pipeline_ids: str) -> dict[str, str]:
@@ -47,7 +52,7 @@ def _lake(root: Path, *pipeline_ids: str) -> dict[str, str]:
     specs = [orders_pipeline(pipeline_id) for pipeline_id in pipeline_ids]
     pipelines.write_text(yaml.safe_dump({"pipelines": specs}), encoding="utf-8")
     for pipeline_id in pipeline_ids:
-        write_demo_batch(str(lake / "bronze" / pipeline_id), "orders", batch_size=30)
+        write_orders_batch(str(lake / "bronze" / pipeline_id), batch_size=30)
     return {LAKE_ROOT_ENV: str(lake), PIPELINES_FILE_ENV: str(pipelines)}
 
 
@@ -165,7 +170,7 @@ def test_each_run_on_the_engine_has_a_session_of_its_own(
         for _ in range(2):  # the initial load, then an incremental run
             done = run_cli("run", "iso", "--json", env=env)
             assert done.returncode == 0, done.stderr
-            write_demo_batch(str(lake / "bronze" / "iso"), "orders", batch_size=30)
+            write_orders_batch(str(lake / "bronze" / "iso"), batch_size=30)
         done = run_cli("run", "iso", "--json", env=env)
         assert done.returncode == 0, done.stderr
     finally:
@@ -216,7 +221,7 @@ _SURVIVOR = textwrap.dedent(
     from cdf_platform.core.errors import EngineUnavailable
     from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
     from cdf_platform.run import PipelineRunner
-    from cdf_platform.demo.source import write_demo_batch
+    from cdf_platform_testkit.orders_bronze import write_orders_batch
 
     lake = LakeLayout.from_environment().bound()
     spark = SparkResource(remote=os.environ["CDF_SPARK_REMOTE"])
@@ -227,7 +232,7 @@ _SURVIVOR = textwrap.dedent(
     spec = lake.spec("lost")
     print(json.dumps({"first": runner.run(spec).mode.value}), flush=True)
     sys.stdin.readline()  # the engine is killed and restarted meanwhile
-    write_demo_batch(spec.source, "orders", batch_size=30)
+    write_orders_batch(spec.source, batch_size=30)
     try:
         runner.run(spec)
         failed = None
@@ -237,7 +242,7 @@ _SURVIVOR = textwrap.dedent(
     again = runner.run(spec)
     print(json.dumps({"failed": failed, "again": again.mode.value}), flush=True)
     sys.stdin.readline()  # the engine is killed now, and stays away a while
-    write_demo_batch(spec.source, "orders", batch_size=30)
+    write_orders_batch(spec.source, batch_size=30)
     print(json.dumps({"waited": runner.run(spec).mode.value}), flush=True)
     """
 )

@@ -51,15 +51,15 @@ from cdf_platform.core.spec_file import find_spec, load_specs
 from cdf_platform.core.sql import sql_path
 from cdf_platform.definitions import build_defs
 from cdf_platform.deltalog.log import DeltaLog
-from cdf_platform.demo.local_s3 import LocalS3Server
-from cdf_platform.demo.services import free_port
-from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.shared.keys import REQUESTED_TAG, silver_key
 from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.services.local_s3 import LocalS3Server
+from cdf_platform.services.service import free_port
 from cdf_platform.spark.runtime.object_stores import object_store_conf
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_testkit.lake import orders_pipeline
+from cdf_platform_testkit.orders_bronze import write_orders_batch
 from cdf_platform_testkit.spark_servers import (
     ConnectServer,
     HiveMetastore,
@@ -84,7 +84,7 @@ from cdf_platform_tests.lake_platform import (
     table_rows,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.long(minutes=8)]
+pytestmark = [pytest.mark.cluster, pytest.mark.heavy, pytest.mark.long(minutes=8)]
 
 PEOPLE = {"id": "people", "keys": ["id"]}
 CREATE_BRONZE = (
@@ -396,14 +396,14 @@ def test_small_change_sets_share_one_run_in_the_mode_and_a_failing_pipeline_fail
     home = dagster_home(tmp_path / "dagster_home")
     with dg.DagsterInstance.from_config(str(home)) as instance:
         for pipeline_id in ids:
-            write_demo_batch(str(lake / "bronze" / pipeline_id), "orders", batch_size=20)
+            write_orders_batch(str(lake / "bronze" / pipeline_id), batch_size=20)
         for initial in incremental_tick(defs, instance).run_requests:
             assert run_as_daemon(defs, instance, initial).success
         loaded_c = DeltaTable(str(lake / "silver" / "c")).version()
 
         # Small change sets, c's with a NULL key: one run for the three, in one driver.
-        write_demo_batch(str(lake / "bronze" / "a"), "orders", batch_size=10)
-        write_demo_batch(str(lake / "bronze" / "b"), "orders", batch_size=10)
+        write_orders_batch(str(lake / "bronze" / "a"), batch_size=10)
+        write_orders_batch(str(lake / "bronze" / "b"), batch_size=10)
         null_key_commit(str(lake / "bronze" / "c"))
         apps_before = set(cluster.applications()) if cluster else set()
         tick = tick_in_a_process(home, env, tmp_path / "tick.json")
@@ -432,7 +432,7 @@ def test_small_change_sets_share_one_run_in_the_mode_and_a_failing_pipeline_fail
         quiet = incremental_tick(defs, instance)
         assert not quiet.run_requests
         assert f"c (run {shared.run_id[:8]} failed at 2)" in str(quiet.skip_reason)
-        write_demo_batch(str(lake / "bronze" / "a"), "orders", batch_size=10)
+        write_orders_batch(str(lake / "bronze" / "a"), batch_size=10)
         (only_a,) = incremental_tick(defs, instance).run_requests
     assert only_a.asset_selection == [silver_key("a")]
     assert only_a.run_key == "incremental:a:3"

@@ -38,9 +38,9 @@ from cdf_platform.core.errors import (
 from cdf_platform.core.lake import Lake
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_file import find_spec, load_specs
-from cdf_platform.demo.services import free_port
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.run import PipelineRunner
+from cdf_platform.services.service import free_port
 from cdf_platform.spark.runtime.session import build_spark_session
 from cdf_platform.spark.runtime.session_conf import SparkSettings
 from cdf_platform.state.control import ControlTable

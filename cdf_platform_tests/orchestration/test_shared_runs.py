@@ -19,7 +19,6 @@ from cdf_platform.core.config import default_pipelines_per_run
 from cdf_platform.core.errors import RuntimeEnvironmentError
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.sensors.incremental_sensor import (
     WantedRun,
     run_requests,
@@ -31,6 +30,7 @@ from cdf_platform.planning.status import pipeline_status
 from cdf_platform_testkit import jvm_options
 from cdf_platform_testkit.deployment import DEPLOY
 from cdf_platform_testkit.lake import orders_pipeline
+from cdf_platform_testkit.orders_bronze import write_orders_batch
 from cdf_platform_tests.lake_platform import incremental_tick as tick
 from cdf_platform_tests.lake_platform import lake_defs, run_as_daemon, table_rows
 
@@ -45,7 +45,7 @@ def test_small_runs_share_a_run_and_a_failing_pipeline_fails_alone(
     defs = lake_defs(spark_resource, lake, *pipelines)
     instance = dg.DagsterInstance.ephemeral()
     for pipeline_id in ids:
-        write_demo_batch(str(lake / "bronze" / pipeline_id), "orders", batch_size=20)
+        write_orders_batch(str(lake / "bronze" / pipeline_id), batch_size=20)
 
     # Three small initial loads: one run, each pipeline its own step and failure.
     (first,) = tick(defs, instance).run_requests
@@ -69,7 +69,7 @@ def test_small_runs_share_a_run_and_a_failing_pipeline_fails_alone(
     assert not quiet.run_requests
     assert f"c (run {result.run_id[:8]} failed at 1)" in str(quiet.skip_reason)
     for pipeline_id in ("a", "b"):
-        write_demo_batch(str(lake / "bronze" / pipeline_id), "orders", batch_size=10)
+        write_orders_batch(str(lake / "bronze" / pipeline_id), batch_size=10)
     (shared,) = tick(defs, instance).run_requests
     assert shared.run_key.startswith("batch:")
     assert shared.tags[REQUESTED_TAG] == "a=incremental:2,b=incremental:2"
@@ -79,7 +79,7 @@ def test_small_runs_share_a_run_and_a_failing_pipeline_fails_alone(
         assert table_rows(spark, str(silver)) == table_rows(spark, str(bronze))
 
     # A lone pipeline behind gets a run of its own.
-    write_demo_batch(str(lake / "bronze" / "a"), "orders", batch_size=10)
+    write_orders_batch(str(lake / "bronze" / "a"), batch_size=10)
     (only_a,) = tick(defs, instance).run_requests
     assert only_a.asset_selection == [silver_key("a")]
     assert only_a.run_key == "incremental:a:3"
@@ -173,11 +173,11 @@ def test_a_shared_run_killed_mid_way_leaves_every_watermark_exact_and_the_next_t
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n", encoding="utf-8")
     instance = dg.DagsterInstance.from_config(str(home))
     for pipeline_id in ids:
-        write_demo_batch(str(lake / "bronze" / pipeline_id), "orders", batch_size=20)
+        write_orders_batch(str(lake / "bronze" / pipeline_id), batch_size=20)
     for request in tick(defs, instance).run_requests:
         assert run_as_daemon(defs, instance, request).success
     for pipeline_id in ids:
-        write_demo_batch(str(lake / "bronze" / pipeline_id), "orders", batch_size=10)
+        write_orders_batch(str(lake / "bronze" / pipeline_id), batch_size=10)
     (shared,) = tick(defs, instance).run_requests
     assert len(shared.asset_selection) == 3
 

@@ -14,8 +14,8 @@ from cdf_platform.core.storage import ENVIRONMENT_ONLY
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.table_storage import LIST_PAGE_SIZE, ObjectStorage, open_storage
 from cdf_platform.deltalog.tables import holds_foreign_files, is_delta_table
-from cdf_platform.demo.local_s3 import LocalS3Server
 from cdf_platform.planning.assessment import assess_pipeline
+from cdf_platform.services.local_s3 import LocalS3Server
 from cdf_platform.window.criteria import WindowBreakKind
 from cdf_platform.window.replay_window import compute_replay_window
 from cdf_platform_testkit.objects import delete_object, object_names, put_object, upload_folder

@@ -20,7 +20,7 @@ import dagster as dg
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
-from cdf_platform.demo.local_s3 import LocalS3Server
+from cdf_platform.services.local_s3 import LocalS3Server
 from cdf_platform_testkit.postgres import PostgresServer
 
 BUCKET_A, BUCKET_B = "cdf-a", "cdf-b"

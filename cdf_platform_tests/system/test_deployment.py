@@ -32,11 +32,11 @@ import yaml
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.config import REMOTE_ENV
-from cdf_platform.demo.local_s3 import LocalS3Server
-from cdf_platform.demo.services import wait_for
 from cdf_platform.orchestration.jobs.silver_jobs import CHECKS_JOB, rebuild_run_config
 from cdf_platform.orchestration.run_launcher import RUN_WORKER_TAG
 from cdf_platform.orchestration.shared.keys import QUEUE_TAG, RUN_KEY_TAG, SILVER_QUEUE
+from cdf_platform.services.local_s3 import LocalS3Server
+from cdf_platform.services.service import wait_for
 from cdf_platform.state.control import ControlTable
 from cdf_platform_testkit.deployment import (
     BronzeWriter,
@@ -61,7 +61,12 @@ from cdf_platform_tests.system.secret_search import (
     write_bronze,
 )
 
-pytestmark = [pytest.mark.system, pytest.mark.long(minutes=9), pytest.mark.timeout(1800)]
+pytestmark = [
+    pytest.mark.system,
+    pytest.mark.heavy,
+    pytest.mark.long(minutes=9),
+    pytest.mark.timeout(1800),
+]
 
 WRITTEN = ["p1", "p2"]  # the writer's tables
 LOST = "p3"  # written by the test only: its window is destroyed while the daemon is down

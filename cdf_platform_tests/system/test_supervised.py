@@ -24,8 +24,8 @@ import dagster as dg
 import pytest
 from deltalake import DeltaTable
 
-from cdf_platform.demo.services import wait_for
 from cdf_platform.orchestration.shared.keys import QUEUE_TAG, RUN_KEY_TAG, SILVER_QUEUE
+from cdf_platform.services.service import wait_for
 from cdf_platform_testkit.deployment import BronzeWriter
 from cdf_platform_testkit.faults.oracle import read_rows
 from cdf_platform_testkit.lake import orders_pipeline
@@ -38,7 +38,12 @@ from cdf_platform_testkit.supervised import (
     SupervisedDeployment,
 )
 
-pytestmark = [pytest.mark.system, pytest.mark.long(minutes=8), pytest.mark.timeout(1200)]
+pytestmark = [
+    pytest.mark.system,
+    pytest.mark.heavy,
+    pytest.mark.long(minutes=8),
+    pytest.mark.timeout(1200),
+]
 
 IDS = ["p1", "p2", "p3"]
 # The pipeline whose replay window the alert story puts at risk and loses: its bronze keeps

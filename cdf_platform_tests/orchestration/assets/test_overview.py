@@ -13,7 +13,6 @@ import dagster as dg
 import pytest
 
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.demo.source import write_demo_batch
 from cdf_platform.orchestration.assets.overview import TABLE_ROWS, overview_metadata, overview_table
 from cdf_platform.planning.status import (
     PipelineStatus,
@@ -23,6 +22,7 @@ from cdf_platform.planning.status import (
     pipeline_statuses,
 )
 from cdf_platform.state.control import ControlTable
+from cdf_platform_testkit.orders_bronze import write_orders_batch
 from cdf_platform_tests.orchestration.test_check_results import (
     BLOCKED,
     CAUGHT_UP,
@@ -199,7 +199,7 @@ def test_statuses_read_for_the_whole_fleet_are_each_pipelines_own(
     statuses from one read of the control tables are each pipeline's own."""
     control = ControlTable(str(lake / "_control"))
     for name in ("orders", "payments", "refunds"):
-        write_demo_batch(str(lake / "bronze" / name), "orders", batch_size=5)
+        write_orders_batch(str(lake / "bronze" / name), batch_size=5)
     control.upsert_state({"pipeline_id": "orders", "last_commit_version": 0})
     control.record_location(
         "bronze.refunds", str(lake / "bronze" / "refunds"), None, located_by="t"

@@ -11,7 +11,7 @@ import pytest
 
 from cdf_platform.core.errors import InvalidStorageConfig
 from cdf_platform.core.storage import StorageConfig
-from cdf_platform.demo.local_s3 import LocalS3Server
+from cdf_platform.services.local_s3 import LocalS3Server
 from cdf_platform.spark.runtime.object_stores import (
     AWS_SDK_BUNDLE,
     S3A_CREDENTIALS,

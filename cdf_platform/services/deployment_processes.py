@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from cdf_platform.demo.services import Service
+from cdf_platform.services.service import Service
 
 # The console scripts of the environment this process runs in.
 BIN = Path(sys.executable).parent

@@ -1,6 +1,7 @@
 """Local server processes, each in its own process group: started with a log file, waited for,
-and stopped by PID. The demo's deployment (`cdf_platform.demo.deployment`), its local S3 server,
-and every server of the test kit (`cdf_platform_testkit`) use them: `Service` is one process,
+and stopped by PID. The demo's deployment (`cdf_platform.demo.deployment`), the local S3 server
+(`cdf_platform.services.local_s3`) and every server of the test kit (`cdf_platform_testkit`)
+use them: `Service` is one process,
 `LoopbackServer` one server on a free port of 127.0.0.1, `wait_for` the one poll.
 
 Example:

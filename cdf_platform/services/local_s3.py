@@ -37,7 +37,7 @@ from typing import Any, Self
 
 from cdf_platform.core.errors import RuntimeEnvironmentError
 from cdf_platform.core.storage import StorageConfig
-from cdf_platform.demo.services import LoopbackServer
+from cdf_platform.services.service import LoopbackServer
 
 START_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 10.0
