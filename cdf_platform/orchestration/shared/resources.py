@@ -38,6 +38,7 @@ from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_file import find_spec, load_storage
 from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.orchestration.shared.storage_options_config import StorageOptionsConfig
+from cdf_platform.planning.assessment import ControlReads
 from cdf_platform.spark.runtime.engine_wait import DEFAULT_ENGINE_WAIT_SECONDS
 from cdf_platform.spark.runtime.session import (
     apply_storage_options,
@@ -127,6 +128,8 @@ class LakeLayout(dg.ConfigurableResource):
     # Its control tables, opened on first use (`control()`) and kept for the resource's life
     # (a run, a tick): each of a shared run's steps reads and writes them.
     _control: ControlTable | None = PrivateAttr(default=None)
+    # The control tables' rows as first read for a run's steps (`run_control_reads()`).
+    _run_reads: ControlReads | None = PrivateAttr(default=None)
 
     @classmethod
     def _is_dagster_maintained(cls) -> bool:
@@ -231,6 +234,15 @@ class LakeLayout(dg.ConfigurableResource):
             lake = self.lake()
             self._control = ControlTable(lake.control_root, storage=lake.storage)
         return self._control
+
+    def run_control_reads(self) -> ControlReads:
+        """The control tables' rows every pipeline's status needs (`ControlReads`), read at the
+        first call and kept for the resource's life: Dagster builds the resource for each run,
+        so a run whose steps write no control row (a checks run) reads them once, not once per
+        pipeline (each read returns every pipeline's row)."""
+        if self._run_reads is None:
+            self._run_reads = ControlReads.of(self.control())
+        return self._run_reads
 
     def specs(self) -> list[PipelineSpec]:
         """Every pipeline of the pipelines file, locations resolved under the lake root.
