@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
@@ -35,7 +36,7 @@ from cdf_platform.core.config import (
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.lake import Lake
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_file import find_spec, load_storage
+from cdf_platform.core.spec_file import ParsedFiles, find_spec, load_storage
 from cdf_platform.core.storage_options import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.orchestration.shared.storage_options_config import StorageOptionsConfig
 from cdf_platform.planning.assessment import ControlReads
@@ -123,6 +124,10 @@ class LakeLayout(dg.ConfigurableResource):
         "GOOGLE_*). Added to the pipelines file's `storage:` section; a prefix may be in one "
         "of the two only.",
     )
+    # The pipelines file's documents as parsed, shared with every copy Dagster makes of this
+    # layout for a run or a sensor tick (`_with_updated_values`): each reads the file, and
+    # parses it again only when its text changed.
+    _parsed: ParsedFiles = PrivateAttr(default_factory=ParsedFiles)
     # The lake this layout stands for, built on first use (`lake()`).
     _lake: Lake | None = PrivateAttr(default=None)
     # Its control tables, opened on first use (`control()`) and kept for the resource's life
@@ -134,6 +139,14 @@ class LakeLayout(dg.ConfigurableResource):
     @classmethod
     def _is_dagster_maintained(cls) -> bool:
         return False
+
+    def _with_updated_values(self, values: Mapping[str, Any] | None) -> LakeLayout:
+        # Dagster 1.13 initializes a resource for each run and sensor tick through copies made
+        # here (`ConfigurableResourceFactory._with_updated_values`: a new object, private
+        # attributes at their defaults); the copies keep this layout's parsed pipelines file.
+        copy = cast(LakeLayout, super()._with_updated_values(values))
+        copy._parsed = self._parsed
+        return copy
 
     @field_validator("lake_root", "control_root", "pipelines_file", mode="before")
     @classmethod
@@ -173,8 +186,10 @@ class LakeLayout(dg.ConfigurableResource):
         }
         # The pipelines file's storage section as well as this resource's: the error names the
         # prefix and the variable.
-        LakeLayout(**roots, storage=self.storage).storage_config().resolved(os.environ)
-        return LakeLayout(
+        read = LakeLayout(**roots, storage=self.storage)
+        read._parsed = self._parsed
+        read.storage_config().resolved(os.environ)
+        bound = LakeLayout(
             **roots,
             storage={
                 prefix: StorageOptionsConfig(
@@ -183,6 +198,8 @@ class LakeLayout(dg.ConfigurableResource):
                 for prefix, options in self.storage.items()
             },
         )
+        bound._parsed = self._parsed
+        return bound
 
     def _resource_storage(self) -> StorageConfig:
         """This resource's `storage` as the platform's configuration (a `dg.EnvVar` not read
@@ -201,7 +218,7 @@ class LakeLayout(dg.ConfigurableResource):
         file = _read_env("pipelines_file", self.pipelines_file)
         from_file = ENVIRONMENT_ONLY
         if file is not None and Path(file).is_file():
-            from_file = load_storage(file)
+            from_file = load_storage(file, parsed=self._parsed)
         return from_file.merged(self._resource_storage())
 
     def lake(self) -> Lake:
@@ -218,7 +235,7 @@ class LakeLayout(dg.ConfigurableResource):
                 name: _read_env(name, getattr(self, name))
                 for name in ("lake_root", "control_root", "pipelines_file")
             }
-            self._lake = Lake.load(**roots, storage=self._resource_storage())
+            self._lake = Lake.load(**roots, storage=self._resource_storage(), parsed=self._parsed)
         return self._lake
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
