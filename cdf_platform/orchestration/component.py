@@ -26,7 +26,6 @@ pipelines` writes one like it):
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -96,7 +95,6 @@ def _declared_pipelines(
     ]
 
 
-@functools.cache
 def _with_typed_pipelines(derived: type[BaseModel]) -> type[BaseModel]:
     """`derived` (the schema Dagster derives for the component) with `pipelines` a list of
     `PipelineAttributes` only.
@@ -161,7 +159,9 @@ class CdfPipelinesComponent(dg.Component, dg.Model, dg.Resolvable):
 
     @classmethod
     def model(cls) -> type[BaseModel]:
-        """The schema of the attributes in `defs.yaml` (what `dg check yaml` checks)."""
+        """The schema of the attributes in `defs.yaml` (what `dg check yaml` checks): made at
+        each call from the schema Dagster derives (well under a millisecond; Dagster asks for
+        it once per load of a component, and validates with the class it is given)."""
         return _with_typed_pipelines(super().model())
 
     def _specs(self, folder: Path, lake: Lake) -> list[PipelineSpec]:
