@@ -2,8 +2,8 @@
 carry out a run, where MERGE text is written, where the fallback policy is applied, module
 globals assigned at run time, long functions, the largest module, the largest package folder,
 the storage modules, module names two packages use, where the source kind is tested outside the
-run package, module-level mutable objects, where a process is started, and imports between the
-tests, the test kit, the benchmarks and the demo.
+run package, module-level mutable state (`bench.layout_state`), where a process is started,
+and imports between the tests, the test kit, the benchmarks and the demo.
 
     python -m bench.layout                 # this tree -> bench/results/layout.md
     python -m bench.layout --root DIR      # another checkout (e.g. `git worktree add DIR REV`)
@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.layout_state import FIGURE_NAME as STATE_FIGURE_NAME
+from bench.layout_state import state_items
+
 RESULTS_DIR = Path(__file__).parent / "results"
 # A function longer than this many lines of code (its docstring left out) is counted as long.
 LONG_FUNCTION_LINES = 80
@@ -30,12 +33,6 @@ TEST_TREES = ("cdf_platform_tests", "bench", "cdf_platform_testkit")
 CROWDED_FOLDER_MODULES = 12
 # A module whose file name holds one of these is a storage module.
 STORAGE_WORDS = ("storage", "store", "location", "object_store")
-# Calls that build a mutable container.
-MUTABLE_CALLS = frozenset(
-    {"dict", "list", "set", "defaultdict", "OrderedDict", "WeakKeyDictionary"}
-)
-# Decorators that keep a module function's results for the process's life.
-CACHE_DECORATORS = frozenset({"lru_cache", "cache"})
 # Attributes of a layout that tell the source kind or delete mode apart.
 LAYOUT_KIND_ATTRIBUTES = frozenset({"soft", "events"})
 
@@ -253,95 +250,24 @@ def _tests_source_kind(node: ast.AST) -> str | None:
     return None
 
 
-def _module_statements(module: ast.Module) -> Iterator[ast.stmt]:
-    """The statements run at import: the module's body, with the bodies of its `if`, `try` and
-    `with` blocks."""
-    pending = list(module.body)
-    while pending:
-        statement = pending.pop(0)
-        yield statement
-        if isinstance(statement, ast.If | ast.Try | ast.With):
-            for block in ("body", "orelse", "finalbody", "handlers"):
-                pending.extend(getattr(statement, block, []))
-        if isinstance(statement, ast.ExceptHandler):
-            pending.extend(statement.body)
-
-
-def _is_mutable(value: ast.expr | None) -> bool:
-    if isinstance(value, ast.Dict | ast.List | ast.Set | ast.DictComp | ast.ListComp | ast.SetComp):
-        return True
-    return isinstance(value, ast.Call) and _last_name(value.func) in MUTABLE_CALLS
-
-
-def _is_cache(decorator: ast.expr) -> bool:
-    target = decorator.func if isinstance(decorator, ast.Call) else decorator
-    return _last_name(target) in CACHE_DECORATORS
-
-
-def _writes_environ(node: ast.AST) -> bool:
-    """Whether `node` is an assignment to `os.environ[...]`."""
-    if not isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
-        return False
-    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-    return any(
-        isinstance(target, ast.Subscript) and _last_name(target.value) == "environ"
-        for target in targets
-    )
-
-
 def _state_figures(root: Path) -> list[Figure]:
     kinds = Figure(
         "places outside cdf_platform/run/ that test the source kind (`X.snapshot_source` "
         "reads, `tombstones is (not) None`, `.soft`/`.events` read on a name holding `layout`)"
-    )
-    mutable = Figure(
-        "module-level mutable objects (a dict, list or set display or a "
-        + "/".join(f"`{name}()`" for name in sorted(MUTABLE_CALLS))
-        + " call assigned at module level, `__all__` left out; module functions under "
-        "`functools.lru_cache`/`functools.cache`; `os.environ[...]` assigned in a function)"
     )
     for path, module, _text in _modules(root, "cdf_platform"):
         if not path.startswith("cdf_platform/run/"):
             for node in ast.walk(module):
                 if (kind := _tests_source_kind(node)) is not None:
                     kinds.items.append(f"{path}:{node.lineno} {kind}")
-        for statement in _module_statements(module):
-            if isinstance(statement, ast.Assign | ast.AnnAssign) and _is_mutable(statement.value):
-                targets = (
-                    statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-                )
-                names = [_last_name(t) for t in targets if _last_name(t) != "__all__"]
-                mutable.items.extend(f"{path}:{statement.lineno} {name}" for name in names)
-            if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef) and any(
-                _is_cache(d) for d in statement.decorator_list
-            ):
-                mutable.items.append(f"{path}:{statement.lineno} {statement.name}() cached")
-        for name, function in _functions(module):
-            mutable.items.extend(
-                f"{path}:{node.lineno} os.environ written in {name}()"
-                for node in ast.walk(function)
-                if _writes_environ(node) and _innermost(function, node)
-            )
-    for figure in (kinds, mutable):
-        figure.items.sort(key=_place)
-    return [kinds, mutable]
+    kinds.items.sort(key=_place)
+    return [kinds, Figure(STATE_FIGURE_NAME, state_items(root))]
 
 
 def _place(item: str) -> tuple[str, int]:
     """The file and line an item `path:line ...` names, to list items in reading order."""
     path, line = item.split(" ", 1)[0].rsplit(":", 1)
     return path, int(line)
-
-
-def _innermost(function: ast.FunctionDef | ast.AsyncFunctionDef, node: ast.AST) -> bool:
-    """Whether `node` belongs to `function` itself, not to a function defined inside it (which
-    `_functions` yields on its own)."""
-    return not any(
-        inner is not function
-        and isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef)
-        and any(child is node for child in ast.walk(inner))
-        for inner in ast.walk(function)
-    )
 
 
 def _test_figures(root: Path) -> list[Figure]:

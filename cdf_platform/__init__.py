@@ -24,6 +24,8 @@ nor Spark, and the JVM-free parts stay importable without them.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -31,59 +33,61 @@ __version__ = "0.1.0"
 # The public face, listed once: each public name and the module that defines it, in the order
 # the API reference shows them (docs/reference.md is generated from it). `__all__`, `__getattr__`
 # and `__dir__` derive from it; the type checkers' imports at the end must name the same
-# (cdf_platform_tests/test_public_names.py checks they do).
-_HOMES = {
-    "PipelineSpec": "cdf_platform.core.spec",
-    "DeleteMode": "cdf_platform.core.spec",
-    "ChangeSource": "cdf_platform.core.spec",
-    "EventSpec": "cdf_platform.core.event_spec",
-    "Expectation": "cdf_platform.core.expectations",
-    "ExpectationAction": "cdf_platform.core.expectations",
-    "HistoryMode": "cdf_platform.core.spec",
-    "FallbackMode": "cdf_platform.core.spec",
-    "OnSpecChange": "cdf_platform.core.spec",
-    "VerifyRepair": "cdf_platform.core.spec",
-    "build_defs": "cdf_platform.definitions",
-    "CdfPipelinesComponent": "cdf_platform.orchestration.component",
-    "SparkResource": "cdf_platform.orchestration.shared.resources",
-    "LakeLayout": "cdf_platform.orchestration.shared.resources",
-    "WatermarkIOManager": "cdf_platform.orchestration.io_manager.watermark_io_manager",
-    "ChangeBatch": "cdf_platform.spark.read.batch",
-    "TableWrite": "cdf_platform.spark.read.batch",
-    "MergeRows": "cdf_platform.spark.read.batch",
-    "ReplaceRows": "cdf_platform.spark.read.batch",
-    "pipeline_status": "cdf_platform.planning.status",
-    "PipelineStatus": "cdf_platform.planning.status",
-    "WindowState": "cdf_platform.planning.status",
-    # The errors, in their module's order (the taxonomy of docs/design.md section 6).
-    "CdfPlatformError": "cdf_platform.core.errors",
-    "InvalidPipelineSpec": "cdf_platform.core.errors",
-    "SourceNotFound": "cdf_platform.core.errors",
-    "SourceLogDamaged": "cdf_platform.core.errors",
-    "TableNameNotLocated": "cdf_platform.core.errors",
-    "CatalogManagedSource": "cdf_platform.core.errors",
-    "CdfNotEnabled": "cdf_platform.core.errors",
-    "ReplayWindowLost": "cdf_platform.core.errors",
-    "SourceReset": "cdf_platform.core.errors",
-    "IncompatibleSchemaChange": "cdf_platform.core.errors",
-    "DataQualityError": "cdf_platform.core.errors",
-    "SpecChanged": "cdf_platform.core.errors",
-    "SpecChangeRefused": "cdf_platform.core.errors",
-    "UnsafeSparkConfig": "cdf_platform.core.errors",
-    "UnknownReadFailure": "cdf_platform.core.errors",
-    "TargetOwnershipConflict": "cdf_platform.core.errors",
-    "RebuildNeedsOverride": "cdf_platform.core.errors",
-    "DestructiveActionNotPermitted": "cdf_platform.core.errors",
-    "VacuumRefused": "cdf_platform.core.errors",
-    "VerificationRefused": "cdf_platform.core.errors",
-    "MarksLost": "cdf_platform.core.errors",
-    "ConcurrentWriteConflict": "cdf_platform.core.errors",
-    "InvalidStorageConfig": "cdf_platform.core.errors",
-    "InvalidAlertConfig": "cdf_platform.core.errors",
-    "StorageUnreachable": "cdf_platform.core.errors",
-    "RuntimeEnvironmentError": "cdf_platform.core.errors",
-    "EngineUnavailable": "cdf_platform.core.errors",
-}
+# (cdf_platform_tests/test_public_names.py checks they do). Read-only: a constant, never state.
+_HOMES: Mapping[str, str] = MappingProxyType(
+    {
+        "PipelineSpec": "cdf_platform.core.spec",
+        "DeleteMode": "cdf_platform.core.spec",
+        "ChangeSource": "cdf_platform.core.spec",
+        "EventSpec": "cdf_platform.core.event_spec",
+        "Expectation": "cdf_platform.core.expectations",
+        "ExpectationAction": "cdf_platform.core.expectations",
+        "HistoryMode": "cdf_platform.core.spec",
+        "FallbackMode": "cdf_platform.core.spec",
+        "OnSpecChange": "cdf_platform.core.spec",
+        "VerifyRepair": "cdf_platform.core.spec",
+        "build_defs": "cdf_platform.definitions",
+        "CdfPipelinesComponent": "cdf_platform.orchestration.component",
+        "SparkResource": "cdf_platform.orchestration.shared.resources",
+        "LakeLayout": "cdf_platform.orchestration.shared.resources",
+        "WatermarkIOManager": "cdf_platform.orchestration.io_manager.watermark_io_manager",
+        "ChangeBatch": "cdf_platform.spark.read.batch",
+        "TableWrite": "cdf_platform.spark.read.batch",
+        "MergeRows": "cdf_platform.spark.read.batch",
+        "ReplaceRows": "cdf_platform.spark.read.batch",
+        "pipeline_status": "cdf_platform.planning.status",
+        "PipelineStatus": "cdf_platform.planning.status",
+        "WindowState": "cdf_platform.planning.status",
+        # The errors, in their module's order (the taxonomy of docs/design.md section 6).
+        "CdfPlatformError": "cdf_platform.core.errors",
+        "InvalidPipelineSpec": "cdf_platform.core.errors",
+        "SourceNotFound": "cdf_platform.core.errors",
+        "SourceLogDamaged": "cdf_platform.core.errors",
+        "TableNameNotLocated": "cdf_platform.core.errors",
+        "CatalogManagedSource": "cdf_platform.core.errors",
+        "CdfNotEnabled": "cdf_platform.core.errors",
+        "ReplayWindowLost": "cdf_platform.core.errors",
+        "SourceReset": "cdf_platform.core.errors",
+        "IncompatibleSchemaChange": "cdf_platform.core.errors",
+        "DataQualityError": "cdf_platform.core.errors",
+        "SpecChanged": "cdf_platform.core.errors",
+        "SpecChangeRefused": "cdf_platform.core.errors",
+        "UnsafeSparkConfig": "cdf_platform.core.errors",
+        "UnknownReadFailure": "cdf_platform.core.errors",
+        "TargetOwnershipConflict": "cdf_platform.core.errors",
+        "RebuildNeedsOverride": "cdf_platform.core.errors",
+        "DestructiveActionNotPermitted": "cdf_platform.core.errors",
+        "VacuumRefused": "cdf_platform.core.errors",
+        "VerificationRefused": "cdf_platform.core.errors",
+        "MarksLost": "cdf_platform.core.errors",
+        "ConcurrentWriteConflict": "cdf_platform.core.errors",
+        "InvalidStorageConfig": "cdf_platform.core.errors",
+        "InvalidAlertConfig": "cdf_platform.core.errors",
+        "StorageUnreachable": "cdf_platform.core.errors",
+        "RuntimeEnvironmentError": "cdf_platform.core.errors",
+        "EngineUnavailable": "cdf_platform.core.errors",
+    }
+)
 
 __all__ = ["__version__", *_HOMES]
 

@@ -63,17 +63,13 @@ SCREENSHOTS_ENV = "CDF_UI_SCREENSHOTS"
 
 
 @pytest.fixture
-def served_demo(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[str, dict[str, list[str]], list[float]]]:
+def served_demo(tmp_path: Path) -> Iterator[tuple[str, dict[str, list[str]], list[float]]]:
     """The demo's story (`cdf-platform demo`: its deployment, small batches), then `dagster
     dev` serving its instance as `make dev` does; yields the URL, the ids of the runs each
     sensor launched (the rebuild sensor's as the story saw them), and silver/orders's plotted
     `headroom_hours`, oldest first."""
     workdir = tmp_path / "demo"
-    # The story sets these for its processes; the test process gets its own back after.
-    monkeypatch.setenv("DAGSTER_HOME", str(workdir / "dagster_home"))
-    monkeypatch.setenv("CDF_LAKE_ROOT", str(workdir / "lake"))
+    # The story hands its processes their instance and lake; this process's are left alone.
     story = DemoStory(workdir, batch_size=20, retention_seconds=150)
     story.tell()
     instance = dg.DagsterInstance.from_config(str(story.home))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdf_platform.core.alert_config import AlertConfig
@@ -31,7 +31,7 @@ from cdf_platform.core.config import (
 )
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_file import load_alerts, load_specs, load_storage
+from cdf_platform.core.spec_file import ParsedFiles, load_alerts, load_specs, load_storage
 from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig, storage_locations
 
 
@@ -49,6 +49,8 @@ class Lake:
             the pipelines file's `storage:` section and the ones given (the lake resource's).
         master: The Spark master URL a session started in the process uses.
         remote: A Spark Connect URL, or None: Spark runs in the process.
+        parsed: The pipelines file's documents as parsed (`ParsedFiles`): the file is read for
+            each of its sections, its text parsed once.
     """
 
     lake_root: str
@@ -57,6 +59,7 @@ class Lake:
     storage: StorageConfig = ENVIRONMENT_ONLY
     master: str = DEFAULT_MASTER
     remote: str | None = None
+    parsed: ParsedFiles = field(default_factory=ParsedFiles, compare=False, repr=False)
 
     @classmethod
     def load(
@@ -69,11 +72,13 @@ class Lake:
         master: str = DEFAULT_MASTER,
         remote: str | None = None,
         environ: Mapping[str, str] | None = None,
+        parsed: ParsedFiles | None = None,
     ) -> Lake:
         """The lake these values describe: roots resolved, its object-store options as
         configured (`configured_storage`: the pipelines file's `storage:` section and
         `storage`) with their references read from `environ` (default: the process
-        environment).
+        environment); `parsed`: the pipelines file's documents the caller keeps (default: the
+        lake's own).
 
         Raises:
             InvalidStorageConfig: a malformed entry, a prefix configured in both, or a
@@ -81,7 +86,8 @@ class Lake:
             InvalidPipelineSpec: the pipelines file is not YAML.
         """
         root = resolve_root(lake_root)
-        configured = cls.configured_storage(pipelines_file, storage)
+        parsed = parsed if parsed is not None else ParsedFiles()
+        configured = cls.configured_storage(pipelines_file, storage, parsed=parsed)
         return cls(
             lake_root=root,
             control_root=resolve_root(control_root) if control_root else control_root_under(root),
@@ -89,16 +95,21 @@ class Lake:
             storage=configured.resolved(os.environ if environ is None else environ),
             master=master,
             remote=remote,
+            parsed=parsed,
         )
 
     @staticmethod
     def configured_storage(
-        pipelines_file: str | None, storage: StorageConfig = ENVIRONMENT_ONLY
+        pipelines_file: str | None,
+        storage: StorageConfig = ENVIRONMENT_ONLY,
+        *,
+        parsed: ParsedFiles | None = None,
     ) -> StorageConfig:
         """A lake's object-store options as configured, their `{env: NAME}` values unread: the
         pipelines file's `storage:` section (when the file exists: a lake whose pipelines are
         declared in a Component's defs.yaml has none) and `storage` (the lake resource's),
-        each prefix in one of the two only.
+        each prefix in one of the two only; `parsed`: the parsed documents to read the file
+        through (default: a parse of its own).
 
         The one place the two are merged: `load` reads the references of its result, and the
         lake resource shows them as they are written (`LakeLayout.storage_config`).
@@ -109,7 +120,7 @@ class Lake:
         """
         from_file = ENVIRONMENT_ONLY
         if pipelines_file is not None and Path(pipelines_file).is_file():
-            from_file = load_storage(pipelines_file)
+            from_file = load_storage(pipelines_file, parsed=parsed)
         return from_file.merged(storage)
 
     @classmethod
@@ -152,7 +163,7 @@ class Lake:
                 action="read the pipelines from the Component's defs.yaml, or set "
                 f"pipelines_file (${PIPELINES_FILE_ENV})",
             )
-        return load_specs(self.pipelines_file, lake_root=self.lake_root)
+        return load_specs(self.pipelines_file, lake_root=self.lake_root, parsed=self.parsed)
 
     def alerts(self) -> AlertConfig | None:
         """The pipelines file's `alerts:` section (None: no file, or no section), its
@@ -164,7 +175,7 @@ class Lake:
         """
         if self.pipelines_file is None or not Path(self.pipelines_file).is_file():
             return None
-        return load_alerts(self.pipelines_file)
+        return load_alerts(self.pipelines_file, parsed=self.parsed)
 
     def storage_locations(self, specs: list[PipelineSpec]) -> list[str]:
         """Every location `specs` touch: lake and control roots, sources and targets."""

@@ -88,14 +88,59 @@ def parse_specs(document: Any, *, origin: str = "<config>") -> list[PipelineSpec
 # libyaml's safe loader where PyYAML was built with it (its wheels are): the same documents and
 # errors, parsed several times faster (a fleet's pipelines file is read by every process).
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-# The last document parsed per file, with the text it was parsed from: the definitions read the
-# file's pipelines and its storage section several times while they load, a fleet's file once.
-# Callers only read the document (parse_specs, parse_storage copy what they keep).
-_PARSED: dict[Path, tuple[str, Any]] = {}
 
 
-def _read_document(path: str | Path | None) -> tuple[Any, Path]:
-    """The parsed YAML of the pipelines file at `path` (default: `LakeEnvironment`'s).
+def _parse(text: str, file: Path) -> Any:
+    """The YAML document of `text`, read from `file`.
+
+    Raises:
+        InvalidPipelineSpec: it is not YAML.
+    """
+    try:
+        return yaml.load(text, Loader=_SAFE_LOADER)
+    except yaml.YAMLError as err:
+        raise InvalidPipelineSpec(
+            f"{file} is not valid YAML: {err}", action="fix the YAML syntax at the line shown"
+        ) from err
+
+
+class ParsedFiles:
+    """The last document parsed from each pipelines file, with the text it was parsed from.
+
+    Whoever reads a file several times holds one and passes it to `load_specs`,
+    `load_storage` and `load_alerts`: the file is read each time, its text parsed once. A
+    `Lake` holds one (it reads its file's storage section, pipelines and alerts), and so does
+    the definitions' `lake` resource, whose copies for each run and sensor tick share it
+    (`LakeLayout`): a fleet's file is parsed once per text in a code server or a run process.
+    Readers only read the document (`parse_specs`, `parse_storage` copy what they keep).
+
+    Example:
+        >>> parsed = ParsedFiles()
+        >>> specs = load_specs("pipelines.yaml", parsed=parsed)  # doctest: +SKIP
+        >>> storage = load_storage("pipelines.yaml", parsed=parsed)  # doctest: +SKIP
+    """
+
+    def __init__(self) -> None:
+        self._documents: dict[Path, tuple[str, Any]] = {}
+
+    def document(self, file: Path, text: str) -> Any:
+        """The YAML document of `text`, read from `file`: parsed unless it is the text last
+        parsed for `file`.
+
+        Raises:
+            InvalidPipelineSpec: it is not YAML.
+        """
+        known = self._documents.get(file)
+        if known is not None and known[0] == text:
+            return known[1]
+        document = _parse(text, file)
+        self._documents[file] = (text, document)
+        return document
+
+
+def _read_document(path: str | Path | None, parsed: ParsedFiles | None) -> tuple[Any, Path]:
+    """The parsed YAML of the pipelines file at `path` (default: `LakeEnvironment`'s), parsed
+    through `parsed` when given.
 
     Raises:
         InvalidPipelineSpec: the file is missing or is not YAML.
@@ -108,30 +153,25 @@ def _read_document(path: str | Path | None) -> tuple[Any, Path]:
             f"cannot read pipelines file {file}: {err.strerror}",
             action=f"create {file} or point ${PIPELINES_FILE_ENV} at your pipelines file",
         ) from err
-    cached = _PARSED.get(file)
-    if cached is not None and cached[0] == text:
-        return cached[1], file
-    try:
-        document = yaml.load(text, Loader=_SAFE_LOADER)
-    except yaml.YAMLError as err:
-        raise InvalidPipelineSpec(
-            f"{file} is not valid YAML: {err}", action="fix the YAML syntax at the line shown"
-        ) from err
-    _PARSED[file] = (text, document)
+    document = parsed.document(file, text) if parsed is not None else _parse(text, file)
     return document, file
 
 
 def load_specs(
-    path: str | Path | None = None, *, lake_root: str | None = None
+    path: str | Path | None = None,
+    *,
+    lake_root: str | None = None,
+    parsed: ParsedFiles | None = None,
 ) -> list[PipelineSpec]:
-    """Load and validate the pipelines file; resolve relative locations under `lake_root`.
+    """Load and validate the pipelines file; resolve relative locations under `lake_root`;
+    `parsed`: the documents the caller keeps (`ParsedFiles`).
 
     Raises:
         InvalidPipelineSpec: the file is missing, is not YAML, or holds an invalid spec.
         InvalidStorageConfig: its `storage:` section is malformed.
         TargetOwnershipConflict: two pipelines write the same target.
     """
-    document, file = _read_document(path)
+    document, file = _read_document(path, parsed)
     specs = parse_specs(document, origin=str(file))
     return [spec.resolved(lake_root) for spec in specs] if lake_root is not None else specs
 
@@ -146,14 +186,17 @@ def parse_storage(document: Any, *, origin: str = "<config>") -> StorageConfig:
     return StorageConfig.parse(section, origin=origin)
 
 
-def load_storage(path: str | Path | None = None) -> StorageConfig:
-    """The `storage:` section of the pipelines file (its `{env: NAME}` values unread).
+def load_storage(
+    path: str | Path | None = None, *, parsed: ParsedFiles | None = None
+) -> StorageConfig:
+    """The `storage:` section of the pipelines file (its `{env: NAME}` values unread);
+    `parsed`: the documents the caller keeps (`ParsedFiles`).
 
     Raises:
         InvalidPipelineSpec: the file is missing or is not YAML.
         InvalidStorageConfig: the section is malformed.
     """
-    document, file = _read_document(path)
+    document, file = _read_document(path, parsed)
     return parse_storage(document, origin=str(file))
 
 
@@ -167,14 +210,17 @@ def parse_alerts(document: Any, *, origin: str = "<config>") -> AlertConfig | No
     return AlertConfig.parse(section, origin=origin)
 
 
-def load_alerts(path: str | Path | None = None) -> AlertConfig | None:
-    """The `alerts:` section of the pipelines file (its `{env: NAME}` values unread).
+def load_alerts(
+    path: str | Path | None = None, *, parsed: ParsedFiles | None = None
+) -> AlertConfig | None:
+    """The `alerts:` section of the pipelines file (its `{env: NAME}` values unread);
+    `parsed`: the documents the caller keeps (`ParsedFiles`).
 
     Raises:
         InvalidPipelineSpec: the file is missing or is not YAML.
         InvalidAlertConfig: the section is malformed.
     """
-    document, file = _read_document(path)
+    document, file = _read_document(path, parsed)
     return parse_alerts(document, origin=str(file))
 
 

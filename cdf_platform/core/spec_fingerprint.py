@@ -34,8 +34,7 @@ import inspect
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cache
-from types import CodeType
+from types import CodeType, MappingProxyType
 from typing import Any
 
 from cdf_platform.core.errors import FIX_SPEC_FIELD, InvalidPipelineSpec
@@ -204,7 +203,7 @@ def compare_spec(
     """
     if not recorded:
         return None
-    defaults = _default_record()
+    defaults = _DEFAULT_RECORD
     fields = tuple(
         name
         for name in SHAPING_FIELDS
@@ -223,7 +222,9 @@ def _set(spec: PipelineSpec, name: str, values: Mapping[str, Any]) -> bool:
     return bool(getattr(spec, name) != PipelineSpec.model_fields[name].get_default())
 
 
-@cache
-def _default_record() -> dict[str, str]:
-    """The record of a spec that sets no optional field (what a record lacking a field means)."""
-    return spec_record(PipelineSpec(id="defaults", source="source", target="target", keys=["k"]))
+# The record of a spec that sets no optional field (what a record lacking a field means): a
+# constant of the spec's defaults, made once when the module loads (a tenth of a millisecond)
+# rather than for each comparison.
+_DEFAULT_RECORD: Mapping[str, str] = MappingProxyType(
+    spec_record(PipelineSpec(id="defaults", source="source", target="target", keys=["k"]))
+)

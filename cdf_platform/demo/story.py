@@ -19,7 +19,6 @@ tables' rows, by deltalake) and `cdf_platform.demo.dagster_figures` (runs and ch
 
 import itertools
 import logging
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -97,9 +96,10 @@ class DemoStory:
         self.workdir.mkdir(parents=True)
         if lake_root is None:
             (self.workdir / "lake").mkdir()
+        # The deployment's processes get its instance's home in their environment
+        # (`DemoDeployment.env`); the story opens that instance from its folder.
         self.deployment = DemoDeployment(self.workdir)
         self.home = self.deployment.home
-        os.environ["DAGSTER_HOME"] = str(self.home)
         # The story's own lake, and the deployment's processes told where it is and how its
         # store is reached (they build theirs from their environment, as a deployment does).
         self.lake = Lake.from_environment(

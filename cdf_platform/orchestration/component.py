@@ -26,7 +26,6 @@ pipelines` writes one like it):
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -36,8 +35,9 @@ from pydantic import BaseModel, Field, create_model
 from cdf_platform.core.alert_config import AlertConfig
 from cdf_platform.core.config import default_automation
 from cdf_platform.core.errors import InvalidAlertConfig, InvalidPipelineSpec
+from cdf_platform.core.lake import Lake
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_file import load_alerts, load_specs, parse_specs
+from cdf_platform.core.spec_file import ParsedFiles, load_alerts, load_specs, parse_specs
 from cdf_platform.orchestration.platform import platform_defs
 from cdf_platform.orchestration.shared.resources import LakeLayout
 
@@ -95,7 +95,6 @@ def _declared_pipelines(
     ]
 
 
-@functools.cache
 def _with_typed_pipelines(derived: type[BaseModel]) -> type[BaseModel]:
     """`derived` (the schema Dagster derives for the component) with `pipelines` a list of
     `PipelineAttributes` only.
@@ -160,10 +159,12 @@ class CdfPipelinesComponent(dg.Component, dg.Model, dg.Resolvable):
 
     @classmethod
     def model(cls) -> type[BaseModel]:
-        """The schema of the attributes in `defs.yaml` (what `dg check yaml` checks)."""
+        """The schema of the attributes in `defs.yaml` (what `dg check yaml` checks): made at
+        each call from the schema Dagster derives (well under a millisecond; Dagster asks for
+        it once per load of a component, and validates with the class it is given)."""
         return _with_typed_pipelines(super().model())
 
-    def _specs(self, folder: Path, lake_root: str) -> list[PipelineSpec]:
+    def _specs(self, folder: Path, lake: Lake) -> list[PipelineSpec]:
         origin = str(folder / "defs.yaml")
         if (self.pipelines is None) == (self.pipelines_file is None):
             raise InvalidPipelineSpec(
@@ -173,9 +174,10 @@ class CdfPipelinesComponent(dg.Component, dg.Model, dg.Resolvable):
                 "`pipelines_file:`, not both",
             )
         if self.pipelines_file is not None:
-            return load_specs(folder / self.pipelines_file, lake_root=lake_root)
+            file = folder / self.pipelines_file
+            return load_specs(file, lake_root=lake.lake_root, parsed=lake.parsed)
         specs = parse_specs({"pipelines": self.pipelines}, origin=origin)
-        return [spec.resolved(lake_root) for spec in specs]
+        return [spec.resolved(lake.lake_root) for spec in specs]
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         """The platform's definitions for these pipelines.
@@ -192,14 +194,18 @@ class CdfPipelinesComponent(dg.Component, dg.Model, dg.Resolvable):
             control_root=self.control_root or environment.control_root,
             pipelines_file=file,
         )
-        specs = self._specs(Path(context.path), lake.lake().lake_root)
+        resolved = lake.lake()
+        specs = self._specs(Path(context.path), resolved)
         automation = default_automation() if self.automation is None else self.automation
-        return platform_defs(
-            specs, lake, automation=automation, alerts=self._alerts(Path(context.path))
-        )
+        alerts = self._alerts(Path(context.path), resolved.parsed)
+        return platform_defs(specs, lake, automation=automation, alerts=alerts)
 
-    def _alerts(self, folder: Path) -> AlertConfig | None:
-        from_file = load_alerts(folder / self.pipelines_file) if self.pipelines_file else None
+    def _alerts(self, folder: Path, parsed: ParsedFiles) -> AlertConfig | None:
+        from_file = (
+            load_alerts(folder / self.pipelines_file, parsed=parsed)
+            if self.pipelines_file
+            else None
+        )
         if self.alerts is not None and from_file is not None:
             raise InvalidAlertConfig(
                 f"{folder / 'defs.yaml'} sets `alerts` and its pipelines file "

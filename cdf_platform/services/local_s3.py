@@ -31,7 +31,7 @@ import sys
 import tempfile
 import threading
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Self
 
@@ -42,6 +42,8 @@ from cdf_platform.services.service import LoopbackServer
 START_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 10.0
 # moto accepts any key pair; these are not secrets.
+# moto's switch for the CORS headers it adds to every response.
+CORS_ENV = "MOTO_DISABLE_GLOBAL_CORS"
 DUMMY_KEY_ID = "cdf-platform-local"
 DUMMY_SECRET = "cdf-platform-local-secret"
 # The access-log line `create_app` writes per request: `"GET /bucket/key HTTP/1.1" 200`.
@@ -68,8 +70,6 @@ def create_app() -> WsgiApp:
     starts, before the client can see it, so `LocalS3Server.request_count` is exact the moment
     a request returns. granian calls this factory in its worker process.
     """
-    # No browser talks to this server: skip the CORS headers moto adds to every response.
-    os.environ.setdefault("MOTO_DISABLE_GLOBAL_CORS", "true")
     from moto.moto_server.werkzeug_app import create_backend_app
 
     s3 = create_backend_app("s3")
@@ -177,6 +177,12 @@ class LocalS3Server(LoopbackServer):
     def command(self) -> list[str]:
         """The server's command line (`server_command` on this server's port)."""
         return server_command(self.port)
+
+    def process_env(self) -> Mapping[str, str | None]:
+        """No browser talks to this server: moto skips the CORS headers it adds to every
+        response (it reads the variable when it loads), unless this process's environment
+        says otherwise."""
+        return {CORS_ENV: os.environ.get(CORS_ENV, "true")}
 
     def start(self) -> Self:
         """Start the server, wait until it answers, create the bucket.

@@ -14,12 +14,14 @@ from pyspark.sql import SparkSession
 from cdf_platform.orchestration.shared.resources import SparkResource
 from cdf_platform.planning.plan import RunMode, plan_run
 from cdf_platform.run import PipelineRunner
-from cdf_platform.spark.runtime.session import submit_opts
 from cdf_platform.spark.runtime.session_conf import (
+    DRIVER_JAVA_OPTIONS,
     SHORT_RUN_JAVA_OPTIONS,
     SUBMIT_OPTS_ENV,
     SparkSettings,
     short_run_java_options,
+    spark_conf,
+    starting_conf,
 )
 from cdf_platform_tests.bronze import control_for, make_bronze, spec_for, sql
 from cdf_platform_tests.cli_process import python_json
@@ -117,14 +119,21 @@ def test_the_lean_options_yield_to_driver_options_set_anywhere_else(
             assert short_run_java_options(plain) is None, name
 
 
-def test_the_submit_options_are_put_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(SUBMIT_OPTS_ENV, raising=False)
-    with submit_opts(SHORT_RUN_JAVA_OPTIONS):
-        assert os.environ[SUBMIT_OPTS_ENV] == SHORT_RUN_JAVA_OPTIONS
-    assert SUBMIT_OPTS_ENV not in os.environ
-    monkeypatch.setenv(SUBMIT_OPTS_ENV, "")
-    with submit_opts(SHORT_RUN_JAVA_OPTIONS):
-        pass
-    assert os.environ[SUBMIT_OPTS_ENV] == ""
-    with submit_opts(None):
-        assert os.environ[SUBMIT_OPTS_ENV] == ""
+def test_the_lean_options_are_passed_in_the_conf_the_jvm_starts_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in (SUBMIT_OPTS_ENV, "JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    before = dict(os.environ)
+    short = SparkSettings(short_run=True)
+    assert starting_conf(short) == {
+        **spark_conf(short),
+        DRIVER_JAVA_OPTIONS: SHORT_RUN_JAVA_OPTIONS,
+    }
+    assert starting_conf(SparkSettings()) == spark_conf(SparkSettings())
+    own = SparkSettings(short_run=True, extra_conf={DRIVER_JAVA_OPTIONS: "-Da=1"})
+    assert starting_conf(own)[DRIVER_JAVA_OPTIONS] == "-Da=1"
+    # A running session's conf never names them; the process's environment is not touched.
+    assert DRIVER_JAVA_OPTIONS not in spark_conf(short)
+    assert dict(os.environ) == before

@@ -11,6 +11,7 @@ import dagster as dg
 import pytest
 import yaml
 
+from cdf_platform.core import spec_file
 from cdf_platform.core.cloud_options import EnvRef, StoreOptions
 from cdf_platform.core.errors import InvalidPipelineSpec, InvalidStorageConfig
 from cdf_platform.orchestration.shared.resources import LakeLayout
@@ -111,3 +112,28 @@ def test_a_run_reads_the_lake_options_from_its_resource(tmp_path: Path) -> None:
         "lake-a": "http://127.0.0.1:9001",
         "lake-b": "http://127.0.0.1:9002",
     }
+
+
+def test_every_run_of_the_lake_resource_parses_the_pipelines_file_once_per_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layout = _layout(tmp_path)
+    parses: list[str] = []
+    parse = spec_file._parse
+    monkeypatch.setattr(
+        spec_file, "_parse", lambda text, file: parses.append(text) or parse(text, file)
+    )
+
+    @dg.asset
+    def pipelines(lake: LakeLayout) -> dg.MaterializeResult:
+        return dg.MaterializeResult(metadata={"ids": ",".join(s.id for s in lake.specs())})
+
+    assert [spec.id for spec in layout.lake().specs()] == ["p"]  # the definitions' load
+    for _ in range(2):  # each run initialises its own copy of the resource
+        assert dg.materialize([pipelines], resources={"lake": layout}).success
+    assert len(parses) == 1
+    file = Path(str(layout.pipelines_file))
+    file.write_text(file.read_text().replace("id: p", "id: q"))
+    result = dg.materialize([pipelines], resources={"lake": layout})
+    (materialization,) = result.asset_materializations_for_node("pipelines")
+    assert materialization.metadata["ids"].value == "q" and len(parses) == 2

@@ -300,22 +300,15 @@ def spec_metadata(status: PipelineStatus) -> dict[str, dg.MetadataValue]:
     }
 
 
-# The control tables' rows of the checks run in progress in this process, by run id: read at its
-# first check, since a checks run writes no control row and each read returns every pipeline's
-# row (per pipeline, a checks run over a fleet would grow with the square of its size).
-_CHECKS_RUN_READS: dict[str, ControlReads] = {}
-
-
 def _control_reads(context: dg.AssetCheckExecutionContext, lake: LakeLayout) -> ControlReads:
-    """The control rows this check evaluates with: a checks run's, read once; a silver run's,
-    read now (its steps write them between its checks)."""
+    """The control rows this check evaluates with: a checks run's, read at its first check and
+    kept by its `lake` resource (a checks run writes no control row, and each read returns
+    every pipeline's row: per pipeline, a checks run over a fleet would grow with the square of
+    its size); a silver run's, read now (its steps write them between its checks)."""
     run = context.op_execution_context.run
     if run.tags.get(QUEUE_TAG) != CHECKS_QUEUE:
         return ControlReads.of(lake.control())
-    if run.run_id not in _CHECKS_RUN_READS:
-        _CHECKS_RUN_READS.clear()
-        _CHECKS_RUN_READS[run.run_id] = ControlReads.of(lake.control())
-    return _CHECKS_RUN_READS[run.run_id]
+    return lake.run_control_reads()
 
 
 def pipeline_checks(spec: PipelineSpec) -> dg.AssetChecksDefinition:

@@ -17,9 +17,9 @@ A no-op plan never starts Spark, on either side. Failures are classified on both
 
 Where the run's seconds went is part of the metadata (`stage_<stage>_seconds`): when Dagster
 created, dequeued and launched the run (its run record and its `RUN_STARTING` and `RUN_START`
-events, read at the run's first step) are handed to the run as plain times
-(`OrchestratorTimes`), which adds them to its load-log row and its stages
-(`cdf_platform.state.load_log`).
+events, read at the run's first silver step and kept by the watermark IO manager for the
+run's later ones) are handed to the run as plain times (`OrchestratorTimes`), which adds them
+to its load-log row and its stages (`cdf_platform.state.load_log`).
 
 Example:
     >>> @dg.asset(ins={"bronze": pipeline_input(spec)})  # doctest: +SKIP
@@ -138,9 +138,14 @@ def load_pipeline_batch(
 
 
 def write_pipeline(
-    context: dg.OutputContext, write: PipelineWrite, spark: SparkResource, lake: LakeLayout
+    context: dg.OutputContext,
+    write: PipelineWrite,
+    spark: SparkResource,
+    lake: LakeLayout,
+    orchestrator: OrchestratorTimes,
 ) -> RunResult:
-    """Carry out the pinned run and record what it did as the materialization's metadata.
+    """Carry out the pinned run and record what it did as the materialization's metadata;
+    `orchestrator`: when Dagster created, dequeued and launched the run (`orchestrator_times`).
 
     Raises:
         dg.Failure: the classified failure (FAIL_FAST, bad input, a read or write failure).
@@ -157,7 +162,7 @@ def write_pipeline(
             write.prepared,
             force_rebuild=write.force_rebuild,
             shares_jvm=shared,
-            orchestrator=orchestrator_times(context.step_context.instance, context.run_id),
+            orchestrator=orchestrator,
         )
     except CdfPlatformError as err:
         mark_retryable_run(context, err, spark)
@@ -189,18 +194,12 @@ def write_pipeline(
 _DEQUEUED, _LAUNCHED = dg.DagsterEventType.RUN_STARTING, dg.DagsterEventType.RUN_START
 
 
-# The times of the run in progress in this process, by run id: read at its first silver step
-# (its process has started by then: every mark is written) and the same for every later step.
-_RUN_TIMES: dict[str, OrchestratorTimes] = {}
-
-
 def orchestrator_times(instance: dg.DagsterInstance, run_id: str) -> OrchestratorTimes:
     """When Dagster created run `run_id`, handed it to its launcher (off the queue: its
     `RUN_STARTING`; None for a run executed in process) and started its process (`RUN_START`):
-    its run record and those two events of its log, two reads at the run's first step in this
-    process, which its later steps (a shared run's other pipelines) reuse."""
-    if run_id in _RUN_TIMES:
-        return _RUN_TIMES[run_id]
+    its run record and those two events of its log, two reads. The watermark IO manager reads
+    them at the run's first silver step (its process has started by then: every mark is
+    written) and keeps them for its later steps (a shared run's other pipelines)."""
     record = instance.get_run_record_by_id(run_id)
     events = instance.get_records_for_run(run_id, of_type={_DEQUEUED, _LAUNCHED}).records
     at = {
@@ -212,8 +211,6 @@ def orchestrator_times(instance: dg.DagsterInstance, run_id: str) -> Orchestrato
         dequeued_at=at.get(_DEQUEUED),
         launched_at=at.get(_LAUNCHED),
     )
-    _RUN_TIMES.clear()
-    _RUN_TIMES[run_id] = times
     return times
 
 

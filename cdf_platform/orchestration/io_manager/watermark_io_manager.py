@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from cdf_platform.core.errors import CdfPlatformError, InvalidPipelineSpec
 from cdf_platform.core.spec import FallbackMode
@@ -44,6 +44,7 @@ from cdf_platform.orchestration.io_manager.silver_io import (
     PipelineBatch,
     PipelineWrite,
     load_pipeline_batch,
+    orchestrator_times,
     pipeline_spec_of,
     write_pipeline,
 )
@@ -51,6 +52,7 @@ from cdf_platform.orchestration.shared.keys import FULL_RECOMPUTE_TAG, WATERMARK
 from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 from cdf_platform.orchestration.shared.step_failures import mark_retryable_run, platform_failure
 from cdf_platform.planning.input_plan import BatchMode, plan_input
+from cdf_platform.run import OrchestratorTimes
 from cdf_platform.spark.read.batch import ChangeBatch, MergeRows, TableWrite
 from cdf_platform.spark.write.consumer_write import consumer_stamp, describe, write_output
 from cdf_platform.state.consumer_marks import ConsumerMarks, MarksLost, read_consumer_marks
@@ -68,12 +70,6 @@ class _Step:
     marks_lost: str | None
     code_version: str | None = None
     batches: dict[str, ChangeBatch] = field(default_factory=dict)
-
-
-# Batches handed out by `load_input`, waiting for their consumer's `handle_output` (the same
-# process: Spark code locations use the in-process executor).
-_PENDING: dict[tuple[str, str], _Step] = {}
-_PENDING_LOCK = threading.Lock()
 
 
 def plain(value: object) -> object:
@@ -111,6 +107,16 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
         "fails the run with the classified error. An input's `fallback_mode` metadata "
         "overrides it.",
     )
+
+    # Each consumer's step in progress, by run id and consumer: what `load_input` read and
+    # handed out, waiting for the step's `handle_output`. Dagster builds this IO manager for each
+    # run (for each step with a multiprocess executor) and gives both sides of a step the same
+    # object; a run's steps in one process each have their own entry.
+    _pending: dict[tuple[str, str], _Step] = PrivateAttr(default_factory=dict)
+    _pending_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    # The run's Dagster times (`orchestrator_times`) with its id: read at its first silver step,
+    # kept for its later ones (a shared run writes many silver tables).
+    _run_times: tuple[str, OrchestratorTimes] | None = PrivateAttr(default=None)
 
     # -- where tables are ---------------------------------------------------------------------
 
@@ -199,8 +205,9 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
         return batch
 
     def _step(self, run_id: str, consumer: str, table: str, code_version: str | None) -> _Step:
-        with _PENDING_LOCK:
-            found = _PENDING.get((run_id, consumer))
+        """The consumer's step in this run: its watermarks, read at its first input."""
+        with self._pending_lock:
+            found = self._pending.get((run_id, consumer))
         if found is not None:
             return found
         try:
@@ -208,25 +215,33 @@ class WatermarkIOManager(dg.ConfigurableIOManager):
             step = _Step(marks, None, code_version)
         except MarksLost as err:
             step = _Step(None, err.problem, code_version)
-        with _PENDING_LOCK:
-            return _PENDING.setdefault((run_id, consumer), step)
+        with self._pending_lock:
+            return self._pending.setdefault((run_id, consumer), step)
 
     # -- output side --------------------------------------------------------------------------
 
     def handle_output(self, context: dg.OutputContext, obj: object) -> None:
         if isinstance(obj, PipelineWrite):
-            write_pipeline(context, obj, self.spark, self.lake)
+            write_pipeline(context, obj, self.spark, self.lake, self._orchestrator_times(context))
             return
         key = context.asset_key
         consumer = key.to_user_string()
-        with _PENDING_LOCK:
-            step = _PENDING.pop((context.run_id, consumer), None)
+        with self._pending_lock:
+            step = self._pending.pop((context.run_id, consumer), None)
         batches = list(step.batches.values()) if step is not None else []
         try:
             self._write(context, consumer, obj, step, batches)
         finally:
             for batch in batches:
                 batch.release()
+
+    def _orchestrator_times(self, context: dg.OutputContext) -> OrchestratorTimes:
+        """When Dagster created, dequeued and launched this run: read at its first silver step,
+        the same for its later ones."""
+        if self._run_times is None or self._run_times[0] != context.run_id:
+            instance = context.step_context.instance
+            self._run_times = (context.run_id, orchestrator_times(instance, context.run_id))
+        return self._run_times[1]
 
     def _write(
         self,

@@ -314,6 +314,8 @@ def preload() -> tuple[str, ...]:
 
     from cdf_platform.core.errors import RuntimeEnvironmentError
 
+    # This process's own environment, at its start: jemalloc and OpenBLAS read these with
+    # getenv when their library loads, and no call of pyarrow, deltalake or numpy passes them.
     for key, value in QUIET_LIBRARIES.items():
         os.environ.setdefault(key, value)
     modules = (*PRELOAD, *instance_modules())

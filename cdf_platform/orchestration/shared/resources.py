@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
@@ -34,9 +35,10 @@ from cdf_platform.core.config import (
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.lake import Lake
 from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_file import find_spec
+from cdf_platform.core.spec_file import ParsedFiles, find_spec
 from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.orchestration.shared.storage_options_config import StorageOptionsConfig
+from cdf_platform.planning.assessment import ControlReads
 from cdf_platform.spark.runtime.engine_wait import DEFAULT_ENGINE_WAIT_SECONDS
 from cdf_platform.spark.runtime.session import (
     apply_storage_options,
@@ -121,15 +123,29 @@ class LakeLayout(dg.ConfigurableResource):
         "GOOGLE_*). Added to the pipelines file's `storage:` section; a prefix may be in one "
         "of the two only.",
     )
+    # The pipelines file's documents as parsed, shared with every copy Dagster makes of this
+    # layout for a run or a sensor tick (`_with_updated_values`): each reads the file, and
+    # parses it again only when its text changed.
+    _parsed: ParsedFiles = PrivateAttr(default_factory=ParsedFiles)
     # The lake this layout stands for, built on first use (`lake()`).
     _lake: Lake | None = PrivateAttr(default=None)
     # Its control tables, opened on first use (`control()`) and kept for the resource's life
     # (a run, a tick): each of a shared run's steps reads and writes them.
     _control: ControlTable | None = PrivateAttr(default=None)
+    # The control tables' rows as first read for a run's steps (`run_control_reads()`).
+    _run_reads: ControlReads | None = PrivateAttr(default=None)
 
     @classmethod
     def _is_dagster_maintained(cls) -> bool:
         return False
+
+    def _with_updated_values(self, values: Mapping[str, Any] | None) -> LakeLayout:
+        # Dagster 1.13 initializes a resource for each run and sensor tick through copies made
+        # here (`ConfigurableResourceFactory._with_updated_values`: a new object, private
+        # attributes at their defaults); the copies keep this layout's parsed pipelines file.
+        copy = cast(LakeLayout, super()._with_updated_values(values))
+        copy._parsed = self._parsed
+        return copy
 
     @field_validator("lake_root", "control_root", "pipelines_file", mode="before")
     @classmethod
@@ -169,8 +185,10 @@ class LakeLayout(dg.ConfigurableResource):
         }
         # The pipelines file's storage section as well as this resource's: the error names the
         # prefix and the variable.
-        LakeLayout(**roots, storage=self.storage).storage_config().resolved(os.environ)
-        return LakeLayout(
+        read = LakeLayout(**roots, storage=self.storage)
+        read._parsed = self._parsed
+        read.storage_config().resolved(os.environ)
+        bound = LakeLayout(
             **roots,
             storage={
                 prefix: StorageOptionsConfig(
@@ -179,6 +197,8 @@ class LakeLayout(dg.ConfigurableResource):
                 for prefix, options in self.storage.items()
             },
         )
+        bound._parsed = self._parsed
+        return bound
 
     def _resource_storage(self) -> StorageConfig:
         """This resource's `storage` as the platform's configuration (a `dg.EnvVar` not read
@@ -195,7 +215,7 @@ class LakeLayout(dg.ConfigurableResource):
             InvalidPipelineSpec: the pipelines file is not YAML, or its `dg.EnvVar` is not set.
         """
         file = _read_env("pipelines_file", self.pipelines_file)
-        return Lake.configured_storage(file, self._resource_storage())
+        return Lake.configured_storage(file, self._resource_storage(), parsed=self._parsed)
 
     def lake(self) -> Lake:
         """The lake this layout stands for (`Lake.load`): its `dg.EnvVar` fields and its
@@ -211,7 +231,7 @@ class LakeLayout(dg.ConfigurableResource):
                 name: _read_env(name, getattr(self, name))
                 for name in ("lake_root", "control_root", "pipelines_file")
             }
-            self._lake = Lake.load(**roots, storage=self._resource_storage())
+            self._lake = Lake.load(**roots, storage=self._resource_storage(), parsed=self._parsed)
         return self._lake
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
@@ -227,6 +247,15 @@ class LakeLayout(dg.ConfigurableResource):
             lake = self.lake()
             self._control = ControlTable(lake.control_root, storage=lake.storage)
         return self._control
+
+    def run_control_reads(self) -> ControlReads:
+        """The control tables' rows every pipeline's status needs (`ControlReads`), read at the
+        first call and kept for the resource's life: Dagster builds the resource for each run,
+        so a run whose steps write no control row (a checks run) reads them once, not once per
+        pipeline (each read returns every pipeline's row)."""
+        if self._run_reads is None:
+            self._run_reads = ControlReads.of(self.control())
+        return self._run_reads
 
     def specs(self) -> list[PipelineSpec]:
         """Every pipeline of the pipelines file, locations resolved under the lake root.

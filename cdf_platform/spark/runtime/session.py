@@ -33,12 +33,11 @@ from cdf_platform.spark.runtime.object_stores import storage_hadoop_conf
 from cdf_platform.spark.runtime.session_conf import (
     DELTA_EXTENSION,
     HADOOP_PREFIX,
-    SUBMIT_OPTS_ENV,
     SparkSettings,
     connect_conf,
     delta_conf,
-    short_run_java_options,
     spark_conf,
+    starting_conf,
 )
 
 if TYPE_CHECKING:
@@ -268,25 +267,9 @@ def jvm_output_to(path: str | None) -> Iterator[None]:
             os.close(copy)
 
 
-@contextmanager
-def submit_opts(options: str | None) -> Iterator[None]:
-    """SPARK_SUBMIT_OPTS set to `options` for the block (a driver JVM started inside it gets
-    them), then put back; nothing changes when `options` is None."""
-    if options is None:
-        yield
-        return
-    previous = os.environ.get(SUBMIT_OPTS_ENV)
-    os.environ[SUBMIT_OPTS_ENV] = options
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(SUBMIT_OPTS_ENV, None)
-        else:
-            os.environ[SUBMIT_OPTS_ENV] = previous
-
-
-# Held while the process's SparkSession is built: runs side by side share the one JVM.
+# Held while the process's SparkSession is built: runs side by side share the one JVM. The lock
+# is the process's because what it guards is: pyspark keeps one SparkContext per process, and
+# a JVM starting points the process's file descriptors 1 and 2 at its log (`jvm_output_to`).
 _BUILD_LOCK = threading.Lock()
 
 
@@ -319,26 +302,33 @@ def build_spark_session(
 
 def _local_session(settings: SparkSettings) -> SparkSession:
     from pyspark import SparkContext
-    from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder
-    for key, value in spark_conf(settings).items():
-        builder = builder.config(key, value)
     # The process-wide context (an active session is per thread), as pyspark itself checks.
     if SparkContext._active_spark_context is not None:
         # One SparkSession per process: later runs in it (a demo's steps, a code server's
         # runs) reuse the one the first started; getOrCreate applies the runtime conf.
-        spark = builder.getOrCreate()
+        spark = _builder(spark_conf(settings)).getOrCreate()
     else:
         where = f"; its console output goes to {settings.jvm_log}" if settings.jvm_log else ""
         logger.info("starting SparkSession (master=%s)%s", settings.master, where)
-        options = short_run_java_options(settings) if settings.short_run else None
-        with jvm_output_to(settings.jvm_log), submit_opts(options):
+        # The driver JVM's options (a short run's) are part of the conf it starts with.
+        builder = _builder(starting_conf(settings))
+        with jvm_output_to(settings.jvm_log):
             spark = builder.getOrCreate()
             spark.sparkContext.setLogLevel("WARN")
     apply_storage_options(spark, settings.storage, settings.extra_conf)
     assert_safe_spark_config(spark)
     return spark
+
+
+def _builder(conf: Mapping[str, str]) -> SparkSession.Builder:
+    """A builder of the process's SparkSession with `conf`."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder
 
 
 def apply_storage_options(

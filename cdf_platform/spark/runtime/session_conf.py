@@ -38,9 +38,12 @@ DUPLICATE_HADOOP_CLIENT = (
 # them (`SparkSettings.short_run`); bench.latency's `local` and `local-default-jvm` scenarios
 # measure the difference.
 SHORT_RUN_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
-# spark-submit puts this variable's options on the driver's command line before
-# `spark.driver.extraJavaOptions`.
+# Driver JVM options someone may set in the environment (spark-submit puts this variable's on
+# the driver's command line before `spark.driver.extraJavaOptions`).
 SUBMIT_OPTS_ENV = "SPARK_SUBMIT_OPTS"
+# The driver JVM's options as Spark conf: pyspark hands a starting session's conf to
+# spark-submit as `--conf` arguments, and Spark's launcher puts this key's value on the driver
+# JVM's command line (`SparkSubmitCommandBuilder`, client mode).
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 _JAVA_OPTIONS_ENV = (SUBMIT_OPTS_ENV, "JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS")
 # An entry of a Java properties file (`key value`, `key=value` or `key: value`; not a comment).
@@ -197,6 +200,22 @@ def connect_conf(settings: SparkSettings) -> dict[str, str]:
     `spark_conf` (shuffle partitions, UTC) and `extra_conf`. The rest (master, jars, Delta's
     extension, store connectors, memory) is fixed when the server starts."""
     return {**_session_conf(settings), **settings.extra_conf}
+
+
+def starting_conf(settings: SparkSettings) -> dict[str, str]:
+    """The conf of a session whose start launches this process's driver JVM: `spark_conf`, and
+    for a short run SHORT_RUN_JAVA_OPTIONS as the driver's `spark.driver.extraJavaOptions`,
+    unless driver JVM options are set elsewhere (`short_run_java_options`): the options are
+    passed to the JVM's launcher with the rest of the conf, not through the environment.
+
+    Raises:
+        InvalidStorageConfig: see `spark_conf`.
+    """
+    conf = spark_conf(settings)
+    options = short_run_java_options(settings) if settings.short_run else None
+    if options is not None:
+        conf[DRIVER_JAVA_OPTIONS] = options
+    return conf
 
 
 def short_run_java_options(settings: SparkSettings) -> str | None:

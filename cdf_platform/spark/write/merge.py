@@ -65,16 +65,18 @@ class TxnStamp:
     metadata: str
 
 
-# One lock per session object: the stamp is session state, so two threads writing through one
-# session (every write over Spark Connect shares the client's session) must not interleave
-# between setting the confs and the write that reads them.
-_SESSION_LOCKS: dict[int, threading.Lock] = {}
-_SESSION_LOCKS_GUARD = threading.Lock()
+# The attribute of a session object that holds its stamp lock.
+_STAMP_LOCK = "_cdf_platform_stamp_lock"
 
 
 def _session_lock(spark: SparkSession) -> threading.Lock:
-    with _SESSION_LOCKS_GUARD:
-        return _SESSION_LOCKS.setdefault(id(spark), threading.Lock())
+    """The lock of `spark`'s stamps, kept by the session object itself (made at its first
+    stamped write): the stamp is session state, so two threads writing through one session
+    (every write over Spark Connect shares the client's session) must not interleave between
+    setting the confs and the write that reads them. A session from `newSession()` is another
+    object with its own confs and its own lock; the lock goes with its session."""
+    # dict.setdefault is atomic: two threads' first writes get the same lock.
+    return vars(spark).setdefault(_STAMP_LOCK, threading.Lock())
 
 
 @contextmanager
