@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +32,15 @@ from cdf_platform.core.config import (
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.spec import PipelineSpec
 from cdf_platform.core.spec_file import ParsedFiles, load_alerts, load_specs, load_storage
-from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig, storage_locations
+from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig, is_table_name
+
+
+def storage_locations(specs: Iterable[PipelineSpec], *roots: str) -> list[str]:
+    """`roots` (lake and control roots) and every source and target of `specs` given as a path:
+    what a Spark session for these pipelines reads and writes (a catalog name's location is
+    the catalog's to know)."""
+    locations = (location for spec in specs for location in (spec.source, spec.target))
+    return [*roots, *(location for location in locations if not is_table_name(location))]
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,7 @@
 """Where a lake's tables are and how their stores are reached: the object-store options per
 location prefix (what the pipelines file's `storage:` section and the lake resource's `storage`
 hold, and which entry a location takes), and where a pipeline's `source`/`target` is (a catalog
-table name or a path or URI, resolved under the lake root when relative) with the locations a
-Spark session for a set of pipelines touches.
+table name or a path or URI, resolved under the lake root when relative).
 
     storage:
       s3://lake-a:                        # every location under this prefix
@@ -47,9 +46,9 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlparse
 
 from pydantic import ValidationError
@@ -65,9 +64,6 @@ from cdf_platform.core.cloud_options import (
 )
 from cdf_platform.core.config import resolve_root
 from cdf_platform.core.errors import InvalidStorageConfig
-
-if TYPE_CHECKING:
-    from cdf_platform.core.spec import PipelineSpec
 
 # A catalog table name: `schema.table` or `catalog.schema.table`. A folder whose name has a dot
 # is written as a path (`./orders.v2`, or absolute).
@@ -309,14 +305,6 @@ class StorageConfig:
 # No configured options: every location reads the environment's settings alone (a local lake,
 # or one whose stores the environment configures).
 ENVIRONMENT_ONLY = StorageConfig()
-
-
-def storage_locations(specs: Iterable[PipelineSpec], *roots: str) -> list[str]:
-    """`roots` (lake and control roots) and every source and target of `specs` given as a path:
-    what a Spark session for these pipelines reads and writes (a catalog name's location is
-    the catalog's to know)."""
-    locations = (location for spec in specs for location in (spec.source, spec.target))
-    return [*roots, *(location for location in locations if not is_table_name(location))]
 
 
 def is_table_name(location: str) -> bool:
