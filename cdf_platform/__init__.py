@@ -36,16 +36,16 @@ __version__ = "0.1.0"
 # (cdf_platform_tests/test_public_names.py checks they do). Read-only: a constant, never state.
 _HOMES: Mapping[str, str] = MappingProxyType(
     {
-        "PipelineSpec": "cdf_platform.core.spec",
-        "DeleteMode": "cdf_platform.core.spec",
-        "ChangeSource": "cdf_platform.core.spec",
-        "EventSpec": "cdf_platform.core.event_spec",
-        "Expectation": "cdf_platform.core.expectations",
-        "ExpectationAction": "cdf_platform.core.expectations",
-        "HistoryMode": "cdf_platform.core.spec",
-        "FallbackMode": "cdf_platform.core.spec",
-        "OnSpecChange": "cdf_platform.core.spec",
-        "VerifyRepair": "cdf_platform.core.spec",
+        "PipelineSpec": "cdf_platform.core.spec.pipeline_spec",
+        "DeleteMode": "cdf_platform.core.spec.pipeline_spec",
+        "ChangeSource": "cdf_platform.core.spec.pipeline_spec",
+        "EventSpec": "cdf_platform.core.spec.event_spec",
+        "Expectation": "cdf_platform.core.spec.expectations",
+        "ExpectationAction": "cdf_platform.core.spec.expectations",
+        "HistoryMode": "cdf_platform.core.spec.pipeline_spec",
+        "FallbackMode": "cdf_platform.core.spec.pipeline_spec",
+        "OnSpecChange": "cdf_platform.core.spec.pipeline_spec",
+        "VerifyRepair": "cdf_platform.core.spec.pipeline_spec",
         "build_defs": "cdf_platform.definitions",
         "CdfPipelinesComponent": "cdf_platform.orchestration.component",
         "SparkResource": "cdf_platform.orchestration.shared.resources",
@@ -137,16 +137,16 @@ if TYPE_CHECKING:
     from cdf_platform.core.errors import UnsafeSparkConfig as UnsafeSparkConfig
     from cdf_platform.core.errors import VacuumRefused as VacuumRefused
     from cdf_platform.core.errors import VerificationRefused as VerificationRefused
-    from cdf_platform.core.event_spec import EventSpec as EventSpec
-    from cdf_platform.core.expectations import Expectation as Expectation
-    from cdf_platform.core.expectations import ExpectationAction as ExpectationAction
-    from cdf_platform.core.spec import ChangeSource as ChangeSource
-    from cdf_platform.core.spec import DeleteMode as DeleteMode
-    from cdf_platform.core.spec import FallbackMode as FallbackMode
-    from cdf_platform.core.spec import HistoryMode as HistoryMode
-    from cdf_platform.core.spec import OnSpecChange as OnSpecChange
-    from cdf_platform.core.spec import PipelineSpec as PipelineSpec
-    from cdf_platform.core.spec import VerifyRepair as VerifyRepair
+    from cdf_platform.core.spec.event_spec import EventSpec as EventSpec
+    from cdf_platform.core.spec.expectations import Expectation as Expectation
+    from cdf_platform.core.spec.expectations import ExpectationAction as ExpectationAction
+    from cdf_platform.core.spec.pipeline_spec import ChangeSource as ChangeSource
+    from cdf_platform.core.spec.pipeline_spec import DeleteMode as DeleteMode
+    from cdf_platform.core.spec.pipeline_spec import FallbackMode as FallbackMode
+    from cdf_platform.core.spec.pipeline_spec import HistoryMode as HistoryMode
+    from cdf_platform.core.spec.pipeline_spec import OnSpecChange as OnSpecChange
+    from cdf_platform.core.spec.pipeline_spec import PipelineSpec as PipelineSpec
+    from cdf_platform.core.spec.pipeline_spec import VerifyRepair as VerifyRepair
     from cdf_platform.definitions import build_defs as build_defs
     from cdf_platform.orchestration.component import CdfPipelinesComponent as CdfPipelinesComponent
     from cdf_platform.orchestration.io_manager.watermark_io_manager import (

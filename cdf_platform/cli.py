@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from cdf_platform.core.config import RUN_WORKER_ENV, default_spark_log
 from cdf_platform.core.errors import CdfPlatformError, RuntimeEnvironmentError
 from cdf_platform.core.lake import Lake
-from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_file import find_spec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
+from cdf_platform.core.spec.spec_file import find_spec
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.planning.status import pipeline_statuses
 from cdf_platform.run import PipelineRunner

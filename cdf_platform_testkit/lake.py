@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 
 
 def orders_pipeline(pipeline_id: str, **fields: Any) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.sql import sql_path
 from cdf_platform.state.control import ControlTable
 from cdf_platform_testkit.vacuum import vacuum_retain_zero as vacuum_retain_zero

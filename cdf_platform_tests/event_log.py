@@ -10,7 +10,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from cdf_platform.core.spec import DeleteMode, HistoryMode, PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import DeleteMode, HistoryMode, PipelineSpec
 
 IMAGE = "STRUCT<id: INT, name: STRING, amount: INT>"
 SCHEMA = f"before {IMAGE}, after {IMAGE}, op STRING, ts_ms BIGINT"

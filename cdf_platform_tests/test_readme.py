@@ -19,8 +19,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
 from cdf_platform.cli import build_parser
-from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_file import parse_specs, parse_storage
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
+from cdf_platform.core.spec.spec_file import parse_specs, parse_storage
 from cdf_platform.core.sql import sql_path
 from cdf_platform.run import PipelineRunner
 from cdf_platform.spark.runtime.small_steps import COPY_ON_WRITE_CONF

@@ -30,8 +30,8 @@ from cdf_platform.core.config import (
     resolve_root,
 )
 from cdf_platform.core.errors import InvalidPipelineSpec
-from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_file import ParsedFiles, load_alerts, load_specs, load_storage
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
+from cdf_platform.core.spec.spec_file import ParsedFiles, load_alerts, load_specs, load_storage
 from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig, is_table_name
 
 

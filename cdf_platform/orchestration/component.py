@@ -36,8 +36,8 @@ from cdf_platform.core.alert_config import AlertConfig
 from cdf_platform.core.config import default_automation
 from cdf_platform.core.errors import InvalidAlertConfig, InvalidPipelineSpec
 from cdf_platform.core.lake import Lake
-from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_file import ParsedFiles, load_alerts, load_specs, parse_specs
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
+from cdf_platform.core.spec.spec_file import ParsedFiles, load_alerts, load_specs, parse_specs
 from cdf_platform.orchestration.platform import platform_defs
 from cdf_platform.orchestration.shared.resources import LakeLayout
 

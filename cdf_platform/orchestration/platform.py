@@ -9,7 +9,7 @@ import dagster as dg
 
 from cdf_platform.core.alert_config import AlertConfig
 from cdf_platform.core.config import default_allow_destructive, default_pipelines_per_run
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.assets.external import external_bronze_assets
 from cdf_platform.orchestration.assets.overview import overview_asset
 from cdf_platform.orchestration.assets.silver import silver_assets

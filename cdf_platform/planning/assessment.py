@@ -37,10 +37,10 @@ from cdf_platform.core.errors import (
     InvalidPipelineSpec,
     SpecChangeRefused,
 )
-from cdf_platform.core.spec import (
+from cdf_platform.core.spec.pipeline_spec import (
     PipelineSpec,
 )
-from cdf_platform.core.spec_fingerprint import SpecChange, spec_record
+from cdf_platform.core.spec.spec_fingerprint import SpecChange, spec_record
 from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.planning.blocking import Blocked, source_window
 from cdf_platform.planning.lost_window import lost_window_problem

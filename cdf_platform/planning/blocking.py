@@ -25,7 +25,7 @@ from cdf_platform.core.errors import (
     TargetOwnershipConflict,
     foreign_files_at_target,
 )
-from cdf_platform.core.spec import CDF_COLUMNS, RESERVED_COLUMNS, PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import CDF_COLUMNS, RESERVED_COLUMNS, PipelineSpec
 from cdf_platform.core.storage import StorageConfig
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.tables import holds_foreign_files

@@ -21,7 +21,7 @@ from cdf_platform.core.errors import (
     ReplayWindowLost,
     SourceReset,
 )
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.planning.repair import repair_decision
 from cdf_platform.state.watermark import SilverState
 from cdf_platform.window.replay_window import ReplayWindow, WindowBreakKind

@@ -18,8 +18,8 @@ from datetime import datetime
 from enum import StrEnum
 
 from cdf_platform.core.errors import CdfPlatformError, SourceReset, SpecChanged
-from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_fingerprint import SpecChange, fingerprint_of
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
+from cdf_platform.core.spec.spec_fingerprint import SpecChange, fingerprint_of
 from cdf_platform.planning.assessment import (
     PipelineAssessment,
     assess_pipeline,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdf_platform.core.expectations import ExpectationCounts
+from cdf_platform.core.spec.expectations import ExpectationCounts
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.state.load_log import STAGES, RunStages
 from cdf_platform.window.replay_window import ConsumerAssessment

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.storage import ENVIRONMENT_ONLY
 from cdf_platform.state.catalog_names import locate_table, located_specs
 from cdf_platform.state.consumer_marks import MarksLost, read_consumer_marks

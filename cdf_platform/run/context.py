@@ -20,8 +20,8 @@ from cdf_platform.state.load_log import NOT_ORCHESTRATED, OrchestratorTimes, Run
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from cdf_platform.core.expectations import ExpectationCounts
-    from cdf_platform.core.spec import PipelineSpec
+    from cdf_platform.core.spec.expectations import ExpectationCounts
+    from cdf_platform.core.spec.pipeline_spec import PipelineSpec
     from cdf_platform.state.control import ControlTable
 
 SparkFactory = Callable[[], "SparkSession"]

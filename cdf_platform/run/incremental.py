@@ -28,7 +28,7 @@ from cdf_platform.state.watermark import read_silver_state, spec_metadata
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from cdf_platform.core.expectations import ExpectationCounts
+    from cdf_platform.core.spec.expectations import ExpectationCounts
     from cdf_platform.run.strategy import WriteStrategy
     from cdf_platform.spark.quality.quality_gate import Judgement
     from cdf_platform.spark.read.changes import CollapsedChanges

@@ -11,7 +11,7 @@ import time
 from datetime import UTC, datetime
 
 from cdf_platform.core.errors import CdfPlatformError
-from cdf_platform.core.spec_fingerprint import fingerprint_of, shaping_fields
+from cdf_platform.core.spec.spec_fingerprint import fingerprint_of, shaping_fields
 from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.planning.run_result import RowCounts, RunResult
 from cdf_platform.run.context import RunContext, RunOutcome

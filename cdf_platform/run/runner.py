@@ -30,7 +30,7 @@ from cdf_platform.state.load_log import NOT_ORCHESTRATED, OrchestratorTimes
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from cdf_platform.core.spec import PipelineSpec
+    from cdf_platform.core.spec.pipeline_spec import PipelineSpec
     from cdf_platform.state.control import ControlTable
 
 SessionFor = Callable[[bool], "SparkSession"]

@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import CdfPlatformError, SourceReset, SpecChanged
-from cdf_platform.core.spec import ChangeSource, HistoryMode
-from cdf_platform.core.spec_fingerprint import EXACT_FIELDS
+from cdf_platform.core.spec.pipeline_spec import ChangeSource, HistoryMode
+from cdf_platform.core.spec.spec_fingerprint import EXACT_FIELDS
 from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.run.context import RunContext, RunOutcome
 from cdf_platform.run.record import record, record_incident, spec_note

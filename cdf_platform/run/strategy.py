@@ -23,7 +23,7 @@ from cdf_platform.state.quarantine import quarantine_path
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from cdf_platform.core.spec import PipelineSpec
+    from cdf_platform.core.spec.pipeline_spec import PipelineSpec
     from cdf_platform.spark.read.change_feed import ReadContext
     from cdf_platform.spark.read.changes import CollapsedChanges
     from cdf_platform.spark.reconcile.rebuild import RebuildOutcome, RebuildRequest

@@ -49,7 +49,7 @@ from cdf_platform.state.watermark import read_silver_state
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from cdf_platform.core.spec import PipelineSpec
+    from cdf_platform.core.spec.pipeline_spec import PipelineSpec
     from cdf_platform.planning.plan import RunPlan
     from cdf_platform.run.context import SparkFactory
     from cdf_platform.state.control import ControlTable

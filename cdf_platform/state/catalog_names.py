@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from cdf_platform.core.errors import TableNameNotLocated
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.storage import is_table_name
 from cdf_platform.state.control import ControlTable
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdf_platform.core.errors import SourceNotFound
-from cdf_platform.core.spec_fingerprint import fingerprint_of
+from cdf_platform.core.spec.spec_fingerprint import fingerprint_of
 from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.actions import TableMetadata
 from cdf_platform.deltalog.delta_tables import open_delta_table, store_errors_classified
@@ -107,7 +107,7 @@ class SilverState:
     @property
     def spec_record(self) -> dict[str, str] | None:
         """The row-shaping fields' hashes of the spec silver was last written under
-        (`cdf_platform.core.spec_fingerprint.spec_record`), when its log holds them."""
+        (`cdf_platform.core.spec.spec_fingerprint.spec_record`), when its log holds them."""
         return parse_spec_record(self.last_run.get("spec") if self.last_run is not None else None)
 
     @property

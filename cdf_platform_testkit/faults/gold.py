@@ -32,7 +32,7 @@ from typing import Any
 import dagster as dg
 from deltalake import DeltaTable
 
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.io_manager.watermark_io_manager import (
     RESOURCE_KEY,
     WatermarkIOManager,

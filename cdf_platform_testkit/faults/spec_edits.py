@@ -1,6 +1,6 @@
 """Spec edits in the generated histories: between two consumer runs the pipeline's `where`,
 `columns` or `keys` is edited, and every later run uses the edited spec. Silver records the spec
-it was built under (`cdf_platform.core.spec_fingerprint`), so the next run reconciles silver
+it was built under (`cdf_platform.core.spec.spec_fingerprint`), so the next run reconciles silver
 with a pinned bronze snapshot under the new spec (`where`, `columns`), or rewrites it in the new
 shape (`keys`; refused for an SCD2 history, whose closed versions a snapshot cannot rebuild).
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.deltalog.arrow_rows import arrow_table
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.orchestration.shared.resources import LakeLayout

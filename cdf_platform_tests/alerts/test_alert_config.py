@@ -11,7 +11,7 @@ import yaml
 
 from cdf_platform.core.alert_config import AlertConfig, AlertEvent, Severity
 from cdf_platform.core.errors import InvalidAlertConfig
-from cdf_platform.core.spec_file import load_alerts, load_specs
+from cdf_platform.core.spec.spec_file import load_alerts, load_specs
 
 TARGETS = {
     "slack": {"slack": {"token": {"env": "TEST_SLACK_TOKEN"}, "channel": "#data"}},

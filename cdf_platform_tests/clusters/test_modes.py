@@ -47,7 +47,7 @@ from cdf_platform.core.config import (
     SPARK_LOG_ENV,
 )
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
-from cdf_platform.core.spec_file import find_spec, load_specs
+from cdf_platform.core.spec.spec_file import find_spec, load_specs
 from cdf_platform.core.sql import sql_path
 from cdf_platform.definitions import build_defs
 from cdf_platform.deltalog.log import DeltaLog

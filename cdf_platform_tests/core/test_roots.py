@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cdf_platform.core.config import LakeEnvironment, resolve_root
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 
 
 @pytest.mark.parametrize(

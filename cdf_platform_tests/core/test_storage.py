@@ -13,7 +13,7 @@ import yaml
 
 from cdf_platform.core.cloud_options import OPTION_KEYS, EnvRef, StoreKind, StoreOptions
 from cdf_platform.core.errors import InvalidPipelineSpec, InvalidStorageConfig
-from cdf_platform.core.spec_file import load_specs, load_storage
+from cdf_platform.core.spec.spec_file import load_specs, load_storage
 from cdf_platform.core.storage import StorageConfig
 
 SECTION: dict[str, Any] = {

@@ -11,7 +11,7 @@ from typing import Any
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdf_platform.core.spec_file import load_specs
+from cdf_platform.core.spec.spec_file import load_specs
 from cdf_platform.demo.events import (
     DELETES,
     IMAGE_SCHEMA,

@@ -36,8 +36,8 @@ from cdf_platform.core.errors import (
     UnsafeSparkConfig,
 )
 from cdf_platform.core.lake import Lake
-from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_file import find_spec, load_specs
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
+from cdf_platform.core.spec.spec_file import find_spec, load_specs
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.run import PipelineRunner
 from cdf_platform.services.service import free_port

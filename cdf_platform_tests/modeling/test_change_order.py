@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import DataQualityError
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.sql import sql_path
 from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable

@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import InvalidPipelineSpec
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable

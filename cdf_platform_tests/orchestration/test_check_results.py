@@ -9,7 +9,7 @@ from dataclasses import replace
 import dagster as dg
 import pytest
 
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.checks.silver_checks import (
     consumer_lag_result,
     foreign_writes_result,

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from cdf_platform.core.config import default_pipelines_per_run
 from cdf_platform.core.errors import RuntimeEnvironmentError
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.sensors.incremental_sensor import (
     WantedRun,
     run_requests,

@@ -19,8 +19,8 @@ from dagster._core.loader import LoadingContextForTest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_fingerprint import spec_fingerprint
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
+from cdf_platform.core.spec.spec_fingerprint import spec_fingerprint
 from cdf_platform.core.sql import sql_path
 from cdf_platform.orchestration.io_manager.watermark_io_manager import (
     RESOURCE_KEY,

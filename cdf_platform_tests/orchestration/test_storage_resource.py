@@ -11,9 +11,9 @@ import dagster as dg
 import pytest
 import yaml
 
-from cdf_platform.core import spec_file
 from cdf_platform.core.cloud_options import EnvRef, StoreOptions
 from cdf_platform.core.errors import InvalidPipelineSpec, InvalidStorageConfig
+from cdf_platform.core.spec import spec_file
 from cdf_platform.orchestration.shared.resources import LakeLayout
 from cdf_platform.orchestration.shared.storage_options_config import StorageOptionsConfig
 

@@ -22,8 +22,8 @@ import yaml
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import InvalidPipelineSpec
-from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_file import parse_specs
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
+from cdf_platform.core.spec.spec_file import parse_specs
 from cdf_platform.definitions import build_defs
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource

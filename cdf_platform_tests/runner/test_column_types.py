@@ -19,7 +19,7 @@ from pyspark.sql import Row, SparkSession
 from pyspark.sql.types import VariantVal
 
 from cdf_platform.core.errors import InvalidPipelineSpec
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.sql import sql_path
 from cdf_platform.definitions import build_defs
 from cdf_platform.orchestration.shared.keys import silver_key

@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.cli import main
 from cdf_platform.core.errors import DataQualityError, InvalidPipelineSpec
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.definitions import build_defs
 from cdf_platform.orchestration.shared.keys import silver_key
 from cdf_platform.orchestration.shared.resources import SparkResource

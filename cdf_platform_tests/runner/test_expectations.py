@@ -18,8 +18,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import DataQualityError, InvalidPipelineSpec
-from cdf_platform.core.expectations import ExpectationAction
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.expectations import ExpectationAction
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.storage import ENVIRONMENT_ONLY
 from cdf_platform.deltalog.tables import is_delta_table
 from cdf_platform.planning.plan import RunMode

@@ -16,8 +16,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import SpecChanged, SpecChangeRefused
-from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_fingerprint import spec_fingerprint, spec_record, transform_code
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
+from cdf_platform.core.spec.spec_fingerprint import spec_fingerprint, spec_record, transform_code
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.status import SpecState, WindowState, pipeline_status
 from cdf_platform.run import PipelineRunner

@@ -14,8 +14,8 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import VerificationRefused
-from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_fingerprint import spec_fingerprint
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
+from cdf_platform.core.spec.spec_fingerprint import spec_fingerprint
 from cdf_platform.run import PipelineRunner
 from cdf_platform.run.verify import VERIFY_MODE, verify_pipeline
 from cdf_platform.state.verifications import (

@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import CatalogManagedSource
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.storage import ENVIRONMENT_ONLY
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.deltalog.table_storage import LIST_PAGE_SIZE, ObjectStorage, open_storage

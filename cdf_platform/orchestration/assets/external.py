@@ -18,7 +18,7 @@ from collections.abc import Collection
 
 import dagster as dg
 
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.shared.keys import (
     BRONZE_PREFIX,
     WATERMARK_IO_MANAGER_KEY,

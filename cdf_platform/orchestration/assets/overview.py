@@ -66,8 +66,8 @@ from collections.abc import Mapping, Sequence
 
 import dagster as dg
 
-from cdf_platform.core.expectations import ExpectationAction
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.expectations import ExpectationAction
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.shared.figures import hours, text
 from cdf_platform.orchestration.shared.keys import bronze_key
 from cdf_platform.orchestration.shared.resources import LakeLayout

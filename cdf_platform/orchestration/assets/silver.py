@@ -17,8 +17,8 @@ import dagster as dg
 from pydantic import Field
 
 from cdf_platform.core.errors import RebuildNeedsOverride
-from cdf_platform.core.spec import DeleteMode, FallbackMode, HistoryMode, PipelineSpec
-from cdf_platform.core.spec_fingerprint import spec_fingerprint
+from cdf_platform.core.spec.pipeline_spec import DeleteMode, FallbackMode, HistoryMode, PipelineSpec
+from cdf_platform.core.spec.spec_fingerprint import spec_fingerprint
 from cdf_platform.orchestration.io_manager.silver_io import (
     PipelineBatch,
     PipelineWrite,

@@ -15,8 +15,8 @@ from typing import Any
 
 import dagster as dg
 
-from cdf_platform.core.expectations import Expectation, ExpectationAction, ExpectationCounts
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.expectations import Expectation, ExpectationAction, ExpectationCounts
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.shared.figures import count, text
 from cdf_platform.orchestration.shared.keys import silver_key
 from cdf_platform.orchestration.shared.resources import LakeLayout

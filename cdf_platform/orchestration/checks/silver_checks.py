@@ -35,7 +35,7 @@ from typing import Any
 
 import dagster as dg
 
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.checks.expectation_checks import expectation_checks
 from cdf_platform.orchestration.shared.figures import count, hours, limit, text
 from cdf_platform.orchestration.shared.keys import CHECKS_QUEUE, QUEUE_TAG, silver_key

@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from cdf_platform.core.errors import CdfPlatformError
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.shared.figures import duration, text
 from cdf_platform.orchestration.shared.keys import (
     WATERMARK_IO_MANAGER_KEY,

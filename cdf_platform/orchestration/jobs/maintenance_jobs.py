@@ -21,7 +21,7 @@ import dagster as dg
 from pydantic import Field
 
 from cdf_platform.core.errors import VacuumRefused
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.shared.destructive import (
     PERMITTED_BY,
     record,

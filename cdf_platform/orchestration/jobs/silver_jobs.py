@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.assets.overview import OVERVIEW_KEY
 from cdf_platform.orchestration.assets.silver import SilverRunConfig
 from cdf_platform.orchestration.shared.keys import (

@@ -33,7 +33,7 @@ from cdf_platform.alerts.delivery import (
 )
 from cdf_platform.core.alert_config import AlertConfig, AlertTarget, SlackTarget
 from cdf_platform.core.errors import InvalidAlertConfig
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.sensors.alert_signals import (
     ASSET_EVENT_TYPES,
     RUN_EVENT_TYPES,

@@ -28,7 +28,7 @@ from dagster._core.events import DagsterEventType
 from cdf_platform.alerts.incidents import Change, Signal
 from cdf_platform.core.alert_config import AlertEvent, Severity
 from cdf_platform.core.errors import REBUILDABLE, DestructiveActionNotPermitted
-from cdf_platform.core.spec import FallbackMode, PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import FallbackMode, PipelineSpec
 from cdf_platform.orchestration.checks.silver_checks import FOREIGN_WRITES, REPLAY_WINDOW
 from cdf_platform.orchestration.sensors.incremental_sensor import requested_of
 from cdf_platform.orchestration.shared.keys import (

@@ -57,7 +57,7 @@ import dagster as dg
 
 from cdf_platform.core.config import DEFAULT_PIPELINES_PER_RUN
 from cdf_platform.core.errors import CdfPlatformError, TableNameNotLocated
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.assets.silver import freshness_window
 from cdf_platform.orchestration.jobs.silver_jobs import INCREMENTAL_JOB, REBUILD_JOB
 from cdf_platform.orchestration.sensors.tick_reason import TickReason

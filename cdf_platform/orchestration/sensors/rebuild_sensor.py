@@ -41,7 +41,7 @@ from typing import Any
 import dagster as dg
 from dagster._core.scheduler.instigation import InstigatorStatus, InstigatorType
 
-from cdf_platform.core.spec import FallbackMode, PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import FallbackMode, PipelineSpec
 from cdf_platform.orchestration.checks.silver_checks import REPLAY_WINDOW
 from cdf_platform.orchestration.jobs.silver_jobs import REBUILD_JOB, rebuild_run_config
 from cdf_platform.orchestration.sensors.consumers import RECOMPUTE_JOB, ConsumerAsset

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import dagster as dg
 
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 
 BRONZE_PREFIX = "bronze"
 SILVER_PREFIX = "silver"

@@ -34,8 +34,8 @@ from cdf_platform.core.config import (
 )
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.lake import Lake
-from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_file import ParsedFiles, find_spec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
+from cdf_platform.core.spec.spec_file import ParsedFiles, find_spec
 from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.orchestration.shared.storage_options_config import StorageOptionsConfig
 from cdf_platform.planning.assessment import ControlReads

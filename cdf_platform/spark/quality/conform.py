@@ -33,8 +33,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.errors import FIX_SPEC_FIELD, InvalidPipelineSpec
-from cdf_platform.core.spec import PipelineSpec
-from cdf_platform.core.spec_fingerprint import import_transform
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
+from cdf_platform.core.spec.spec_fingerprint import import_transform
 from cdf_platform.core.sql import quote_ident
 from cdf_platform.spark.quality.expectation_judging import ROW_IMAGES, check_rules, judge, keep_out
 from cdf_platform.spark.read.change_feed import CHANGE_TYPE, FEED_COLUMNS, as_change_feed

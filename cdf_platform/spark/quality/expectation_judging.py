@@ -1,4 +1,4 @@
-"""Judging rows by a pipeline's expectations (`cdf_platform.core.expectations`).
+"""Judging rows by a pipeline's expectations (`cdf_platform.core.spec.expectations`).
 
 `judge` gives every row image that `where` kept a `FAILED_RULES` column: the names of the rules
 it fails (false or NULL), in the spec's order; other rows (deletes, preimages, rows `where`
@@ -26,7 +26,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import FIX_SPEC_FIELD, DataQualityError, InvalidPipelineSpec
-from cdf_platform.core.expectations import ExpectationAction, ExpectationCounts
+from cdf_platform.core.spec.expectations import ExpectationAction, ExpectationCounts
 from cdf_platform.core.sql import quote_ident
 from cdf_platform.spark.read.change_feed import CHANGE_TYPE
 from cdf_platform.spark.read.changes import FILTERED
@@ -34,7 +34,7 @@ from cdf_platform.spark.read.changes import FILTERED
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-    from cdf_platform.core.spec import PipelineSpec
+    from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 
 FAILED_RULES = "_failed_rules"
 """The column of a judged frame: the names of the expectations a row image fails (empty: it

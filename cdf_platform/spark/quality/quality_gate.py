@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cdf_platform.core.expectations import ExpectationAction, ExpectationCounts
+from cdf_platform.core.spec.expectations import ExpectationAction, ExpectationCounts
 from cdf_platform.core.sql import quote_ident, sql_path
 from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.tables import is_delta_table
@@ -49,7 +49,7 @@ from cdf_platform.spark.write.merge_sql import (
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-    from cdf_platform.core.spec import PipelineSpec
+    from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 
 HELD = "_held"
 SEQUENCE_VALUE = "sequence_value"

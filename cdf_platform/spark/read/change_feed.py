@@ -26,7 +26,7 @@ from cdf_platform.core.errors import (
     InvalidPipelineSpec,
     UnknownReadFailure,
 )
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident, sql_path
 from cdf_platform.spark.runtime.failures import (
     ENGINE_RULE,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import DataQualityError
-from cdf_platform.core.spec import HistoryMode, PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import HistoryMode, PipelineSpec
 from cdf_platform.core.sql import quote_ident
 from cdf_platform.spark.read.change_feed import (
     CHANGE_TYPE,

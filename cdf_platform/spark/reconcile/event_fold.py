@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident
 from cdf_platform.core.storage import StorageConfig
 from cdf_platform.spark.quality.quality_gate import Judgement, QualityGate

@@ -34,7 +34,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.errors import DataQualityError
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident, sql_path, sql_string
 from cdf_platform.core.storage import StorageConfig
 from cdf_platform.deltalog.tables import is_delta_table

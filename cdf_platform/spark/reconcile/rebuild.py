@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from cdf_platform.core.expectations import ExpectationCounts
 from cdf_platform.core.faults import FaultPoint, fault_point
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.expectations import ExpectationCounts
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.storage import StorageConfig
 from cdf_platform.spark.quality.conform import conform_snapshot
 from cdf_platform.spark.quality.expectation_judging import judged_columns

@@ -34,7 +34,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.silver_columns import PLATFORM_COLUMNS
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident
 from cdf_platform.spark.read.change_feed import CHANGE_TYPE, ReadContext, classified
 from cdf_platform.spark.reconcile.event_fold import pinned_fold

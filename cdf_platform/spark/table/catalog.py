@@ -22,7 +22,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import InvalidPipelineSpec, SourceNotFound, TargetOwnershipConflict
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident, sql_string
 from cdf_platform.core.storage import StorageConfig
 from cdf_platform.deltalog.log import DeltaLog

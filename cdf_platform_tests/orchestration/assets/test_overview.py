@@ -12,7 +12,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.assets.overview import TABLE_ROWS, overview_metadata, overview_table
 from cdf_platform.planning.status import (
     PipelineStatus,

@@ -9,7 +9,7 @@ from dagster._core.events import DagsterEventType
 
 from cdf_platform.alerts.incidents import Change
 from cdf_platform.core.alert_config import AlertEvent
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.sensors.alert_signals import SignalReader
 from cdf_platform.orchestration.shared.keys import WILL_RETRY_TAG, silver_key
 

@@ -15,7 +15,7 @@ from typing import Any, cast
 import dagster as dg
 from pyspark.sql import SparkSession
 
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.jobs.silver_jobs import rebuild_run_config
 from cdf_platform.orchestration.sensors.incremental_sensor import pending_pipelines, refresh_due
 from cdf_platform.orchestration.shared.keys import (

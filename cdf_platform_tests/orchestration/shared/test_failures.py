@@ -14,7 +14,7 @@ import pytest
 import cdf_platform
 from cdf_platform.core import errors
 from cdf_platform.core.errors import CdfPlatformError, EngineUnavailable
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.assets.silver import silver_asset
 from cdf_platform.orchestration.shared.resources import SparkResource
 from cdf_platform.orchestration.shared.step_failures import STEP_RETRY_POLICY, platform_failure

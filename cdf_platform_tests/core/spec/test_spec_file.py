@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from cdf_platform.core import spec_file
 from cdf_platform.core.errors import InvalidPipelineSpec
-from cdf_platform.core.spec_file import ParsedFiles, load_alerts, load_specs, load_storage
+from cdf_platform.core.spec import spec_file
+from cdf_platform.core.spec.spec_file import ParsedFiles, load_alerts, load_specs, load_storage
 
 PIPELINE = (
     "pipelines:\n  - {id: orders, source: bronze/orders, target: silver/orders, keys: [id]}\n"

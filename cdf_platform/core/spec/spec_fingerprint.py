@@ -38,7 +38,7 @@ from types import CodeType, MappingProxyType
 from typing import Any
 
 from cdf_platform.core.errors import FIX_SPEC_FIELD, InvalidPipelineSpec
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 
 # Fields whose change rewrites silver in a new shape (a row is identified or kept otherwise).
 RESHAPING_FIELDS = ("keys", "history", "delete_mode")

@@ -1,10 +1,11 @@
 """PipelineSpec: what one pipeline keeps in step, and under which policy.
 
-Specs are loaded from a YAML file by `cdf_platform.core.spec_file` (`pipelines.yaml` by default,
-`$CDF_PIPELINES_FILE` or an explicit path otherwise). Relative `source`/`target` paths are
-resolved against the lake root; a dotted name without `/` (`bronze.orders`, `main.bronze.orders`)
-is a catalog table name, located through Spark's catalog (`cdf_platform.spark.table.catalog`) and
-recorded in the control tables for the JVM-free parts (`cdf_platform.state.catalog_names`).
+Specs are loaded from a YAML file by `cdf_platform.core.spec.spec_file` (`pipelines.yaml` by
+default, `$CDF_PIPELINES_FILE` or an explicit path otherwise). Relative `source`/`target` paths
+are resolved against the lake root; a dotted name without `/` (`bronze.orders`,
+`main.bronze.orders`) is a catalog table name, located through Spark's catalog
+(`cdf_platform.spark.table.catalog`) and recorded in the control tables for the JVM-free parts
+(`cdf_platform.state.catalog_names`).
 
 Example:
     >>> spec = PipelineSpec(id="orders", source="/lake/bronze/orders",
@@ -21,9 +22,9 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from cdf_platform.core.event_spec import EventSpec
-from cdf_platform.core.expectations import Expectation, check_unique_names
 from cdf_platform.core.silver_columns import PLATFORM_COLUMNS
+from cdf_platform.core.spec.event_spec import EventSpec
+from cdf_platform.core.spec.expectations import Expectation, check_unique_names
 from cdf_platform.core.storage import is_table_name, resolve_location
 
 # Pipeline ids become Delta txn app ids, asset names and Dagster pool names.

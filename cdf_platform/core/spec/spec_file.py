@@ -1,7 +1,8 @@
-"""The pipelines file: YAML -> validated `PipelineSpec`s (`cdf_platform.core.spec`), with ids
-unique and one pipeline per target, its optional `storage:` section (object-store options
-per location prefix, `cdf_platform.core.storage`) and `alerts:` section (where alerts
-go, `cdf_platform.core.alert_config`).
+"""The pipelines file: YAML -> validated `PipelineSpec`s
+(`cdf_platform.core.spec.pipeline_spec`), with ids unique and one pipeline per target, its
+optional `storage:` section (object-store options per location prefix,
+`cdf_platform.core.storage`) and `alerts:` section (where alerts go,
+`cdf_platform.core.alert_config`).
 
 `pipelines.yaml` by default, `$CDF_PIPELINES_FILE` or an explicit path otherwise.
 
@@ -22,7 +23,7 @@ from pydantic import ValidationError
 from cdf_platform.core.alert_config import AlertConfig
 from cdf_platform.core.config import PIPELINES_FILE_ENV, LakeEnvironment
 from cdf_platform.core.errors import FIX_SPEC_FIELD, InvalidPipelineSpec, TargetOwnershipConflict
-from cdf_platform.core.spec import PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.storage import StorageConfig
 
 # The top-level sections of a pipelines file.

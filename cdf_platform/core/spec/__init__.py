@@ -1,0 +1,1 @@
+"""The pipeline spec: its fields, event log, expectations; the pipelines file; its fingerprint."""
