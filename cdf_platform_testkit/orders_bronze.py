@@ -5,7 +5,7 @@ The first batch inserts; each later one updates, inserts and deletes rows drawn 
 keys, so the change feed holds every kind of change. The same seed and table history always
 give the same rows: a test states exact expectations, and a benchmark's workload is the same
 from run to run. They are the rows the demo's `orders` batches have
-(`cdf_platform.demo.source`), so figures measured with either compare; the kit has its own
+(`cdf_platform.demo.data.source`), so figures measured with either compare; the kit has its own
 builder because the product's demo is no part of the test kit.
 
 Example:

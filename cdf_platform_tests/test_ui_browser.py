@@ -20,7 +20,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from cdf_platform.demo.story import HEADROOM_EVALUATIONS, DemoStory
+from cdf_platform.demo.story.outage_story import HEADROOM_EVALUATIONS, DemoStory
 from cdf_platform.orchestration.checks.silver_checks import REPLAY_WINDOW
 from cdf_platform.orchestration.shared.keys import SENSOR_NAME_TAG
 from cdf_platform_testkit.dagster_dev import dagster_dev

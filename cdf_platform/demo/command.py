@@ -13,8 +13,8 @@ from pathlib import Path
 
 from cdf_platform.core.storage import StorageConfig
 from cdf_platform.demo.deployment import DeploymentFailed
-from cdf_platform.demo.steps import DemoFailed
-from cdf_platform.demo.story import DemoStory, say
+from cdf_platform.demo.story.outage_story import DemoStory, say
+from cdf_platform.demo.story.steps import DemoFailed
 
 logger = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ table named `orders` stays an external asset there.
 import dagster as dg
 
 from cdf_platform.definitions import build_defs
-from cdf_platform.demo.bronze_assets import demo_bronze_assets
-from cdf_platform.demo.gold_asset import customer_order_totals_asset
-from cdf_platform.demo.jobs import demo_bronze_job, gold_job
+from cdf_platform.demo.data.bronze_assets import demo_bronze_assets
+from cdf_platform.demo.data.gold_asset import customer_order_totals_asset
+from cdf_platform.demo.data.jobs import demo_bronze_job, gold_job
 from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 
 # The demo pipeline whose silver table feeds gold/customer_order_totals.

@@ -23,7 +23,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.config import LAKE_ROOT_ENV, PIPELINES_FILE_ENV
-from cdf_platform.demo.events import folded_rows, write_event_batch
+from cdf_platform.demo.data.events import folded_rows, write_event_batch
 from cdf_platform.spark.runtime.engine import (
     EngineSettings,
     engine_command,

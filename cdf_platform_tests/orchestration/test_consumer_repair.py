@@ -14,8 +14,8 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.spec.pipeline_spec import FallbackMode
 from cdf_platform.definitions import build_defs
-from cdf_platform.demo.bronze_assets import demo_bronze_assets
-from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY, customer_order_totals_asset
+from cdf_platform.demo.data.bronze_assets import demo_bronze_assets
+from cdf_platform.demo.data.gold_asset import CUSTOMER_ORDER_TOTALS_KEY, customer_order_totals_asset
 from cdf_platform.orchestration.checks.silver_checks import CONSUMER_LAG, REPLAY_WINDOW
 from cdf_platform.orchestration.sensors.consumers import (
     ConsumerAsset,

@@ -11,7 +11,7 @@ from typing import Any
 import dagster as dg
 from pyspark.sql import SparkSession
 
-from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
+from cdf_platform.demo.data.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
 from cdf_platform.orchestration.sensors.consumers import CONSUMER_JOB, CONSUMER_SENSOR
 from cdf_platform.orchestration.shared.resources import SparkResource
 from cdf_platform_tests.lake_platform import (

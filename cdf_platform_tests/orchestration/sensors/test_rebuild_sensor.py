@@ -24,7 +24,7 @@ from dagster._core.scheduler.instigation import (
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.spec.spec_file import find_spec
-from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
+from cdf_platform.demo.data.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
 from cdf_platform.orchestration.checks.silver_checks import CONSUMER_LAG, REPLAY_WINDOW
 from cdf_platform.orchestration.jobs.silver_jobs import rebuild_run_config
 from cdf_platform.orchestration.shared.keys import silver_key

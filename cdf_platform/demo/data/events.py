@@ -35,7 +35,7 @@ from cdf_platform.deltalog.delta_tables import (
     write_delta_table,
 )
 from cdf_platform.deltalog.tables import is_delta_table
-from cdf_platform.demo.source import DEMO_EPOCH
+from cdf_platform.demo.data.source import DEMO_EPOCH
 
 ACCOUNTS_CDC = "accounts_cdc"
 # event-log table -> the key of its row image.

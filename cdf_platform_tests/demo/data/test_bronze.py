@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 from pyspark.sql import SparkSession
 
-from cdf_platform.demo.bronze_assets import bronze_path, demo_bronze_asset
+from cdf_platform.demo.data.bronze_assets import bronze_path, demo_bronze_asset
 from cdf_platform.orchestration.shared.resources import LakeLayout
 
 

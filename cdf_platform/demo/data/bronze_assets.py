@@ -6,8 +6,8 @@ import dagster as dg
 from pydantic import Field
 
 from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
-from cdf_platform.demo.events import EVENT_KEYS, EventBatch, write_event_batch
-from cdf_platform.demo.source import DEMO_KEYS, DemoBatch, write_demo_batch
+from cdf_platform.demo.data.events import EVENT_KEYS, EventBatch, write_event_batch
+from cdf_platform.demo.data.source import DEMO_KEYS, DemoBatch, write_demo_batch
 from cdf_platform.orchestration.shared.keys import BRONZE_PREFIX
 from cdf_platform.orchestration.shared.resources import LakeLayout
 

@@ -12,7 +12,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.spec.spec_file import load_specs
-from cdf_platform.demo.events import (
+from cdf_platform.demo.data.events import (
     DELETES,
     IMAGE_SCHEMA,
     ChangeEvent,
@@ -24,7 +24,7 @@ from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.bronze import rows
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 BATCHES = 5
 
 

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from cdf_platform.demo.bronze_assets import demo_bronze_assets
+from cdf_platform.demo.data.bronze_assets import demo_bronze_assets
 
 demo_bronze_job = dg.define_asset_job(
     "demo_bronze_job",

@@ -14,7 +14,7 @@ import dagster as dg
 
 from cdf_platform.core.errors import DestructiveActionNotPermitted, VacuumRefused
 from cdf_platform.demo.deployment import RunResult
-from cdf_platform.demo.steps import DemoFailed
+from cdf_platform.demo.story.steps import DemoFailed
 from cdf_platform.orchestration.shared.keys import INCIDENT_TAG
 
 # How a maintenance run ended when it did not: the deployment refused its destructive run

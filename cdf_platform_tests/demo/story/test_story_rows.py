@@ -12,8 +12,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
 from cdf_platform.core.storage import ENVIRONMENT_ONLY
-from cdf_platform.demo.source import write_demo_batch
-from cdf_platform.demo.table_rows import table_rows
+from cdf_platform.demo.data.source import write_demo_batch
+from cdf_platform.demo.story.table_rows import table_rows
 
 
 def _as_spark_collects(rows: Counter[tuple[Any, ...]]) -> list[tuple[Any, ...]]:

@@ -13,8 +13,9 @@ and check evaluation of the story where it shows a deployment's. The event log
 silver is verified against the fold of the bronze events instead of a snapshot of rows.
 
 `DemoStory` holds the story's steps; `cdf-platform demo` tells it through
-`cdf_platform.demo.command`. What it reads back is read by `cdf_platform.demo.table_rows` (the
-tables' rows, by deltalake) and `cdf_platform.demo.dagster_figures` (runs and checks).
+`cdf_platform.demo.command`. What it reads back is read by
+`cdf_platform.demo.story.table_rows` (the tables' rows, by deltalake) and
+`cdf_platform.demo.story.dagster_figures` (runs and checks).
 """
 
 import itertools
@@ -32,8 +33,16 @@ from cdf_platform.core.lake import Lake
 from cdf_platform.core.spec.pipeline_spec import ChangeSource
 from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.delta_tables import open_delta_table
-from cdf_platform.demo.bronze_assets import DEMO_TABLES
-from cdf_platform.demo.dagster_figures import (
+from cdf_platform.demo.data.bronze_assets import DEMO_TABLES
+from cdf_platform.demo.data.events import folded_rows
+from cdf_platform.demo.data.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
+from cdf_platform.demo.deployment import (
+    POLL_SECONDS,
+    RUN_TIMEOUT_SECONDS,
+    DemoDeployment,
+    DeploymentFailed,
+)
+from cdf_platform.demo.story.dagster_figures import (
     NOT_PERMITTED,
     REFUSED,
     check_figures,
@@ -41,16 +50,8 @@ from cdf_platform.demo.dagster_figures import (
     refusal,
     tag_incident,
 )
-from cdf_platform.demo.deployment import (
-    POLL_SECONDS,
-    RUN_TIMEOUT_SECONDS,
-    DemoDeployment,
-    DeploymentFailed,
-)
-from cdf_platform.demo.events import folded_rows
-from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
-from cdf_platform.demo.steps import DemoFailed, Step
-from cdf_platform.demo.table_rows import data_columns, table_rows
+from cdf_platform.demo.story.steps import DemoFailed, Step
+from cdf_platform.demo.story.table_rows import data_columns, table_rows
 from cdf_platform.orchestration.checks.silver_checks import REPLAY_WINDOW
 from cdf_platform.orchestration.sensors.incremental_sensor import INCREMENTAL_SENSOR
 from cdf_platform.orchestration.sensors.rebuild_sensor import REBUILD_SENSOR

@@ -4,7 +4,7 @@ watermark IO manager."""
 import dagster as dg
 
 from cdf_platform.core.errors import CdfPlatformError
-from cdf_platform.demo.gold import customer_order_totals
+from cdf_platform.demo.data.gold import customer_order_totals
 from cdf_platform.orchestration.shared.keys import WATERMARK_IO_MANAGER_KEY, silver_key
 from cdf_platform.orchestration.shared.step_failures import platform_failure
 from cdf_platform.spark.read.batch import ChangeBatch, TableWrite

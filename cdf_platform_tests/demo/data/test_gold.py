@@ -11,7 +11,7 @@ import dagster as dg
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.sql import sql_path
-from cdf_platform.demo.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
+from cdf_platform.demo.data.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
 from cdf_platform.orchestration.shared.keys import silver_key
 from cdf_platform.orchestration.shared.resources import SparkResource
 from cdf_platform.state.consumer_marks import read_consumer_marks
