@@ -210,7 +210,7 @@ def plan_from(found: PipelineAssessment) -> RunPlan:
     if window.log.changes_no_rows(watermark + 1, latest):
         # Whatever the source kind: no change to apply, and the snapshot is the one silver holds.
         return make(RunMode.ADVANCE, watermark + 1)
-    if found.spec.snapshot_source:
+    if not found.spec.changes.replays_history:
         return make(RunMode.SNAPSHOT, None)
     return make(RunMode.INCREMENTAL, watermark + 1)
 

@@ -220,7 +220,7 @@ def _repair_or_raise(run: RunContext, plan: RunPlan, problem: CdfPlatformError) 
     """Return when a rebuild repairs `problem` now; else write its incident and raise it."""
     spec = plan.spec
     # A snapshot source's rebuild is its every run: it needs no change feed.
-    change_feed_on = plan.window.cdf_enabled_at_latest or spec.snapshot_source
+    change_feed_on = plan.window.cdf_enabled_at_latest or not spec.changes.replays_history
     if not repair_decision(spec.fallback_mode, problem, change_feed_on=change_feed_on).automatic:
         record_incident(run, plan, problem)
         raise problem

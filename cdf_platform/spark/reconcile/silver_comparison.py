@@ -126,7 +126,7 @@ def expected_rows(
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
     version, timestamp = pins.bronze_version, pins.bronze_timestamp
-    if not spec.event_source:
+    if not spec.changes.sequences_each_change:
         ctx, snapshot = pinned_snapshot(spark, spec, version, timestamp)
         return ExpectedRows(ctx, snapshot)
     fold = pinned_fold(spark, spec, version, timestamp, latest_only=True)

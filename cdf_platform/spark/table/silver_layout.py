@@ -175,7 +175,7 @@ class SilverLayout:
             history=spec.history,
             tracked=tuple(spec.tracked_columns(value_columns)),
             types=tuple((f.name, f.dataType) for f in schema.fields),
-            events=spec.event_source,
+            events=spec.changes.sequences_each_change,
         )
 
     def comparable(self, column: str, expression: str) -> str:
