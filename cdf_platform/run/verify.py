@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 from cdf_platform.core.errors import SourceReset, VerificationRefused
 from cdf_platform.run.runner import PipelineRunner
 from cdf_platform.run.strategy import WriteStrategy
-from cdf_platform.spark.reconcile.event_source import Tombstones
 from cdf_platform.spark.reconcile.rebuild import RebuildRequest, SpecRewrite
 from cdf_platform.spark.reconcile.silver_comparison import (
     SilverComparison,
@@ -112,13 +111,13 @@ def verify_pipeline(
     with classified_run(spec.id, rerun=f"`cdf-platform verify --pipeline {spec.id}`"):
         spark = new_session(spark_factory())
         assert_safe_spark_config(spark)
-        tombstones = Tombstones.of(control, spec)
-        found = compare_silver(spark, spec, pins, tombstones=tombstones)
+        strategy = WriteStrategy.of(spec, control)
+        found = compare_silver(spark, spec, pins, strategy.expected_rows)
         outcome = VerificationOutcome.EQUAL if found.equal else VerificationOutcome.DIFFERENT
         if repair and not found.equal:
             repaired_version = _repair(spark, plan, pins, control, run_id)
             after = SilverPins(pins.bronze_version, repaired_version, pins.bronze_timestamp)
-            left = compare_silver(spark, spec, after, tombstones=tombstones)
+            left = compare_silver(spark, spec, after, strategy.expected_rows)
             if left.equal:
                 outcome = VerificationOutcome.REPAIRED
             else:
