@@ -92,6 +92,22 @@ class RunPlan:
         """The watermark before the run."""
         return self.silver.watermark
 
+    def describe(self) -> str:
+        """One line for a run's log: the pinned change set the run applies."""
+        problem = f"; problem: {self.problem.incident_code}" if self.problem else ""
+        if self.mode is RunMode.INCREMENTAL:
+            what = f"bronze versions ({self.watermark}, {self.end_version}]"
+        elif self.mode is RunMode.ADVANCE:
+            what = (
+                f"bronze versions ({self.watermark}, {self.end_version}] change no row: the "
+                "watermark advances without Spark"
+            )
+        elif self.mode is RunMode.NOOP:
+            what = f"nothing after watermark {self.watermark}"
+        else:
+            what = f"bronze snapshot at version {self.end_version}"
+        return f"{self.spec.id}: {self.mode.value}, {what}{problem}"
+
     @property
     def spec_fingerprint(self) -> str | None:
         """The fingerprint of the spec this run writes under."""
