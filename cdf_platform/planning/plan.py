@@ -53,12 +53,20 @@ class RunMode(StrEnum):
     SNAPSHOT = "snapshot"
     """A snapshot source's run (`changes: snapshots`): silver reconciled with bronze's snapshot
     at the pinned version."""
+    VERIFY_REPAIR = "verify_repair"
+    """A verification's repair (`cdf-platform verify --repair`, the verify job): silver
+    reconciled with bronze's snapshot at the version it was compared with, never planned."""
 
     @property
     def reads_snapshot(self) -> bool:
         """Whether the run reads bronze's snapshot at its pinned version (an initial load, a
-        rebuild, a snapshot source's run), not a change-feed range."""
-        return self in (RunMode.INITIAL_LOAD, RunMode.REBUILD, RunMode.SNAPSHOT)
+        rebuild, a snapshot source's run, a verification's repair), not a change-feed range."""
+        return self in (
+            RunMode.INITIAL_LOAD,
+            RunMode.REBUILD,
+            RunMode.SNAPSHOT,
+            RunMode.VERIFY_REPAIR,
+        )
 
 
 @dataclass(frozen=True)

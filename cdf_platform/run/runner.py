@@ -221,6 +221,26 @@ class PipelineRunner:
             on_plan(prepared.plan)
         return self.finish(prepared, force_rebuild=force_rebuild)
 
+    def repair(self, plan: RunPlan, version: int, *, run_id: str | None = None) -> RunResult:
+        """Reconcile silver with bronze's snapshot at `version` (not below the watermark of
+        `plan`, the pipeline's pinned plan): a verification's repair, the rebuild's quiet
+        reconcile stamped at `version` (`RunMode.VERIFY_REPAIR`), with its load-log and state
+        rows like every run's. `run_id`: the run's id (default: a new one).
+
+        Raises:
+            CdfPlatformError: the classified failure (its FAILED row written).
+        """
+        spec = plan.spec
+        repair = replace(
+            plan, mode=RunMode.VERIFY_REPAIR, start_version=None, end_version=version, problem=None
+        )
+        with classified_run(spec.id, rerun=self.rerun(spec)):
+            run = RunContext(spec, lambda: self.session_for(False), self.control, run_id=run_id)
+            repair_control(run, repair)
+            strategy = WriteStrategy.of(spec, self.control)
+            outcome = run_snapshot(run, repair, strategy, None, requested=False)
+            return result(run, repair, outcome)
+
 
 def _carry_out(run: RunContext, plan: RunPlan, *, force_rebuild: bool) -> RunOutcome:
     """No-op, advance, incremental, initial load, snapshot or rebuild, per the plan and the

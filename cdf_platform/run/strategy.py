@@ -148,10 +148,12 @@ class ChangeFeedWrites(WriteStrategy):
 
     def history_note(self, watermark: int | None, version: int, mode: RunMode) -> str | None:
         # A snapshot source's history only ever holds its snapshots: that is what it is, not a
-        # loss.
-        if self.spec.history is HistoryMode.SCD2 and watermark is not None:
-            return rebuild_note(watermark, version) if mode is not RunMode.SNAPSHOT else None
-        return None
+        # loss. A verification's repair at the watermark misses no change either.
+        if self.spec.history is not HistoryMode.SCD2 or watermark is None:
+            return None
+        if mode is RunMode.SNAPSHOT or (mode is RunMode.VERIFY_REPAIR and version == watermark):
+            return None
+        return rebuild_note(watermark, version)
 
 
 @dataclass(frozen=True)
