@@ -14,8 +14,6 @@ materialization's metadata. `cdf-platform run` calls the same two halves without
 (`cdf_platform.run`).
 """
 
-from datetime import timedelta
-
 import dagster as dg
 from pydantic import Field
 
@@ -35,6 +33,7 @@ from cdf_platform.orchestration.shared.keys import (
 )
 from cdf_platform.orchestration.shared.resources import LakeLayout
 from cdf_platform.orchestration.shared.step_failures import STEP_RETRY_POLICY
+from cdf_platform.planning.run_requests import freshness_window
 from cdf_platform.run.rebuild_policy import OVERRIDE_ACTION
 
 
@@ -94,12 +93,6 @@ def _description(spec: PipelineSpec) -> str:
         "gold consumers read it incrementally. The watermark (last bronze version applied) "
         "lives in this table's own Delta log."
     )
-
-
-def freshness_window(spec: PipelineSpec) -> timedelta:
-    """`max_allowed_lag_hours` as the silver asset's freshness window (Dagster's floor: one
-    minute)."""
-    return max(timedelta(hours=spec.max_allowed_lag_hours), timedelta(minutes=1))
 
 
 def silver_asset(spec: PipelineSpec, *, allow_destructive: bool = False) -> dg.AssetsDefinition:
