@@ -19,7 +19,7 @@ from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.spec.spec_file import find_spec
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.planning.status import pipeline_statuses
-from cdf_platform.run import PipelineRunner
+from cdf_platform.run import PipelineRunner, RunEntry
 from cdf_platform.spark.runtime.session import build_spark_session
 from cdf_platform.spark.runtime.session_conf import SparkSettings
 from cdf_platform.state.control import ControlTable
@@ -129,6 +129,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # This process's JVM serves this one run: lean when it is a small incremental one.
         lambda short: build_spark_session(replace(settings, short_run=short)),
         rerun=lambda spec: f"`cdf-platform {args.command} {spec.id}`",
+        entry=RunEntry.at_shell(args.command),  # no permission needed; audited as the job's
     )
     result = runner.run(spec, force_rebuild=args.command == "rebuild")
     _print_result(result, args.json)

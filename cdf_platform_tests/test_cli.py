@@ -1,4 +1,5 @@
-"""`cdf-platform` on the command line: status (JVM-free, fast), run, rebuild, bad input."""
+"""`cdf-platform` on the command line: status (JVM-free, fast), run, rebuild (and its audit
+record on a FAIL_FAST pipeline), bad input."""
 
 from __future__ import annotations
 
@@ -8,16 +9,25 @@ import re
 import sys
 from pathlib import Path
 
+import dagster as dg
 import pytest
 from pyspark.sql import SparkSession
 
 from cdf_platform.cli import main
 from cdf_platform.core.sql import sql_path
+from cdf_platform.orchestration.jobs.silver_jobs import rebuild_run_config
+from cdf_platform.orchestration.shared.keys import silver_key
+from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.run.rebuild_policy import OVERRIDE_ACTION
 from cdf_platform.spark.write.merge import TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF
+from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import OWNER_PROPERTY, user_metadata
+from cdf_platform_testkit.lake import orders_pipeline, write_pipelines
+from cdf_platform_testkit.orders_bronze import write_orders_batch
 from cdf_platform_testkit.synthetic_log import write_synthetic_commits
 from cdf_platform_tests.bronze import make_bronze, rows, sql
 from cdf_platform_tests.cli_process import run_cli
+from cdf_platform_tests.lake_platform import lake_defs, materialization
 
 
 def _pipelines(tmp_path: Path, lake: Path, fallback: str = "FAIL_FAST") -> str:
@@ -120,6 +130,75 @@ def test_rebuild_run_and_status_commands(spark: SparkSession, lake: Path, tmp_pa
     # Hours as the checks and the overview write them: lag and headroom with 2 decimals.
     lag_hours, headroom_hours = line.split()[6], line.split()[8]
     assert re.fullmatch(r"\d+\.\d\d", lag_hours) and re.fullmatch(r"\d+\.\d\d", headroom_hours)
+
+
+def test_a_fail_fast_rebuild_at_a_shell_writes_the_audit_record_of_the_rebuild_jobs_override(
+    spark: SparkSession, spark_resource: SparkResource, lake: Path, tmp_path: Path
+) -> None:
+    """A person at a shell needs no permission to rebuild a FAIL_FAST pipeline, and the rebuild
+    is audited as the rebuild job's `override_fail_fast` is: the same maintenance-log row,
+    field by field, but for who asked (run, job, tags) and what let it run."""
+    strict = orders_pipeline("strict", fallback_mode="FAIL_FAST")
+    write_orders_batch(str(lake / "bronze" / "strict"), batch_size=20)
+    pipelines = str(write_pipelines(lake / "pipelines.yaml", [strict]))
+    env = {"CDF_SPARK_MASTER": "local[2]", "CDF_SPARK_LOG": str(tmp_path / "spark.log")}
+
+    at_shell_run = run_cli(
+        "rebuild", "strict", "--pipelines", pipelines, "--lake-root", str(lake), "--json", env=env
+    )
+    assert at_shell_run.returncode == 0, at_shell_run.stderr[-2000:]
+    figures = json.loads(at_shell_run.stdout)
+    assert (figures["mode"], figures["incident_code"]) == ("rebuild", "MANUAL_REBUILD")
+
+    # The rebuild job's override, permitted by the deployment, on the same silver and bronze.
+    defs = lake_defs(spark_resource, lake, strict, allow_destructive=True)
+    by_job_run = defs.resolve_job_def("rebuild_job").execute_in_process(
+        instance=dg.DagsterInstance.ephemeral(),
+        run_config=rebuild_run_config("strict", override_fail_fast=True),
+        asset_selection=[silver_key("strict")],
+        tags={"dagster/user": "operator@example.com"},
+    )
+    outcome = materialization(by_job_run, silver_key("strict"))
+    assert (outcome["mode"], outcome["override_fail_fast"]) == ("rebuild", True)
+
+    log = ControlTable(str(lake / "_control")).read_maintenance_log()
+    at_shell, by_job = [row for row in log if row["action"] == OVERRIDE_ACTION]
+    same = (
+        "table_location",
+        "action",
+        "outcome",
+        "destructive",
+        "reason",
+        "destroyed",
+        "windows_cut",
+        "files_deleted",
+        "latest_version",
+    )
+    assert {name: at_shell[name] for name in same} == {name: by_job[name] for name in same}
+    assert at_shell["table_location"].rstrip("/").endswith("silver/strict")
+    assert (at_shell["outcome"], at_shell["destructive"]) == ("started", True)
+    assert at_shell["reason"] == (
+        "rebuild of FAIL_FAST pipeline strict with override_fail_fast; incident: none found by "
+        "the plan"
+    )
+    assert at_shell["latest_version"] == figures["end_version"]
+    assert at_shell["destroyed"] == (
+        f"silver's rows are replaced by bronze's snapshot at version {figures['end_version']} "
+        "without the FAIL_FAST review"
+    )
+    # Who asked, and what let it run: each entry's own. The shell's run is its load-log row's.
+    assert (at_shell["run_id"], at_shell["job"], at_shell["tags"]) == (
+        figures["run_id"],
+        "cdf-platform rebuild",
+        "{}",
+    )
+    assert at_shell["permitted_by"] == "cdf-platform at a shell"
+    assert (by_job["run_id"], by_job["job"], by_job["permitted_by"]) == (
+        by_job_run.run_id,
+        "rebuild_job",
+        "CDF_ALLOW_DESTRUCTIVE=1",
+    )
+    assert json.loads(by_job["tags"])["dagster/user"] == "operator@example.com"
 
 
 def test_unknown_pipeline_and_bad_file_exit_2_with_the_fix_named(tmp_path: Path) -> None:

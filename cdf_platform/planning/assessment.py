@@ -173,7 +173,7 @@ def _consumer(
 ) -> ConsumerAssessment:
     """Lag and headroom of silver's watermark against bronze's replay window."""
     consumer = assess_consumer(window, silver.watermark, now=now)
-    if spec.snapshot_source:
+    if not spec.changes.replays_history:
         # A snapshot source replays nothing: its next run reads bronze's latest version only,
         # so no window closes on it (no headroom, always replayable).
         consumer = replace(

@@ -65,7 +65,8 @@ def source_window(
     invalid = colliding_columns_problem(spec, window)
     if invalid is not None:
         return Blocked(invalid, window)
-    if silver.watermark is None and not window.cdf_enabled_at_latest and not spec.snapshot_source:
+    needs_feed = spec.changes.replays_history  # a snapshot source reads no change feed
+    if silver.watermark is None and not window.cdf_enabled_at_latest and needs_feed:
         off = CdfNotEnabled(
             "the change feed is off on the source, so silver could not follow it",
             pipeline_id=spec.id,

@@ -50,8 +50,12 @@ from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.state.watermark import parse_user_metadata
 
-# The run modes whose commit reconciles silver with a pinned bronze snapshot as a whole.
-RECONCILING_MODES = frozenset(mode.value for mode in RunMode if mode.reads_snapshot)
+# The run modes whose commit reconciles silver with a pinned bronze snapshot as a whole. A
+# verification's repair is not a baseline here: the verification that made it is one
+# (`Baseline.VERIFIED`) once settled.
+RECONCILING_MODES = frozenset(
+    mode.value for mode in RunMode if mode.reads_snapshot and mode is not RunMode.VERIFY_REPAIR
+)
 
 
 class Baseline(StrEnum):

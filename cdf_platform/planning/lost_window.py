@@ -41,7 +41,7 @@ def lost_window_problem(
     )
     if (
         problem is None
-        and not spec.snapshot_source
+        and spec.changes.replays_history
         and silver.watermark is not None
         and silver.watermark < window.latest_version
     ):

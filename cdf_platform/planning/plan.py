@@ -53,12 +53,20 @@ class RunMode(StrEnum):
     SNAPSHOT = "snapshot"
     """A snapshot source's run (`changes: snapshots`): silver reconciled with bronze's snapshot
     at the pinned version."""
+    VERIFY_REPAIR = "verify_repair"
+    """A verification's repair (`cdf-platform verify --repair`, the verify job): silver
+    reconciled with bronze's snapshot at the version it was compared with, never planned."""
 
     @property
     def reads_snapshot(self) -> bool:
         """Whether the run reads bronze's snapshot at its pinned version (an initial load, a
-        rebuild, a snapshot source's run), not a change-feed range."""
-        return self in (RunMode.INITIAL_LOAD, RunMode.REBUILD, RunMode.SNAPSHOT)
+        rebuild, a snapshot source's run, a verification's repair), not a change-feed range."""
+        return self in (
+            RunMode.INITIAL_LOAD,
+            RunMode.REBUILD,
+            RunMode.SNAPSHOT,
+            RunMode.VERIFY_REPAIR,
+        )
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,22 @@ class RunPlan:
     def watermark(self) -> int | None:
         """The watermark before the run."""
         return self.silver.watermark
+
+    def describe(self) -> str:
+        """One line for a run's log: the pinned change set the run applies."""
+        problem = f"; problem: {self.problem.incident_code}" if self.problem else ""
+        if self.mode is RunMode.INCREMENTAL:
+            what = f"bronze versions ({self.watermark}, {self.end_version}]"
+        elif self.mode is RunMode.ADVANCE:
+            what = (
+                f"bronze versions ({self.watermark}, {self.end_version}] change no row: the "
+                "watermark advances without Spark"
+            )
+        elif self.mode is RunMode.NOOP:
+            what = f"nothing after watermark {self.watermark}"
+        else:
+            what = f"bronze snapshot at version {self.end_version}"
+        return f"{self.spec.id}: {self.mode.value}, {what}{problem}"
 
     @property
     def spec_fingerprint(self) -> str | None:
@@ -210,7 +234,7 @@ def plan_from(found: PipelineAssessment) -> RunPlan:
     if window.log.changes_no_rows(watermark + 1, latest):
         # Whatever the source kind: no change to apply, and the snapshot is the one silver holds.
         return make(RunMode.ADVANCE, watermark + 1)
-    if found.spec.snapshot_source:
+    if not found.spec.changes.replays_history:
         return make(RunMode.SNAPSHOT, None)
     return make(RunMode.INCREMENTAL, watermark + 1)
 

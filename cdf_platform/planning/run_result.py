@@ -34,7 +34,9 @@ NO_ROWS = RowCounts()
 @dataclass(frozen=True)
 class RunResult:
     """What one pipeline run did, for logs, Dagster metadata and the CLI; `stages`: its marks,
-    from the orchestrator's creating it to its load-log row."""
+    from the orchestrator's creating it to its load-log row; `overridden_by`: who let it
+    rebuild a FAIL_FAST pipeline without the review (the audit record's `permitted_by`), if it
+    did (`cdf_platform.run.rebuild_policy`)."""
 
     pipeline_id: str
     run_id: str
@@ -55,6 +57,7 @@ class RunResult:
     timings: dict[str, float] = field(default_factory=dict)
     expectations: ExpectationCounts | None = None
     stages: RunStages | None = None
+    overridden_by: str | None = None
 
     def as_metadata(self) -> dict[str, Any]:
         """Flat figures for Dagster metadata and JSON output."""

@@ -190,6 +190,7 @@ def status_from(found: PipelineAssessment, foreign: ForeignWrites | None = None)
         state = WindowState.OK
     lag_hours = consumer.lag_hours if consumer else None
     horizon = min(window.deleted_file_retention, window.log_retention) / _HOUR if window else None
+    replays = spec.changes.replays_history
     return PipelineStatus(
         pipeline_id=spec.id,
         watermark=found.watermark,
@@ -198,13 +199,13 @@ def status_from(found: PipelineAssessment, foreign: ForeignWrites | None = None)
         data_version_lag=consumer.data_version_lag if consumer else None,
         lag_hours=lag_hours,
         # A snapshot source replays no history: no version of its window is the start of a run
-        # (the change feed may be off, which would put E past the latest version).
+        # (the change feed may be off, which would put E past the latest version), and it has
+        # no headroom.
         earliest_replayable_version=(
-            window.earliest_replayable_version if window and not spec.snapshot_source else None
+            window.earliest_replayable_version if window and replays else None
         ),
         replayable=problem is None and consumer is not None and consumer.replayable,
-        # A snapshot source replays no history: no headroom.
-        headroom_hours=None if spec.snapshot_source else shown_headroom(consumer, state, horizon),
+        headroom_hours=shown_headroom(consumer, state, horizon) if replays else None,
         retention_horizon_hours=horizon,
         state=state,
         lag_exceeded=lag_hours is not None and lag_hours > spec.max_allowed_lag_hours,

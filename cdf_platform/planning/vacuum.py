@@ -316,7 +316,7 @@ def _pipeline_needs(
         # A consumer that has not started loads a snapshot, and one that is caught up needs only
         # the buffer for its next commit: neither needs history kept. Nor does a snapshot
         # source's pipeline, which reads bronze's latest version only.
-        replays = watermark is not None and not spec.snapshot_source
+        replays = watermark is not None and spec.changes.replays_history
         needed = assessment.lag_hours + buffer_hours if assessment.first_unprocessed_version else 0
         needs.append(
             ConsumerNeed(

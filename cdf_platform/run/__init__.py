@@ -5,7 +5,10 @@ policy, the control tables and the load log. `PipelineRunner` is the one entry.
 Where each concern lives:
 
 - `runner`: `PipelineRunner` (prepare, finish, run) and the choice of what a plan leads to;
-- `strategy`: how a pipeline's changes reach silver, chosen once from its spec;
+- `strategy`: how a pipeline's changes reach silver, one class per source kind, chosen once
+  from its spec;
+- `rebuild_policy`: what a requested rebuild does for the entry that asks (`RunEntry`): the
+  FAIL_FAST refusal, a loss repaired already, the audit record of an override;
 - `incremental`, `snapshot`, `advance`: the three kinds of write;
 - `tuning`: the Spark settings a run changes for its own steps;
 - `record`: the load-log and state rows, and the run's result;
@@ -22,7 +25,8 @@ Example:
     (<RunMode.INCREMENTAL: 'incremental'>, 57)
 """
 
+from cdf_platform.run.rebuild_policy import RunEntry
 from cdf_platform.run.runner import PipelineRunner, PreparedRun, SessionFor
 from cdf_platform.state.load_log import OrchestratorTimes
 
-__all__ = ["OrchestratorTimes", "PipelineRunner", "PreparedRun", "SessionFor"]
+__all__ = ["OrchestratorTimes", "PipelineRunner", "PreparedRun", "RunEntry", "SessionFor"]

@@ -34,6 +34,7 @@ class RunContext:
     of its own: the txn confs set around the MERGE never leak to other work.
 
     Args:
+        run_id: The run's id (default: a new one).
         started_at: When the run began planning (default: now).
         planned_at: When its plan was pinned.
         orchestrator: When an orchestrator created, dequeued and launched it.
@@ -45,13 +46,14 @@ class RunContext:
         spark_factory: SparkFactory,
         control: ControlTable,
         *,
+        run_id: str | None = None,
         started_at: datetime | None = None,
         planned_at: datetime | None = None,
         orchestrator: OrchestratorTimes = NOT_ORCHESTRATED,
     ):
         self.spec = spec
         self.control = control
-        self.run_id = uuid.uuid4().hex
+        self.run_id = run_id or uuid.uuid4().hex
         self.started_at = started_at or datetime.now(UTC)
         self.planned_at = planned_at
         # Marked by the kinds of write (change set read, silver's commit landed) and `record`.

@@ -2,14 +2,19 @@
 asset, the tests and the benchmarks. It plans and pins the run (`prepare`, JVM-free unless a
 table is named in the catalog), then carries it out (`finish`): no-op, advance, incremental,
 initial load, snapshot or rebuild, each failure classified as a platform error naming the
-pipeline. What a problem the run meets leads to is asked of `repair_decision`.
+pipeline. What a problem the run meets leads to is asked of `repair_decision`; what a
+requested rebuild does (refused on FAIL_FAST without a person's decision, skipped when its
+loss was repaired, the audit record of an override) of `requested_rebuild`, for every entry
+alike (`RunEntry`: who asks).
 """
 
 from __future__ import annotations
 
+import logging
 import time
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -20,6 +25,13 @@ from cdf_platform.planning.run_result import RunResult
 from cdf_platform.run.advance import run_advance
 from cdf_platform.run.context import RunContext, RunOutcome, SparkFactory
 from cdf_platform.run.incremental import run_incremental
+from cdf_platform.run.rebuild_policy import (
+    IN_PROCESS,
+    NOT_REQUESTED,
+    Log,
+    RunEntry,
+    requested_rebuild,
+)
 from cdf_platform.run.record import record_incident, repair_control, result
 from cdf_platform.run.snapshot import run_snapshot
 from cdf_platform.run.strategy import WriteStrategy
@@ -32,6 +44,8 @@ if TYPE_CHECKING:
 
     from cdf_platform.core.spec.pipeline_spec import PipelineSpec
     from cdf_platform.state.control import ControlTable
+
+logger = logging.getLogger(__name__)
 
 SessionFor = Callable[[bool], "SparkSession"]
 """The SparkSession a run uses, given whether the run is short (`PreparedRun.is_short`): a
@@ -79,6 +93,9 @@ class PipelineRunner:
         control: The control tables (state and load log).
         session_for: The session a run uses, given whether the run is short.
         rerun: How to run a pipeline again, for an unexpected failure's action.
+        entry: Who asks for the runs (`RunEntry`: the CLI, the silver asset; default a direct
+            call): whether a rebuild may override FAIL_FAST, and what its audit record names.
+        log: Where the run's policy decisions are told (an orchestrator's run log).
 
     Example:
         >>> runner = PipelineRunner(control, lambda short: spark)  # doctest: +SKIP
@@ -89,6 +106,8 @@ class PipelineRunner:
     control: ControlTable
     session_for: SessionFor
     rerun: Callable[[PipelineSpec], str] = _run_command
+    entry: RunEntry = IN_PROCESS
+    log: Log = logger
 
     @classmethod
     def on(cls, control: ControlTable, spark_factory: SparkFactory) -> PipelineRunner:
@@ -118,6 +137,7 @@ class PipelineRunner:
         prepared: PreparedRun,
         *,
         force_rebuild: bool = False,
+        repair_of: int | None = None,
         shares_jvm: bool = False,
         orchestrator: OrchestratorTimes = NOT_ORCHESTRATED,
     ) -> RunResult:
@@ -126,30 +146,48 @@ class PipelineRunner:
         the run is short and `shares_jvm` is false (no other run shares this process's JVM).
 
         `force_rebuild` reconciles from the snapshot at the plan's end version whatever the
-        state. `orchestrator`: when the orchestrator created, dequeued and launched the run,
-        for its load-log row and its result's stages.
+        state, as `requested_rebuild` decides for this runner's entry (`repair_of`: the
+        watermark of the loss it was asked to repair, if any). `orchestrator`: when the
+        orchestrator created, dequeued and launched the run, for its load-log row and its
+        result's stages.
 
         Raises:
+            RebuildNeedsOverride: a rebuild of a FAIL_FAST pipeline its entry may not override.
             CdfPlatformError: the classified failure (FAIL_FAST, bad input, a read failure).
         """
-        short = not shares_jvm and prepared.is_short(force_rebuild=force_rebuild)
-
-        def session() -> SparkSession:
-            return self.session_for(short)
-
+        run_id = uuid.uuid4().hex
         with classified_run(prepared.spec.id, rerun=self.rerun(prepared.spec)):
+            rebuild = NOT_REQUESTED
+            if force_rebuild:
+                rebuild = requested_rebuild(
+                    self.entry,
+                    self.control,
+                    prepared.spec.target,
+                    prepared.plan,
+                    run_id=run_id,
+                    repair_of=repair_of,
+                    log=self.log,
+                )
+            short = not shares_jvm and prepared.is_short(force_rebuild=rebuild.runs)
+
+            def session() -> SparkSession:
+                return self.session_for(short)
+
             run = RunContext(
                 prepared.plan.spec,
                 session,
                 self.control,
+                run_id=run_id,
                 started_at=prepared.started_at,
                 planned_at=prepared.planned_at,
                 orchestrator=orchestrator,
             )
             run.timings["plan"] = prepared.plan_seconds
             repair_control(run, prepared.plan)
-            outcome = _carry_out(run, prepared.plan, force_rebuild=force_rebuild)
-            run_result = result(run, prepared.plan, outcome)
+            outcome = _carry_out(run, prepared.plan, force_rebuild=rebuild.runs)
+            run_result = replace(
+                result(run, prepared.plan, outcome), overridden_by=rebuild.overridden_by
+            )
             if "target" in prepared.spec.table_names:
                 register_silver(
                     session(),
@@ -182,6 +220,26 @@ class PipelineRunner:
         if on_plan is not None:
             on_plan(prepared.plan)
         return self.finish(prepared, force_rebuild=force_rebuild)
+
+    def repair(self, plan: RunPlan, version: int, *, run_id: str | None = None) -> RunResult:
+        """Reconcile silver with bronze's snapshot at `version` (not below the watermark of
+        `plan`, the pipeline's pinned plan): a verification's repair, the rebuild's quiet
+        reconcile stamped at `version` (`RunMode.VERIFY_REPAIR`), with its load-log and state
+        rows like every run's. `run_id`: the run's id (default: a new one).
+
+        Raises:
+            CdfPlatformError: the classified failure (its FAILED row written).
+        """
+        spec = plan.spec
+        repair = replace(
+            plan, mode=RunMode.VERIFY_REPAIR, start_version=None, end_version=version, problem=None
+        )
+        with classified_run(spec.id, rerun=self.rerun(spec)):
+            run = RunContext(spec, lambda: self.session_for(False), self.control, run_id=run_id)
+            repair_control(run, repair)
+            strategy = WriteStrategy.of(spec, self.control)
+            outcome = run_snapshot(run, repair, strategy, None, requested=False)
+            return result(run, repair, outcome)
 
 
 def _carry_out(run: RunContext, plan: RunPlan, *, force_rebuild: bool) -> RunOutcome:
@@ -220,7 +278,7 @@ def _repair_or_raise(run: RunContext, plan: RunPlan, problem: CdfPlatformError) 
     """Return when a rebuild repairs `problem` now; else write its incident and raise it."""
     spec = plan.spec
     # A snapshot source's rebuild is its every run: it needs no change feed.
-    change_feed_on = plan.window.cdf_enabled_at_latest or spec.snapshot_source
+    change_feed_on = plan.window.cdf_enabled_at_latest or not spec.changes.replays_history
     if not repair_decision(spec.fallback_mode, problem, change_feed_on=change_feed_on).automatic:
         record_incident(run, plan, problem)
         raise problem

@@ -10,13 +10,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import CdfPlatformError, SourceReset, SpecChanged
-from cdf_platform.core.spec.pipeline_spec import ChangeSource, HistoryMode
 from cdf_platform.core.spec.spec_fingerprint import EXACT_FIELDS
 from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.run.context import RunContext, RunOutcome
 from cdf_platform.run.record import record, record_incident, spec_note
 from cdf_platform.spark.reconcile.rebuild import RebuildRequest, SpecRewrite
-from cdf_platform.spark.write.history import rebuild_note
 from cdf_platform.spark.write.metrics import silver_commit_counts
 
 if TYPE_CHECKING:
@@ -77,7 +75,7 @@ def run_snapshot(
         counts,
         end=version,
         incident=incident,
-        message=_message(plan, mode, problem, written),
+        message=_message(plan, strategy, mode, problem, written),
         generation=written.generation,
         reported=True,
         expectations=written.counts,
@@ -117,22 +115,17 @@ def _spec_rewrite(plan: RunPlan) -> SpecRewrite:
 
 
 def _message(
-    plan: RunPlan, mode: RunMode, problem: CdfPlatformError | None, written: RebuildOutcome
+    plan: RunPlan,
+    strategy: WriteStrategy,
+    mode: RunMode,
+    problem: CdfPlatformError | None,
+    written: RebuildOutcome,
 ) -> str | None:
-    """The load log's words on the run: the problem it repaired, what an SCD2 history misses,
-    the spec edit it took, and what the write says of itself."""
-    spec, watermark = plan.spec, plan.silver.watermark
+    """The load log's words on the run: the problem it repaired, what an SCD2 history misses
+    (`WriteStrategy.history_note`), the spec edit it took, and what the write says of itself."""
     message = str(problem) if problem is not None else None
-    # A snapshot source's history only ever holds its snapshots: that is what it is, not a loss.
-    # An event log's rebuild folds every event bronze holds, each dated by its own sequence: its
-    # history between the watermark and V is whole.
-    if (
-        spec.history is HistoryMode.SCD2
-        and watermark is not None
-        and mode is not RunMode.SNAPSHOT
-        and spec.changes is not ChangeSource.EVENTS
-    ):
-        message = "; ".join(filter(None, (message, rebuild_note(watermark, plan.end_version))))
+    missed = strategy.history_note(plan.silver.watermark, plan.end_version, mode)
+    message = "; ".join(filter(None, (message, missed))) or None
     if isinstance(problem, SpecChanged):
         message = None  # the note says what the run did; the problem's remedy is done
     message = "; ".join(filter(None, (message, spec_note(plan, rebuilt=True), written.note)))

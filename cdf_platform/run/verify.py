@@ -7,10 +7,11 @@ command line (`cdf-platform verify`) and the Dagster `verify_job` alike.
    taken yet, and comparing with bronze's latest would name every one of them. An explicit
    bronze version is compared as asked (a note says when it is past the watermark).
 2. Compare (`cdf_platform.spark.reconcile.silver_comparison.compare_silver`): nothing is written.
-3. Repair when asked and silver differs: the rebuild's quiet reconcile at the pinned bronze
-   version (`WriteStrategy.reconcile`), stamped like every platform commit (the watermark, at
-   the pinned version: never backwards), so only the differing keys reach silver's change feed;
-   then compared again, so REPAIRED is only recorded for a silver that now agrees.
+3. Repair when asked and silver differs: a run of the pipeline (`PipelineRunner.repair`, with
+   its load-log and state rows like every run's), the rebuild's quiet reconcile at the pinned
+   bronze version, stamped like every platform commit (the watermark, at the pinned version:
+   never backwards), so only the differing keys reach silver's change feed; then compared
+   again, so REPAIRED is only recorded for a silver that now agrees.
 4. Record the verification (`cdf_platform.state.verifications`), whatever it found.
 
 Example:
@@ -28,10 +29,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.errors import SourceReset, VerificationRefused
+from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.run.runner import PipelineRunner
 from cdf_platform.run.strategy import WriteStrategy
-from cdf_platform.spark.reconcile.event_source import Tombstones
-from cdf_platform.spark.reconcile.rebuild import RebuildRequest, SpecRewrite
 from cdf_platform.spark.reconcile.silver_comparison import (
     SilverComparison,
     SilverPins,
@@ -47,15 +47,12 @@ from cdf_platform.state.verifications import (
 from cdf_platform.state.watermark import read_silver_state
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
     from cdf_platform.core.spec.pipeline_spec import PipelineSpec
-    from cdf_platform.planning.plan import RunPlan
     from cdf_platform.run.context import SparkFactory
     from cdf_platform.state.control import ControlTable
 
-VERIFY_MODE = "verify_repair"
-"""The mode a repair's commit (and its `userMetadata`) names."""
+VERIFY_MODE = RunMode.VERIFY_REPAIR.value
+"""The mode a repair's commit (its `userMetadata`), load-log row and state row name."""
 
 
 @dataclass(frozen=True)
@@ -105,20 +102,22 @@ def verify_pipeline(
     """
     started = time.monotonic()
     run_id = run_id or uuid.uuid4().hex
-    plan = PipelineRunner.on(control, spark_factory).prepare(spec).plan
+    # Its plan and its repair are this pipeline's runs; a failure names the verification.
+    runner = PipelineRunner(control, lambda _short: spark_factory(), rerun=_verify_command)
+    plan = runner.prepare(spec).plan
     spec = plan.spec  # locations resolved
     pins, note = _pins(plan, bronze_version)
     repaired_version = None
-    with classified_run(spec.id, rerun=f"`cdf-platform verify --pipeline {spec.id}`"):
+    with classified_run(spec.id, rerun=_verify_command(spec)):
         spark = new_session(spark_factory())
         assert_safe_spark_config(spark)
-        tombstones = Tombstones.of(control, spec)
-        found = compare_silver(spark, spec, pins, tombstones=tombstones)
+        strategy = WriteStrategy.of(spec, control)
+        found = compare_silver(spark, spec, pins, strategy.expected_rows)
         outcome = VerificationOutcome.EQUAL if found.equal else VerificationOutcome.DIFFERENT
         if repair and not found.equal:
-            repaired_version = _repair(spark, plan, pins, control, run_id)
+            repaired_version = _repair(runner, plan, pins, run_id)
             after = SilverPins(pins.bronze_version, repaired_version, pins.bronze_timestamp)
-            left = compare_silver(spark, spec, after, tombstones=tombstones)
+            left = compare_silver(spark, spec, after, strategy.expected_rows)
             if left.equal:
                 outcome = VerificationOutcome.REPAIRED
             else:
@@ -137,6 +136,10 @@ def verify_pipeline(
     )
     record_verification(control, verification)
     return VerifyResult(verification, found, note)
+
+
+def _verify_command(spec: PipelineSpec) -> str:
+    return f"`cdf-platform verify --pipeline {spec.id}`"
 
 
 def _joined(*notes: str | None) -> str | None:
@@ -199,16 +202,15 @@ def _refusal(plan: RunPlan) -> str | None:
     return None
 
 
-def _repair(
-    spark: SparkSession, plan: RunPlan, pins: SilverPins, control: ControlTable, run_id: str
-) -> int:
+def _repair(runner: PipelineRunner, plan: RunPlan, pins: SilverPins, run_id: str) -> int:
     """Reconcile silver with the spec applied to bronze at the pinned version (the rebuild's
-    quiet reconcile, stamped with that watermark); returns silver's version after it.
+    quiet reconcile, stamped with that watermark, as a run: `PipelineRunner.repair`); returns
+    silver's version after it.
 
     Raises:
         VerificationRefused: the pinned version is below the watermark.
     """
-    spec, silver = plan.spec, plan.silver
+    spec, silver, control = plan.spec, plan.silver, runner.control
     assert silver.watermark is not None
     if pins.bronze_version < silver.watermark:
         raise VerificationRefused(
@@ -227,17 +229,7 @@ def _repair(
             table=spec.target,
             action="verify again (a run writing silver meanwhile is the usual cause)",
         )
-    request = RebuildRequest(
-        version=pins.bronze_version,
-        silver=silver,
-        run_id=run_id,
-        mode=VERIFY_MODE,
-        source_table_id=plan.window.table_id,
-        storage=control.storage,
-        version_timestamp=pins.bronze_timestamp,
-        rewrite=SpecRewrite(record=plan.spec_record),
-    )
-    WriteStrategy.of(spec, control).reconcile(spark, request)
+    runner.repair(plan, pins.bronze_version, run_id=run_id)
     repaired = read_silver_state(spec.target, spec.id, storage=control.storage).silver_version
     assert repaired is not None
     return repaired

@@ -27,7 +27,6 @@ from cdf_platform.core.config import (
     MASTER_ENV,
     PIPELINES_FILE_ENV,
 )
-from cdf_platform.orchestration.assets.silver import describe_plan
 from cdf_platform.orchestration.io_manager.silver_io import run_result_metadata
 from cdf_platform.orchestration.jobs.silver_jobs import INCREMENTAL_JOB
 from cdf_platform.orchestration.shared.keys import silver_key
@@ -66,7 +65,7 @@ def test_each_pipeline_pins_its_change_set_from_the_logs_without_spark(
         assert plan.spec.target == str(lake / "silver" / pipeline_id)
         assert (plan.mode, plan.watermark, plan.end_version) == (RunMode.INITIAL_LOAD, None, 1)
         assert plan.problem is None
-        assert describe_plan(plan) == f"{pipeline_id}: initial_load, bronze snapshot at version 1"
+        assert plan.describe() == f"{pipeline_id}: initial_load, bronze snapshot at version 1"
 
 
 # The queued run coordinator, as deploy/dagster.yaml has it; the run launched in this process.

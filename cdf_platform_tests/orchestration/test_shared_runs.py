@@ -11,19 +11,11 @@ import sys
 from pathlib import Path
 
 import dagster as dg
-import pytest
 import yaml
 from pyspark.sql import SparkSession
 
-from cdf_platform.core.config import default_pipelines_per_run
-from cdf_platform.core.errors import RuntimeEnvironmentError
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
-from cdf_platform.core.spec.pipeline_spec import PipelineSpec
-from cdf_platform.orchestration.sensors.incremental_sensor import (
-    WantedRun,
-    run_requests,
-    silver_run_slots,
-)
+from cdf_platform.orchestration.sensors.incremental_sensor import silver_run_slots
 from cdf_platform.orchestration.shared.keys import QUEUE_TAG, REQUESTED_TAG, silver_key
 from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 from cdf_platform.planning.status import pipeline_status
@@ -83,51 +75,6 @@ def test_small_runs_share_a_run_and_a_failing_pipeline_fails_alone(
     (only_a,) = tick(defs, instance).run_requests
     assert only_a.asset_selection == [silver_key("a")]
     assert only_a.run_key == "incremental:a:3"
-
-
-def test_shared_runs_hold_at_most_the_configured_number_of_pipelines(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    specs = [PipelineSpec(**orders_pipeline(i)) for i in ("a", "b", "c")]
-    wanted = [WantedRun(spec, "incremental", "4", shares=True) for spec in specs]
-    wanted.append(WantedRun(PipelineSpec(**orders_pipeline("big")), "incremental", "9"))
-    requests, left_out = run_requests(wanted, {}, max_pipelines_per_run=2)
-    assert [[key.path[1] for key in r.asset_selection] for r in requests] == [
-        ["big"],
-        ["a", "b"],
-        ["c"],
-    ]
-    assert not left_out
-
-    # Without a limit on silver runs at once: as few runs as the limit per run allows, the
-    # pipelines spread evenly (3 and 2, not 4 and 1).
-    five = [
-        WantedRun(PipelineSpec(**orders_pipeline(i)), "incremental", "4", shares=True)
-        for i in "abcde"
-    ]
-    requests, _ = run_requests(five, {}, max_pipelines_per_run=4)
-    assert [[key.path[1] for key in r.asset_selection] for r in requests] == [
-        ["a", "b", "c"],
-        ["d", "e"],
-    ]
-    # With 3 silver runs at once: spread over 3 (never more runs than pipelines), and over more
-    # where the limit per run needs them.
-    requests, _ = run_requests(five, {}, max_pipelines_per_run=4, parallel_runs=3)
-    assert [[key.path[1] for key in r.asset_selection] for r in requests] == [
-        ["a", "b"],
-        ["c", "d"],
-        ["e"],
-    ]
-    requests, _ = run_requests(five[:2], {}, max_pipelines_per_run=4, parallel_runs=3)
-    assert [[key.path[1] for key in r.asset_selection] for r in requests] == [["a"], ["b"]]
-    requests, _ = run_requests(five, {}, max_pipelines_per_run=1, parallel_runs=3)
-    assert len(requests) == 5
-
-    monkeypatch.setenv("CDF_PIPELINES_PER_RUN", "1")
-    assert default_pipelines_per_run() == 1
-    monkeypatch.setenv("CDF_PIPELINES_PER_RUN", "0")
-    with pytest.raises(RuntimeEnvironmentError, match="CDF_PIPELINES_PER_RUN='0'"):
-        default_pipelines_per_run()
 
 
 def test_silver_run_slots_are_the_run_queues_lowest_limit_on_silver_runs(tmp_path: Path) -> None:

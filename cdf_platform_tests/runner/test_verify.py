@@ -130,6 +130,12 @@ def test_foreign_writes_are_named_by_key_and_the_repair_changes_only_those_keys(
     assert state.watermark == watermark and state.silver_version == foreign + 1
     assert state.last_run is not None and state.last_run["mode"] == VERIFY_MODE
     assert last_verified_silver_version(control, spec.id) == foreign + 1
+    # The repair is a run of the pipeline: its load-log row and state row, like every run's.
+    (logged,) = [row for row in control.read_log(spec.id) if row["mode"] == VERIFY_MODE]
+    assert (logged["run_id"], logged["outcome"]) == (repaired.verification.run_id, "SUCCESS")
+    assert (logged["watermark_before"], logged["watermark_after"]) == (watermark, watermark)
+    assert logged["rows_inserted"] + logged["rows_updated"] + logged["rows_deleted"] == 3
+    assert control.read_states()[spec.id]["last_mode"] == VERIFY_MODE
     outcomes = [v.outcome for v in read_verifications(control, spec.id)]
     assert outcomes == [
         VerificationOutcome.EQUAL,

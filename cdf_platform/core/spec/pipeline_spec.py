@@ -75,6 +75,20 @@ class ChangeSource(StrEnum):
     `sequence_by`. A run folds the events appended after the watermark; bronze deleting or
     compacting old events changes nothing in silver."""
 
+    @property
+    def replays_history(self) -> bool:
+        """Whether a run replays bronze's changes after the watermark, so that it needs bronze's
+        change feed and a replay window kept for it (`cdf`, `events`); a snapshot source's run
+        reads bronze's latest version whole."""
+        return self is not ChangeSource.SNAPSHOTS
+
+    @property
+    def sequences_each_change(self) -> bool:
+        """Whether each change carries its own `sequence_by` value, a delete's included, and one
+        commit may hold several changes of a key (`events`); a change feed's delete carries the
+        deleted row's values."""
+        return self is ChangeSource.EVENTS
+
 
 class FallbackMode(StrEnum):
     """What an incremental run does when the change feed cannot be replayed."""
@@ -365,18 +379,6 @@ class PipelineSpec(BaseModel):
                 "events.truncates needs `history: scd1`: a truncate says nothing about when "
                 "each key's version ended"
             )
-
-    @property
-    def snapshot_source(self) -> bool:
-        """Whether bronze is read as snapshots (`changes: snapshots`): a run replays no history,
-        so no replay window is kept for it."""
-        return self.changes is ChangeSource.SNAPSHOTS
-
-    @property
-    def event_source(self) -> bool:
-        """Whether bronze is a change-event log (`changes: events`): a run folds the events
-        bronze appended, ordered by `sequence_by`."""
-        return self.changes is ChangeSource.EVENTS
 
     @property
     def bronze_name(self) -> str:

@@ -4,31 +4,27 @@ A silver materialization is one pipeline run, backed by the `spark` resource and
 IO manager (`cdf_platform.orchestration.io_manager.silver_io`). Loading the asset's `bronze` input
 plans the run from the logs alone (bronze's replay window, silver's watermark: a run that finds
 nothing to do never starts Spark) and hands the asset the pinned plan, not bronze's rows. The
-asset body decides the policy (a requested rebuild, the FAIL_FAST refusal) and returns a
-`PipelineWrite`; the IO manager's output side carries it out (incremental MERGE, snapshot
-rebuild, or nothing at all), writing silver and its watermark in one commit (docs/design.md
-section 3), and records what the run did as the materialization's metadata. `cdf-platform run`
-calls the same two halves without Dagster (`cdf_platform.run`).
+asset body applies this entry's rule (a run config's `override_fail_fast` needs the
+deployment's permission) and returns a `PipelineWrite` with what its config asks; the IO
+manager's output side carries it out through the runner, which decides what a requested
+rebuild does (the FAIL_FAST refusal, a loss repaired already, the audit record of an override:
+`cdf_platform.run.rebuild_policy`) as it does for `cdf-platform rebuild`, then writes silver and
+its watermark in one commit (docs/design.md section 3) and records what the run did as the
+materialization's metadata. `cdf-platform run` calls the same two halves without Dagster
+(`cdf_platform.run`).
 """
-
-from datetime import timedelta
 
 import dagster as dg
 from pydantic import Field
 
-from cdf_platform.core.errors import RebuildNeedsOverride
-from cdf_platform.core.spec.pipeline_spec import DeleteMode, FallbackMode, HistoryMode, PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import DeleteMode, HistoryMode, PipelineSpec
 from cdf_platform.core.spec.spec_fingerprint import spec_fingerprint
 from cdf_platform.orchestration.io_manager.silver_io import (
     PipelineBatch,
     PipelineWrite,
     pipeline_input,
 )
-from cdf_platform.orchestration.shared.destructive import (
-    PERMITTED_BY,
-    record,
-    refuse_unless_permitted,
-)
+from cdf_platform.orchestration.shared.destructive import refuse_unless_permitted
 from cdf_platform.orchestration.shared.keys import (
     SILVER_PREFIX,
     WATERMARK_IO_MANAGER_KEY,
@@ -36,9 +32,9 @@ from cdf_platform.orchestration.shared.keys import (
     silver_key,
 )
 from cdf_platform.orchestration.shared.resources import LakeLayout
-from cdf_platform.orchestration.shared.step_failures import STEP_RETRY_POLICY, platform_failure
-from cdf_platform.planning.plan import RunMode, RunPlan
-from cdf_platform.planning.repair import already_repaired
+from cdf_platform.orchestration.shared.step_failures import STEP_RETRY_POLICY
+from cdf_platform.planning.run_requests import freshness_window
+from cdf_platform.run.rebuild_policy import OVERRIDE_ACTION
 
 
 class SilverRunConfig(dg.Config):
@@ -70,23 +66,6 @@ class SilverRunConfig(dg.Config):
 SILVER_CONFIG_SCHEMA = SilverRunConfig.to_config_schema().as_field()
 
 
-def describe_plan(plan: RunPlan) -> str:
-    """One line for the run log: the pinned change set a run applies."""
-    problem = f"; problem: {plan.problem.incident_code}" if plan.problem else ""
-    if plan.mode is RunMode.INCREMENTAL:
-        what = f"bronze versions ({plan.watermark}, {plan.end_version}]"
-    elif plan.mode is RunMode.ADVANCE:
-        what = (
-            f"bronze versions ({plan.watermark}, {plan.end_version}] change no row: the "
-            "watermark advances without Spark"
-        )
-    elif plan.mode is RunMode.NOOP:
-        what = f"nothing after watermark {plan.watermark}"
-    else:
-        what = f"bronze snapshot at version {plan.end_version}"
-    return f"{plan.spec.id}: {plan.mode.value}, {what}{problem}"
-
-
 def _description(spec: PipelineSpec) -> str:
     deletes = (
         "deleted rows are removed"
@@ -114,12 +93,6 @@ def _description(spec: PipelineSpec) -> str:
         "gold consumers read it incrementally. The watermark (last bronze version applied) "
         "lives in this table's own Delta log."
     )
-
-
-def freshness_window(spec: PipelineSpec) -> timedelta:
-    """`max_allowed_lag_hours` as the silver asset's freshness window (Dagster's floor: one
-    minute)."""
-    return max(timedelta(hours=spec.max_allowed_lag_hours), timedelta(minutes=1))
 
 
 def silver_asset(spec: PipelineSpec, *, allow_destructive: bool = False) -> dg.AssetsDefinition:
@@ -168,65 +141,29 @@ def silver_asset(spec: PipelineSpec, *, allow_destructive: bool = False) -> dg.A
     ) -> PipelineWrite:
         config = SilverRunConfig(**context.op_execution_context.op_config)
         op_context = context.op_execution_context
-        control = lake.control()
+        # The deployment's permission for the override (this entry's rule); what the rebuild
+        # does, and the override's audit record, are the run's (`PipelineRunner.finish`).
         refuse_unless_permitted(
             allow_destructive,
             ["override_fail_fast"] if config.override_fail_fast else [],
-            control=control,
+            control=lake.control(),
             context=op_context,
             table=spec.target,
-            action="rebuild_overriding_fail_fast",
+            action=OVERRIDE_ACTION,
             pipeline_id=spec.id,
             metadata={"pipeline_id": spec.id},
         )
-        if (
-            config.force_rebuild
-            and spec.fallback_mode is FallbackMode.FAIL_FAST
-            and not config.override_fail_fast
-        ):
-            refused = RebuildNeedsOverride(
-                "the pipeline is FAIL_FAST: a rebuild needs a person's decision",
-                pipeline_id=spec.id,
-                table=spec.target,
-            )
-            raise platform_failure(
-                refused, pipeline_id=spec.id, fallback_mode=FallbackMode.FAIL_FAST.value
-            )
         context.log.info(
             "pinned change set: %s (planned from the logs in %.2f s)",
-            describe_plan(bronze.plan),
+            bronze.plan.describe(),
             bronze.prepared.plan_seconds,
         )
-        plan, force = bronze.plan, config.force_rebuild
-        if force and already_repaired(plan, config.repair_of):
-            context.log.info(
-                "%s: the loss at watermark %s was repaired already (watermark now %s): no "
-                "rebuild, the run does what its plan says",
-                spec.id,
-                config.repair_of,
-                plan.watermark,
-            )
-            force = False
-        if force and spec.fallback_mode is FallbackMode.FAIL_FAST:
-            # A person's override of the FAIL_FAST guard, permitted by the deployment.
-            reason = f"rebuild of FAIL_FAST pipeline {spec.id} with override_fail_fast"
-            context.log.warning("%s (%s)", reason, describe_plan(plan))
-            record(
-                control,
-                op_context,
-                table_location=spec.target,
-                action="rebuild_overriding_fail_fast",
-                outcome="started",
-                destructive=True,
-                permitted_by=PERMITTED_BY,
-                reason=f"{reason}; incident: "
-                f"{plan.problem.incident_code if plan.problem else 'none found by the plan'}",
-                destroyed="silver's rows are replaced by bronze's snapshot at version "
-                f"{plan.end_version} without the FAIL_FAST review",
-                latest_version=plan.end_version,
-            )
-            context.add_output_metadata({"override_fail_fast": True, "permitted_by": PERMITTED_BY})
-        return PipelineWrite(bronze.prepared, force_rebuild=force)
+        return PipelineWrite(
+            bronze.prepared,
+            force_rebuild=config.force_rebuild,
+            repair_of=config.repair_of,
+            override_fail_fast=config.override_fail_fast,
+        )
 
     return _silver
 

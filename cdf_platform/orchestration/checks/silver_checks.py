@@ -65,8 +65,8 @@ class CheckTarget:
         max_allowed_lag_hours: consumer_lag fails above this lag.
         min_headroom_hours: replay_window warns below this headroom.
         fail_fast: whether a problem waits for a person (a pending spec edit is an error).
-        snapshots: whether it reads snapshots (`changes: snapshots`), not a change feed: no
-            replay window is kept for it.
+        replays: whether its runs replay what it reads after its watermark (a change feed);
+            a snapshot source's (`changes: snapshots`) do not: no replay window is kept for it.
     """
 
     key: dg.AssetKey
@@ -75,7 +75,7 @@ class CheckTarget:
     max_allowed_lag_hours: float
     min_headroom_hours: float
     fail_fast: bool = False
-    snapshots: bool = False
+    replays: bool = True
 
     @classmethod
     def of_pipeline(cls, spec: PipelineSpec) -> "CheckTarget":
@@ -87,7 +87,7 @@ class CheckTarget:
             spec.max_allowed_lag_hours,
             spec.min_headroom_hours,
             not repair_decision(spec.fallback_mode).automatic,
-            spec.snapshot_source,
+            spec.changes.replays_history,
         )
 
 
@@ -162,18 +162,14 @@ def replay_window_result(
         # None for a snapshot source, which replays no history: left out, not plotted.
         **(
             {"earliest_replayable_version": count(status.earliest_replayable_version)}
-            if status.earliest_replayable_version is not None or not target.snapshots
+            if status.earliest_replayable_version is not None or target.replays
             else {}
         ),
         "watermark": count(status.watermark),
         # The headroom every view shows (a caught-up consumer's is the retention horizon; left
         # out when there is none), and the headroom bronze's next commit will start with.
         # A snapshot source replays no history: no headroom either.
-        **(
-            {"headroom_hours": hours(headroom)}
-            if headroom is not None and not target.snapshots
-            else {}
-        ),
+        **({"headroom_hours": hours(headroom)} if headroom is not None and target.replays else {}),
         "retention_horizon_hours": hours(status.retention_horizon_hours),
         # Text, not plotted; the rebuild sensor's run key reads it.
         "latest_version": text(status.latest_version),
@@ -223,7 +219,7 @@ def replay_window_result(
             metadata=metadata,
         )
     description = f"replayable from version {status.earliest_replayable_version}"
-    if target.snapshots:
+    if not target.replays:
         description = (
             f"a snapshot source: each run reconciles {target.source}'s latest version, no "
             "history to replay"
@@ -242,7 +238,7 @@ def _unmeetable_limit(target: CheckTarget, status: PipelineStatus) -> str:
     """A word on a headroom limit no headroom can reach: `min_headroom_hours` at or above the
     retention horizon (the most headroom a version ever has); "" otherwise."""
     horizon = status.retention_horizon_hours
-    if target.snapshots or horizon is None or target.min_headroom_hours < horizon:
+    if not target.replays or horizon is None or target.min_headroom_hours < horizon:
         return ""
     return (
         f"; the limit min_headroom_hours {target.min_headroom_hours:g} h can never be met: "

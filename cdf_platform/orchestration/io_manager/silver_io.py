@@ -7,9 +7,10 @@ pipeline's silver. For it, `load_pipeline_batch` does not read bronze: it plans 
 logs exactly as `cdf-platform run` does (`cdf_platform.run.PipelineRunner.prepare`: the
 catalog located first when the pipeline names tables, then the JVM-free plan) and hands the
 asset a `PipelineBatch` holding the pinned `RunPlan`. Its watermark is silver's own, in silver's
-log and the control table (docs/design.md section 3), not a consumer's marks. The asset decides
-the policy (a requested rebuild) and returns a `PipelineWrite`, which `write_pipeline` carries
-out (`PipelineRunner.finish`: no-op, incremental MERGE, initial load or rebuild, each stamping
+log and the control table (docs/design.md section 3), not a consumer's marks. The asset returns
+a `PipelineWrite` (what its run config asks), which `write_pipeline` carries out
+(`PipelineRunner.finish`, the Dagster run its `RunEntry`: the requested rebuild's policy and an
+override's audit record, then no-op, incremental MERGE, initial load or rebuild, each stamping
 the watermark in silver's commit) and reports as the materialization's metadata.
 
 A no-op plan never starts Spark, on either side. Failures are classified on both sides (by
@@ -29,13 +30,14 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import dagster as dg
 
-from cdf_platform.core.errors import CdfPlatformError
+from cdf_platform.core.errors import CdfPlatformError, RebuildNeedsOverride
 from cdf_platform.core.spec.pipeline_spec import PipelineSpec
+from cdf_platform.orchestration.shared.destructive import PERMITTED_BY
 from cdf_platform.orchestration.shared.figures import duration, text
 from cdf_platform.orchestration.shared.keys import (
     WATERMARK_IO_MANAGER_KEY,
@@ -47,7 +49,7 @@ from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResourc
 from cdf_platform.orchestration.shared.step_failures import mark_retryable_run, platform_failure
 from cdf_platform.planning.plan import RunPlan
 from cdf_platform.planning.run_result import RunResult
-from cdf_platform.run import OrchestratorTimes, PipelineRunner, PreparedRun
+from cdf_platform.run import OrchestratorTimes, PipelineRunner, PreparedRun, RunEntry
 
 PIPELINE_SPEC = "cdf_platform/pipeline_spec"
 """The input metadata entry holding the pipeline's spec (JSON): it marks a pipeline's silver."""
@@ -75,11 +77,17 @@ class PipelineWrite:
 
     Attributes:
         prepared: The run `PipelineBatch` handed the asset.
-        force_rebuild: Reconcile from the snapshot at the pinned version whatever the plan.
+        force_rebuild: Reconcile from the snapshot at the pinned version whatever the plan
+            (as the runner decides: `cdf_platform.run.rebuild_policy`).
+        repair_of: The watermark of the loss the rebuild was asked to repair, if any.
+        override_fail_fast: The run config asks to rebuild a FAIL_FAST pipeline without its
+            review, and the deployment permits it (the asset refused it otherwise).
     """
 
     prepared: PreparedRun
     force_rebuild: bool = False
+    repair_of: int | None = None
+    override_fail_fast: bool = False
 
 
 def pipeline_input(spec: PipelineSpec) -> dg.AssetIn:
@@ -101,8 +109,14 @@ def pipeline_spec_of(context: dg.InputContext) -> PipelineSpec | None:
 
 
 def pipeline_failure(spec: PipelineSpec, err: CdfPlatformError) -> dg.Failure:
-    """The classified failure, with the facts an operator filters on, on the failed step."""
-    return platform_failure(err, pipeline_id=spec.id, version=_metadata_value(err.version))
+    """The classified failure, with the facts an operator filters on, on the failed step (a
+    refused rebuild names the fallback mode that refused it)."""
+    refused = (
+        {"fallback_mode": spec.fallback_mode.value} if isinstance(err, RebuildNeedsOverride) else {}
+    )
+    return platform_failure(
+        err, pipeline_id=spec.id, version=_metadata_value(err.version), **refused
+    )
 
 
 def _rerun(spec: PipelineSpec) -> str:
@@ -115,6 +129,19 @@ def _runner(spark: SparkResource, lake: LakeLayout) -> PipelineRunner:
         control,
         lambda short: spark.session_for_run(short=short, storage=control.storage),
         rerun=_rerun,
+    )
+
+
+def _entry(context: dg.OutputContext, write: PipelineWrite) -> RunEntry:
+    """The Dagster run as the entry of its silver run: its id, job and tags for an override's
+    audit record, and the override its config asks for (the asset refused one the deployment
+    does not permit)."""
+    run = context.step_context.dagster_run
+    return RunEntry(
+        job=run.job_name,
+        run_id=run.run_id,
+        tags=dict(run.tags),
+        override=PERMITTED_BY if write.override_fail_fast else None,
     )
 
 
@@ -158,9 +185,11 @@ def write_pipeline(
     try:
         # An unexpected failure is classified too: the step fails as a platform error naming
         # the pipeline and what to do, the original chained below it.
-        result = _runner(spark, lake).finish(
+        runner = replace(_runner(spark, lake), entry=_entry(context, write), log=context.log)
+        result = runner.finish(
             write.prepared,
             force_rebuild=write.force_rebuild,
+            repair_of=write.repair_of,
             shares_jvm=shared,
             orchestrator=orchestrator,
         )
@@ -181,6 +210,9 @@ def write_pipeline(
     )
     metadata = run_result_metadata(result)
     metadata["dagster_run_id"] = dg.MetadataValue.text(context.run_id)
+    if result.overridden_by is not None:
+        metadata["override_fail_fast"] = dg.MetadataValue.bool(True)
+        metadata["permitted_by"] = dg.MetadataValue.text(result.overridden_by)
     if "target" in spec.table_names:
         metadata["table_name"] = dg.MetadataValue.text(spec.target)
     else:

@@ -36,8 +36,19 @@ from cdf_platform.core.errors import FIX_SPEC_FIELD, InvalidPipelineSpec
 from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.spec.spec_fingerprint import import_transform
 from cdf_platform.core.sql import quote_ident
-from cdf_platform.spark.quality.expectation_judging import ROW_IMAGES, check_rules, judge, keep_out
-from cdf_platform.spark.read.change_feed import CHANGE_TYPE, FEED_COLUMNS, as_change_feed
+from cdf_platform.spark.quality.expectation_judging import (
+    ROW_IMAGES,
+    check_rules,
+    judge,
+    judged_columns,
+    keep_out,
+)
+from cdf_platform.spark.read.change_feed import (
+    CHANGE_TYPE,
+    FEED_COLUMNS,
+    as_change_feed,
+    project_columns,
+)
 from cdf_platform.spark.read.changes import FILTERED
 
 if TYPE_CHECKING:
@@ -115,6 +126,20 @@ def conform_changes(
     if not spec.expectations:
         return marked
     return marked if judged else keep_out(marked, spec)
+
+
+def change_rows(
+    spark: SparkSession, feed: DataFrame, spec: PipelineSpec, *, judged: bool = False
+) -> DataFrame:
+    """The change rows a run folds from `feed` (bronze's change feed, or an event log's events
+    as change rows): the spec's steps (`conform_changes`) and columns (`project_columns`)
+    applied, the change feed's columns kept. `judged`: as `conform_changes`'s.
+
+    Raises:
+        InvalidPipelineSpec: a step is refused.
+    """
+    conformed = conform_changes(spark, feed, spec, judged=judged)
+    return project_columns(conformed, spec, [*FEED_COLUMNS, *judged_columns(conformed)])
 
 
 def conform_snapshot(

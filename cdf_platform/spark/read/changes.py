@@ -87,7 +87,7 @@ class ChangeOrder:
             spec.sequence_by,
             spec.ignore_null_updates,
             spec.history is HistoryMode.SCD2,
-            spec.event_source,
+            spec.changes.sequences_each_change,
         )
 
 

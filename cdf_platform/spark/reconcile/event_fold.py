@@ -24,7 +24,7 @@ from cdf_platform.spark.read.change_feed import (
     classified,
 )
 from cdf_platform.spark.read.changes import ChangeOrder, CollapsedChanges, collapse_changes
-from cdf_platform.spark.reconcile.event_source import Tombstones, change_rows
+from cdf_platform.spark.reconcile.event_source import Tombstones, event_change_rows
 from cdf_platform.spark.reconcile.rebuild import (
     RebuildOutcome,
     RebuildRequest,
@@ -88,7 +88,7 @@ def pinned_fold(
     """
     ctx, raw = read_pinned(spark, spec, version)
     feed = as_change_feed(raw, version, timestamp)
-    changes, truncation = change_rows(spark, feed, spec, ctx, judged=gate is not None)
+    changes, truncation = event_change_rows(spark, feed, spec, ctx, judged=gate is not None)
     judgement = None
     if gate is not None:
         judged = changes

@@ -38,8 +38,7 @@ from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident, sql_path, sql_string
 from cdf_platform.core.storage import StorageConfig
 from cdf_platform.deltalog.tables import is_delta_table
-from cdf_platform.spark.quality.conform import analysed, conform_changes, invalid_spec
-from cdf_platform.spark.quality.expectation_judging import judged_columns
+from cdf_platform.spark.quality.conform import analysed, change_rows, invalid_spec
 from cdf_platform.spark.read.change_feed import (
     CHANGE_TYPE,
     COMMIT_TIMESTAMP,
@@ -47,7 +46,6 @@ from cdf_platform.spark.read.change_feed import (
     FEED_COLUMNS,
     ReadContext,
     classified,
-    project_columns,
 )
 from cdf_platform.spark.read.changes import UNKNOWN
 from cdf_platform.spark.write.merge import Truncation, with_source_view
@@ -129,7 +127,7 @@ def _expression(spec: PipelineSpec, field: str, expression: str, frame: DataFram
     return F.expr(expression)
 
 
-def change_rows(
+def event_change_rows(
     spark: SparkSession,
     feed: DataFrame,
     spec: PipelineSpec,
@@ -137,22 +135,17 @@ def change_rows(
     *,
     judged: bool = False,
 ) -> tuple[DataFrame, Truncation | None]:
-    """The change rows a run folds from `feed` (bronze rows with the change feed's columns):
-    the spec's steps (`conform_changes`) and columns (`project_columns`) applied, for an event
-    log to its events' images, its truncates set apart (`split_truncates`). `judged`: the rows
-    carry their expectations' `FAILED_RULES`, none kept out yet (`QualityGate`).
+    """The change rows a run folds from an event log's `feed` (bronze rows with the change
+    feed's columns): its events' images (`event_changes`) with the spec's steps and columns
+    applied (`cdf_platform.spark.quality.conform.change_rows`), its truncates set apart
+    (`split_truncates`). `judged`: the rows carry their expectations' `FAILED_RULES`, none kept
+    out yet (`QualityGate`).
 
     Raises:
         InvalidPipelineSpec: a step or an events expression is refused.
         DataQualityError: a truncate event without a sequence value.
     """
-    if spec.event_source:
-        feed = event_changes(feed, spec)
-    conformed = conform_changes(spark, feed, spec, judged=judged)
-    extra = [*FEED_COLUMNS, *judged_columns(conformed)]
-    changes = project_columns(conformed, spec, extra)
-    if not spec.event_source:
-        return changes, None
+    changes = change_rows(spark, event_changes(feed, spec), spec, judged=judged)
     return split_truncates(changes, spec, ctx)
 
 

@@ -21,7 +21,7 @@ silver are each read once (silver twice with `ignore_null_updates`, for the valu
 the keyed hashes are persisted for both steps.
 
 Example:
-    >>> comparison = compare_silver(spark, spec, pins, tombstones=None)  # doctest: +SKIP
+    >>> comparison = compare_silver(spark, spec, pins, strategy.expected_rows)  # doctest: +SKIP
     >>> comparison.equal, comparison.differing_keys  # doctest: +SKIP
     (False, 3)
 """
@@ -112,12 +112,29 @@ class ExpectedRows:
     release: Callable[[], None] = lambda: None
 
 
-def expected_rows(
-    spark: SparkSession, spec: PipelineSpec, pins: SilverPins, tombstones: Tombstones | None
-) -> ExpectedRows:
+ExpectedRowsOf = Callable[["SparkSession", SilverPins], ExpectedRows]
+"""How a pipeline's expected rows are read (its write strategy's: `snapshot_rows`, or for an
+event log `folded_rows` with its tombstones)."""
+
+
+def snapshot_rows(spark: SparkSession, spec: PipelineSpec, pins: SilverPins) -> ExpectedRows:
     """The rows silver should hold at `pins.bronze_version`: a rebuild's snapshot
-    (`pinned_snapshot`), or an event log's fold of the events bronze holds, each key's latest
-    event unless a tombstone or truncate outdates it (`Tombstones.screen`) or it deletes.
+    (`pinned_snapshot`).
+
+    Raises:
+        InvalidPipelineSpec, DataQualityError: as a rebuild's.
+        ReplayWindowLost, SourceNotFound, UnknownReadFailure: bronze cannot be read.
+    """
+    ctx, snapshot = pinned_snapshot(spark, spec, pins.bronze_version, pins.bronze_timestamp)
+    return ExpectedRows(ctx, snapshot)
+
+
+def folded_rows(
+    spark: SparkSession, spec: PipelineSpec, pins: SilverPins, tombstones: Tombstones
+) -> ExpectedRows:
+    """The rows an event log's silver should hold at `pins.bronze_version`: the fold of the
+    events bronze holds, each key's latest event unless a tombstone or truncate outdates it
+    (`Tombstones.screen`) or it deletes; only the keys bronze holds events of count.
 
     Raises:
         InvalidPipelineSpec, DataQualityError: as a rebuild's.
@@ -126,12 +143,9 @@ def expected_rows(
     from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
     version, timestamp = pins.bronze_version, pins.bronze_timestamp
-    if not spec.event_source:
-        ctx, snapshot = pinned_snapshot(spark, spec, version, timestamp)
-        return ExpectedRows(ctx, snapshot)
     fold = pinned_fold(spark, spec, version, timestamp, latest_only=True)
     folded = fold.collapsed.frame
-    screened = tombstones.screen(spark, folded) if tombstones is not None else folded
+    screened = tombstones.screen(spark, folded)
     live = screened.filter(F.col(CHANGE_TYPE) != "delete")
     rows = live.select(*(quote_ident(c) for c in fold.data_columns))
     held = folded.select(*(quote_ident(k) for k in spec.keys))
@@ -251,19 +265,18 @@ def compare_silver(
     spark: SparkSession,
     spec: PipelineSpec,
     pins: SilverPins,
-    *,
-    tombstones: Tombstones | None,
+    expected_rows: ExpectedRowsOf,
 ) -> SilverComparison:
     """Compare silver at `pins.silver_version` with `spec` applied to bronze at
-    `pins.bronze_version` (module doc); writes nothing. `tombstones`: an event log's
-    (`Tombstones.of`), else None.
+    `pins.bronze_version` (module doc); writes nothing. `expected_rows`: how the rows silver
+    should hold are read (the pipeline's write strategy's, `WriteStrategy.expected_rows`).
 
     Raises:
         InvalidPipelineSpec: the spec's transforms are refused.
         DataQualityError: bronze holds a null or duplicated key where silver differs.
         ReplayWindowLost, SourceNotFound, UnknownReadFailure: bronze cannot be read.
     """
-    wanted = expected_rows(spark, spec, pins, tombstones)
+    wanted = expected_rows(spark, pins)
     try:
         return _compare(spark, spec, pins, wanted)
     finally:

@@ -128,8 +128,9 @@ class SilverLayout:
     ChangeOrder`): which change is newer, and whether a NULL update keeps silver's value.
     `history` and `tracked` (SCD2: the value columns whose change opens a version) are too.
     `types` maps data columns to their Spark types (for comparisons by value); a column it
-    lacks compares as Spark compares it. `events`: bronze is a change-event log (`changes:
-    events`), whose deletes carry their own sequence value.
+    lacks compares as Spark compares it. `delete_sequence` (SQL) is the `sequence_by` value a
+    delete from the source `s` carries itself (an event log's, `changes: events`); None: a
+    change feed's delete carries the deleted row's, which silver keeps.
     """
 
     keys: list[str]
@@ -142,7 +143,7 @@ class SilverLayout:
     history: HistoryMode = HistoryMode.SCD1
     tracked: tuple[str, ...] = ()
     types: tuple[tuple[str, DataType], ...] = ()
-    events: bool = False
+    delete_sequence: str | None = None
 
     @property
     def value_columns(self) -> list[str]:
@@ -155,16 +156,12 @@ class SilverLayout:
         (`__changes`, `cdf_platform.spark.write.sequenced_history`)."""
         return self.history is HistoryMode.SCD2 and self.sequence_by is not None
 
-    @property
-    def soft(self) -> bool:
-        """Whether a delete keeps the row as a tombstone."""
-        return self.delete_mode is DeleteMode.SOFT
-
     @classmethod
     def of(cls, spec: PipelineSpec, schema: StructType) -> SilverLayout:
         """The layout of `spec`'s silver with the data columns of `schema` (keys first)."""
         data_columns = [f.name for f in schema.fields]
         value_columns = [c for c in data_columns if c not in spec.keys]
+        sequence = spec.sequence_by if spec.changes.sequences_each_change else None
         return cls(
             list(spec.keys),
             data_columns,
@@ -175,7 +172,7 @@ class SilverLayout:
             history=spec.history,
             tracked=tuple(spec.tracked_columns(value_columns)),
             types=tuple((f.name, f.dataType) for f in schema.fields),
-            events=spec.event_source,
+            delete_sequence=f"s.{quote_ident(sequence)}" if sequence is not None else None,
         )
 
     def comparable(self, column: str, expression: str) -> str:
@@ -199,7 +196,8 @@ class SilverLayout:
         """SQL: when an update's values stand as they are, NULLs included: `reset` (a change of
         the set restarted the key), or silver's row is a tombstone (soft-deleted: absent for
         every rule about values, so the update starts from the source row alone)."""
-        conditions = [c for c in (reset, f"t.{IS_DELETED}" if self.soft else None) if c]
+        tombstone = f"t.{IS_DELETED}" if self.delete_mode is DeleteMode.SOFT else None
+        conditions = [c for c in (reset, tombstone) if c]
         return " OR ".join(conditions) if conditions else None
 
     def value(self, column: str, *, reset: str | None) -> str:

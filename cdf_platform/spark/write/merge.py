@@ -28,22 +28,19 @@ from cdf_platform.spark.read.changes import (
     null_sequence_count,
 )
 from cdf_platform.spark.table.silver_layout import (
-    DELETED_AT,
-    IS_DELETED,
     SOURCE_VERSION,
     SilverLayout,
 )
 from cdf_platform.spark.write.key_filter import key_filter
 from cdf_platform.spark.write.merge_sql import (
-    DELETE,
     SOURCE_VIEW,
     insert_values,
     merge_statement,
     update_set,
     when_matched,
     when_not_matched,
-    when_not_matched_by_source,
 )
+from cdf_platform.spark.write.silver_deletes import deletes_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -108,38 +105,19 @@ def _values(layout: SilverLayout, *, reset: str | None) -> list[str]:
     return [f"{quote_ident(c)} = {layout.value(c, reset=reset)}" for c in layout.value_columns]
 
 
-def _live(layout: SilverLayout) -> list[str]:
-    """A soft-delete silver row written by an insert or update is live again."""
-    return [f"{IS_DELETED} = false", f"{DELETED_AT} = {_NULL_TIMESTAMP}"] if layout.soft else []
-
-
 def _upsert(layout: SilverLayout, *, version: str, reset: str | None) -> list[str]:
-    """The assignments of an update from `s`: values, the stamp, retired columns NULL, live."""
+    """The assignments of an update from `s`: values, the stamp, retired columns NULL, live
+    (`SilverDeletes.live`)."""
     stamp = f"{SOURCE_VERSION} = {version}"
-    return [*_values(layout, reset=reset), stamp, *layout.retired_nulls(), *_live(layout)]
-
-
-def _tombstone(
-    layout: SilverLayout, *, at: str, version: str, sequence: str | None = None
-) -> list[str]:
-    """The assignments of a soft delete: values stay (a delete never rewrites them) but the
-    retired columns, which no current row holds, and with `sequence` (SQL: an event source's
-    delete or truncate, which carries its own sequence value, where a change feed's delete
-    carries the deleted row's) the `sequence_by` column, which takes that value: an event older
-    than the delete, arriving later, must find the key deleted."""
-    marks = [f"{IS_DELETED} = true", f"{DELETED_AT} = {at}", f"{SOURCE_VERSION} = {version}"]
-    if sequence is not None and layout.sequence_by is not None:
-        marks.append(f"{quote_ident(layout.sequence_by)} = {sequence}")
-    return [*marks, *layout.retired_nulls()]
+    live = deletes_of(layout).live()
+    return [*_values(layout, reset=reset), stamp, *layout.retired_nulls(), *live]
 
 
 def _new_row(layout: SilverLayout, version_expr: str) -> list[tuple[str, str]]:
     """(silver column, SQL value) of a row inserted from source `s`, stamped `version_expr`."""
     row = [(c, f"s.{quote_ident(c)}") for c in layout.data_columns]
     row.append((SOURCE_VERSION, version_expr))
-    if layout.soft:
-        row += [(IS_DELETED, "false"), (DELETED_AT, _NULL_TIMESTAMP)]
-    return row
+    return [*row, *deletes_of(layout).new_row()]
 
 
 def _insert(layout: SilverLayout, version_expr: str) -> str:
@@ -166,13 +144,12 @@ class Truncation:
     def clause(self, layout: SilverLayout) -> str:
         """The MERGE clause deleting (or soft-deleting) the rows the changes do not reach."""
         assert layout.sequence_by is not None
-        seq = quote_ident(layout.sequence_by)
-        older = f"t.{seq} <= {self.sequence}"
-        if not layout.soft:
-            return when_not_matched_by_source(older, DELETE)
+        older = f"t.{quote_ident(layout.sequence_by)} <= {self.sequence}"
         at = f"CAST({sql_string(self.at.isoformat())} AS TIMESTAMP)"
-        marks = _tombstone(layout, at=at, version=str(int(self.version)), sequence=self.sequence)
-        return when_not_matched_by_source(f"NOT t.{IS_DELETED} AND {older}", update_set(marks))
+        version = str(int(self.version))
+        return deletes_of(layout).truncation(
+            layout, older, at=at, version=version, sequence=self.sequence
+        )
 
 
 def merge_changes_sql(
@@ -198,23 +175,14 @@ def merge_changes_sql(
     newer = layout.newer(version)
     is_delete = f"s.{CHANGE_TYPE} = 'delete'"
     reset = f"s.{RESET}" if layout.ignore_null_updates else None
+    deleting = deletes_of(layout)
     # An event's delete carries its own sequence value; a change feed's, the deleted row's.
-    sequence = None
-    if layout.events and layout.sequence_by is not None:
-        sequence = f"s.{quote_ident(layout.sequence_by)}"
-    deleted = (
-        update_set(
-            _tombstone(layout, at=f"s.{COMMIT_TIMESTAMP}", version=version, sequence=sequence)
-        )
-        if layout.soft
-        else DELETE
+    deleted = deleting.removal(
+        layout, at=f"s.{COMMIT_TIMESTAMP}", version=version, sequence=layout.delete_sequence
     )
-    updates, deletes = newer, newer
+    deletes, updates = newer, newer
     if quiet:
-        live = f"NOT t.{IS_DELETED}" if layout.soft else "TRUE"
-        updates = f"{newer} AND NOT ({live} AND {layout.unchanged(reset=reset)})"
-        if layout.soft:
-            deletes = f"{newer} AND NOT t.{IS_DELETED}"
+        deletes, updates = deleting.quiet(newer, layout.unchanged(reset=reset))
     clauses = [
         when_matched(f"{is_delete} AND {deletes}", deleted),
         when_matched(
@@ -240,9 +208,9 @@ def reconcile_sql(target: str, layout: SilverLayout, version: int, deleted_at: d
     """
     stamp = str(int(version))
     restamp = f"t.{SOURCE_VERSION} > {stamp}"
+    deleting = deletes_of(layout)
     differs = f"NOT ({layout.unchanged()}) OR {restamp} OR {layout.holds_retired_value()}"
-    if layout.soft:
-        differs = f"t.{IS_DELETED} OR {differs}"
+    differs = deleting.reconcile_differs(differs)
     if layout.sequence_by is not None:
         # A silver row with a later sequence value than the snapshot's came from a change that
         # bronze itself overwrote with an older one: the incremental runs kept it, so does this
@@ -253,16 +221,8 @@ def reconcile_sql(target: str, layout: SilverLayout, version: int, deleted_at: d
         when_matched(f"({differs})", update_set(_upsert(layout, version=stamp, reset=None))),
         when_not_matched(None, _insert(layout, stamp)),
     ]
-    if layout.soft:
-        at = f"CAST({sql_string(deleted_at.isoformat())} AS TIMESTAMP)"
-        # A row already soft-deleted keeps its delete time; it is rewritten only to re-stamp it
-        # or to clear a retired column (a later re-insert would otherwise bring that value back).
-        stale = f"NOT t.{IS_DELETED} OR {restamp} OR {layout.holds_retired_value()}"
-        kept_at = f"CASE WHEN t.{IS_DELETED} THEN t.{DELETED_AT} ELSE {at} END"
-        gone = update_set(_tombstone(layout, at=kept_at, version=stamp))
-        clauses.append(when_not_matched_by_source(f"({stale})", gone))
-    else:
-        clauses.append(when_not_matched_by_source(None, DELETE))
+    at = f"CAST({sql_string(deleted_at.isoformat())} AS TIMESTAMP)"
+    clauses.append(deleting.reconcile_gone(layout, stamp=stamp, at=at, restamp=restamp))
     return merge_statement(target, layout.on_clause(), clauses)
 
 

@@ -15,9 +15,8 @@ from typing import Any, cast
 import dagster as dg
 from pyspark.sql import SparkSession
 
-from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.jobs.silver_jobs import rebuild_run_config
-from cdf_platform.orchestration.sensors.incremental_sensor import pending_pipelines, refresh_due
+from cdf_platform.orchestration.sensors.incremental_sensor import pending_pipelines
 from cdf_platform.orchestration.shared.keys import (
     AUTO_RETRY_RUN_ID_TAG,
     FAILURE_REASON_TAG,
@@ -83,14 +82,6 @@ def test_new_bronze_versions_request_one_silver_run_per_pipeline_and_version(
     figures = materialization(run, silver_key("orders"))
     assert (figures["mode"], figures["spark_started"]) == ("noop", False)
     assert not tick(defs, fresh_instance).run_requests
-
-
-def test_refresh_is_due_at_half_the_freshness_window() -> None:
-    spec = PipelineSpec(id="o", source="b", target="s", keys=["k"], max_allowed_lag_hours=2)
-    hour = 3600.0
-    assert refresh_due(spec, None, 10 * hour) == 10
-    assert refresh_due(spec, 9.5 * hour, 10 * hour) is None
-    assert refresh_due(spec, 9 * hour, 10 * hour) == 10
 
 
 def test_no_run_is_requested_for_a_pipeline_whose_run_is_pending(
