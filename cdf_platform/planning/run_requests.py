@@ -4,8 +4,9 @@ location to find, or nothing, and why it is held back), when a caught-up silver 
 refresh (`refresh_due`), which silver runs count as pending (`pending_runs`, and the windows a
 failed run counts as pending in: `RETRY_WAIT`, `DECISION_WAIT`), which wanted runs are left out
 and why, which ones share a run and how they spread over the instance's silver slots, and the
-run keys that make Dagster drop a request made twice (`run_requests`), and how many silver runs
-the instance runs at once (`run_slots`).
+run keys that make Dagster drop a request made twice (`run_requests`), how many silver runs
+the instance runs at once (`run_slots`) and how many of them a tick's shared runs may take
+(`shared_run_slots`).
 
 `cdf_platform.orchestration.sensors.incremental_sensor` reads Dagster's runs, reduces each to a
 `SilverRun`, asks these functions and turns their answers (`PlannedRun`) into run requests.
@@ -246,7 +247,7 @@ def run_requests(
     newest: Mapping[str, SilverRun],
     *,
     max_pipelines_per_run: int,
-    parallel_runs: int | None = None,
+    free_slots: int | None = None,
 ) -> tuple[list[PlannedRun], list[tuple[str, str]]]:
     """The runs for `wanted` and the pipelines left out (each id with why); `newest`: each
     pipeline's newest silver run.
@@ -255,10 +256,12 @@ def run_requests(
     (it would fail the same way; the next bronze version, or a person, brings the next run). A
     pipeline whose newest run died is asked again, its run key naming the dead run (Dagster
     drops a request whose run key was used). Pipelines that may share a run go in runs of at
-    most `max_pipelines_per_run`, spread evenly over as many runs as `parallel_runs` (the
-    silver runs the instance runs at once) when that is more, never more runs than pipelines
-    (one process for each run, each pipeline its own step, watermark and failure); the others
-    get a run each."""
+    most `max_pipelines_per_run`, spread evenly over as many runs as `free_slots`
+    (`shared_run_slots`: the silver slots no run holds or waits for) when that is more, never
+    more runs than pipelines (one process for each run, each pipeline its own step, watermark
+    and failure); with `free_slots` 0 (every slot busy and a run queued already) they are left
+    out until the queue moves, and the tick after gathers them in fewer, larger runs; None (no
+    limit) gives as few runs as hold them. The others get a run each, whatever the slots."""
     planned: list[PlannedRun] = []
     left_out: list[tuple[str, str]] = []
     shared: list[tuple[WantedRun, str]] = []
@@ -277,11 +280,17 @@ def run_requests(
             shared.append((item, after))
         else:
             planned.append(_planned([(item, after)]))
-    # As many runs as run at once (their Spark work shares the engine: a run's step waits on
+    if shared and free_slots == 0:
+        # A run queued behind busy slots would only lengthen the queue: each run pays its
+        # launch and its events, and a queue of small runs drains slower than the commits come.
+        why = "every silver slot is busy and a run is queued; it goes with the next run"
+        left_out.extend((item.spec.id, why) for item, _ in shared)
+        return planned, left_out
+    # As many runs as slots are free (their Spark work shares the engine: a run's step waits on
     # Dagster and the control tables while another's MERGE runs), at least as many as the limit
     # per run needs; the pipelines spread evenly over them, so the runs finish together (a
     # fleet is caught up when its slowest run ends).
-    runs = max(-(-len(shared) // max_pipelines_per_run), min(parallel_runs or 1, len(shared)))
+    runs = max(-(-len(shared) // max_pipelines_per_run), min(free_slots or 1, len(shared)))
     start = 0
     for index in range(runs):
         size = len(shared) // runs + (1 if index < len(shared) % runs else 0)
@@ -302,6 +311,23 @@ def _planned(items: list[tuple[WantedRun, str]]) -> PlannedRun:
     named = ",".join(f"{item.spec.id}={item.requested}{after}" for item, after in items)
     run_key = f"batch:{hashlib.sha256(named.encode()).hexdigest()[:20]}"
     return PlannedRun(run_key, ids, requested)
+
+
+def shared_run_slots(slots: int | None, in_flight: int, queued: int) -> int | None:
+    """How many runs a tick may give the pipelines that share runs: the silver `slots` (None:
+    no limit, and None back) less the silver runs `in_flight` (queued, starting or running), or,
+    with none free, one run to wait in the queue unless `queued` runs wait there already (0).
+
+    Example:
+        >>> shared_run_slots(4, 1, 0), shared_run_slots(4, 4, 0), shared_run_slots(4, 5, 1)
+        (3, 1, 0)
+    """
+    if slots is None:
+        return None
+    free = slots - in_flight
+    if free > 0:
+        return free
+    return 0 if queued else 1
 
 
 def run_slots(

@@ -15,8 +15,16 @@ import yaml
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
-from cdf_platform.orchestration.sensors.incremental_sensor import silver_run_slots
-from cdf_platform.orchestration.shared.keys import QUEUE_TAG, REQUESTED_TAG, silver_key
+from cdf_platform.orchestration.sensors.incremental_sensor import (
+    free_shared_slots,
+    silver_run_slots,
+)
+from cdf_platform.orchestration.shared.keys import (
+    QUEUE_TAG,
+    REQUESTED_TAG,
+    SILVER_QUEUE,
+    silver_key,
+)
 from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 from cdf_platform.planning.status import pipeline_status
 from cdf_platform_testkit import jvm_options
@@ -95,6 +103,34 @@ def test_silver_run_slots_are_the_run_queues_lowest_limit_on_silver_runs(tmp_pat
         (tmp_path / "dagster.yaml").write_text(yaml.safe_dump(queue))
         with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
             assert silver_run_slots(instance) == slots, rules
+
+
+def test_shared_runs_take_the_silver_slots_no_run_holds_or_waits_for(tmp_path: Path) -> None:
+    deployed = yaml.safe_load((DEPLOY / "dagster.yaml").read_text())
+    queue = {key: deployed[key] for key in ("run_coordinator", "concurrency")}
+    (tmp_path / "dagster.yaml").write_text(yaml.safe_dump(queue))
+
+    @dg.op
+    def nothing() -> None:
+        pass
+
+    @dg.job
+    def some_job() -> None:
+        nothing()
+
+    assert free_shared_slots(dg.DagsterInstance.ephemeral()) is None  # no run queue
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert free_shared_slots(instance) == 4  # deploy/dagster.yaml: 4 silver runs
+        instance.create_run_for_job(some_job, tags={QUEUE_TAG: "checks"})  # not a silver run
+        silver = [
+            instance.create_run_for_job(some_job, tags={QUEUE_TAG: SILVER_QUEUE}) for _ in range(3)
+        ]
+        assert free_shared_slots(instance) == 1
+        fourth = instance.create_run_for_job(some_job, tags={QUEUE_TAG: SILVER_QUEUE})
+        assert free_shared_slots(instance) == 0  # every slot taken, and runs wait for them
+        instance.report_run_failed(fourth)
+        instance.report_run_canceled(silver[0])
+        assert free_shared_slots(instance) == 2  # ended runs hold no slot
 
 
 # A shared run in a process of its own, on the instance in $DAGSTER_HOME: its first silver step

@@ -20,6 +20,7 @@ from cdf_platform.planning.run_requests import (
     run_fate,
     run_requests,
     run_slots,
+    shared_run_slots,
 )
 from cdf_platform_testkit.lake import orders_pipeline
 
@@ -42,14 +43,20 @@ def test_shared_runs_hold_at_most_the_configured_number_of_pipelines(
     five = [WantedRun(_spec(i), "incremental", "4", shares=True) for i in "abcde"]
     planned, _ = run_requests(five, {}, max_pipelines_per_run=4)
     assert [list(r.pipeline_ids) for r in planned] == [["a", "b", "c"], ["d", "e"]]
-    # With 3 silver runs at once: spread over 3 (never more runs than pipelines), and over more
+    # With 3 silver slots free: spread over 3 (never more runs than pipelines), and over more
     # where the limit per run needs them.
-    planned, _ = run_requests(five, {}, max_pipelines_per_run=4, parallel_runs=3)
+    planned, _ = run_requests(five, {}, max_pipelines_per_run=4, free_slots=3)
     assert [list(r.pipeline_ids) for r in planned] == [["a", "b"], ["c", "d"], ["e"]]
-    planned, _ = run_requests(five[:2], {}, max_pipelines_per_run=4, parallel_runs=3)
+    planned, _ = run_requests(five[:2], {}, max_pipelines_per_run=4, free_slots=3)
     assert [list(r.pipeline_ids) for r in planned] == [["a"], ["b"]]
-    planned, _ = run_requests(five, {}, max_pipelines_per_run=1, parallel_runs=3)
+    planned, _ = run_requests(five, {}, max_pipelines_per_run=1, free_slots=3)
     assert len(planned) == 5
+    # Every slot busy and a run queued: the shared pipelines wait for the queue to move (and
+    # say so); a pipeline with a run of its own goes in the queue whatever the slots.
+    planned, left_out = run_requests(wanted, {}, max_pipelines_per_run=2, free_slots=0)
+    assert [list(r.pipeline_ids) for r in planned] == [["big"]]
+    assert [pipeline_id for pipeline_id, _ in left_out] == ["a", "b", "c"]
+    assert all("every silver slot is busy" in why for _, why in left_out)
 
     monkeypatch.setenv("CDF_PIPELINES_PER_RUN", "1")
     assert default_pipelines_per_run() == 1
@@ -121,6 +128,23 @@ def test_refresh_is_due_at_half_the_freshness_window() -> None:
     assert refresh_due(spec, None, 10 * hour) == 10
     assert refresh_due(spec, 9.5 * hour, 10 * hour) is None
     assert refresh_due(spec, 9 * hour, 10 * hour) == 10
+
+
+@pytest.mark.parametrize(
+    ("slots", "in_flight", "queued", "free"),
+    [
+        (None, 9, 9, None),  # no limit
+        (4, 0, 0, 4),
+        (4, 3, 1, 1),  # one slot free: one run
+        (4, 4, 0, 1),  # every slot busy, none queued: one run waits in the queue
+        (4, 5, 1, 0),  # and one waits already: none
+        (4, 6, 2, 0),
+    ],
+)
+def test_shared_runs_take_the_free_silver_slots_and_queue_at_most_one_run(
+    slots: int | None, in_flight: int, queued: int, free: int | None
+) -> None:
+    assert shared_run_slots(slots, in_flight, queued) == free
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,12 @@ files, an initial load of a snapshot that small, or a refresh) share runs of at 
 `CDF_PIPELINES_PER_RUN` pipelines (run key `batch:<hash of what each was asked>`): one process
 and one Spark driver apply them all, each its own step with its own watermark, pool and
 failure, so a fleet's onboarding or catch-up pays a driver start per batch, not per pipeline.
-They are spread over as many runs as the instance runs silver runs at once (its run queue's
-limit on the silver queue, `silver_run_slots`), so a fleet's catch-up uses every slot; an
-instance without a limit gets as few runs as hold them.
+They are spread over the silver slots no run holds or waits for (its run queue's limit on the
+silver queue, `silver_run_slots`, less its silver runs in flight: `free_shared_slots`), so a
+fleet's catch-up uses every slot; with every slot busy one run waits in the queue and the
+pipelines wanted after it wait for the queue to move (a queue of small runs drains slower than
+commits come), then share the next run; an instance without a limit gets as few runs as hold
+them.
 A pipeline with a large change set or snapshot, a repair, a spec edit or a location to find
 gets a run of its own (run key
 `<reason>:<pipeline>:<key>`, e.g. `incremental:<pipeline>:<latest version>`), so it holds no
@@ -89,6 +92,7 @@ from cdf_platform.planning.run_requests import (
     run_fate,
     run_requests,
     run_slots,
+    shared_run_slots,
     wanted_run,
 )
 
@@ -206,6 +210,20 @@ def _failed(
     return list(instance.get_run_records(filters))
 
 
+def free_shared_slots(instance: dg.DagsterInstance) -> int | None:
+    """How many runs a tick may give the pipelines that share runs (`shared_run_slots`): the
+    instance's silver slots less its silver runs in flight; None when the instance sets no
+    limit on silver runs (one query, only then skipped)."""
+    slots = silver_run_slots(instance)
+    if slots is None:
+        return None
+    filters = dg.RunsFilter(statuses=PENDING_STATUSES, tags={QUEUE_TAG: SILVER_QUEUE})
+    statuses = [record.dagster_run.status for record in instance.get_run_records(filters)]
+    waiting = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED)
+    queued = sum(1 for status in statuses if status in waiting)
+    return shared_run_slots(slots, len(statuses), queued)
+
+
 def silver_run_slots(instance: dg.DagsterInstance) -> int | None:
     """How many silver runs `instance` runs at once: the lowest of its run queue's limits that
     apply to runs tagged `cdf_platform/queue: silver` (a limit on that tag and value, on the
@@ -310,7 +328,7 @@ def build_incremental_sensor(
                 wanted,
                 newest,
                 max_pipelines_per_run=max_pipelines_per_run,
-                parallel_runs=silver_run_slots(context.instance),
+                free_slots=free_shared_slots(context.instance),
             )
             for pipeline_id, why in left_out:
                 reason.held_back(pipeline_id, why)
