@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +43,7 @@ from bench.commit_stream import PlannedCommit, StreamWriter, plan_commits, save_
 from bench.fleet_lake import KEY, SEQUENCE, FleetLake, SourceKind, fleet_ids, fleet_pipeline
 from bench.foreign_spark import foreign_spark
 from bench.freshness import cpu_hog, freshness_seconds, measured_log, percentile, targets
-from bench.process_meter import ProcessMeter, cpu_between
+from bench.process_meter import ProcessMeter, cpu_between, cpu_by_kind
 from bench.report import Figure, command_line, machine_info, publish, run_info, scratch_folder
 from bench.stages import stages_of
 from bench.streaming_peer import (
@@ -82,6 +82,9 @@ class PassFigures:
     idle_seconds: float
     memory_peak_bytes: int
     loads: list[float]
+    # Kind of process (bench.process_meter.ProcessMeter.kinds) -> (CPU seconds from the
+    # writer's start to the catch-up, CPU seconds of the idle window).
+    cpu_by_kind: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def p50(self) -> float:
@@ -140,6 +143,35 @@ def side_by_side(ours: PassFigures, peer: PassFigures) -> list[dict[str, str]]:
     ]
 
 
+def cpu_table(*passes: PassFigures) -> list[dict[str, str]]:
+    """Each pass's CPU split by kind of process (a service, its descendants, PostgreSQL, the
+    peer's driver and its JVM): seconds from the writer's start to the catch-up, per commit,
+    and seconds of the idle window, the largest first.
+
+    Example:
+        >>> figures = PassFigures("ours", 10, [], 30.0, 2.0, 60.0, 0, [1.0],
+        ...     {"engine: children": (20.0, 0.5), "daemon": (10.0, 1.5)})
+        >>> [row["process"] for row in cpu_table(figures)]
+        ['engine: children', 'daemon']
+        >>> cpu_table(figures)[0]["per commit"]
+        '2.00'
+    """
+    rows = []
+    for figures in passes:
+        split = sorted(figures.cpu_by_kind.items(), key=lambda item: -item[1][0])
+        for kind, (played, idle) in split:
+            rows.append(
+                {
+                    "pass": figures.name,
+                    "process": kind,
+                    "writer's start to catch-up (s)": f"{played:.1f}",
+                    "per commit": f"{played / max(1, figures.commits):.2f}",
+                    "idle window (s)": f"{idle:.1f}",
+                }
+            )
+    return rows
+
+
 @contextmanager
 def contention(args: argparse.Namespace) -> Iterator[None]:
     """The shared-machine load asked for (`--hog`, `--foreign-spark`) for the block."""
@@ -176,10 +208,10 @@ def measure(
     settled: Callable[[], None],
     idle_minutes: float,
     args: argparse.Namespace,
-) -> tuple[float, float, float, int, list[float]]:
+) -> tuple[float, float, float, int, list[float], dict[str, tuple[float, float]]]:
     """Play `writer` under the contention asked for, wait until `caught_up()`, then
     `settled()`, then the idle window: (CPU seconds of the play and catch-up, idle CPU seconds,
-    idle seconds, memory peak, load averages)."""
+    idle seconds, memory peak, load averages, the two CPU figures per kind of process)."""
     meter.reset_peak()
     with contention(args), LoadWatch() as loads:
         before = meter.mark()
@@ -192,8 +224,13 @@ def measure(
         idle_from, idle_started = meter.mark(), time.monotonic()
         time.sleep(idle_minutes * 60)
         idle_seconds = time.monotonic() - idle_started
-        idle_cpu = cpu_between(idle_from, meter.mark())
-    return cpu_between(before, after), idle_cpu, idle_seconds, memory, loads.loads
+        idle_to = meter.mark()
+        idle_cpu = cpu_between(idle_from, idle_to)
+    kinds = meter.kinds()
+    played = cpu_by_kind(before, after, kinds)
+    idle = cpu_by_kind(idle_from, idle_to, kinds)
+    by_kind = {kind: (played.get(kind, 0.0), idle.get(kind, 0.0)) for kind in {*played, *idle}}
+    return cpu_between(before, after), idle_cpu, idle_seconds, memory, loads.loads, by_kind
 
 
 def run_ours(
@@ -212,7 +249,11 @@ def run_ours(
             found = [s.pid for s in deployment.services if s.alive()]
             return [*found, *([postgres.pid] if postgres.pid is not None else [])]
 
-        meter = ProcessMeter(roots)
+        def names() -> dict[int, str]:
+            named = {s.pid: s.name for s in deployment.services if s.alive()}
+            return {**named, **({postgres.pid: "PostgreSQL"} if postgres.pid is not None else {})}
+
+        meter = ProcessMeter(roots, names=names)
         writer = StreamWriter(stream, lake.write)
         with deployment.environment():
             instance = deployment.instance()
@@ -232,7 +273,7 @@ def run_ours(
                         CATCH_UP_TIMEOUT_S,
                     )
 
-                cpu, idle_cpu, idle_s, memory, loads = measure(
+                cpu, idle_cpu, idle_s, memory, loads, by_kind = measure(
                     meter, writer, deployment.applied, settled, args.idle_minutes, args
                 )
             finally:
@@ -251,7 +292,7 @@ def run_ours(
     seconds = freshness_seconds(writer.commits, log)
     return {
         "figures": PassFigures(
-            "ours", len(writer.commits), seconds, cpu, idle_cpu, idle_s, memory, loads
+            "ours", len(writer.commits), seconds, cpu, idle_cpu, idle_s, memory, loads, by_kind
         ),
         "deployment": deployment,
         "commits": writer.commits,
@@ -296,7 +337,10 @@ def run_peer(
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    meter = ProcessMeter(lambda: [peer.pid] if peer.poll() is None else [])
+    meter = ProcessMeter(
+        lambda: [peer.pid] if peer.poll() is None else [],
+        names=lambda: {peer.pid: "streaming peer"},
+    )
     writer = StreamWriter(played, lake.write)
     log_path = Path(config.log)
 
@@ -318,7 +362,7 @@ def run_peer(
     try:
         wait_for("the peer loaded every silver", reached(initial), PEER_START_TIMEOUT_S)
         meter.start()
-        cpu, idle_cpu, idle_s, memory, loads = measure(
+        cpu, idle_cpu, idle_s, memory, loads, by_kind = measure(
             meter, writer, caught_up, lambda: None, args.idle_minutes, args
         )
     finally:
@@ -335,7 +379,7 @@ def run_peer(
     seconds = peer_freshness(writer.commits, batches)
     return {
         "figures": PassFigures(
-            "peer", len(writer.commits), seconds, cpu, idle_cpu, idle_s, memory, loads
+            "peer", len(writer.commits), seconds, cpu, idle_cpu, idle_s, memory, loads, by_kind
         ),
         "lake": lake,
         "commits": writer.commits,
@@ -550,6 +594,7 @@ def fleet_document(
         "tables": {
             "Side by side (ours / peer)": side_by_side(a, b),
             "Where our median and p95 commit's seconds went (bench.stages)": stages,
+            "Where the CPU went (seconds, by process)": cpu_table(a, b),
             "Load average (1 min) per pass": [
                 {
                     "pass": f.name,

@@ -1,16 +1,19 @@
 """The fleet freshness benchmark's pure parts: the commit stream and its replay, the peer's log,
-the CPU between two marks and the side-by-side table (no Spark, no deployment)."""
+the CPU between two marks and by kind of process, and the side-by-side table (no Spark, no
+deployment)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 from bench.commit_stream import PlannedCommit, StreamWriter, load_stream, plan_commits, save_stream
 from bench.fleet_freshness import PassFigures, side_by_side
 from bench.fleet_lake import EventLogWriter, SourceKind, fleet_ids
-from bench.process_meter import cpu_between
+from bench.process_meter import ProcessMeter, cpu_between, cpu_by_kind
 from bench.streaming_peer import PeerBatch, applied_versions, peer_freshness, read_peer_log
 from cdf_platform_testkit.deployment import Commit
 
@@ -75,6 +78,34 @@ def test_cpu_between_marks_counts_growth_and_new_processes_from_zero() -> None:
     earlier = {(10, 1): 5.0, (11, 1): 2.0}
     later = {(10, 1): 7.5, (11, 1): 2.0, (12, 40): 1.0}
     assert cpu_between(earlier, later) == 3.5
+
+
+# A parent that waits for a child burning a second of CPU.
+_PARENT = """
+import subprocess, sys
+busy = "import time\\nstart = time.process_time()\\nwhile time.process_time() - start < 1.0: pass"
+subprocess.run([sys.executable, "-c", busy], check=True)
+"""
+
+
+def test_the_meter_files_a_roots_descendants_apart_from_it() -> None:
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT])
+    meter = ProcessMeter(
+        lambda: [parent.pid] if parent.poll() is None else [],
+        every=0.05,
+        names=lambda: {parent.pid: "parent"},
+    ).start()
+    try:
+        before = {key: 0.0 for key in meter.mark()}
+        parent.wait(timeout=30)
+        after = meter.mark()
+    finally:
+        meter.stop()
+    spent = cpu_by_kind(before, after, meter.kinds())
+    assert set(spent) == {"parent", "parent: children"}, spent
+    # The child's second, less the last sample interval before it exited; the parent waited.
+    assert spent["parent: children"] > 0.5 > spent["parent"], spent
+    assert cpu_by_kind({}, {(1, 2): 1.0}, {}) == {"other": 1.0}
 
 
 def test_the_side_by_side_table_gives_each_ratio_ours_over_the_peer() -> None:
