@@ -28,7 +28,7 @@ from dagster._core.events import DagsterEventType
 from cdf_platform.alerts.incidents import Change, Signal
 from cdf_platform.core.alert_config import AlertEvent, Severity
 from cdf_platform.core.errors import REBUILDABLE, DestructiveActionNotPermitted
-from cdf_platform.core.spec.pipeline_spec import FallbackMode, PipelineSpec
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.checks.silver_checks import FOREIGN_WRITES, REPLAY_WINDOW
 from cdf_platform.orchestration.sensors.incremental_sensor import requested_of
 from cdf_platform.orchestration.shared.keys import (
@@ -40,6 +40,7 @@ from cdf_platform.orchestration.shared.keys import (
     silver_op_name,
     silver_pipeline_ids,
 )
+from cdf_platform.planning.repair import repair_decision
 
 # The incident codes of a loss a rebuild repairs (a spec edit's or a person's rebuild is none).
 LOSS_CODES = frozenset(cls.incident_code for cls in REBUILDABLE)
@@ -221,7 +222,8 @@ class SignalReader:
         source: str,
     ) -> Signal:
         spec = self.specs.get(subject)
-        if spec is not None and spec.fallback_mode is FallbackMode.FAIL_FAST:
+        # The one decision on a lost window (planning.repair): a person's, or the platform's.
+        if spec is not None and not repair_decision(spec.fallback_mode).automatic:
             advice = (
                 f"{subject} is FAIL_FAST: read the incident, then rebuild it (`cdf-platform "
                 f"rebuild {subject}`, or rebuild_job with override_fail_fast: true)"

@@ -60,3 +60,43 @@ def test_a_run_that_dagster_retries_opens_nothing() -> None:
     assert [(event, change) for event, _, change, _ in signals] == [
         (AlertEvent.RUN_FAILED, Change.CLEAR)
     ]
+
+
+@dg.asset(
+    key=silver_key("kept"),
+    check_specs=[dg.AssetCheckSpec("replay_window", asset=silver_key("kept"))],
+)
+def lost() -> dg.MaterializeResult:
+    """Its replay window is lost."""
+    return dg.MaterializeResult(
+        check_results=[
+            dg.AssetCheckResult(
+                check_name="replay_window",
+                passed=False,
+                metadata={"state": "LOST"},
+                description="kept: replay window lost",
+            )
+        ]
+    )
+
+
+def test_a_lost_window_s_advice_follows_the_one_repair_decision() -> None:
+    advice = {}
+    for mode in ("SNAPSHOT_REBUILD", "FAIL_FAST"):
+        spec = PipelineSpec(
+            id="kept", source="/b/kept", target="/s/kept", keys=["k"], fallback_mode=mode
+        )
+        reader = SignalReader({"kept": spec})
+        with dg.instance_for_test() as instance:
+            result = dg.materialize([lost], instance=instance)
+            (entry,) = [
+                record.event_log_entry
+                for record in instance.get_records_for_run(result.run_id).records
+                if record.event_log_entry.dagster_event_type
+                is DagsterEventType.ASSET_CHECK_EVALUATION
+            ]
+            (signal,) = reader.signals(instance, entry, "1")
+        assert (signal.event, signal.change) == (AlertEvent.WINDOW_LOST, Change.OPEN)
+        advice[mode] = signal.advice
+    assert advice["SNAPSHOT_REBUILD"].startswith("nothing: the platform rebuilds silver")
+    assert advice["FAIL_FAST"].startswith("kept is FAIL_FAST: read the incident, then rebuild")
