@@ -4,7 +4,7 @@ watermark; and the action a lost window names, as `cdf_platform.planning.repair`
 (the sensors' rebuild, or a person's).
 
 A consumer asset's input is checked by the same `replay_problem`
-(`cdf_platform.planning.input_plan`).
+(`cdf_platform.planning.consumers.input_plan`).
 
 Example:
     >>> problem = lost_window_problem(spec, silver, window, None, None)  # doctest: +SKIP

@@ -1,16 +1,17 @@
 """`WatermarkIOManager`: any Dagster asset consumes Delta tables' changes exactly once.
 
 For an asset input that is a Delta table (a bronze external asset, a silver asset, or a table
-this IO manager wrote), `load_input` hands the *consuming* asset a `ChangeBatch`: the changes
-of that input since the consumer's own watermark for it, over a range pinned and checked
-against the input's replay window before anything is read (`cdf_platform.planning.input_plan`),
-or the snapshot for a full run (first run, lost window, recreated input), or nothing new (no
-Spark start). The asset returns what to write: `MergeRows` (on declared keys; a matched row can
-take an expression, to apply a delta), `ReplaceRows` (a full recompute), or None (nothing to
-write: no commit, and the watermarks stay). `handle_output` writes the consumer's Delta table
-and records every input's pinned version in the same commit (`cdf_platform.state.
-consumer_marks`), so a crash leaves the old data with the old watermarks or the new with the
-new, and two consumers of one table keep independent watermarks.
+this IO manager wrote), `load_input` hands the *consuming* asset a `ChangeBatch`: the changes of
+that input since the consumer's own watermark for it, over a range pinned and checked against
+the input's replay window before anything is read
+(`cdf_platform.planning.consumers.input_plan`), or the snapshot for a full run (first run, lost
+window, recreated input), or nothing new (no Spark start). The asset returns what to write:
+`MergeRows` (on declared keys; a matched row can take an expression, to apply a delta),
+`ReplaceRows` (a full recompute), or None (nothing to write: no commit, and the watermarks
+stay). `handle_output` writes the consumer's Delta table and records every input's pinned
+version in the same commit (`cdf_platform.state.consumer_marks`), so a crash leaves the old data
+with the old watermarks or the new with the new, and two consumers of one table keep independent
+watermarks.
 
 Where tables live: an asset's `path` definition metadata, else `<lake_root>/<asset key path>`.
 An input's keys: the input's `keys` metadata (`AssetIn(metadata={"keys": [...]})`), else the
@@ -51,7 +52,7 @@ from cdf_platform.orchestration.io_manager.silver_io import (
 from cdf_platform.orchestration.shared.keys import FULL_RECOMPUTE_TAG, WATERMARK_IO_MANAGER_KEY
 from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 from cdf_platform.orchestration.shared.step_failures import mark_retryable_run, platform_failure
-from cdf_platform.planning.input_plan import BatchMode, plan_input
+from cdf_platform.planning.consumers.input_plan import BatchMode, plan_input
 from cdf_platform.run import OrchestratorTimes
 from cdf_platform.spark.read.batch import ChangeBatch, MergeRows, TableWrite
 from cdf_platform.spark.write.consumer_write import consumer_stamp, describe, write_output

@@ -6,7 +6,7 @@ A consumer is any asset written by the watermark IO manager that reads Delta tab
 (`build_defs(consumers=[...])`), each gets:
 
 - `consumer_lag` and the blocking `replay_window` checks, computed together from the logs alone
-  (`cdf_platform.planning.consumer_status`: the very plan its next read follows), with the
+  (`cdf_platform.planning.consumers.consumer_status`: the very plan its next read follows), with the
   figures silver's checks plot. A consumer with several inputs is judged by its worst input
   (the most behind for lag, the nearest to losing its window for the window), named in the
   description, and each input's lag and headroom are plotted too. They run after every
@@ -46,7 +46,7 @@ from cdf_platform.orchestration.shared.keys import (
     SILVER_QUEUE,
     WATERMARK_IO_MANAGER_KEY,
 )
-from cdf_platform.planning.consumer_status import ConsumerInput, input_status, read_marks
+from cdf_platform.planning.consumers.consumer_status import ConsumerInput, input_status, read_marks
 from cdf_platform.planning.status import PipelineStatus, WindowState
 
 if TYPE_CHECKING:

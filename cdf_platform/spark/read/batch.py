@@ -3,10 +3,10 @@ input table (`ChangeBatch`) and what it writes back (`MergeRows`, `ReplaceRows`;
 `TableWrite`). The write itself, one commit with every input's pinned version, is
 `cdf_platform.spark.write.consumer_write`'s.
 
-The read follows its `InputPlan` (`cdf_platform.planning.input_plan`): nothing new (no Spark),
-the change feed of a pinned range collapsed to the latest change per key (the platform's own
-collapse: a key an UPDATE renamed is deleted, a delete and insert in one commit leave the row),
-or the snapshot at the pinned version for a full run.
+The read follows its `InputPlan` (`cdf_platform.planning.consumers.input_plan`): nothing new
+(no Spark), the change feed of a pinned range collapsed to the latest change per key (the
+platform's own collapse: a key an UPDATE renamed is deleted, a delete and insert in one commit
+leave the row), or the snapshot at the pinned version for a full run.
 
 Example:
     >>> batch.mode  # doctest: +SKIP
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import InvalidPipelineSpec
-from cdf_platform.planning.input_plan import BatchMode, InputPlan, recompute_action
+from cdf_platform.planning.consumers.input_plan import BatchMode, InputPlan, recompute_action
 from cdf_platform.spark.read.change_feed import FEED_COLUMNS, ReadContext, classified, read_changes
 from cdf_platform.spark.read.changes import CollapsedChanges, collapse_changes
 from cdf_platform.spark.runtime.small_steps import interpreted

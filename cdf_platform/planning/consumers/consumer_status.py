@@ -4,8 +4,8 @@ The consumer assets of the watermark IO manager keep one watermark per input in 
 table's log (`cdf_platform.state.consumer_marks`). Their checks show the same figures as a
 pipeline's (`cdf_platform.planning.status.PipelineStatus`: lag in versions and hours, the
 earliest replayable version, headroom), derived from the very plan the consumer's next read
-would follow (`cdf_platform.planning.input_plan.plan_input`), so the checks and the read never
-disagree:
+would follow (`cdf_platform.planning.consumers.input_plan.plan_input`), so the checks and the
+read never disagree:
 
 - OK / LOW_HEADROOM: the next read is incremental (or nothing new), with that much headroom;
 - NOT_STARTED: the consumer never read this input (its first read is a full one);
@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from cdf_platform.core.errors import SourceNotFound
 from cdf_platform.core.spec.pipeline_spec import FallbackMode
 from cdf_platform.core.storage import StorageConfig
-from cdf_platform.planning.input_plan import BatchMode, plan_input
+from cdf_platform.planning.consumers.input_plan import BatchMode, plan_input
 from cdf_platform.planning.status import (
     PipelineStatus,
     WindowState,

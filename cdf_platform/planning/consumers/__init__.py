@@ -1,0 +1,1 @@
+"""What a downstream asset that consumes a table's changes reads next, and its status."""
