@@ -5,8 +5,7 @@ refresh (`refresh_due`), which silver runs count as pending (`pending_runs`, and
 failed run counts as pending in: `RETRY_WAIT`, `DECISION_WAIT`), which wanted runs are left out
 and why, which ones share a run and how they spread over the instance's silver slots, and the
 run keys that make Dagster drop a request made twice (`run_requests`), how many silver runs
-the instance runs at once (`run_slots`) and how many of them a tick's shared runs may take
-(`shared_run_slots`).
+the instance runs at once (`run_slots`) and whether its silver queue is full (`queue_full`).
 
 `cdf_platform.orchestration.sensors.incremental_sensor` reads Dagster's runs, reduces each to a
 `SilverRun`, asks these functions and turns their answers (`PlannedRun`) into run requests.
@@ -247,7 +246,7 @@ def run_requests(
     newest: Mapping[str, SilverRun],
     *,
     max_pipelines_per_run: int,
-    free_slots: int | None = None,
+    queue_full: bool = False,
 ) -> tuple[list[PlannedRun], list[tuple[str, str]]]:
     """The runs for `wanted` and the pipelines left out (each id with why); `newest`: each
     pipeline's newest silver run.
@@ -255,13 +254,12 @@ def run_requests(
     A pipeline whose newest run failed in its own code when asked the same thing is left out
     (it would fail the same way; the next bronze version, or a person, brings the next run). A
     pipeline whose newest run died is asked again, its run key naming the dead run (Dagster
-    drops a request whose run key was used). Pipelines that may share a run go in runs of at
-    most `max_pipelines_per_run`, spread evenly over as many runs as `free_slots`
-    (`shared_run_slots`: the silver slots no run holds or waits for) when that is more, never
-    more runs than pipelines (one process for each run, each pipeline its own step, watermark
-    and failure); with `free_slots` 0 (every slot busy and a run queued already) they are left
-    out until the queue moves, and the tick after gathers them in fewer, larger runs; None (no
-    limit) gives as few runs as hold them. The others get a run each, whatever the slots."""
+    drops a request whose run key was used). Pipelines that may share a run go in as few runs
+    of at most `max_pipelines_per_run` as hold them, spread evenly (one process for each run,
+    each pipeline its own step, watermark and failure), unless the silver queue is full
+    (`queue_full`: every slot busy and a run waiting already): then they are left out until it
+    moves, and the tick after gathers them in fewer, larger runs. The others get a run each,
+    whatever the queue."""
     planned: list[PlannedRun] = []
     left_out: list[tuple[str, str]] = []
     shared: list[tuple[WantedRun, str]] = []
@@ -280,17 +278,16 @@ def run_requests(
             shared.append((item, after))
         else:
             planned.append(_planned([(item, after)]))
-    if shared and free_slots == 0:
+    if shared and queue_full:
         # A run queued behind busy slots would only lengthen the queue: each run pays its
         # launch and its events, and a queue of small runs drains slower than the commits come.
         why = "every silver slot is busy and a run is queued; it goes with the next run"
         left_out.extend((item.spec.id, why) for item, _ in shared)
         return planned, left_out
-    # As many runs as slots are free (their Spark work shares the engine: a run's step waits on
-    # Dagster and the control tables while another's MERGE runs), at least as many as the limit
-    # per run needs; the pipelines spread evenly over them, so the runs finish together (a
-    # fleet is caught up when its slowest run ends).
-    runs = max(-(-len(shared) // max_pipelines_per_run), min(free_slots or 1, len(shared)))
+    # As few runs as the limit allows, the pipelines spread evenly over them: runs that finish
+    # together (a fleet is caught up when its slowest run ends), none a short remainder that
+    # pays a run's start for a few pipelines.
+    runs = -(-len(shared) // max_pipelines_per_run)
     start = 0
     for index in range(runs):
         size = len(shared) // runs + (1 if index < len(shared) % runs else 0)
@@ -313,21 +310,16 @@ def _planned(items: list[tuple[WantedRun, str]]) -> PlannedRun:
     return PlannedRun(run_key, ids, requested)
 
 
-def shared_run_slots(slots: int | None, in_flight: int, queued: int) -> int | None:
-    """How many runs a tick may give the pipelines that share runs: the silver `slots` (None:
-    no limit, and None back) less the silver runs `in_flight` (queued, starting or running), or,
-    with none free, one run to wait in the queue unless `queued` runs wait there already (0).
+def queue_full(slots: int | None, in_flight: int) -> bool:
+    """Whether a run queue of `slots` silver slots (None: no limit) is full: its silver runs
+    `in_flight` (queued, starting or running) are more than its slots, so one waits behind
+    busy slots already.
 
     Example:
-        >>> shared_run_slots(4, 1, 0), shared_run_slots(4, 4, 0), shared_run_slots(4, 5, 1)
-        (3, 1, 0)
+        >>> queue_full(4, 3), queue_full(4, 4), queue_full(4, 5), queue_full(None, 9)
+        (False, False, True, False)
     """
-    if slots is None:
-        return None
-    free = slots - in_flight
-    if free > 0:
-        return free
-    return 0 if queued else 1
+    return slots is not None and in_flight > slots
 
 
 def run_slots(

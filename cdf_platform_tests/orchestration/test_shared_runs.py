@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
 from cdf_platform.orchestration.sensors.incremental_sensor import (
-    free_shared_slots,
+    silver_queue_full,
     silver_run_slots,
 )
 from cdf_platform.orchestration.shared.keys import (
@@ -105,7 +105,9 @@ def test_silver_run_slots_are_the_run_queues_lowest_limit_on_silver_runs(tmp_pat
             assert silver_run_slots(instance) == slots, rules
 
 
-def test_shared_runs_take_the_silver_slots_no_run_holds_or_waits_for(tmp_path: Path) -> None:
+def test_the_silver_queue_is_full_when_a_silver_run_waits_behind_busy_slots(
+    tmp_path: Path,
+) -> None:
     deployed = yaml.safe_load((DEPLOY / "dagster.yaml").read_text())
     queue = {key: deployed[key] for key in ("run_coordinator", "concurrency")}
     (tmp_path / "dagster.yaml").write_text(yaml.safe_dump(queue))
@@ -118,19 +120,18 @@ def test_shared_runs_take_the_silver_slots_no_run_holds_or_waits_for(tmp_path: P
     def some_job() -> None:
         nothing()
 
-    assert free_shared_slots(dg.DagsterInstance.ephemeral()) is None  # no run queue
+    assert not silver_queue_full(dg.DagsterInstance.ephemeral())  # no run queue
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
-        assert free_shared_slots(instance) == 4  # deploy/dagster.yaml: 4 silver runs
         instance.create_run_for_job(some_job, tags={QUEUE_TAG: "checks"})  # not a silver run
         silver = [
-            instance.create_run_for_job(some_job, tags={QUEUE_TAG: SILVER_QUEUE}) for _ in range(3)
+            instance.create_run_for_job(some_job, tags={QUEUE_TAG: SILVER_QUEUE}) for _ in range(4)
         ]
-        assert free_shared_slots(instance) == 1
-        fourth = instance.create_run_for_job(some_job, tags={QUEUE_TAG: SILVER_QUEUE})
-        assert free_shared_slots(instance) == 0  # every slot taken, and runs wait for them
-        instance.report_run_failed(fourth)
+        assert not silver_queue_full(instance)  # deploy/dagster.yaml: 4 silver slots
+        fifth = instance.create_run_for_job(some_job, tags={QUEUE_TAG: SILVER_QUEUE})
+        assert silver_queue_full(instance)  # more silver runs than slots: one waits
+        instance.report_run_failed(fifth)
         instance.report_run_canceled(silver[0])
-        assert free_shared_slots(instance) == 2  # ended runs hold no slot
+        assert not silver_queue_full(instance)  # ended runs hold no slot
 
 
 # A shared run in a process of its own, on the instance in $DAGSTER_HOME: its first silver step

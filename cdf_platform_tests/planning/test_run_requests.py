@@ -16,11 +16,11 @@ from cdf_platform.planning.run_requests import (
     WantedRun,
     parse_requested,
     pending_runs,
+    queue_full,
     refresh_due,
     run_fate,
     run_requests,
     run_slots,
-    shared_run_slots,
 )
 from cdf_platform_testkit.lake import orders_pipeline
 
@@ -38,22 +38,14 @@ def test_shared_runs_hold_at_most_the_configured_number_of_pipelines(
     assert [list(r.pipeline_ids) for r in planned] == [["big"], ["a", "b"], ["c"]]
     assert not left_out
 
-    # Without a limit on silver runs at once: as few runs as the limit per run allows, the
-    # pipelines spread evenly (3 and 2, not 4 and 1).
+    # As few runs as the limit per run allows, the pipelines spread evenly (3 and 2, not 4 and
+    # 1).
     five = [WantedRun(_spec(i), "incremental", "4", shares=True) for i in "abcde"]
     planned, _ = run_requests(five, {}, max_pipelines_per_run=4)
     assert [list(r.pipeline_ids) for r in planned] == [["a", "b", "c"], ["d", "e"]]
-    # With 3 silver slots free: spread over 3 (never more runs than pipelines), and over more
-    # where the limit per run needs them.
-    planned, _ = run_requests(five, {}, max_pipelines_per_run=4, free_slots=3)
-    assert [list(r.pipeline_ids) for r in planned] == [["a", "b"], ["c", "d"], ["e"]]
-    planned, _ = run_requests(five[:2], {}, max_pipelines_per_run=4, free_slots=3)
-    assert [list(r.pipeline_ids) for r in planned] == [["a"], ["b"]]
-    planned, _ = run_requests(five, {}, max_pipelines_per_run=1, free_slots=3)
-    assert len(planned) == 5
-    # Every slot busy and a run queued: the shared pipelines wait for the queue to move (and
-    # say so); a pipeline with a run of its own goes in the queue whatever the slots.
-    planned, left_out = run_requests(wanted, {}, max_pipelines_per_run=2, free_slots=0)
+    # The silver queue full: the shared pipelines wait for it to move (and say so); a pipeline
+    # with a run of its own goes in the queue whatever its length.
+    planned, left_out = run_requests(wanted, {}, max_pipelines_per_run=2, queue_full=True)
     assert [list(r.pipeline_ids) for r in planned] == [["big"]]
     assert [pipeline_id for pipeline_id, _ in left_out] == ["a", "b", "c"]
     assert all("every silver slot is busy" in why for _, why in left_out)
@@ -131,20 +123,20 @@ def test_refresh_is_due_at_half_the_freshness_window() -> None:
 
 
 @pytest.mark.parametrize(
-    ("slots", "in_flight", "queued", "free"),
+    ("slots", "in_flight", "full"),
     [
-        (None, 9, 9, None),  # no limit
-        (4, 0, 0, 4),
-        (4, 3, 1, 1),  # one slot free: one run
-        (4, 4, 0, 1),  # every slot busy, none queued: one run waits in the queue
-        (4, 5, 1, 0),  # and one waits already: none
-        (4, 6, 2, 0),
+        (None, 9, False),  # no limit
+        (4, 0, False),
+        (4, 3, False),  # a slot free
+        (4, 4, False),  # every slot taken (or about to be): one more run may wait
+        (4, 5, True),  # one waits behind busy slots already
+        (4, 6, True),
     ],
 )
-def test_shared_runs_take_the_free_silver_slots_and_queue_at_most_one_run(
-    slots: int | None, in_flight: int, queued: int, free: int | None
+def test_the_silver_queue_is_full_when_a_run_waits_behind_busy_slots(
+    slots: int | None, in_flight: int, full: bool
 ) -> None:
-    assert shared_run_slots(slots, in_flight, queued) == free
+    assert queue_full(slots, in_flight) is full
 
 
 @pytest.mark.parametrize(

@@ -12,12 +12,9 @@ files, an initial load of a snapshot that small, or a refresh) share runs of at 
 `CDF_PIPELINES_PER_RUN` pipelines (run key `batch:<hash of what each was asked>`): one process
 and one Spark driver apply them all, each its own step with its own watermark, pool and
 failure, so a fleet's onboarding or catch-up pays a driver start per batch, not per pipeline.
-They are spread over the silver slots no run holds or waits for (its run queue's limit on the
-silver queue, `silver_run_slots`, less its silver runs in flight: `free_shared_slots`), so a
-fleet's catch-up uses every slot; with every slot busy one run waits in the queue and the
-pipelines wanted after it wait for the queue to move (a queue of small runs drains slower than
-commits come), then share the next run; an instance without a limit gets as few runs as hold
-them.
+While the silver queue is full (a run waits behind busy slots: `silver_queue_full`),
+the pipelines that would share a run wait for it to move, then share the next run: a queue of
+small runs, each paying its launch and its events, drains slower than commits come.
 A pipeline with a large change set or snapshot, a repair, a spec edit or a location to find
 gets a run of its own (run key
 `<reason>:<pipeline>:<key>`, e.g. `incremental:<pipeline>:<latest version>`), so it holds no
@@ -88,11 +85,11 @@ from cdf_platform.planning.run_requests import (
     WantedRun,
     parse_requested,
     pending_runs,
+    queue_full,
     refresh_due,
     run_fate,
     run_requests,
     run_slots,
-    shared_run_slots,
     wanted_run,
 )
 
@@ -210,18 +207,15 @@ def _failed(
     return list(instance.get_run_records(filters))
 
 
-def free_shared_slots(instance: dg.DagsterInstance) -> int | None:
-    """How many runs a tick may give the pipelines that share runs (`shared_run_slots`): the
-    instance's silver slots less its silver runs in flight; None when the instance sets no
-    limit on silver runs (one query, only then skipped)."""
+def silver_queue_full(instance: dg.DagsterInstance) -> bool:
+    """Whether the instance's silver queue is full (`queue_full`): its silver runs in flight
+    are more than its silver slots, so one waits behind busy slots already; False when the
+    instance sets no limit on silver runs (then no query)."""
     slots = silver_run_slots(instance)
     if slots is None:
-        return None
+        return False
     filters = dg.RunsFilter(statuses=PENDING_STATUSES, tags={QUEUE_TAG: SILVER_QUEUE})
-    statuses = [record.dagster_run.status for record in instance.get_run_records(filters)]
-    waiting = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED)
-    queued = sum(1 for status in statuses if status in waiting)
-    return shared_run_slots(slots, len(statuses), queued)
+    return queue_full(slots, len(instance.get_run_records(filters)))
 
 
 def silver_run_slots(instance: dg.DagsterInstance) -> int | None:
@@ -328,7 +322,7 @@ def build_incremental_sensor(
                 wanted,
                 newest,
                 max_pipelines_per_run=max_pipelines_per_run,
-                free_slots=free_shared_slots(context.instance),
+                queue_full=silver_queue_full(context.instance),
             )
             for pipeline_id, why in left_out:
                 reason.held_back(pipeline_id, why)
