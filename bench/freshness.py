@@ -74,8 +74,9 @@ from cdf_platform_testkit.postgres import PostgresServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # Targets on the warm engine (p50, p95; p95 with a core kept busy); a cold deployment (a driver
-# JVM per run) is reported against the targets it had before the engine: 60 s and 120 s.
-WARM_TARGETS_S, HOG_P95_TARGET_S, COLD_TARGETS_S = (15.0, 30.0), 60.0, (60.0, 120.0)
+# JVM per run) is reported against the targets it had before the engine: 60 s and 120 s. The
+# fleet mode has its own (bench.fleet_freshness.FLEET_P95_TARGET_S).
+WARM_TARGETS_S, HOG_P95_TARGET_S, COLD_TARGETS_S = (6.0, 12.0), 30.0, (60.0, 120.0)
 NOOP_TARGET = 0.10
 CATCH_UP_TIMEOUT_S = 900.0
 _DONE = ("SUCCESS", "REPAIRED")
