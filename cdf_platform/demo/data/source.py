@@ -15,15 +15,14 @@ Example:
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
-from cdf_platform.deltalog.arrow_rows import arrow_table, delta_schema
-from cdf_platform.deltalog.delta_tables import create_delta_table, open_delta_table
-from cdf_platform.deltalog.tables import is_delta_table
+from cdf_platform.services.keyed_batches import write_keyed_batch
 
 DEMO_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 STATUSES = ("placed", "paid", "shipped", "delivered", "returned")
@@ -89,14 +88,6 @@ def _row(table: str, key: int, rng: random.Random, batch_index: int) -> dict[str
     }
 
 
-def _live_keys(bronze: Any, key: str) -> list[int]:
-    """The current keys of the deltalake table `bronze`, read without a Spark job."""
-    from deltalake import QueryBuilder
-
-    table = QueryBuilder().register("t", bronze).execute(f'SELECT "{key}" FROM t')
-    return sorted(int(value) for column in table.read_all().columns for value in column.to_pylist())
-
-
 def write_demo_batch(
     path: str,
     table: str,
@@ -121,50 +112,14 @@ def write_demo_batch(
         )
     if batch_size < 1:
         raise InvalidPipelineSpec(f"batch_size must be >= 1, got {batch_size}")
-    schema = DEMO_SCHEMAS[table]
-    key = DEMO_KEYS[table]
-    if not is_delta_table(path, storage):
-        configuration = {"delta.enableChangeDataFeed": "true"}
-        create_delta_table(
-            path, storage, delta_schema(schema), mode="ignore", configuration=configuration
-        )
-    bronze = open_delta_table(path, storage)
-    batch_index = bronze.version()  # version 0 is the CREATE TABLE
-    rng = random.Random(f"{seed}:{table}:{batch_index}")
-    live = _live_keys(bronze, key)
-    next_key = (max(live) + 1) if live else 1
-
-    if not live:
-        n_update, n_delete, n_insert = 0, 0, batch_size
-    else:
-        n_update = min(len(live), batch_size * 6 // 10)
-        n_delete = min(len(live) - n_update, batch_size // 10)
-        n_insert = batch_size - n_update - n_delete
-    touched = rng.sample(live, n_update + n_delete)
-    updates, deletes = touched[:n_update], touched[n_update:]
-    inserts = list(range(next_key, next_key + n_insert))
-
-    rows = [dict(_row(table, k, rng, batch_index), _op="U") for k in updates]
-    rows += [dict(_row(table, k, rng, batch_index), _op="I") for k in inserts]
-    rows += [dict(_row(table, k, rng, batch_index), _op="D") for k in deletes]
-    values = {column: f"s.`{column}`" for column in schema}
-    (
-        bronze.merge(
-            arrow_table({**schema, "_op": "string"}, rows),
-            f"t.`{key}` = s.`{key}`",
-            source_alias="s",
-            target_alias="t",
-        )
-        .when_matched_delete("s._op = 'D'")
-        .when_matched_update({c: v for c, v in values.items() if c != key}, "s._op = 'U'")
-        .when_not_matched_insert(values, "s._op = 'I'")
-        .execute()
+    counts = write_keyed_batch(
+        path,
+        table,
+        DEMO_SCHEMAS[table],
+        DEMO_KEYS[table],
+        partial(_row, table),
+        batch_size=batch_size,
+        seed=seed,
+        storage=storage,
     )
-    return DemoBatch(
-        table=table,
-        batch_index=batch_index,
-        version=bronze.version(),  # the handle follows its own commit
-        inserted=n_insert,
-        updated=n_update,
-        deleted=n_delete,
-    )
+    return DemoBatch(table, **asdict(counts))
