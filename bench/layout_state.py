@@ -20,7 +20,7 @@ Each item names its place (`path:line`), so a reader can check it.
 Example:
     >>> from pathlib import Path
     >>> state_items(Path("."))  # doctest: +SKIP
-    ['cdf_platform/orchestration/launch/run_worker.py:320 os.environ written in preload()']
+    []
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ import selectors
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import psutil
@@ -65,8 +66,8 @@ PRELOAD = (
 )
 # Settings that keep a library's import from starting threads: the background purge threads of
 # the jemalloc that pyarrow and deltalake each bundle, and OpenBLAS's pool (numpy's, imported
-# by pyarrow; a run does no linear algebra). Set in the worker only, before its imports; a
-# forked run process inherits them.
+# by pyarrow; a run does no linear algebra). In the environment the worker starts with
+# (`start_quiet`), which a forked run process inherits.
 QUIET_LIBRARIES = {
     "JE_ARROW_MALLOC_CONF": "background_thread:false",
     "_RJEM_MALLOC_CONF": "background_thread:false",
@@ -302,9 +303,25 @@ def os_threads() -> int:
     return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
 
 
+def quiet_environment(environ: Mapping[str, str]) -> dict[str, str] | None:
+    """`environ` with `QUIET_LIBRARIES` added where it lacks them; None when it has them all
+    (a value set already is kept: the operator's)."""
+    missing = {key: value for key, value in QUIET_LIBRARIES.items() if key not in environ}
+    return {**environ, **missing} if missing else None
+
+
+def start_quiet() -> None:
+    """Start this process again, the same command line, with `QUIET_LIBRARIES` in its
+    environment, unless it started with them: jemalloc and OpenBLAS read them with getenv when
+    their library loads, and no call of pyarrow, deltalake or numpy passes them, so they belong
+    to the environment the process starts with (nothing in this process rewrites its own)."""
+    if (environ := quiet_environment(os.environ)) is not None:
+        os.execve(sys.executable, sys.orig_argv, environ)
+
+
 def preload() -> tuple[str, ...]:
-    """Import what runs need (`PRELOAD` and `instance_modules`), threads kept quiet; return
-    the modules imported.
+    """Import what runs need (`PRELOAD` and `instance_modules`) into a process started with
+    `QUIET_LIBRARIES` (`start_quiet`); return the modules imported.
 
     Raises:
         RuntimeEnvironmentError: the process has threads besides its own after the imports
@@ -314,17 +331,18 @@ def preload() -> tuple[str, ...]:
 
     from cdf_platform.core.errors import RuntimeEnvironmentError
 
-    # This process's own environment, at its start: jemalloc and OpenBLAS read these with
-    # getenv when their library loads, and no call of pyarrow, deltalake or numpy passes them.
-    for key, value in QUIET_LIBRARIES.items():
-        os.environ.setdefault(key, value)
     modules = (*PRELOAD, *instance_modules())
     for name in modules:
         importlib.import_module(name)
     if (threads := os_threads()) > 1:
         raise RuntimeEnvironmentError(
             f"the run worker has {threads} threads after importing {', '.join(modules)}: "
-            "forking it is unsafe",
+            "forking it is unsafe"
+            + (
+                ""
+                if quiet_environment(os.environ) is None
+                else f" (it started without {', '.join(sorted(QUIET_LIBRARIES))}: start_quiet)"
+            ),
             action="report it; meanwhile run without the worker (CDF_RUN_WORKER empty): runs "
             "then start through the code server",
         )
@@ -338,6 +356,7 @@ def serve(address: str = DEFAULT_ADDRESS) -> None:
     Raises:
         RuntimeEnvironmentError: from `preload`.
     """
+    start_quiet()
     preload()
     worker = RunWorker(address)
     logger.info("run worker listening on %s (pid %d)", address, os.getpid())

@@ -17,7 +17,8 @@ DEPLOY_INSTANCE = Path(__file__).resolve().parents[3] / "deploy" / "dagster.yaml
 _PRELOAD = textwrap.dedent(
     """
     import json, sys
-    from cdf_platform.orchestration.launch.run_worker import os_threads, preload
+    from cdf_platform.orchestration.launch.run_worker import os_threads, preload, start_quiet
+    start_quiet()
     modules = preload()
     print(json.dumps({
         "threads": os_threads(),
@@ -29,7 +30,8 @@ _PRELOAD = textwrap.dedent(
 )
 
 
-def _preload_in_fresh_interpreter(home: Path) -> dict[str, object]:
+def _environment(home: Path) -> dict[str, str]:
+    """This process's environment for a deployment at `home`, without `QUIET_LIBRARIES`."""
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
@@ -42,7 +44,11 @@ def _preload_in_fresh_interpreter(home: Path) -> dict[str, object]:
     }
     for name in ("JE_ARROW_MALLOC_CONF", "_RJEM_MALLOC_CONF", "OPENBLAS_NUM_THREADS"):
         env.pop(name, None)
-    return python_json(_PRELOAD, env=env, timeout=120)
+    return env
+
+
+def _preload_in_fresh_interpreter(home: Path) -> dict[str, object]:
+    return python_json(_PRELOAD, env=_environment(home), timeout=120)
 
 
 def test_preload_imports_the_deployments_storage_and_stays_single_threaded(
@@ -66,3 +72,29 @@ def test_preload_without_an_instance_imports_the_run_modules_only(tmp_path: Path
 
     assert result["threads"] == 1
     assert "deltalake" in result["modules"]
+
+
+def test_preload_in_a_process_started_without_the_quiet_libraries_refuses_to_fork(
+    tmp_path: Path,
+) -> None:
+    """Without `start_quiet` the libraries' threads start at import, and the worker says so."""
+    code = _PRELOAD.replace("\nstart_quiet()\n", "\n").replace(
+        "modules = preload()",
+        "try:\n    preload()\nexcept Exception as error:\n"
+        "    print(json.dumps({'error': str(error)}))\n    raise SystemExit(0)\nmodules = ()",
+    )
+    result = python_json(code, env=_environment(tmp_path / "no-such-home"), timeout=120)
+
+    assert "forking it is unsafe" in str(result.get("error")), result
+    assert "start_quiet" in str(result["error"])
+
+
+def test_the_quiet_environment_keeps_an_operators_values() -> None:
+    from cdf_platform.orchestration.launch.run_worker import QUIET_LIBRARIES, quiet_environment
+
+    assert quiet_environment({**QUIET_LIBRARIES, "PATH": "/bin"}) is None
+    environ = quiet_environment({"OPENBLAS_NUM_THREADS": "4", "PATH": "/bin"})
+    assert environ is not None
+    assert environ["OPENBLAS_NUM_THREADS"] == "4"
+    assert environ["PATH"] == "/bin"
+    assert environ["JE_ARROW_MALLOC_CONF"] == QUIET_LIBRARIES["JE_ARROW_MALLOC_CONF"]
