@@ -133,21 +133,25 @@ def test_rebuild_run_and_status_commands(spark: SparkSession, lake: Path, tmp_pa
 
 
 def test_a_fail_fast_rebuild_at_a_shell_writes_the_audit_record_of_the_rebuild_jobs_override(
-    spark: SparkSession, spark_resource: SparkResource, lake: Path, tmp_path: Path
+    spark: SparkSession,
+    spark_resource: SparkResource,
+    lake: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A person at a shell needs no permission to rebuild a FAIL_FAST pipeline, and the rebuild
     is audited as the rebuild job's `override_fail_fast` is: the same maintenance-log row,
-    field by field, but for who asked (run, job, tags) and what let it run."""
+    field by field, but for who asked (run, job, tags) and what let it run. (The command runs
+    in this process, on its session: `test_rebuild_run_and_status_commands` runs it in one of
+    its own.)"""
     strict = orders_pipeline("strict", fallback_mode="FAIL_FAST")
     write_orders_batch(str(lake / "bronze" / "strict"), batch_size=20)
     pipelines = str(write_pipelines(lake / "pipelines.yaml", [strict]))
-    env = {"CDF_SPARK_MASTER": "local[2]", "CDF_SPARK_LOG": str(tmp_path / "spark.log")}
 
-    at_shell_run = run_cli(
-        "rebuild", "strict", "--pipelines", pipelines, "--lake-root", str(lake), "--json", env=env
-    )
-    assert at_shell_run.returncode == 0, at_shell_run.stderr[-2000:]
-    figures = json.loads(at_shell_run.stdout)
+    capsys.readouterr()
+    code = main(["rebuild", "strict", "--pipelines", pipelines, "--lake-root", str(lake), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-2000:]
+    figures = json.loads(out)
     assert (figures["mode"], figures["incident_code"]) == ("rebuild", "MANUAL_REBUILD")
 
     # The rebuild job's override, permitted by the deployment, on the same silver and bronze.
