@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cdf_platform.orchestration.launch.run_worker import QUIET_LIBRARIES, quiet_environment
 from cdf_platform_tests.cli_process import python_json
 
 DEPLOY_INSTANCE = Path(__file__).resolve().parents[3] / "deploy" / "dagster.yaml"
@@ -29,6 +30,20 @@ _PRELOAD = textwrap.dedent(
     """
 )
 
+# The same imports in a process left as it started: the error `preload` raises, if any.
+_PRELOAD_WITHOUT_START_QUIET = textwrap.dedent(
+    """
+    import json
+    from cdf_platform.orchestration.launch.run_worker import preload
+    try:
+        preload()
+    except Exception as error:
+        print(json.dumps({"error": str(error)}))
+    else:
+        print(json.dumps({}))
+    """
+)
+
 
 def _environment(home: Path) -> dict[str, str]:
     """This process's environment for a deployment at `home`, without `QUIET_LIBRARIES`."""
@@ -42,7 +57,7 @@ def _environment(home: Path) -> dict[str, str]:
         "CDF_DAGSTER_PG_DB": "dagster",
         "CDF_RUN_WORKER": "127.0.0.1:4010",
     }
-    for name in ("JE_ARROW_MALLOC_CONF", "_RJEM_MALLOC_CONF", "OPENBLAS_NUM_THREADS"):
+    for name in QUIET_LIBRARIES:
         env.pop(name, None)
     return env
 
@@ -78,20 +93,15 @@ def test_preload_in_a_process_started_without_the_quiet_libraries_refuses_to_for
     tmp_path: Path,
 ) -> None:
     """Without `start_quiet` the libraries' threads start at import, and the worker says so."""
-    code = _PRELOAD.replace("\nstart_quiet()\n", "\n").replace(
-        "modules = preload()",
-        "try:\n    preload()\nexcept Exception as error:\n"
-        "    print(json.dumps({'error': str(error)}))\n    raise SystemExit(0)\nmodules = ()",
+    result = python_json(
+        _PRELOAD_WITHOUT_START_QUIET, env=_environment(tmp_path / "no-such-home"), timeout=120
     )
-    result = python_json(code, env=_environment(tmp_path / "no-such-home"), timeout=120)
 
     assert "forking it is unsafe" in str(result.get("error")), result
     assert "start_quiet" in str(result["error"])
 
 
 def test_the_quiet_environment_keeps_an_operators_values() -> None:
-    from cdf_platform.orchestration.launch.run_worker import QUIET_LIBRARIES, quiet_environment
-
     assert quiet_environment({**QUIET_LIBRARIES, "PATH": "/bin"}) is None
     environ = quiet_environment({"OPENBLAS_NUM_THREADS": "4", "PATH": "/bin"})
     assert environ is not None
