@@ -17,14 +17,15 @@ import datetime
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import dagster as dg
 import pytest
 from deltalake import DeltaTable
 
-from cdf_platform.orchestration.shared.keys import QUEUE_TAG, RUN_KEY_TAG, SILVER_QUEUE
+from cdf_platform.orchestration.checks.silver_checks import REPLAY_WINDOW
+from cdf_platform.orchestration.shared.keys import QUEUE_TAG, RUN_KEY_TAG, SILVER_QUEUE, silver_key
 from cdf_platform.services.service import wait_for
 from cdf_platform_testkit.deployment import BronzeWriter
 from cdf_platform_testkit.faults.oracle import read_rows
@@ -206,6 +207,49 @@ def launch_checks(deployment: SupervisedDeployment) -> None:
     assert launched["__typename"] == "LaunchRunSuccess", launched
 
 
+def told_or_story(
+    what: str,
+    probe: Callable[[], bool],
+    timeout: float,
+    deployment: SupervisedDeployment,
+    http: HttpReceiver,
+    smtp: SmtpReceiver,
+) -> None:
+    """`wait_for(what, probe, timeout)`; past the timeout, the error tells the story: what each
+    receiver got, the checks runs, the watched window's latest evaluation and the alert
+    sensor's last ticks."""
+    try:
+        wait_for(what, probe, timeout, 1)
+    except TimeoutError as err:
+        raise TimeoutError(f"{err}\n{alert_story(deployment, http, smtp)}") from None
+
+
+def alert_story(deployment: SupervisedDeployment, http: HttpReceiver, smtp: SmtpReceiver) -> str:
+    instance = deployment.instance()
+    lines = [f"told: {said(http, smtp, WATCHED)}"]
+    for record in instance.get_run_records(dg.RunsFilter(job_name="checks_job"), limit=5):
+        run = record.dagster_run
+        lines.append(
+            f"checks run {run.run_id[:8]}: {run.status.value}, created {record.create_timestamp}"
+            f", started {record.start_time}, ended {record.end_time}"
+        )
+    key = dg.AssetCheckKey(silver_key(WATCHED), REPLAY_WINDOW)
+    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key([key]).get(key)
+    if latest is not None and latest.event is not None:
+        evaluation = latest.event.dagster_event.event_specific_data  # type: ignore[union-attr]
+        lines.append(
+            f"replay_window at {latest.event.timestamp}: passed={evaluation.passed}, "
+            f"{ {k: v.value for k, v in evaluation.metadata.items()} }"
+        )
+    (sensor,) = [s for s in instance.all_instigator_state() if s.name == "alert_sensor"]
+    for tick in instance.get_ticks(sensor.instigator_origin_id, sensor.selector_id, limit=4):
+        lines.append(
+            f"alert tick {tick.timestamp}: {tick.status.value} {tick.skip_reason or ''}"
+            f"{tick.error.message if tick.error else ''}"
+        )
+    return "\n".join(lines)
+
+
 def test_a_window_at_risk_lost_and_repaired_is_told_once_each_across_restarts(
     supervised: SupervisedDeployment, alert_receivers: tuple[HttpReceiver, SmtpReceiver]
 ) -> None:
@@ -228,11 +272,13 @@ def test_a_window_at_risk_lost_and_repaired_is_told_once_each_across_restarts(
         writer.commit(WATCHED)
         time.sleep(max(0.0, commit.at + 35 - time.time()))  # below 90 s of headroom
         launch_checks(deployment)
-        wait_for(
+        told_or_story(
             "'at risk' told everywhere",
             lambda: all(t == at_risk for t in said(http, smtp, WATCHED).values()),
             120,
-            1,
+            deployment,
+            http,
+            smtp,
         )
         first = deployment.kill(DAEMON)
         deployment.wait_back(DAEMON, first)
