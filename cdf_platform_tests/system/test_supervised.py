@@ -111,13 +111,16 @@ def silver_runs_in_progress(instance: dg.DagsterInstance) -> list[dg.RunRecord]:
     )
 
 
+def sensor_ticks(deployment: SupervisedDeployment, name: str, limit: int) -> list[Any]:
+    """Sensor `name`'s newest `limit` ticks, newest first."""
+    instance = deployment.instance()
+    (sensor,) = [state for state in instance.all_instigator_state() if state.name == name]
+    return list(instance.get_ticks(sensor.instigator_origin_id, sensor.selector_id, limit=limit))
+
+
 def sensor_ticked_after(deployment: SupervisedDeployment, since: float) -> bool:
     """Whether the incremental sensor has a tick after `since` (a timestamp)."""
-    instance = deployment.instance()
-    (sensor,) = [
-        state for state in instance.all_instigator_state() if state.name == "incremental_sensor"
-    ]
-    ticks = instance.get_ticks(sensor.instigator_origin_id, sensor.selector_id, limit=1)
+    ticks = sensor_ticks(deployment, "incremental_sensor", 1)
     return bool(ticks) and ticks[0].timestamp > since
 
 
@@ -241,8 +244,7 @@ def alert_story(deployment: SupervisedDeployment, http: HttpReceiver, smtp: Smtp
             f"replay_window at {latest.event.timestamp}: passed={evaluation.passed}, "
             f"{ {k: v.value for k, v in evaluation.metadata.items()} }"
         )
-    (sensor,) = [s for s in instance.all_instigator_state() if s.name == "alert_sensor"]
-    for tick in instance.get_ticks(sensor.instigator_origin_id, sensor.selector_id, limit=4):
+    for tick in sensor_ticks(deployment, "alert_sensor", 4):
         lines.append(
             f"alert tick {tick.timestamp}: {tick.status.value} {tick.skip_reason or ''}"
             f"{tick.error.message if tick.error else ''}"

@@ -21,10 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
-from dagster._core.storage.asset_check_execution_record import (
-    COMPLETED_ASSET_CHECK_EXECUTION_RECORD_STATUSES,
-    AssetCheckExecutionRecord,
-)
 from dagster._core.storage.event_log.base import EventLogCursor
 
 from cdf_platform.alerts.delivery import (
@@ -43,6 +39,7 @@ from cdf_platform.orchestration.sensors.alert_signals import (
     RUN_EVENT_TYPES,
     SignalReader,
 )
+from cdf_platform.orchestration.sensors.check_records import latest_evaluated
 
 ALERT_SENSOR = "alert_sensor"
 # The key of the alerts' state in the instance's key-value store.
@@ -124,32 +121,13 @@ class EventReader:
     def __init__(self, check_keys: Sequence[dg.AssetCheckKey]) -> None:
         self.check_keys = list(check_keys)
 
-    def _latest_evaluated(
-        self, instance: dg.DagsterInstance
-    ) -> dict[dg.AssetCheckKey, AssetCheckExecutionRecord]:
-        """The latest evaluated execution of each check that has one. An execution is recorded
-        when its run plans it and keeps its id when evaluated, so a position on a planned one
-        would hide its evaluation: for a check whose latest is planned, the one before counts
-        (one query each)."""
-        storage = instance.event_log_storage
-        latest = dict(storage.get_latest_asset_check_execution_by_key(self.check_keys))
-        for key, execution in list(latest.items()):
-            if execution.status not in COMPLETED_ASSET_CHECK_EXECUTION_RECORD_STATUSES:
-                del latest[key]
-                evaluated = storage.get_asset_check_execution_history(
-                    key, limit=1, status=set(COMPLETED_ASSET_CHECK_EXECUTION_RECORD_STATUSES)
-                )
-                if evaluated:
-                    latest[key] = evaluated[0]
-        return latest
-
     def start(self, instance: dg.DagsterInstance) -> dict[str, Any]:
         """Positions at the newest record of each kind (nothing before them is told)."""
         storage = instance.event_log_storage
         cursors: dict[str, Any] = {
             "checks": {
                 key.to_user_string(): record.id
-                for key, record in self._latest_evaluated(instance).items()
+                for key, record in latest_evaluated(instance, self.check_keys).items()
             }
         }
         for event_type in ASSET_EVENT_TYPES:
@@ -168,7 +146,7 @@ class EventReader:
         """What happened after `cursors` (at most `BATCH` of each kind), oldest first."""
         seen: list[Seen] = []
         storage = instance.event_log_storage
-        for key, execution in self._latest_evaluated(instance).items():
+        for key, execution in latest_evaluated(instance, self.check_keys).items():
             name = key.to_user_string()
             if execution.event is None or execution.id <= cursors["checks"].get(name, 0):
                 continue  # seen

@@ -44,6 +44,7 @@ from dagster._core.scheduler.instigation import InstigatorStatus, InstigatorType
 from cdf_platform.core.spec.pipeline_spec import FallbackMode, PipelineSpec
 from cdf_platform.orchestration.checks.silver_checks import REPLAY_WINDOW
 from cdf_platform.orchestration.jobs.silver_jobs import REBUILD_JOB, rebuild_run_config
+from cdf_platform.orchestration.sensors.check_records import latest_evaluated
 from cdf_platform.orchestration.sensors.consumers import RECOMPUTE_JOB, ConsumerAsset
 from cdf_platform.orchestration.sensors.incremental_sensor import (
     INCREMENTAL_SENSOR,
@@ -59,8 +60,6 @@ from cdf_platform.planning.repair import repair_decision
 from cdf_platform.planning.status import WindowState
 
 REBUILD_SENSOR = "rebuild_sensor"
-# Executions read back per check on each tick: failed runs between two evaluations are few.
-_HISTORY = 20
 
 
 def _read_cursor(cursor: str | None) -> dict[str, int]:
@@ -72,22 +71,6 @@ def _read_cursor(cursor: str | None) -> dict[str, int]:
 def _figure(evaluation: dg.AssetCheckEvaluation, name: str) -> object:
     value = evaluation.metadata.get(name)
     return value.value if value is not None else None
-
-
-def _latest_evaluated(instance: dg.DagsterInstance, key: dg.AssetCheckKey) -> Any:
-    """The newest execution of `key` that has an evaluation.
-
-    The newest execution may have none: planned in a run still in progress, or in a run that
-    failed before the check ran (a FAIL_FAST asset's own run fails on the lost window). Reading
-    only the newest would then hide the loss the evaluation before it reported.
-    """
-    # A planned execution's `evaluation` is its AssetCheckEvaluationPlanned event.
-    latest = instance.get_latest_asset_check_evaluation_record(key)
-    if latest is None or isinstance(latest.evaluation, dg.AssetCheckEvaluation):
-        return latest  # the usual case: one indexed read, no history scan
-    history = instance.event_log_storage.get_asset_check_execution_history(key, limit=_HISTORY)
-    evaluated = (r for r in history if isinstance(r.evaluation, dg.AssetCheckEvaluation))
-    return next(evaluated, None)
 
 
 def incremental_sensor_runs(context: dg.SensorEvaluationContext, *, declared: bool) -> bool:
@@ -242,7 +225,8 @@ class _Watcher:
 
     def look_at(self, context: dg.SensorEvaluationContext, tick: _Tick, item: _Watched) -> None:
         """Act on `item`'s newest replay_window evaluation, once per loss."""
-        record = _latest_evaluated(context.instance, dg.AssetCheckKey(item.key, REPLAY_WINDOW))
+        key = dg.AssetCheckKey(item.key, REPLAY_WINDOW)
+        record = latest_evaluated(context.instance, [key]).get(key)
         evaluation = record.evaluation if record is not None else None
         if record is None or not isinstance(evaluation, dg.AssetCheckEvaluation):
             return  # never evaluated yet
