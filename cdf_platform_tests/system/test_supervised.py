@@ -22,6 +22,7 @@ from typing import Any
 
 import dagster as dg
 import pytest
+from dagster._core.scheduler.instigation import TickStatus
 from deltalake import DeltaTable
 
 from cdf_platform.orchestration.checks.silver_checks import REPLAY_WINDOW
@@ -205,6 +206,15 @@ def said(http: HttpReceiver, smtp: SmtpReceiver, pipeline: str) -> dict[str, lis
     }
 
 
+def sensor_at_rest(deployment: SupervisedDeployment) -> bool:
+    """Whether the stopped incremental sensor can move `WATCHED`'s silver no more: no tick of it
+    is in flight (a tick begun before the stop still requests runs), and `WATCHED` has applied
+    its bronze with no run pending."""
+    ticks = sensor_ticks(deployment, "incremental_sensor", 1)
+    in_flight = bool(ticks) and ticks[0].status == TickStatus.STARTED
+    return not in_flight and deployment.caught_up([WATCHED])
+
+
 def launch_checks(deployment: SupervisedDeployment) -> None:
     launched = deployment.launch("checks_job", {})
     assert launched["__typename"] == "LaunchRunSuccess", launched
@@ -244,6 +254,12 @@ def alert_story(deployment: SupervisedDeployment, http: HttpReceiver, smtp: Smtp
             f"replay_window at {latest.event.timestamp}: passed={evaluation.passed}, "
             f"{ {k: v.value for k, v in evaluation.metadata.items()} }"
         )
+    for record in deployment.runs_of(WATCHED, time.time() - 600)[:5]:
+        run = record.dagster_run
+        lines.append(
+            f"run of {WATCHED} {run.run_id[:8]} ({run.job_name}): {run.status.value}, "
+            f"created {record.create_timestamp}, tags {dict(run.tags)}"
+        )
     for tick in sensor_ticks(deployment, "alert_sensor", 4):
         lines.append(
             f"alert tick {tick.timestamp}: {tick.status.value} {tick.skip_reason or ''}"
@@ -267,12 +283,16 @@ def test_a_window_at_risk_lost_and_repaired_is_told_once_each_across_restarts(
     # Silver stops following bronze: a commit's headroom runs down from 120 s.
     deployment.set_sensor("incremental_sensor", running=False)
     try:
+        wait_for("the incremental sensor at rest", lambda: sensor_at_rest(deployment), 120, 1)
+        rest_at = time.time()
         # Two commits: W + 1 is not bronze's latest version, which Delta always lets a read
         # start at; the window loses W + 1 once its commit is older than the retention.
         writer = BronzeWriter(deployment, [WATCHED], interval=0)
         commit = writer.commit(WATCHED)
         writer.commit(WATCHED)
         time.sleep(max(0.0, commit.at + 35 - time.time()))  # below 90 s of headroom
+        moved = deployment.runs_of(WATCHED, rest_at)
+        assert not moved, f"silver of {WATCHED} moved: {alert_story(deployment, http, smtp)}"
         launch_checks(deployment)
         told_or_story(
             "'at risk' told everywhere",
