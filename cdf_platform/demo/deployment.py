@@ -46,6 +46,7 @@ from cdf_platform.core.config import (
     RUN_WORKER_ENV,
 )
 from cdf_platform.orchestration.launch.run_worker import answers
+from cdf_platform.orchestration.sensors.sensor_stop import at_rest
 from cdf_platform.services import deployment_processes
 from cdf_platform.services.service import free_port, port_open, wait_for
 
@@ -367,8 +368,16 @@ class DemoDeployment:
         return time.time()
 
     def stop_sensor(self, name: str) -> None:
-        sensor = self._sensor(name)
-        self._instance().stop_sensor(sensor.get_remote_origin_id(), sensor.selector_id, sensor)
+        """Stop sensor `name`; return once no tick of it is in flight (`at_rest`)."""
+        instance, sensor = self._instance(), self._sensor(name)
+        instance.stop_sensor(sensor.get_remote_origin_id(), sensor.selector_id, sensor)
+        wait_for(
+            f"sensor {name} at rest",
+            lambda: at_rest(instance, sensor),
+            RUN_TIMEOUT_SECONDS,
+            POLL_SECONDS,
+            error=DeploymentFailed,
+        )
 
     def ticks(self, name: str, after: float) -> list[InstigatorTick]:
         """Sensor `name`'s ticks since `after` (a timestamp), oldest first."""

@@ -22,7 +22,6 @@ from typing import Any
 
 import dagster as dg
 import pytest
-from dagster._core.scheduler.instigation import TickStatus
 from deltalake import DeltaTable
 
 from cdf_platform.orchestration.checks.silver_checks import REPLAY_WINDOW
@@ -206,15 +205,6 @@ def said(http: HttpReceiver, smtp: SmtpReceiver, pipeline: str) -> dict[str, lis
     }
 
 
-def sensor_at_rest(deployment: SupervisedDeployment) -> bool:
-    """Whether the stopped incremental sensor can move `WATCHED`'s silver no more: no tick of it
-    is in flight (a tick begun before the stop still requests runs), and `WATCHED` has applied
-    its bronze with no run pending."""
-    ticks = sensor_ticks(deployment, "incremental_sensor", 1)
-    in_flight = bool(ticks) and ticks[0].status == TickStatus.STARTED
-    return not in_flight and deployment.caught_up([WATCHED])
-
-
 def launch_checks(deployment: SupervisedDeployment) -> None:
     launched = deployment.launch("checks_job", {})
     assert launched["__typename"] == "LaunchRunSuccess", launched
@@ -280,10 +270,11 @@ def test_a_window_at_risk_lost_and_repaired_is_told_once_each_across_restarts(
         f"[cdf_platform] {WATCHED}: repair started",
     ]
     repaired = [f"[cdf_platform] RESOLVED {WATCHED}: replay window repaired"]
-    # Silver stops following bronze: a commit's headroom runs down from 120 s.
+    # Silver stops following bronze: a commit's headroom runs down from 120 s. The stop returns
+    # once its last tick has ended; a run that tick requested is waited for.
     deployment.set_sensor("incremental_sensor", running=False)
     try:
-        wait_for("the incremental sensor at rest", lambda: sensor_at_rest(deployment), 120, 1)
+        wait_for(f"{WATCHED} at rest", lambda: deployment.caught_up([WATCHED]), 120, 1)
         rest_at = time.time()
         # Two commits: W + 1 is not bronze's latest version, which Delta always lets a read
         # start at; the window loses W + 1 once its commit is older than the retention.
