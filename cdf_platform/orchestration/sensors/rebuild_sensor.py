@@ -40,6 +40,7 @@ from typing import Any
 
 import dagster as dg
 from dagster._core.scheduler.instigation import InstigatorStatus, InstigatorType
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecord
 
 from cdf_platform.core.spec.pipeline_spec import FallbackMode, PipelineSpec
 from cdf_platform.orchestration.checks.silver_checks import REPLAY_WINDOW
@@ -223,10 +224,15 @@ class _Watcher:
             return True
         return False
 
-    def look_at(self, context: dg.SensorEvaluationContext, tick: _Tick, item: _Watched) -> None:
-        """Act on `item`'s newest replay_window evaluation, once per loss."""
-        key = dg.AssetCheckKey(item.key, REPLAY_WINDOW)
-        record = latest_evaluated(context.instance, [key]).get(key)
+    def look_at(
+        self,
+        context: dg.SensorEvaluationContext,
+        tick: _Tick,
+        item: _Watched,
+        record: AssetCheckExecutionRecord | None,
+    ) -> None:
+        """Act on `item`'s newest evaluated replay_window execution `record` (None: never
+        evaluated), once per loss."""
         evaluation = record.evaluation if record is not None else None
         if record is None or not isinstance(evaluation, dg.AssetCheckEvaluation):
             return  # never evaluated yet
@@ -281,6 +287,7 @@ def build_rebuild_sensor(
             consumers); by default `rebuild_job` by name.
     """
     watched = _watched(specs, consumers)
+    check_keys = [dg.AssetCheckKey(item.key, REPLAY_WINDOW) for item in watched]
     watcher = _Watcher({spec.id for spec in specs}, running, by_name=bool(jobs))
 
     @dg.sensor(
@@ -300,8 +307,10 @@ def build_rebuild_sensor(
     def _rebuild_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         """One run request per pipeline whose newest replay_window evaluation says LOST."""
         tick = _Tick(_read_cursor(context.cursor))
-        for item in watched:
-            watcher.look_at(context, tick, item)
+        # Every watched asset's newest evaluation in one read (not a query per asset).
+        latest = latest_evaluated(context.instance, check_keys)
+        for item, key in zip(watched, check_keys, strict=True):
+            watcher.look_at(context, tick, item, latest.get(key))
         return tick.result()
 
     return _rebuild_sensor
