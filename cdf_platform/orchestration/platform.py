@@ -139,6 +139,7 @@ def platform_defs(
         sensors=[
             build_incremental_sensor(
                 specs,
+                lake,
                 running=automation,
                 max_pipelines_per_run=pipelines_per_run or default_pipelines_per_run(),
             ),

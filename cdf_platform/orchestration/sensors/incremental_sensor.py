@@ -59,6 +59,7 @@ import dagster as dg
 from cdf_platform.core.config import DEFAULT_PIPELINES_PER_RUN
 from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.jobs.silver_jobs import INCREMENTAL_JOB, REBUILD_JOB
+from cdf_platform.orchestration.sensors.sensor_instance import EvaluationInstance
 from cdf_platform.orchestration.sensors.tick_reason import TickReason
 from cdf_platform.orchestration.shared.keys import (
     AUTO_RETRY_RUN_ID_TAG,
@@ -259,16 +260,61 @@ def last_materialized(instance: dg.DagsterInstance, specs: list[PipelineSpec]) -
     return found
 
 
+class MaterializedTimes:
+    """Pipeline id -> its silver asset's last materialization time as last read, kept by one
+    incremental sensor between the ticks of a code-server process, so that a caught-up fleet
+    does not read every silver asset's last materialization event on every tick.
+
+    A materialization's time only grows: a pipeline whose known time puts its refresh in the
+    future (`refresh_due`) is not due whatever happened since, and needs no read. Only the
+    pipelines that look due (or are unknown: a new process, a new pipeline) are read, and those
+    reads update the times. The times are of one instance (the daemon's, opened once:
+    `EvaluationInstance`): an evaluation against another instance starts them afresh.
+
+    Example:
+        >>> MaterializedTimes().known
+        {}
+    """
+
+    def __init__(self) -> None:
+        self.known: dict[str, float] = {}
+        self._of: dg.DagsterInstance | None = None  # the instance `known` is of
+
+    def due(
+        self, instance: dg.DagsterInstance, caught_up: list[tuple[PipelineSpec, int]]
+    ) -> list[tuple[PipelineSpec, int, int]]:
+        """(spec, watermark, refresh period) of the `caught_up` pipelines due for a refresh."""
+        if instance is not self._of:  # another instance: nothing known of it
+            self.known, self._of = {}, instance
+        now = time.time()
+        looks_due = [
+            spec
+            for spec, _ in caught_up
+            if refresh_due(spec, self.known.get(spec.id), now) is not None
+        ]
+        self.known.update(last_materialized(instance, looks_due))
+        due = []
+        for spec, watermark in caught_up:
+            period = refresh_due(spec, self.known.get(spec.id), now)
+            if period is not None:
+                due.append((spec, watermark, period))
+        return due
+
+
 def build_incremental_sensor(
     specs: list[PipelineSpec],
+    lake: LakeLayout,
     *,
     running: bool = True,
     max_pipelines_per_run: int = DEFAULT_PIPELINES_PER_RUN,
 ) -> dg.SensorDefinition:
-    """The incremental sensor over the pipelines `specs`, RUNNING from the start unless
+    """The incremental sensor over the pipelines `specs` of `lake` (the definitions' `lake`
+    resource, bound here rather than built for each evaluation), RUNNING from the start unless
     `running` is False; pipelines with small change sets share runs of at most
     `max_pipelines_per_run` pipelines."""
     pipeline_ids = {spec.id for spec in specs}
+    materialized = MaterializedTimes()
+    instances = EvaluationInstance()
 
     @dg.sensor(
         name=INCREMENTAL_SENSOR,
@@ -282,17 +328,18 @@ def build_incremental_sensor(
         else dg.DefaultSensorStatus.STOPPED,
     )
     def _incremental_sensor(
-        context: dg.SensorEvaluationContext, lake: LakeLayout
+        context: dg.SensorEvaluationContext,
     ) -> dg.SensorResult:
         """One run request per pipeline whose bronze table moved past the watermark (or whose
         names need locating, or whose caught-up silver is due for a refresh)."""
+        instance = instances.of(context)
         control = lake.control()
         # Read once for the tick: each read returns every pipeline's row.
         reads = ControlReads.of(control, verified=False)  # no foreign-write search here
         wanted: list[WantedRun] = []
         reason = TickReason(len(specs))
         caught_up: list[tuple[PipelineSpec, int]] = []
-        pending = pending_pipelines(context.instance, pipeline_ids)
+        pending = pending_pipelines(instance, pipeline_ids)
         for spec in specs:
             if spec.id in pending:
                 # Its queued or running run covers every version up to the latest at its start.
@@ -306,23 +353,20 @@ def build_incremental_sensor(
             elif isinstance(decided, CaughtUp):
                 caught_up.append((spec, decided.watermark))
                 reason.up_to_date(spec.id)
-        # A caught-up fleet is the usual case: one query for every last materialization.
-        materialized = last_materialized(context.instance, [spec for spec, _ in caught_up])
-        now = time.time()
-        for spec, watermark in caught_up:
-            period = refresh_due(spec, materialized.get(spec.id), now)
-            if period is not None:
-                context.log.info("%s: caught up; refreshing its freshness", spec.id)
-                wanted.append(WantedRun(spec, "refresh", f"{watermark}:{period}", shares=True))
+        # A caught-up fleet is the usual case: at most one query, for the pipelines whose
+        # refresh may be due by the times read before.
+        for spec, watermark, period in materialized.due(instance, caught_up):
+            context.log.info("%s: caught up; refreshing its freshness", spec.id)
+            wanted.append(WantedRun(spec, "refresh", f"{watermark}:{period}", shares=True))
         if wanted:
             # The newest runs of the silver queue, enough to hold each wanted pipeline's last.
             limit = max(100, 4 * len(wanted))
-            newest = newest_runs(context.instance, {item.spec.id for item in wanted}, limit)
+            newest = newest_runs(instance, {item.spec.id for item in wanted}, limit)
             planned, left_out = run_requests(
                 wanted,
                 newest,
                 max_pipelines_per_run=max_pipelines_per_run,
-                queue_full=silver_queue_full(context.instance),
+                queue_full=silver_queue_full(instance),
             )
             for pipeline_id, why in left_out:
                 reason.held_back(pipeline_id, why)
