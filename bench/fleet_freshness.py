@@ -235,6 +235,21 @@ def measure(
     return cpu_between(before, after), idle_cpu, idle_seconds, memory, loads.loads, by_kind
 
 
+def deployment_meter(deployment: Deployment, postgres: PostgresServer) -> ProcessMeter:
+    """A meter (not started) of the deployment's live services and its PostgreSQL, each named
+    after its service."""
+
+    def roots() -> list[int]:
+        found = [s.pid for s in deployment.services if s.alive()]
+        return [*found, *([postgres.pid] if postgres.pid is not None else [])]
+
+    def names() -> dict[int, str]:
+        named = {s.pid: s.name for s in deployment.services if s.alive()}
+        return {**named, **({postgres.pid: "PostgreSQL"} if postgres.pid is not None else {})}
+
+    return ProcessMeter(roots, names=names)
+
+
 def run_ours(
     workdir: Path, pipelines: dict[str, SourceKind], stream: list[PlannedCommit], args: Any
 ) -> dict[str, Any]:
@@ -247,15 +262,7 @@ def run_ours(
         for pipeline_id in ids:
             lake.write(pipeline_id)
 
-        def roots() -> list[int]:
-            found = [s.pid for s in deployment.services if s.alive()]
-            return [*found, *([postgres.pid] if postgres.pid is not None else [])]
-
-        def names() -> dict[int, str]:
-            named = {s.pid: s.name for s in deployment.services if s.alive()}
-            return {**named, **({postgres.pid: "PostgreSQL"} if postgres.pid is not None else {})}
-
-        meter = ProcessMeter(roots, names=names)
+        meter = deployment_meter(deployment, postgres)
         writer = StreamWriter(stream, lake.write)
         with deployment.environment():
             instance = deployment.instance()

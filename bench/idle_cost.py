@@ -28,8 +28,9 @@ from typing import Any
 import dagster as dg
 import pyspark
 
+from bench.fleet_freshness import deployment_meter
 from bench.fleet_lake import FleetLake, fleet_ids, fleet_pipeline
-from bench.process_meter import ProcessMeter, cpu_between, cpu_by_kind
+from bench.process_meter import cpu_between, cpu_by_kind
 from bench.report import (
     Figure,
     add_output_options,
@@ -77,15 +78,7 @@ def measure(pipelines: int, minutes: float, settle: float, workdir: Path) -> dic
         for pipeline_id in fleet:
             lake.write(pipeline_id)
 
-        def roots() -> list[int]:
-            found = [s.pid for s in deployment.services if s.alive()]
-            return [*found, *([postgres.pid] if postgres.pid is not None else [])]
-
-        def names() -> dict[int, str]:
-            named = {s.pid: s.name for s in deployment.services if s.alive()}
-            return {**named, **({postgres.pid: "PostgreSQL"} if postgres.pid is not None else {})}
-
-        meter = ProcessMeter(roots, names=names)
+        meter = deployment_meter(deployment, postgres)
         with deployment.environment():
             instance = deployment.instance()
             pending = dg.RunsFilter(statuses=PENDING_STATUSES)
