@@ -66,6 +66,9 @@ if TYPE_CHECKING:
 # driver gets the same.
 ENGINE_MEMORY = DEFAULT_ENGINE_MEMORY
 CATCH_UP_TIMEOUT_S = 1800.0
+# The report's comparison table and its idle-cost row (read back by `bench.idle_cost`).
+SIDE_BY_SIDE = "Side by side (ours / peer)"
+IDLE_PER_MINUTE = "idle CPU seconds per minute"
 PEER_START_TIMEOUT_S = 900.0
 SEED = 11
 # Ours at 100 pipelines and a commit a second: p95 commit -> silver at most this (p50 reported).
@@ -128,7 +131,7 @@ def side_by_side(ours: PassFigures, peer: PassFigures) -> list[dict[str, str]]:
         ("CPU seconds per commit", ours.cpu_per_commit, peer.cpu_per_commit, "{:.2f}"),
         ("resident memory peak (GiB)", ours.memory_gib, peer.memory_gib, "{:.2f}"),
         (
-            "idle CPU seconds per minute",
+            IDLE_PER_MINUTE,
             ours.idle_cpu_per_minute,
             peer.idle_cpu_per_minute,
             "{:.2f}",
@@ -601,7 +604,7 @@ def fleet_document(
         "machine": machine_info(pyspark.__version__),
         "figures": figures,
         "tables": {
-            "Side by side (ours / peer)": side_by_side(a, b),
+            SIDE_BY_SIDE: side_by_side(a, b),
             "Where our median and p95 commit's seconds went (bench.stages)": stages,
             "Where the CPU went (seconds, by process)": cpu_table(a, b),
             "Load average (1 min) per pass": [

@@ -20,7 +20,6 @@ import argparse
 import datetime
 import json
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from typing import Any
 import dagster as dg
 import pyspark
 
-from bench.fleet_freshness import deployment_meter
+from bench.fleet_freshness import IDLE_PER_MINUTE, SIDE_BY_SIDE, deployment_meter
 from bench.fleet_lake import FleetLake, fleet_ids, fleet_pipeline
 from bench.process_meter import cpu_between, cpu_by_kind
 from bench.report import (
@@ -47,23 +46,17 @@ from cdf_platform_testkit.postgres import PostgresServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LOAD_TIMEOUT_S = 1800.0
-PEER_IDLE_SCENARIO = "idle CPU seconds (ours / peer)"
 
 
 def peer_idle_per_minute(path: Path) -> float | None:
-    """The streaming peer's idle CPU seconds per minute in the fleet report `path` (None: no
-    report, or no idle figure in it)."""
+    """The streaming peer's idle CPU seconds per minute in the fleet report `path`, from its
+    side-by-side table (None: no report, or no such row in it)."""
     if not path.exists():
         return None
-    document = json.loads(path.read_text())
-    for figure in document.get("figures", []):
-        if figure.get("scenario") == PEER_IDLE_SCENARIO:
-            # "ours / peer" seconds over the detail's windows: "over 120 s and 120 s ...".
-            windows = re.search(r"over ([\d.]+) s and ([\d.]+) s", str(figure["detail"]))
-            if windows is None:
-                return None
-            peer_seconds = float(str(figure["measured"]).split("/")[1])
-            return 60 * peer_seconds / float(windows.group(2))
+    rows = json.loads(path.read_text()).get("tables", {}).get(SIDE_BY_SIDE, [])
+    for row in rows:
+        if row.get("figure") == IDLE_PER_MINUTE:
+            return float(row["peer"])
     return None
 
 

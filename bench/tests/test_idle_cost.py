@@ -5,17 +5,15 @@ from pathlib import Path
 
 import pytest
 
-from bench.idle_cost import PEER_IDLE_SCENARIO, RESULTS, peer_idle_per_minute
+from bench.fleet_freshness import IDLE_PER_MINUTE, SIDE_BY_SIDE
+from bench.idle_cost import RESULTS, peer_idle_per_minute
 
 
 def test_the_peers_idle_cost_is_read_per_minute_from_the_fleet_report(tmp_path: Path) -> None:
-    figure = {
-        "scenario": PEER_IDLE_SCENARIO,
-        "measured": "27.5 / 16.0",
-        "detail": "over 120 s and 90 s with no commit",
-    }
-    (tmp_path / "freshness_fleet.json").write_text(json.dumps({"figures": [figure]}))
-    assert peer_idle_per_minute(tmp_path / "freshness_fleet.json") == pytest.approx(60 * 16.0 / 90)
+    row = {"figure": IDLE_PER_MINUTE, "ours": "13.76", "peer": "8.01", "ours / peer": "1.72"}
+    report = {"tables": {SIDE_BY_SIDE: [{"figure": "CPU seconds per commit"}, row]}}
+    (tmp_path / "freshness_fleet.json").write_text(json.dumps(report))
+    assert peer_idle_per_minute(tmp_path / "freshness_fleet.json") == pytest.approx(8.01)
     assert peer_idle_per_minute(tmp_path / "none.json") is None
 
 
