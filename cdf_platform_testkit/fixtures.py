@@ -21,8 +21,9 @@ from cdf_platform.deltalog.commit_cache import CACHE_ENV
 from cdf_platform.orchestration.shared.resources import SparkResource
 from cdf_platform.services.local_s3 import LocalS3Server
 from cdf_platform_testkit.azurite import ACCOUNT_HOST
+from cdf_platform_testkit.class_archive import archive_path, made_in_background
 from cdf_platform_testkit.environment import environment
-from cdf_platform_testkit.jvm_options import ENVIRONMENT, LONG_LIVED
+from cdf_platform_testkit.jvm_options import LONG_LIVED, java_environment
 from cdf_platform_testkit.receivers import HttpReceiver, SmtpReceiver
 from cdf_platform_testkit.spark_conf import TEST_SPARK_CONF
 
@@ -143,8 +144,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Schedul
 @pytest.fixture(scope="session", autouse=True)
 def jvm_options() -> Iterator[None]:
     """The JVM options of every Java process the tests start (`jvm_options`), in the
-    environment the test session's own Spark and every subprocess inherit."""
-    with environment(ENVIRONMENT):
+    environment the test session's own Spark and every subprocess inherit: with the class-data
+    archive of Spark's classes (`class_archive`), made in the background by the first test
+    process that finds it missing."""
+    archive = archive_path()
+    with made_in_background(archive), environment(java_environment(archive)):
         yield
 
 

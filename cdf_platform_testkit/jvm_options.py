@@ -13,7 +13,10 @@ Measured on the 2-core test machine (machine-wide CPU seconds from /proc/stat, i
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from cdf_platform.spark.runtime.session_conf import SHORT_RUN_JAVA_OPTIONS
+from cdf_platform_testkit.class_archive import java_options
 
 # Serial GC and the C1 compiler only (what the platform documents for a short local run):
 # every Spark process the tests start (CLI runs, Dagster run processes, servers, executors).
@@ -21,6 +24,12 @@ SHORT_LIVED = SHORT_RUN_JAVA_OPTIONS
 # The test session's own driver: serial GC, full tiered compilation (last flag wins, so this
 # overrides SHORT_LIVED, which reaches it through SPARK_SUBMIT_OPTS).
 LONG_LIVED = "-XX:+UseSerialGC -XX:TieredStopAtLevel=4"
-# spark-submit adds SPARK_SUBMIT_OPTS to the driver's command; spark-class adds
-# SPARK_DAEMON_JAVA_OPTS to a standalone master's and worker's (and to a Connect server's).
-ENVIRONMENT = {"SPARK_SUBMIT_OPTS": SHORT_LIVED, "SPARK_DAEMON_JAVA_OPTS": SHORT_LIVED}
+
+
+def java_environment(archive: Path) -> dict[str, str]:
+    """The environment variables that give every Spark JVM a test starts `SHORT_LIVED` and the
+    class-data archive `archive` (`class_archive`): spark-submit adds SPARK_SUBMIT_OPTS to the
+    driver's command; spark-class adds SPARK_DAEMON_JAVA_OPTS to a standalone master's and
+    worker's (and to a Connect server's)."""
+    options = f"{SHORT_LIVED} {java_options(archive)}"
+    return {"SPARK_SUBMIT_OPTS": options, "SPARK_DAEMON_JAVA_OPTS": options}

@@ -27,7 +27,6 @@ from cdf_platform.orchestration.shared.keys import (
 )
 from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 from cdf_platform.planning.status import pipeline_status
-from cdf_platform_testkit import jvm_options
 from cdf_platform_testkit.deployment import DEPLOY
 from cdf_platform_testkit.lake import orders_pipeline
 from cdf_platform_testkit.orders_bronze import write_orders_batch
@@ -167,7 +166,6 @@ def test_a_shared_run_killed_mid_way_leaves_every_watermark_exact_and_the_next_t
 
     env = {
         **os.environ,
-        **jvm_options.ENVIRONMENT,
         "DAGSTER_HOME": str(home),
         "CDF_LAKE_ROOT": str(lake),
         "CDF_PIPELINES_FILE": str(lake / "pipelines.yaml"),
