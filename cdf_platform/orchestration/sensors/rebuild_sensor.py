@@ -51,6 +51,7 @@ from cdf_platform.orchestration.sensors.incremental_sensor import (
     INCREMENTAL_SENSOR,
     pending_pipelines,
 )
+from cdf_platform.orchestration.sensors.sensor_instance import EvaluationInstance
 from cdf_platform.orchestration.shared.keys import (
     INCIDENT_TAG,
     PIPELINE_TAG,
@@ -74,14 +75,16 @@ def _figure(evaluation: dg.AssetCheckEvaluation, name: str) -> object:
     return value.value if value is not None else None
 
 
-def incremental_sensor_runs(context: dg.SensorEvaluationContext, *, declared: bool) -> bool:
+def incremental_sensor_runs(
+    context: dg.SensorEvaluationContext, instance: dg.DagsterInstance, *, declared: bool
+) -> bool:
     """Whether the daemon ticks the incremental sensor of `context`'s code location: its stored
-    status (an operator started or stopped it), else `declared` (its default status in code).
-    Outside a code location (a sensor evaluated directly) no daemon ticks it."""
+    status in `instance` (an operator started or stopped it), else `declared` (its default
+    status in code). Outside a code location (a sensor evaluated directly) no daemon ticks it."""
     location = context.code_location_origin
     if location is None:
         return False
-    for state in context.instance.all_instigator_state(instigator_type=InstigatorType.SENSOR):
+    for state in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR):
         repository = state.origin.repository_origin
         if (
             state.name == INCREMENTAL_SENSOR
@@ -129,6 +132,7 @@ class _Tick:
     """What one evaluation of the rebuild sensor decided, pipeline by pipeline."""
 
     handled: dict[str, int]  # the cursor: each asset's newest evaluation already acted on
+    instance: dg.DagsterInstance  # the daemon's, as `EvaluationInstance` keeps it
     requests: list[dg.RunRequest] = field(default_factory=list)
     left_for_a_person: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
@@ -209,13 +213,15 @@ class _Watcher:
         to repair: the running incremental sensor's (its tick saw the loss too, or will: one
         owner, so never two repairs), or a pending run's."""
         if tick.incremental_repairs is None:
-            tick.incremental_repairs = incremental_sensor_runs(context, declared=self.running)
+            tick.incremental_repairs = incremental_sensor_runs(
+                context, tick.instance, declared=self.running
+            )
         if tick.incremental_repairs:
             tick.handled[item.name] = evaluated
             tick.left_to_incremental.append(item.name)
             return True
         if tick.pending is None:
-            tick.pending = pending_pipelines(context.instance, self.pipeline_ids)
+            tick.pending = pending_pipelines(tick.instance, self.pipeline_ids)
         if item.name in tick.pending:
             # One pending run per pipeline: that run's plan meets the loss and rebuilds (or
             # its checks then pass). The evaluation stays unhandled, so a later tick looks
@@ -289,6 +295,7 @@ def build_rebuild_sensor(
     watched = _watched(specs, consumers)
     check_keys = [dg.AssetCheckKey(item.key, REPLAY_WINDOW) for item in watched]
     watcher = _Watcher({spec.id for spec in specs}, running, by_name=bool(jobs))
+    instances = EvaluationInstance()
 
     @dg.sensor(
         name=REBUILD_SENSOR,
@@ -306,9 +313,9 @@ def build_rebuild_sensor(
     )
     def _rebuild_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         """One run request per pipeline whose newest replay_window evaluation says LOST."""
-        tick = _Tick(_read_cursor(context.cursor))
+        tick = _Tick(_read_cursor(context.cursor), instances.of(context))
         # Every watched asset's newest evaluation in one read (not a query per asset).
-        latest = latest_evaluated(context.instance, check_keys)
+        latest = latest_evaluated(tick.instance, check_keys)
         for item, key in zip(watched, check_keys, strict=True):
             watcher.look_at(context, tick, item, latest.get(key))
         return tick.result()
