@@ -10,6 +10,7 @@ tests of the benchmarks (`bench/tests`) share. Not shipped with the platform.
 - lakes and specs: pipelines entries and files (`lake`), `orders` bronze tables
   (`orders_bronze`), synthetic Delta commits (`synthetic_log`), objects on a store (`objects`);
 - Spark for tests: the small local config and per-session conf (`spark_conf`), the JVM options
-  of the Java processes tests start (`jvm_options`), processes below a PID (`processes`);
+  of the Java processes tests start (`jvm_options`) and their class-data archive of Spark's
+  classes (`class_archive`), processes below a PID (`processes`);
 - the generated histories, their oracles and harness (`faults`).
 """
