@@ -5,7 +5,7 @@ Every Spark JVM the suite starts (the session of each test process, CLI runs, Da
 processes, killed runs, Connect servers) loads, links and verifies the same thousands of
 classes from Spark's jars before it does any work. With those classes mapped from an archive a
 short-lived Spark process (a local session, a Delta write, an ALTER, a MERGE and a change-feed
-read, then exit) took 23.6-23.7 CPU s instead of 29.8-30.8, and 18 s wall instead of 23-24
+read, then exit) took 22.0-23.7 CPU s instead of 29.8-30.8, and 17-18 s wall instead of 23-24
 (machine-wide CPU from /proc/stat, 2-core test machine, `SHORT_LIVED` options, twice each).
 
 The archive is made once per stack: its name carries a digest of the Java runtime's version,
@@ -33,7 +33,8 @@ from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
-from pyspark.find_spark_home import _find_spark_home
+from cdf_platform.spark.runtime.session import java_executable
+from cdf_platform.spark.runtime.session_conf import spark_home
 
 ARCHIVE_DIR_ENV = "CDF_TEST_CLASS_ARCHIVE_DIR"
 # The archive's log tags off: a JVM that cannot use it (or finds none yet) starts without it
@@ -42,8 +43,7 @@ QUIET = "-Xlog:cds=off,cds+dynamic=off"
 
 
 def _java() -> str:
-    java_home = os.environ.get("JAVA_HOME")
-    return str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java") or "java"
+    return java_executable() or "java"
 
 
 def _jcmd() -> str | None:
@@ -59,7 +59,7 @@ def stack_digest() -> str:
     version = subprocess.run(
         [_java(), "-version"], capture_output=True, text=True, timeout=60, check=True
     ).stderr
-    jars = sorted(p.name for p in (Path(_find_spark_home()) / "jars").glob("*.jar"))
+    jars = sorted(p.name for p in (Path(spark_home()) / "jars").glob("*.jar"))
     parts = [version, metadata.version("pyspark"), metadata.version("delta-spark"), *jars]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 

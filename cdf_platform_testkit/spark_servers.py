@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import urllib.parse
@@ -25,7 +24,7 @@ from cdf_platform.core.config import MASTER_ENV, REMOTE_ENV, RUN_WORKER_ENV
 from cdf_platform.orchestration.launch import run_worker
 from cdf_platform.services.service import Service, free_port, port_open
 from cdf_platform.spark.runtime.object_stores import ObjectStoreConf
-from cdf_platform.spark.runtime.session import CONNECT_SERVER_CLASS
+from cdf_platform.spark.runtime.session import CONNECT_SERVER_CLASS, java_executable
 from cdf_platform.spark.runtime.session_conf import delta_conf
 from cdf_platform_testkit.jvm_options import SHORT_LIVED
 
@@ -361,8 +360,7 @@ class HiveMetastore(_Servers):
         (conf_dir / "hive-site.xml").write_text(
             f"<configuration>\n{properties}</configuration>\n", encoding="utf-8"
         )
-        java_home = os.environ.get("JAVA_HOME")
-        java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+        java = java_executable()
         classpath = os.pathsep.join([str(conf_dir), str(spark_home() / "jars" / "*"), *self.jars])
         command = [
             str(java),

@@ -54,6 +54,13 @@ IGNORE_MISSING_FILES_CONFS = (
 )
 
 
+def java_executable() -> str | None:
+    """The Java runtime Spark launches: `$JAVA_HOME/bin/java` when JAVA_HOME is set, else
+    `java` on PATH (None: neither)."""
+    java_home = os.environ.get("JAVA_HOME")
+    return os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
+
+
 def java_major_version(java: str | None = None) -> int:
     """The major version of the Java runtime Spark will launch.
 
@@ -63,8 +70,7 @@ def java_major_version(java: str | None = None) -> int:
         RuntimeEnvironmentError: no Java runtime can be found or run.
     """
     if java is None:
-        java_home = os.environ.get("JAVA_HOME")
-        java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
+        java = java_executable()
     if not java or not os.path.exists(java):
         raise RuntimeEnvironmentError(
             "no Java runtime found (Spark 4 needs Java 17 or newer)",
