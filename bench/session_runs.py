@@ -4,15 +4,20 @@ the fleet benchmark's catch-up on this machine.
 Each session (a process of its own, `local[2]`) loads `--pipelines` pipelines (the fleet
 benchmark's bronze: 1,000 demo `orders` rows), which warms its JVM, commits `--changed-keys`
 changed keys to every bronze, then runs every pipeline once (`run_pipeline`, incremental) and
-times the runs. `--sessions 2` runs two such sessions at once, as the fleet's two drivers do.
-Results in `bench/results/session_runs.{json,md}`: seconds a pipeline (the timed runs' wall
-time over their number) per session, the medians of the runs' own step timings, and of the
-Spark jobs a run starts: how many, the seconds inside them (Spark's status store) and the rest
-of the run's time (the driver's planning, commits and Python).
+times the runs; `--rounds N` does that N times (a steady state: the JVM's compiler settles
+over minutes, not over the first runs). `--sessions 2` runs two such sessions at once, as the
+fleet's two drivers do. `--conf KEY=VALUE` sets Spark conf on the sessions (an A/B of a
+setting on the same runs). Results in `bench/results/session_runs.{json,md}`: seconds a
+pipeline (the timed runs' wall time over their number) per session, the CPU seconds the
+session's JVM and its Python process spent per timed run, the medians of the runs' own step
+timings, and of the Spark jobs a run starts: how many, the seconds inside them (Spark's status
+store) and the rest of the run's time (the driver's planning, commits and Python), and the
+jobs of the last timed run by Spark's description.
 
 Usage:
     python -m bench.session_runs                   # one session, 20 pipelines x 100 keys
     python -m bench.session_runs --sessions 2
+    python -m bench.session_runs --pipelines 8 --changed-keys 50 --rounds 15
 """
 
 from __future__ import annotations
@@ -45,8 +50,19 @@ INITIAL_ROWS = 1_000
 WARM_UP = 3
 
 
-def one_session(workdir: Path, pipelines: int, changed_keys: int) -> dict[str, Any]:
-    """Load, then time one incremental run of each pipeline, in this process's session."""
+def one_session(
+    workdir: Path,
+    pipelines: int,
+    changed_keys: int,
+    rounds: int = 1,
+    conf: dict[str, str] | None = None,
+    warm_up: int = WARM_UP,
+) -> dict[str, Any]:
+    """Load, then `rounds` incremental runs of each pipeline (`changed_keys` written to every
+    bronze before each round), in this process's session (with Spark conf `conf`); the runs
+    after the first `warm_up` are timed."""
+    import psutil
+
     from cdf_platform.orchestration.shared.resources import LakeLayout
     from cdf_platform.run import PipelineRunner
     from cdf_platform.spark.runtime.session import build_spark_session
@@ -60,43 +76,88 @@ def one_session(workdir: Path, pipelines: int, changed_keys: int) -> dict[str, A
     lake = LakeLayout(lake_root=str(workdir / "lake"), pipelines_file=str(pipelines_file)).bound()
     specs, control = lake.specs(), lake.control()
     spark = build_spark_session(
-        SparkSettings(master="local[2]", app_name="cdf_platform_session_runs")
+        SparkSettings(
+            master="local[2]", app_name="cdf_platform_session_runs", extra_conf=dict(conf or {})
+        )
     )
+    (jvm,) = [p for p in psutil.Process().children(recursive=True) if p.name() == "java"]
     for spec in specs:
         write_orders_batch(spec.source, batch_size=INITIAL_ROWS)
         PipelineRunner.on(control, lambda: spark).run(spec)
-    for spec in specs:
-        write_orders_batch(spec.source, batch_size=changed_keys)
     results, jobs, seconds = [], [], 0.0
+    cpu = {"jvm": 0.0, "python": 0.0}
     known = _job_ids(spark)
-    for spec in specs:
-        started = time.monotonic()
-        results.append(PipelineRunner.on(control, lambda: spark).run(spec))
-        seconds += time.monotonic() - started
-        # Read between runs, outside the timed seconds.
-        found = _job_ids(spark) - known
-        jobs.append(_job_seconds(spark, found))
-        known |= found
+    for _ in range(rounds):
+        for spec in specs:
+            write_orders_batch(spec.source, batch_size=changed_keys)
+        for spec in specs:
+            before = _cpu_seconds(jvm), _cpu_seconds(psutil.Process())
+            started = time.monotonic()
+            results.append(PipelineRunner.on(control, lambda: spark).run(spec))
+            elapsed = time.monotonic() - started
+            after = _cpu_seconds(jvm), _cpu_seconds(psutil.Process())
+            if len(results) > warm_up:
+                seconds += elapsed
+                cpu["jvm"] += after[0] - before[0]
+                cpu["python"] += after[1] - before[1]
+            # Read between runs, outside the timed seconds.
+            found = _job_ids(spark) - known
+            jobs.append(_job_seconds(spark, found))
+            known |= found
+    last_jobs = _job_descriptions(spark, set(jobs[-1]))
     spark.stop()
-    timed = results[WARM_UP:]
+    timed = results[warm_up:]
     steps = sorted({name for r in timed for name in r.timings})
-    in_jobs = [sum(found.values()) for found in jobs[WARM_UP:]]
+    in_jobs = [sum(found.values()) for found in jobs[warm_up:]]
     return {
         "pipelines": pipelines,
+        "rounds": rounds,
+        "timed_runs": len(timed),
         "seconds": seconds,
-        "seconds_a_pipeline": seconds / pipelines,
+        "seconds_a_pipeline": seconds / len(timed),
+        "cpu_seconds_a_run": {part: spent / len(timed) for part, spent in cpu.items()},
+        "last_run_jobs": last_jobs,
         "modes": sorted({r.mode.value for r in results}),
         "step_medians_s": {
             name: statistics.median(r.timings.get(name, 0.0) for r in timed) for name in steps
         },
         "spark_jobs": {
-            "jobs a run": statistics.median(len(found) for found in jobs[WARM_UP:]),
+            "jobs a run": statistics.median(len(found) for found in jobs[warm_up:]),
             "seconds in Spark jobs": statistics.median(in_jobs),
             "seconds of the run outside them": statistics.median(
                 r.duration_seconds - inside for r, inside in zip(timed, in_jobs, strict=True)
             ),
         },
     }
+
+
+def _conf_pairs(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, str]:
+    """`--conf KEY=VALUE` options as a dict (a usage error names a pair without `=`)."""
+    conf = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            parser.error(f"--conf takes KEY=VALUE, got {pair!r}")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+def _cpu_seconds(process: Any) -> float:
+    """User and system CPU seconds `process` (a psutil process) has spent."""
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+def _job_descriptions(spark: Any, ids: set[int]) -> list[str]:
+    """Jobs `ids` of `spark`'s context as Spark's UI names them (their description, else their
+    call site), with their task counts, in the order they ran."""
+    store = spark.sparkContext._jsc.sc().statusStore()
+    named = []
+    for job_id in sorted(ids):
+        job = store.job(job_id)
+        text = job.description().get() if job.description().isDefined() else job.name()
+        named.append(f"{' '.join(str(text).split())[:120]} ({job.numTasks()} tasks)")
+    return named
 
 
 def _job_ids(spark: Any) -> set[int]:
@@ -122,13 +183,30 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pipelines", type=int, default=20, help="pipelines per session")
     parser.add_argument("--changed-keys", type=int, default=100)
     parser.add_argument("--sessions", type=int, default=1, choices=(1, 2))
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each pipeline (1)")
+    parser.add_argument(
+        "--warm-up", type=int, default=WARM_UP, help=f"runs not timed, first ({WARM_UP})"
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Spark conf for the sessions (repeatable)",
+    )
     parser.add_argument("--stem", default="session_runs", help="results file name")
     parser.add_argument("--session-dir", type=Path, help=argparse.SUPPRESS)  # one session
     add_output_options(parser, RESULTS)
     args = parser.parse_args(argv)
+    conf = _conf_pairs(parser, args.conf)
+    if args.rounds * args.pipelines <= args.warm_up:
+        parser.error(f"--rounds x --pipelines must exceed --warm-up ({args.warm_up}): no run timed")
     started, loads = time.monotonic(), [os.getloadavg()[0]]
     if args.session_dir is not None:
-        print(json.dumps(one_session(args.session_dir, args.pipelines, args.changed_keys)))
+        session = one_session(
+            args.session_dir, args.pipelines, args.changed_keys, args.rounds, conf, args.warm_up
+        )
+        print(json.dumps(session))
         return
     with scratch_folder(args, "cdf-session-runs-") as workdir:
         command = [
@@ -139,6 +217,11 @@ def main(argv: list[str] | None = None) -> None:
             str(args.pipelines),
             "--changed-keys",
             str(args.changed_keys),
+            "--rounds",
+            str(args.rounds),
+            "--warm-up",
+            str(args.warm_up),
+            *(f"--conf={pair}" for pair in args.conf),
         ]
         processes = [
             subprocess.Popen(
@@ -159,7 +242,9 @@ def main(argv: list[str] | None = None) -> None:
             "",
             None,
             s["seconds_a_pipeline"],
-            f"{s['seconds']:.1f} s in all; modes {', '.join(s['modes'])}",
+            f"{s['timed_runs']} runs timed, {s['seconds']:.1f} s in all; CPU a run: the JVM "
+            f"{s['cpu_seconds_a_run']['jvm']:.2f} s, Python {s['cpu_seconds_a_run']['python']:.2f}"
+            f" s; modes {', '.join(s['modes'])}",
         )
         for n, s in enumerate(sessions)
     ]
@@ -171,8 +256,10 @@ def main(argv: list[str] | None = None) -> None:
             command_line("bench.session_runs", argv),
             [
                 f"Each session: {args.pipelines} pipelines, bronze {INITIAL_ROWS:,} rows each, "
-                f"silver loaded (warming the JVM), then {args.changed_keys} changed keys per "
-                "bronze and one timed incremental run of each; local[2].",
+                f"silver loaded (warming the JVM), then {args.rounds} round(s) of "
+                f"{args.changed_keys} changed keys per bronze and an incremental run of each; "
+                f"the runs after the first {args.warm_up} timed; local[2]"
+                + (f"; conf {', '.join(args.conf)}." if args.conf else "."),
             ],
             loads,
             started,
@@ -180,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
         "machine": machine_info(pyspark.__version__),
         "figures": figures,
         "tables": {
-            f"Step medians after the first {WARM_UP} runs (seconds)": [
+            f"Step medians after the first {args.warm_up} runs (seconds)": [
                 {"step": name}
                 | {
                     f"session {n + 1}": f"{s['step_medians_s'].get(name, 0.0):.3f}"
@@ -188,13 +275,16 @@ def main(argv: list[str] | None = None) -> None:
                 }
                 for name in steps
             ],
-            f"Spark jobs of a run, medians after the first {WARM_UP} runs": [
+            f"Spark jobs of a run, medians after the first {args.warm_up} runs": [
                 {"figure": name}
                 | {
                     f"session {n + 1}": f"{s['spark_jobs'][name]:.3g}"
                     for n, s in enumerate(sessions)
                 }
                 for name in sessions[0]["spark_jobs"]
+            ],
+            "The Spark jobs of session 1's last run": [
+                {"job": name} for name in sessions[0]["last_run_jobs"]
             ],
         },
         "sessions": sessions,
