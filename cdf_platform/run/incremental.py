@@ -162,7 +162,7 @@ def _write(
         silver_filter=silver_filter if writer.filters_keys else None,
     )
     with tuning.merge(silver_state):
-        classified(ctx, apply)
+        classified(ctx, apply, f"merging {ctx.described} into silver {spec.target}")
 
 
 def _stamp(run: RunContext, plan: RunPlan) -> TxnStamp:

@@ -106,21 +106,26 @@ def as_change_feed(snapshot: DataFrame, version: int, timestamp: datetime | None
     )
 
 
-def classify_read_failure(err: BaseException, ctx: ReadContext) -> CdfPlatformError:
+def classify_read_failure(
+    err: BaseException, ctx: ReadContext, doing: str | None = None
+) -> CdfPlatformError:
     """Map a Spark/Delta failure of a read or a silver write to the platform's taxonomy.
 
     The table of `cdf_platform.spark.runtime.failures` decides: error conditions and Delta's typed
     exceptions along the cause chain first, the message text only as the fallback (many of
-    these failures reach Python as a raw Py4JJavaError).
+    these failures reach Python as a raw Py4JJavaError). `doing` names the step that failed in
+    the message of a failure no rule knows and of a lost engine (default: `reading <the read>`):
+    a silver write is classified with its read's context, since a lost window surfaces there.
     """
     if isinstance(err, CdfPlatformError):
         return err
     facts = failure_facts(err)
     first_line = facts.first_line or type(err).__name__
     rule = rule_for(facts)
+    doing = doing or f"reading {ctx.described}"
     if rule is ENGINE_RULE:
         return EngineUnavailable(
-            f"{engine_loss(facts)}, reading {ctx.described}",
+            f"{engine_loss(facts)}, {doing}",
             pipeline_id=ctx.pipeline_id,
             table=ctx.table,
             version=ctx.start_version,
@@ -128,7 +133,7 @@ def classify_read_failure(err: BaseException, ctx: ReadContext) -> CdfPlatformEr
         )
     if rule is None:
         error: type[CdfPlatformError] = UnknownReadFailure
-        problem = f"reading {ctx.described} failed: {first_line}"
+        problem = f"{doing} failed: {first_line}"
     else:
         summary = rule.summary_of(snapshot=ctx.snapshot)
         error, problem = rule.error, f"{summary} {ctx.described} ({first_line})"
@@ -141,8 +146,9 @@ def classify_read_failure(err: BaseException, ctx: ReadContext) -> CdfPlatformEr
     )
 
 
-def classified(ctx: ReadContext, action: Callable[[], T]) -> T:
-    """Run `action`, re-raising any failure as a classified platform error.
+def classified(ctx: ReadContext, action: Callable[[], T], doing: str | None = None) -> T:
+    """Run `action`, re-raising any failure as a classified platform error (`doing`: see
+    `classify_read_failure`).
 
     Never retries: a lost window does not come back, and a blind retry with
     `ignoreMissingFiles` would turn it into silent loss.
@@ -152,7 +158,7 @@ def classified(ctx: ReadContext, action: Callable[[], T]) -> T:
     except CdfPlatformError:
         raise
     except Exception as err:
-        raise classify_read_failure(err, ctx) from err
+        raise classify_read_failure(err, ctx, doing) from err
 
 
 def read_changes(

@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -181,6 +182,11 @@ SESSION_LOST_ACTION = (
 )
 
 
+# The first line py4j gives a Java exception it hands over raw: the call, not the failure (the
+# Java exception follows on the next line, after ": ").
+_PY4J_PREAMBLE = re.compile(r"^Py4JJavaError: An error occurred while calling \S+\.$")
+
+
 @dataclass(frozen=True)
 class FailureFacts:
     """What a failure says about itself along its cause chain, outermost first."""
@@ -191,9 +197,19 @@ class FailureFacts:
 
     @property
     def first_line(self) -> str:
-        """The failure's first message line, for the platform error's message."""
-        line = self.text.strip().splitlines()[0] if self.text.strip() else ""
-        return line[:500]
+        """The failure's first message line, for the platform error's message: for a raw
+        Py4JJavaError, whose first line only names the JVM object called, the Java exception's
+        line after it.
+
+        Example:
+            >>> raw = "Py4JJavaError: An error occurred while calling o85.get.\\n: java.util."
+            >>> FailureFacts((), (), raw + "NoSuchElementException: No value present").first_line
+            'java.util.NoSuchElementException: No value present'
+        """
+        lines = self.text.strip().splitlines()
+        if len(lines) > 1 and _PY4J_PREAMBLE.match(lines[0]):
+            return lines[1].lstrip(": ").strip()[:500]
+        return lines[0][:500] if lines else ""
 
 
 def _java_chain(throwable: object) -> Iterator[object]:

@@ -71,6 +71,27 @@ def test_a_failure_no_rule_knows_stays_unknown_with_its_first_line() -> None:
     assert "second line" not in str(classified)
 
 
+def test_a_raw_java_failure_is_told_by_the_java_exception_not_by_py4js_preamble(
+    spark: SparkSession,
+) -> None:
+    """A raw Py4JJavaError's first line only names the JVM object called (`An error occurred
+    while calling o132.sql.`); the message gives the Java exception's line after it."""
+    err = _failure_of(lambda: spark._jvm.java.util.Optional.empty().get())  # type: ignore[union-attr]
+
+    classified = classify_read_failure(err, ReadContext("p", "/t", 4, 9))
+    assert type(classified) is UnknownReadFailure
+    assert "java.util.NoSuchElementException: No value present" in str(classified)
+    assert "An error occurred while calling" not in str(classified)
+
+
+def test_a_failure_of_the_silver_write_names_the_write_not_a_read() -> None:
+    """The MERGE is classified with the read's context (a lost window surfaces there), but a
+    failure no rule knows says it was the MERGE into silver that failed."""
+    doing = "merging bronze change feed (3, 9] into silver /lake/silver/p"
+    classified = classify_read_failure(RuntimeError("gone"), ReadContext("p", "/t", 4, 9), doing)
+    assert classified.problem == f"{doing} failed: RuntimeError: gone"
+
+
 @pytest.mark.parametrize(
     ("ctx", "described"),
     [
