@@ -7,12 +7,15 @@ changed keys to every bronze, then runs every pipeline once (`run_pipeline`, inc
 times the runs; `--rounds N` does that N times (a steady state: the JVM's compiler settles
 over minutes, not over the first runs). `--sessions 2` runs two such sessions at once, as the
 fleet's two drivers do. `--conf KEY=VALUE` sets Spark conf on the sessions (an A/B of a
-setting on the same runs). Results in `bench/results/session_runs.{json,md}`: seconds a
-pipeline (the timed runs' wall time over their number) per session, the CPU seconds the
-session's JVM and its Python process spent per timed run, the medians of the runs' own step
-timings, and of the Spark jobs a run starts: how many, the seconds inside them (Spark's status
-store) and the rest of the run's time (the driver's planning, commits and Python), and the
-jobs of the last timed run by Spark's description.
+setting on the same runs). `--bronze-writer` says who commits the changes to bronze
+(`BRONZE_WRITERS`): the test kit's deltalake batches, which leave no checksum file in bronze's
+log, or Spark UPDATEs, with Delta's checksum files or with them deleted. Results in
+`bench/results/session_runs.{json,md}`: seconds a pipeline (the timed runs' wall time over
+their number) per session, the CPU seconds the session's JVM and its Python process spent per
+timed run, the medians of the runs' own step timings, and of the Spark jobs a run starts: how
+many, the seconds inside them (Spark's status store) and the rest of the run's time (the
+driver's planning, commits and Python), and the jobs of the last timed run by Spark's
+description.
 
 Usage:
     python -m bench.session_runs                   # one session, 20 pipelines x 100 keys
@@ -48,6 +51,11 @@ RESULTS = Path(__file__).resolve().parent / "results"
 INITIAL_ROWS = 1_000
 # The runs timed after this many (the first ones still compile the MERGE's code paths).
 WARM_UP = 3
+# Who commits a round's changes to bronze: deltalake (the test kit's `orders` batches: updates,
+# inserts and deletes; no checksum files in the log, as delta-rs writes none), Spark (an UPDATE
+# of `--changed-keys` rows; Delta's checksum file beside each commit), or Spark with the
+# checksum files deleted after each commit (a writer that writes none, on the same changes).
+BRONZE_WRITERS = ("deltalake", "spark", "spark-without-checksums")
 
 
 def one_session(
@@ -57,10 +65,11 @@ def one_session(
     rounds: int = 1,
     conf: dict[str, str] | None = None,
     warm_up: int = WARM_UP,
+    bronze_writer: str = "deltalake",
 ) -> dict[str, Any]:
     """Load, then `rounds` incremental runs of each pipeline (`changed_keys` written to every
-    bronze before each round), in this process's session (with Spark conf `conf`); the runs
-    after the first `warm_up` are timed."""
+    bronze before each round, by `bronze_writer`: one of BRONZE_WRITERS), in this process's
+    session (with Spark conf `conf`); the runs after the first `warm_up` are timed."""
     import psutil
 
     from cdf_platform.orchestration.shared.resources import LakeLayout
@@ -86,10 +95,10 @@ def one_session(
         PipelineRunner.on(control, lambda: spark).run(spec)
     results, jobs, seconds = [], [], 0.0
     cpu = {"jvm": 0.0, "python": 0.0}
-    known = _job_ids(spark)
-    for _ in range(rounds):
+    for round_number in range(rounds):
         for spec in specs:
-            write_orders_batch(spec.source, batch_size=changed_keys)
+            _change_bronze(spark, spec.source, bronze_writer, changed_keys, round_number)
+        known = _job_ids(spark)
         for spec in specs:
             before = _cpu_seconds(jvm), _cpu_seconds(psutil.Process())
             started = time.monotonic()
@@ -129,6 +138,42 @@ def one_session(
             ),
         },
     }
+
+
+def _change_bronze(
+    spark: Any, bronze: str, writer: str, changed_keys: int, round_number: int
+) -> None:
+    """`changed_keys` changes committed to the `orders` bronze table at `bronze` by `writer`
+    (BRONZE_WRITERS)."""
+    from cdf_platform_testkit.orders_bronze import write_orders_batch
+
+    if writer == "deltalake":
+        write_orders_batch(bronze, batch_size=changed_keys)
+        return
+    # Every `every`-th key of the initial batch's 1..INITIAL_ROWS, a different set each round.
+    every = max(1, INITIAL_ROWS // changed_keys)
+    spark.sql(
+        f"UPDATE delta.`{bronze}` SET amount = amount + 1 "
+        f"WHERE order_id % {every} = {round_number % every}"
+    )
+    if writer == "spark-without-checksums":
+        for checksum in Path(bronze, "_delta_log").glob("*.crc"):
+            checksum.unlink()
+
+
+def _session_result(process: subprocess.Popen[str]) -> dict[str, Any]:
+    """The figures a session process printed last.
+
+    Raises:
+        SystemExit: the session failed; its error output's last lines say why.
+    """
+    out, err = process.communicate()
+    lines = out.splitlines()
+    if process.returncode != 0 or not lines:
+        tail = "\n".join(err.strip().splitlines()[-15:])
+        raise SystemExit(f"a session failed (exit {process.returncode}):\n{tail}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
 
 
 def _conf_pairs(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, str]:
@@ -188,6 +233,12 @@ def main(argv: list[str] | None = None) -> None:
         "--warm-up", type=int, default=WARM_UP, help=f"runs not timed, first ({WARM_UP})"
     )
     parser.add_argument(
+        "--bronze-writer",
+        choices=BRONZE_WRITERS,
+        default=BRONZE_WRITERS[0],
+        help="who commits each round's changes to bronze (deltalake)",
+    )
+    parser.add_argument(
         "--conf",
         action="append",
         default=[],
@@ -204,7 +255,13 @@ def main(argv: list[str] | None = None) -> None:
     started, loads = time.monotonic(), [os.getloadavg()[0]]
     if args.session_dir is not None:
         session = one_session(
-            args.session_dir, args.pipelines, args.changed_keys, args.rounds, conf, args.warm_up
+            args.session_dir,
+            args.pipelines,
+            args.changed_keys,
+            args.rounds,
+            conf,
+            args.warm_up,
+            args.bronze_writer,
         )
         print(json.dumps(session))
         return
@@ -221,18 +278,20 @@ def main(argv: list[str] | None = None) -> None:
             str(args.rounds),
             "--warm-up",
             str(args.warm_up),
+            "--bronze-writer",
+            args.bronze_writer,
             *(f"--conf={pair}" for pair in args.conf),
         ]
         processes = [
             subprocess.Popen(
                 [*command, "--session-dir", str(workdir / f"session{n}")],
                 stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
                 text=True,
             )
             for n in range(args.sessions)
         ]
-        sessions = [json.loads(p.communicate()[0].splitlines()[-1]) for p in processes]
+        sessions = [_session_result(process) for process in processes]
     loads.append(os.getloadavg()[0])
     figures = [
         Figure(
@@ -257,7 +316,8 @@ def main(argv: list[str] | None = None) -> None:
             [
                 f"Each session: {args.pipelines} pipelines, bronze {INITIAL_ROWS:,} rows each, "
                 f"silver loaded (warming the JVM), then {args.rounds} round(s) of "
-                f"{args.changed_keys} changed keys per bronze and an incremental run of each; "
+                f"{args.changed_keys} changed keys per bronze (committed by "
+                f"{args.bronze_writer}) and an incremental run of each; "
                 f"the runs after the first {args.warm_up} timed; local[2]"
                 + (f"; conf {', '.join(args.conf)}." if args.conf else "."),
             ],
