@@ -28,7 +28,7 @@ from typing import Any
 
 import pyspark
 
-from bench.probes import cpu_seconds
+from bench.probes import driver_cpu_seconds
 from bench.report import (
     Figure,
     add_output_options,
@@ -42,11 +42,6 @@ from bench.report import (
 RESULTS = Path(__file__).resolve().parent / "results"
 WARM_UP_ROUNDS = 2
 WAYS = ("interpreted", "generated code")
-
-
-def _driver_cpu_seconds(spark: Any) -> float:
-    """CPU seconds the driver JVM of `spark` has used, all its threads."""
-    return cpu_seconds(spark.sparkContext._gateway.proc.pid)
 
 
 def measure(workdir: Path, sizes: list[int], changed_keys: int, rounds: int) -> dict[str, Any]:
@@ -77,9 +72,9 @@ def measure(workdir: Path, sizes: list[int], changed_keys: int, rounds: int) -> 
         spark.conf.set(MERGE_CONF, "0" if way == "generated code" else str(2**62))
         for rows, spec in zip(sizes, specs, strict=True):
             write_orders_batch(spec.source, batch_size=changed_keys)
-            cpu, started = _driver_cpu_seconds(spark), time.monotonic()
+            cpu, started = driver_cpu_seconds(spark), time.monotonic()
             result = PipelineRunner.on(control, lambda: spark).run(spec)
-            wall, cpu = time.monotonic() - started, _driver_cpu_seconds(spark) - cpu
+            wall, cpu = time.monotonic() - started, driver_cpu_seconds(spark) - cpu
             assert result.mode.value == "incremental", result.mode
             if round_ >= WARM_UP_ROUNDS:
                 samples.setdefault((rows, way), []).append((wall, cpu))

@@ -18,6 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cdf_platform_testkit.processes import descendants, parent_and_name, process_table
 
@@ -52,6 +53,12 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
     fields = text[text.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def driver_cpu_seconds(spark: Any) -> float:
+    """CPU seconds the driver JVM of local session `spark` (this process's child) has used, all
+    its threads."""
+    return cpu_seconds(spark.sparkContext._gateway.proc.pid)
 
 
 def process_start_epoch(pid: int) -> float | None:

@@ -37,6 +37,7 @@ from typing import Any
 
 import pyspark
 
+from bench.probes import cpu_seconds, driver_cpu_seconds
 from bench.report import (
     Figure,
     add_output_options,
@@ -70,8 +71,6 @@ def one_session(
     """Load, then `rounds` incremental runs of each pipeline (`changed_keys` written to every
     bronze before each round, by `bronze_writer`: one of BRONZE_WRITERS), in this process's
     session (with Spark conf `conf`); the runs after the first `warm_up` are timed."""
-    import psutil
-
     from cdf_platform.orchestration.shared.resources import LakeLayout
     from cdf_platform.run import PipelineRunner
     from cdf_platform.spark.runtime.session import build_spark_session
@@ -89,7 +88,6 @@ def one_session(
             master="local[2]", app_name="cdf_platform_session_runs", extra_conf=dict(conf or {})
         )
     )
-    (jvm,) = [p for p in psutil.Process().children(recursive=True) if p.name() == "java"]
     for spec in specs:
         write_orders_batch(spec.source, batch_size=INITIAL_ROWS)
         PipelineRunner.on(control, lambda: spark).run(spec)
@@ -100,11 +98,11 @@ def one_session(
             _change_bronze(spark, spec.source, bronze_writer, changed_keys, round_number)
         known = _job_ids(spark)
         for spec in specs:
-            before = _cpu_seconds(jvm), _cpu_seconds(psutil.Process())
+            before = driver_cpu_seconds(spark), cpu_seconds(os.getpid())
             started = time.monotonic()
             results.append(PipelineRunner.on(control, lambda: spark).run(spec))
             elapsed = time.monotonic() - started
-            after = _cpu_seconds(jvm), _cpu_seconds(psutil.Process())
+            after = driver_cpu_seconds(spark), cpu_seconds(os.getpid())
             if len(results) > warm_up:
                 seconds += elapsed
                 cpu["jvm"] += after[0] - before[0]
@@ -185,12 +183,6 @@ def _conf_pairs(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, 
             parser.error(f"--conf takes KEY=VALUE, got {pair!r}")
         conf[key.strip()] = value.strip()
     return conf
-
-
-def _cpu_seconds(process: Any) -> float:
-    """User and system CPU seconds `process` (a psutil process) has spent."""
-    times = process.cpu_times()
-    return float(times.user + times.system)
 
 
 def _job_descriptions(spark: Any, ids: set[int]) -> list[str]:
