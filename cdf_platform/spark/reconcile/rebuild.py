@@ -301,6 +301,8 @@ def _reconcile(
     deleted_at = request.deleted_at
     reshape, exact = rewrite.reshape, rewrite.exact
     classified(
-        ctx, lambda: writer.reconcile(snapshot, deleted_at=deleted_at, reshape=reshape, exact=exact)
+        ctx,
+        lambda: writer.reconcile(snapshot, deleted_at=deleted_at, reshape=reshape, exact=exact),
+        f"reconciling silver {spec.target} with {ctx.described}",
     )
     return writer
