@@ -19,10 +19,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -141,6 +144,47 @@ def _retry_on_conflict(
     raise AssertionError("unreachable")
 
 
+# A run that holds its control writes (`ControlTable.holding_writes`) writes them once one of
+# them is this old, at its next control write, so other processes (status, the sensors, the
+# UI) see a long run's rows within about this much of each write, not only at its end.
+HELD_AT_MOST_S = 5.0
+
+
+@dataclass
+class _HeldRows:
+    """The state and load-log rows a process holds back for one control root (all its
+    `ControlTable` objects of that root see them), and how many holders hold them."""
+
+    log: list[dict[str, Any]] = field(default_factory=list)
+    states: dict[str, dict[str, Any]] = field(default_factory=dict)
+    since: float | None = None  # time.monotonic() of the oldest row held
+    holders: int = 0
+
+
+_HELD: dict[str, _HeldRows] = {}
+_HELD_LOCK = threading.RLock()
+
+
+def _forget_held_rows() -> None:
+    # A forked child (a run of the warm run worker) does not write its parent's rows.
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_forget_held_rows)
+
+
+def _rows_of(table: Any) -> list[dict[str, Any]]:
+    """An Arrow table's rows as dicts (deltalake's and arro3's tables alike)."""
+    columns = [column.to_pylist() for column in table.columns]
+    names = table.column_names
+    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
+
+
+def _log_order(row: Mapping[str, Any]) -> tuple[datetime, str]:
+    started = row.get("started_at") or datetime.min.replace(tzinfo=UTC)
+    return started, str(row.get("run_id") or "")
+
+
 class ControlTable:
     """The platform's control tables under `root` (`pipeline_state/` and `load_log/`; the
     others once first written), and the object-store options of the lake they keep
@@ -152,6 +196,13 @@ class ControlTable:
     its pipelines: opening them afresh replays up to a checkpoint interval of commits each
     time); a query's rows are read again only when the table has a newer version. Every read
     and write is of the latest version, as a fresh open gives.
+
+    A Dagster run holds its state and load-log rows (`holding_writes`) and writes them
+    together: one append and one upsert for all the pipelines whose steps ran in the last
+    `HELD_AT_MOST_S` seconds, instead of two commits per pipeline. Reads in the process see
+    the rows held; a process that dies holding rows leaves silver's commits without their rows,
+    which the next run of each pipeline repairs from silver's log (`run.record.repair_control`),
+    as after a kill between the MERGE and the control write.
 
     Args:
         root: The control tables' folder.
@@ -167,6 +218,7 @@ class ControlTable:
         self._rows: dict[tuple[str, str], tuple[int, list[dict[str, Any]]]] = {}
         # A deltalake table object is not for two threads at once.
         self._lock = threading.RLock()
+        self._ensured = False  # both tables known to exist (`ensure`)
 
     @property
     def state_path(self) -> str:
@@ -184,10 +236,13 @@ class ControlTable:
         return f"{self.root}/table_locations"
 
     def ensure(self) -> None:
-        """Create both tables if missing."""
+        """Create both tables if missing (looked for once per object)."""
+        if self._ensured:
+            return
         for path, schema in ((self.state_path, STATE_SCHEMA), (self.log_path, LOG_SCHEMA)):
             if path not in self._opened and not is_delta_table(path, self.storage):
                 self._create(path, schema)
+        self._ensured = True
 
     def _latest(self, path: str) -> DeltaTable | None:
         """The table at `path` at its latest version, or None when there is none yet (opened
@@ -217,11 +272,10 @@ class ControlTable:
 
         _retry_on_conflict(create, f"creating {path}")
 
-    def _upsert(self, path: str, schema: Mapping[str, str], key: str, row: Any) -> None:
-        """Insert or replace the row of `row`'s `key` value in the table at `path` (created
-        with `schema` when missing), in one commit: the rows of that key replaced by `row`
-        (a write whose predicate names the key: a fifth of a MERGE's time on a small table)."""
-        (value,) = row.column(key).to_pylist()
+    def _upsert(self, path: str, schema: Mapping[str, str], rows: Any, *, predicate: str) -> None:
+        """Insert or replace `rows` in the table at `path` (created with `schema` when
+        missing), in one commit: the rows `predicate` names (their keys) replaced by `rows` (a
+        write whose predicate names the keys: a fifth of a MERGE's time on a small table)."""
         with self._lock:
             table = self._table(path, schema)
             _retry_on_conflict(
@@ -229,9 +283,9 @@ class ControlTable:
                     table,
                     path,
                     self.storage,
-                    row,
+                    rows,
                     mode="overwrite",
-                    predicate=f"{key} = {_sql_text(str(value))}",
+                    predicate=predicate,
                     # A table written before a column was added takes it.
                     schema_mode="merge",
                 ),
@@ -260,10 +314,23 @@ class ControlTable:
             logger.info("compacting %s left to a later write (a concurrent commit): %s", path, err)
 
     def upsert_state(self, state: Mapping[str, Any]) -> None:
-        """Insert or replace the state row of `state["pipeline_id"]`."""
+        """Insert or replace the state row of `state["pipeline_id"]` (held while this process
+        holds its writes)."""
+        row = {**state, "updated_at": datetime.now(UTC)}
+        if self._hold(lambda held: held.states.__setitem__(str(state["pipeline_id"]), row)):
+            return
+        self._write_states([row])
+
+    def _write_states(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Insert or replace the state rows `rows` (one per pipeline) in one commit."""
         self.ensure()
-        row = arrow_table(STATE_SCHEMA, [{**state, "updated_at": datetime.now(UTC)}])
-        self._upsert(self.state_path, STATE_SCHEMA, "pipeline_id", row)
+        keys = ", ".join(_sql_text(str(row["pipeline_id"])) for row in rows)
+        self._upsert(
+            self.state_path,
+            STATE_SCHEMA,
+            arrow_table(STATE_SCHEMA, rows),
+            predicate=f"pipeline_id IN ({keys})",
+        )
 
     def record_location(
         self, name: str, location: str, table_id: str | None, *, located_by: str
@@ -281,7 +348,9 @@ class ControlTable:
                 }
             ],
         )
-        self._upsert(self.locations_path, LOCATION_SCHEMA, "name", row)
+        self._upsert(
+            self.locations_path, LOCATION_SCHEMA, row, predicate=f"name = {_sql_text(name)}"
+        )
 
     def read_locations(self) -> dict[str, dict[str, Any]]:
         """Every recorded catalog name's row, by name, JVM-free."""
@@ -309,8 +378,8 @@ class ControlTable:
         self._upsert(
             self.consumers_path,
             CONSUMER_SCHEMA,
-            "registration",
             arrow_table(CONSUMER_SCHEMA, [row]),
+            predicate=f"registration = {_sql_text(str(row['registration']))}",
         )
 
     def read_consumers(self, input_table: str | None = None) -> list[dict[str, Any]]:
@@ -334,12 +403,18 @@ class ControlTable:
     def append_row(self, path: str, schema: Mapping[str, str], row: Mapping[str, Any]) -> None:
         """Append `row` to the append-only control table at `path` (created with `schema` when
         missing; a table written before a column was added takes it). Never conflicts."""
-        rows = arrow_table(schema, [row])
+        self._append_rows(path, schema, [row])
+
+    def _append_rows(
+        self, path: str, schema: Mapping[str, str], rows: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Append `rows` to the control table at `path` in one commit (see `append_row`)."""
+        data = arrow_table(schema, rows)
         with self._lock:
             table = self._table(path, schema)
             _retry_on_conflict(
                 lambda: write_opened_table(
-                    table, path, self.storage, rows, mode="append", schema_mode="merge"
+                    table, path, self.storage, data, mode="append", schema_mode="merge"
                 ),
                 f"append to {path}",
                 lambda: refresh_delta_table(table, path, self.storage),
@@ -353,9 +428,104 @@ class ControlTable:
         return [r for r in rows if wanted is None or str(r["table_location"]).rstrip("/") == wanted]
 
     def append_log(self, entry: LoadLogEntry) -> None:
-        """Append one load-log row (a blind append: never conflicts)."""
+        """Append one load-log row (a blind append: never conflicts; held while this process
+        holds its writes)."""
+        row = entry.as_row()
+        if self._hold(lambda held: held.log.append(row)):
+            return
         self.ensure()
-        self.append_row(self.log_path, LOG_SCHEMA, entry.as_row())
+        self.append_row(self.log_path, LOG_SCHEMA, row)
+
+    # -- writes held by a run -----------------------------------------------------------------
+
+    def hold_writes(self) -> None:
+        """Hold this process's state and load-log writes to this control root from now until
+        `release_writes` (calls nest): `upsert_state` and `append_log` keep their rows in the
+        process, reads see them, and they are written together once one is `HELD_AT_MOST_S`
+        old (at the next write) and when the last holder releases them."""
+        with _HELD_LOCK:
+            _HELD.setdefault(self.root, _HeldRows()).holders += 1
+
+    def release_writes(self) -> None:
+        """End one `hold_writes`; the last one writes the rows held.
+
+        Raises:
+            StorageUnreachable: the rows could not be written (they stay held for a later
+                `write_held`, and for the next run's repair if the process ends first).
+        """
+        with _HELD_LOCK:
+            held = _HELD.get(self.root)
+            if held is None or held.holders == 0:
+                return
+            held.holders -= 1
+            last = held.holders == 0
+        if last:
+            self.write_held()
+
+    @contextlib.contextmanager
+    def holding_writes(self) -> Iterator[None]:
+        """`hold_writes` for the block, the rows written at its end."""
+        self.hold_writes()
+        try:
+            yield
+        finally:
+            self.release_writes()
+
+    def _hold(self, keep: Callable[[_HeldRows], None]) -> bool:
+        """Keep a row (`keep` adds it to the rows held) when this process holds its writes;
+        write the rows held once the oldest is `HELD_AT_MOST_S` old. False: not held.
+
+        The tables are created first when missing, so a control root that cannot be written
+        fails the write that would have written there, not the end of the run."""
+        with _HELD_LOCK:
+            held = _HELD.get(self.root)
+            if held is None or held.holders == 0:
+                return False
+        self.ensure()
+        with _HELD_LOCK:
+            keep(held)
+            now = time.monotonic()
+            held.since = held.since if held.since is not None else now
+            # Released meanwhile (by another thread): nothing would write it later.
+            due = held.holders == 0 or now - held.since >= HELD_AT_MOST_S
+        if due:
+            self.write_held()
+        return True
+
+    def write_held(self) -> None:
+        """Write the rows held for this control root now: the load-log rows in one append,
+        then the state rows in one upsert. Rows a failed write did not write stay held."""
+        with _HELD_LOCK:
+            held = _HELD.get(self.root)
+            if held is None:
+                return
+            log, states = held.log, held.states
+            held.log, held.states, held.since = [], {}, None
+        try:
+            if log:
+                self.ensure()
+                self._append_rows(self.log_path, LOG_SCHEMA, log)
+                log = []
+            if states:
+                self._write_states(list(states.values()))
+        except BaseException:
+            with _HELD_LOCK:
+                held.log[:0] = log
+                held.states = {**states, **held.states}
+                held.since = time.monotonic()
+            raise
+
+    def _held_rows(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The load-log and state rows held for this root, as a read of the tables returns
+        them (their Arrow types' Python values)."""
+        with _HELD_LOCK:
+            held = _HELD.get(self.root)
+            log = list(held.log) if held is not None else []
+            states = list(held.states.values()) if held is not None else []
+        return (
+            _rows_of(arrow_table(LOG_SCHEMA, log)) if log else [],
+            _rows_of(arrow_table(STATE_SCHEMA, states)) if states else [],
+        )
 
     def query(self, path: str, sql: str) -> list[dict[str, Any]]:
         """The rows of `sql` over the control table at `path` (named `t`; none when it does
@@ -371,22 +541,22 @@ class ControlTable:
                 from deltalake import QueryBuilder
 
                 table = QueryBuilder().register("t", opened).execute(sql).read_all()
-                columns = [column.to_pylist() for column in table.columns]
-                names = table.column_names
-                rows = [
-                    dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)
-                ]
-                held = self._rows[(path, sql)] = (version, rows)
+                held = self._rows[(path, sql)] = (version, _rows_of(table))
             return [dict(row) for row in held[1]]
 
     def read_states(self) -> dict[str, dict[str, Any]]:
-        """Every pipeline's state row, JVM-free."""
+        """Every pipeline's state row (with those this process holds), JVM-free."""
         rows = self.query(self.state_path, "SELECT * FROM t")
-        return {str(row["pipeline_id"]): row for row in rows}
+        _, held = self._held_rows()
+        return {str(row["pipeline_id"]): row for row in [*rows, *held]}
 
     def read_log(self, pipeline_id: str | None = None) -> list[dict[str, Any]]:
-        """Load-log rows (oldest first), optionally of one pipeline, JVM-free."""
+        """Load-log rows (oldest first; with those this process holds), optionally of one
+        pipeline, JVM-free."""
         rows = self.query(self.log_path, "SELECT * FROM t ORDER BY started_at, run_id")
+        held, _ = self._held_rows()
+        if held:
+            rows = sorted([*rows, *held], key=_log_order)
         # A log no run of this version appended to yet lacks the newer columns: they read null.
         return [
             {**dict.fromkeys(LOG_SCHEMA), **r}

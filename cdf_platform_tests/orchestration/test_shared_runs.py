@@ -11,9 +11,12 @@ import sys
 from pathlib import Path
 
 import dagster as dg
+import pytest
 import yaml
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+import cdf_platform.state.control as control_module
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
 from cdf_platform.orchestration.sensors.incremental_sensor import (
     silver_queue_full,
@@ -33,10 +36,15 @@ from cdf_platform_testkit.orders_bronze import write_orders_batch
 from cdf_platform_tests.lake_platform import incremental_tick as tick
 from cdf_platform_tests.lake_platform import lake_defs, run_as_daemon, table_rows
 
+CONTROL_TABLES = ("load_log", "pipeline_state")
+
 
 def test_small_runs_share_a_run_and_a_failing_pipeline_fails_alone(
-    spark: SparkSession, spark_resource: SparkResource, lake: Path
+    spark: SparkSession, spark_resource: SparkResource, lake: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The run's control rows are written at its end, not when the first is 5 s old (each of
+    # this machine's steps may take that long).
+    monkeypatch.setattr(control_module, "HELD_AT_MOST_S", 600.0)
     ids = ["a", "b", "c"]
     # c derives a column from one bronze does not have: its runs fail, classified.
     bad = {"columns": {"doubled": "no_such_column * 2"}}
@@ -72,10 +80,28 @@ def test_small_runs_share_a_run_and_a_failing_pipeline_fails_alone(
     (shared,) = tick(defs, instance).run_requests
     assert shared.run_key.startswith("batch:")
     assert shared.tags[REQUESTED_TAG] == "a=incremental:2,b=incremental:2"
+    control = lake / "_control"
+    versions = {name: DeltaTable(str(control / name)).version() for name in CONTROL_TABLES}
     assert run_as_daemon(defs, instance, shared).success
     for pipeline_id in ("a", "b"):
         silver, bronze = lake / "silver" / pipeline_id, lake / "bronze" / pipeline_id
         assert table_rows(spark, str(silver)) == table_rows(spark, str(bronze))
+    # The shared run held its control rows and wrote them together: one commit to each table
+    # for both pipelines, every row there.
+    after = {name: DeltaTable(str(control / name)).version() for name in CONTROL_TABLES}
+    assert {name: after[name] - versions[name] for name in CONTROL_TABLES} == {
+        "load_log": 1,
+        "pipeline_state": 1,
+    }
+    layout = LakeLayout(lake_root=str(lake), pipelines_file=str(lake / "pipelines.yaml")).bound()
+    newest = {r["pipeline_id"]: r for r in layout.control().read_log()}
+    assert [(newest[i]["outcome"], newest[i]["watermark_before"]) for i in "ab"] == [
+        ("SUCCESS", 1),
+        ("SUCCESS", 1),
+    ]
+    assert [newest[i]["watermark_after"] for i in "ab"] == [2, 2]
+    states = layout.control().read_states()
+    assert [states[i]["last_commit_version"] for i in ("a", "b")] == [2, 2]
 
     # A lone pipeline behind gets a run of its own.
     write_orders_batch(str(lake / "bronze" / "a"), batch_size=10)

@@ -7,8 +7,10 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from deltalake import DeltaTable
 
+import cdf_platform.state.control as control_module
 from cdf_platform.deltalog.arrow_rows import arrow_table
 from cdf_platform.deltalog.delta_tables import write_delta_table
 from cdf_platform.state.control import COMPACT_AT_FILES, STATE_SCHEMA, ControlTable, LoadLogEntry
@@ -130,3 +132,55 @@ def test_a_control_table_object_reads_what_others_wrote_since_its_last_read(
         assert {i: s["last_commit_version"] for i, s in states.items()} == {"a": 2, "b": 5}
         assert [row["run_id"] for row in control.read_log()] == ["run-002", "run-003"]
     assert len(DeltaTable(ours.state_path).file_uris()) == 2
+
+
+def _versions(control: ControlTable) -> tuple[int, int]:
+    return DeltaTable(control.log_path).version(), DeltaTable(control.state_path).version()
+
+
+def test_held_writes_are_read_in_the_process_and_written_in_one_commit_per_table(
+    tmp_path: Path,
+) -> None:
+    root = str(tmp_path / "_control")
+    control, other = ControlTable(root), ControlTable(root)
+    control.ensure()
+    before = _versions(control)
+    control.append_log(_entry(1, "p01"))  # not held: a commit of its own
+    ids = [f"p{n:02d}" for n in range(2, 7)]
+    with control.holding_writes():
+        for run, pipeline_id in enumerate(ids, start=2):
+            control.append_log(_entry(run, pipeline_id))
+            control.upsert_state({"pipeline_id": pipeline_id, "last_commit_version": run})
+        control.upsert_state({"pipeline_id": "p06", "last_commit_version": 60})  # replaced
+        assert _versions(control) == (before[0] + 1, before[1])  # nothing written yet
+        # Every control table object of the root in this process reads them, as written rows.
+        log = other.read_log()
+        assert [row["run_id"] for row in log] == [f"run-{run:03d}" for run in range(1, 7)]
+        assert log[-1]["started_at"] == _entry(6, "p06").started_at
+        assert {i: s["last_commit_version"] for i, s in other.read_states().items()} == {
+            **{i: run for run, i in enumerate(ids, start=2)},
+            "p06": 60,
+        }
+        # The tables themselves (what another process reads) hold none of them yet.
+        assert DeltaTable(control.log_path).to_pyarrow_table()["run_id"].to_pylist() == ["run-001"]
+    assert _versions(control) == (before[0] + 2, before[1] + 1)
+    written = DeltaTable(control.state_path).to_pyarrow_table().to_pylist()
+    assert sorted((r["pipeline_id"], r["last_commit_version"]) for r in written) == [
+        *((i, run) for run, i in enumerate(ids[:-1], start=2)),
+        ("p06", 60),
+    ]
+    assert len(DeltaTable(control.log_path).to_pyarrow_table()) == 6
+
+
+def test_held_rows_are_written_at_the_next_write_once_the_oldest_is_due(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(control_module, "HELD_AT_MOST_S", 0.0)
+    control = ControlTable(str(tmp_path / "_control"))
+    control.ensure()
+    before = _versions(control)
+    with control.holding_writes():
+        control.append_log(_entry(1, "p01"))
+        control.upsert_state({"pipeline_id": "p01", "last_commit_version": 1})
+        assert _versions(control) == (before[0] + 1, before[1] + 1)
+    assert _versions(control) == (before[0] + 1, before[1] + 1)  # nothing left to write

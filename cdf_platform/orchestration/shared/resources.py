@@ -32,7 +32,7 @@ from cdf_platform.core.config import (
     Setting,
     resolve_root,
 )
-from cdf_platform.core.errors import InvalidPipelineSpec
+from cdf_platform.core.errors import CdfPlatformError, InvalidPipelineSpec
 from cdf_platform.core.lake import Lake
 from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.spec.spec_file import ParsedFiles, find_spec
@@ -134,6 +134,8 @@ class LakeLayout(dg.ConfigurableResource):
     _control: ControlTable | None = PrivateAttr(default=None)
     # The control tables' rows as first read for a run's steps (`run_control_reads()`).
     _run_reads: ControlReads | None = PrivateAttr(default=None)
+    # The control tables whose writes this resource holds while a run or tick uses it.
+    _holding: ControlTable | None = PrivateAttr(default=None)
 
     @classmethod
     def _is_dagster_maintained(cls) -> bool:
@@ -236,8 +238,28 @@ class LakeLayout(dg.ConfigurableResource):
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """A run, check or sensor that uses the lake fails at its start when the lake's
-        storage options are invalid or read a variable that is not set."""
+        storage options are invalid or read a variable that is not set. Its state and
+        load-log writes are held and written together (`ControlTable.hold_writes`): a shared
+        run of many pipelines makes one commit of each where it made two per pipeline."""
         self.lake()
+        self._holding = self.control()
+        self._holding.hold_writes()
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        """Write the control rows held (at the end of the run, tick or check). A failure to
+        write them is logged, not raised: silver's commits are made, and each pipeline's next
+        run records what they applied from silver's log (`run.record.repair_control`)."""
+        holding, self._holding = self._holding, None
+        if holding is None:
+            return
+        try:
+            holding.release_writes()
+        except CdfPlatformError as err:
+            log = context.log if context.log is not None else logger
+            log.warning(
+                f"the control rows of this run were not written ({err}); each pipeline's next "
+                "run records what silver holds from silver's log"
+            )
 
     def control(self) -> ControlTable:
         """The control tables (state and load log), carrying the lake's object-store options
