@@ -33,6 +33,7 @@ from cdf_platform.orchestration.shared.keys import (
 )
 from cdf_platform.orchestration.shared.resources import LakeLayout
 from cdf_platform.orchestration.shared.step_failures import STEP_RETRY_POLICY
+from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.run_requests import freshness_window
 from cdf_platform.run.rebuild_policy import OVERRIDE_ACTION
 
@@ -153,11 +154,15 @@ def silver_asset(spec: PipelineSpec, *, allow_destructive: bool = False) -> dg.A
             pipeline_id=spec.id,
             metadata={"pipeline_id": spec.id},
         )
-        context.log.info(
-            "pinned change set: %s (planned from the logs in %.2f s)",
-            bronze.plan.describe(),
-            bronze.prepared.plan_seconds,
-        )
+        # Before Spark work that may take a while, what it will apply; a no-op or an advance
+        # (no Spark, milliseconds) says it once, in the result's line: a shared run of a
+        # fleet's advances writes one event less per pipeline.
+        if config.force_rebuild or bronze.plan.mode not in (RunMode.NOOP, RunMode.ADVANCE):
+            context.log.info(
+                "pinned change set: %s (planned from the logs in %.2f s)",
+                bronze.plan.describe(),
+                bronze.prepared.plan_seconds,
+            )
         return PipelineWrite(
             bronze.prepared,
             force_rebuild=config.force_rebuild,

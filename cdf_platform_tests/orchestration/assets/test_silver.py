@@ -27,6 +27,18 @@ from cdf_platform_tests.lake_platform import (
 SILVER_ORDERS = silver_key("orders")
 
 
+def _silver_step_lines(
+    instance: dg.DagsterInstance, result: dg.ExecuteInProcessResult
+) -> list[str]:
+    """The first words of each line the silver step logged (its events of no other kind)."""
+    step = SILVER_ORDERS.to_python_identifier()
+    return [
+        entry.user_message.split(":")[0]
+        for entry in instance.all_logs(result.run_id)
+        if entry.dagster_event is None and entry.step_key == step
+    ]
+
+
 def test_bronze_then_silver_twice_loads_then_merges_then_noops_without_spark(
     spark: SparkSession, spark_resource: SparkResource, lake: Path
 ) -> None:
@@ -35,7 +47,8 @@ def test_bronze_then_silver_twice_loads_then_merges_then_noops_without_spark(
     bronze, silver = str(lake / "bronze" / "orders"), str(lake / "silver" / "orders")
 
     assert bronze_batch(defs, "orders", instance, 40)["version"] == 1
-    first = materialization(materialize(defs, SILVER_ORDERS, instance=instance), SILVER_ORDERS)
+    loaded = materialize(defs, SILVER_ORDERS, instance=instance)
+    first = materialization(loaded, SILVER_ORDERS)
     assert (first["mode"], first["start_version"], first["end_version"]) == (
         "initial_load",
         "none",
@@ -65,13 +78,17 @@ def test_bronze_then_silver_twice_loads_then_merges_then_noops_without_spark(
 
     # No bronze version after the watermark: a no-op that runs no Spark job at all.
     jobs_before = last_spark_job_id(spark)
-    third = materialization(materialize(defs, SILVER_ORDERS, instance=instance), SILVER_ORDERS)
+    nothing = materialize(defs, SILVER_ORDERS, instance=instance)
+    third = materialization(nothing, SILVER_ORDERS)
     assert (third["mode"], third["start_version"], third["end_version"]) == ("noop", "none", "none")
     assert (third["rows_inserted"], third["rows_updated"], third["rows_deleted"]) == (0, 0, 0)
     assert (third["watermark_before"], third["watermark_after"]) == (2, 2)
     assert third["spark_started"] is False
     assert last_spark_job_id(spark) == jobs_before
     assert table_rows(spark, silver) == table_rows(spark, bronze)
+    # A run with Spark work says what it will apply before it; one without says it once.
+    assert _silver_step_lines(instance, loaded) == ["pinned change set", "orders"]
+    assert _silver_step_lines(instance, nothing) == ["orders"]
 
 
 def test_silver_is_planned_and_written_by_the_watermark_io_manager_it_is_given(
