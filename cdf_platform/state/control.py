@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -150,29 +148,6 @@ def _retry_on_conflict(
 HELD_AT_MOST_S = 5.0
 
 
-@dataclass
-class _HeldRows:
-    """The state and load-log rows a process holds back for one control root (all its
-    `ControlTable` objects of that root see them), and how many holders hold them."""
-
-    log: list[dict[str, Any]] = field(default_factory=list)
-    states: dict[str, dict[str, Any]] = field(default_factory=dict)
-    since: float | None = None  # time.monotonic() of the oldest row held
-    holders: int = 0
-
-
-_HELD: dict[str, _HeldRows] = {}
-_HELD_LOCK = threading.RLock()
-
-
-def _forget_held_rows() -> None:
-    # A forked child (a run of the warm run worker) does not write its parent's rows.
-    _HELD.clear()
-
-
-os.register_at_fork(after_in_child=_forget_held_rows)
-
-
 def _rows_of(table: Any) -> list[dict[str, Any]]:
     """An Arrow table's rows as dicts (deltalake's and arro3's tables alike)."""
     columns = [column.to_pylist() for column in table.columns]
@@ -197,12 +172,13 @@ class ControlTable:
     time); a query's rows are read again only when the table has a newer version. Every read
     and write is of the latest version, as a fresh open gives.
 
-    A Dagster run holds its state and load-log rows (`holding_writes`) and writes them
+    A Dagster run holds its state and load-log rows in its object (`holding_writes`; the
+    run's steps share one, `orchestration.shared.resources.LakeLayout`) and writes them
     together: one append and one upsert for all the pipelines whose steps ran in the last
-    `HELD_AT_MOST_S` seconds, instead of two commits per pipeline. Reads in the process see
-    the rows held; a process that dies holding rows leaves silver's commits without their rows,
-    which the next run of each pipeline repairs from silver's log (`run.record.repair_control`),
-    as after a kill between the MERGE and the control write.
+    `HELD_AT_MOST_S` seconds, instead of two commits per pipeline. The object's reads see the
+    rows it holds; a process that dies holding rows leaves silver's commits without their
+    rows, which the next run of each pipeline repairs from silver's log
+    (`run.record.repair_control`), as after a kill between the MERGE and the control write.
 
     Args:
         root: The control tables' folder.
@@ -219,6 +195,12 @@ class ControlTable:
         # A deltalake table object is not for two threads at once.
         self._lock = threading.RLock()
         self._ensured = False  # both tables known to exist (`ensure`)
+        # Writes held (`hold_writes`): how many hold them, the load-log rows, the state rows by
+        # pipeline, and when the oldest was held (time.monotonic()).
+        self._holders = 0
+        self._held_log: list[dict[str, Any]] = []
+        self._held_states: dict[str, dict[str, Any]] = {}
+        self._held_since: float | None = None
 
     @property
     def state_path(self) -> str:
@@ -317,7 +299,7 @@ class ControlTable:
         """Insert or replace the state row of `state["pipeline_id"]` (held while this process
         holds its writes)."""
         row = {**state, "updated_at": datetime.now(UTC)}
-        if self._hold(lambda held: held.states.__setitem__(str(state["pipeline_id"]), row)):
+        if self._hold(lambda: self._held_states.__setitem__(str(state["pipeline_id"]), row)):
             return
         self._write_states([row])
 
@@ -431,7 +413,7 @@ class ControlTable:
         """Append one load-log row (a blind append: never conflicts; held while this process
         holds its writes)."""
         row = entry.as_row()
-        if self._hold(lambda held: held.log.append(row)):
+        if self._hold(lambda: self._held_log.append(row)):
             return
         self.ensure()
         self.append_row(self.log_path, LOG_SCHEMA, row)
@@ -439,12 +421,12 @@ class ControlTable:
     # -- writes held by a run -----------------------------------------------------------------
 
     def hold_writes(self) -> None:
-        """Hold this process's state and load-log writes to this control root from now until
-        `release_writes` (calls nest): `upsert_state` and `append_log` keep their rows in the
-        process, reads see them, and they are written together once one is `HELD_AT_MOST_S`
-        old (at the next write) and when the last holder releases them."""
-        with _HELD_LOCK:
-            _HELD.setdefault(self.root, _HeldRows()).holders += 1
+        """Hold this object's state and load-log writes from now until `release_writes`
+        (calls nest): `upsert_state` and `append_log` keep their rows, this object's reads see
+        them, and they are written together once one is `HELD_AT_MOST_S` old (at the next
+        write) and when the last holder releases them."""
+        with self._lock:
+            self._holders += 1
 
     def release_writes(self) -> None:
         """End one `hold_writes`; the last one writes the rows held.
@@ -453,14 +435,12 @@ class ControlTable:
             StorageUnreachable: the rows could not be written (they stay held for a later
                 `write_held`, and for the next run's repair if the process ends first).
         """
-        with _HELD_LOCK:
-            held = _HELD.get(self.root)
-            if held is None or held.holders == 0:
+        with self._lock:
+            if self._holders == 0:
                 return
-            held.holders -= 1
-            last = held.holders == 0
-        if last:
-            self.write_held()
+            self._holders -= 1
+            if self._holders == 0:
+                self.write_held()
 
     @contextlib.contextmanager
     def holding_writes(self) -> Iterator[None]:
@@ -471,57 +451,41 @@ class ControlTable:
         finally:
             self.release_writes()
 
-    def _hold(self, keep: Callable[[_HeldRows], None]) -> bool:
-        """Keep a row (`keep` adds it to the rows held) when this process holds its writes;
+    def _hold(self, keep: Callable[[], None]) -> bool:
+        """Keep a row (`keep` adds it to the rows held) when this object holds its writes;
         write the rows held once the oldest is `HELD_AT_MOST_S` old. False: not held.
 
         The tables are created first when missing, so a control root that cannot be written
         fails the write that would have written there, not the end of the run."""
-        with _HELD_LOCK:
-            held = _HELD.get(self.root)
-            if held is None or held.holders == 0:
+        with self._lock:
+            if self._holders == 0:
                 return False
-        self.ensure()
-        with _HELD_LOCK:
-            keep(held)
+            self.ensure()
+            keep()
             now = time.monotonic()
-            held.since = held.since if held.since is not None else now
-            # Released meanwhile (by another thread): nothing would write it later.
-            due = held.holders == 0 or now - held.since >= HELD_AT_MOST_S
-        if due:
-            self.write_held()
-        return True
+            self._held_since = self._held_since if self._held_since is not None else now
+            if now - self._held_since >= HELD_AT_MOST_S:
+                self.write_held()
+            return True
 
     def write_held(self) -> None:
-        """Write the rows held for this control root now: the load-log rows in one append,
-        then the state rows in one upsert. Rows a failed write did not write stay held."""
-        with _HELD_LOCK:
-            held = _HELD.get(self.root)
-            if held is None:
-                return
-            log, states = held.log, held.states
-            held.log, held.states, held.since = [], {}, None
-        try:
-            if log:
+        """Write the rows held now: the load-log rows in one append, then the state rows in
+        one upsert. Rows a failed write did not write stay held."""
+        with self._lock:
+            if self._held_log:
                 self.ensure()
-                self._append_rows(self.log_path, LOG_SCHEMA, log)
-                log = []
-            if states:
-                self._write_states(list(states.values()))
-        except BaseException:
-            with _HELD_LOCK:
-                held.log[:0] = log
-                held.states = {**states, **held.states}
-                held.since = time.monotonic()
-            raise
+                self._append_rows(self.log_path, LOG_SCHEMA, self._held_log)
+                self._held_log = []
+            if self._held_states:
+                self._write_states(list(self._held_states.values()))
+                self._held_states = {}
+            self._held_since = None
 
     def _held_rows(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """The load-log and state rows held for this root, as a read of the tables returns
-        them (their Arrow types' Python values)."""
-        with _HELD_LOCK:
-            held = _HELD.get(self.root)
-            log = list(held.log) if held is not None else []
-            states = list(held.states.values()) if held is not None else []
+        """The load-log and state rows held, as a read of the tables returns them (their
+        Arrow types' Python values)."""
+        with self._lock:
+            log, states = list(self._held_log), list(self._held_states.values())
         return (
             _rows_of(arrow_table(LOG_SCHEMA, log)) if log else [],
             _rows_of(arrow_table(STATE_SCHEMA, states)) if states else [],
@@ -545,13 +509,13 @@ class ControlTable:
             return [dict(row) for row in held[1]]
 
     def read_states(self) -> dict[str, dict[str, Any]]:
-        """Every pipeline's state row (with those this process holds), JVM-free."""
+        """Every pipeline's state row (with those this object holds), JVM-free."""
         rows = self.query(self.state_path, "SELECT * FROM t")
         _, held = self._held_rows()
         return {str(row["pipeline_id"]): row for row in [*rows, *held]}
 
     def read_log(self, pipeline_id: str | None = None) -> list[dict[str, Any]]:
-        """Load-log rows (oldest first; with those this process holds), optionally of one
+        """Load-log rows (oldest first; with those this object holds), optionally of one
         pipeline, JVM-free."""
         rows = self.query(self.log_path, "SELECT * FROM t ORDER BY started_at, run_id")
         held, _ = self._held_rows()

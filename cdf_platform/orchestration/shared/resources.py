@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
@@ -80,6 +81,38 @@ def _read_env(field: str, value: Any) -> Any:
     return read
 
 
+class RunControls:
+    """The control tables of each run in progress, by run id, shared by every copy Dagster
+    makes of one `LakeLayout` for the run (the assets' and checks' `lake`, the watermark IO
+    manager's): one `ControlTable` per run, its writes held from the first copy's setup to the
+    last copy's teardown, so the run's steps read what the steps before them wrote and the
+    rows go to the tables together."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[str, tuple[ControlTable, int]] = {}
+
+    def acquire(self, run_id: str, lake: Lake) -> ControlTable:
+        """The control tables of run `run_id` (of `lake`), holding their writes."""
+        with self._lock:
+            control, users = self._runs.get(run_id) or (None, 0)
+            if control is None:
+                control = ControlTable(lake.control_root, storage=lake.storage)
+                control.hold_writes()
+            self._runs[run_id] = (control, users + 1)
+            return control
+
+    def release(self, run_id: str) -> ControlTable | None:
+        """End one `acquire` of run `run_id`; the last returns its control tables (their
+        writes still held: the caller writes them)."""
+        with self._lock:
+            control, users = self._runs.pop(run_id, (None, 0))
+            if control is not None and users > 1:
+                self._runs[run_id] = (control, users - 1)
+                return None
+            return control
+
+
 class LakeLayout(dg.ConfigurableResource):
     """The pipelines file, the lake root it is resolved against, the control tables, and the
     object-store options of the lake's locations (`storage`, beside the pipelines file's
@@ -134,8 +167,10 @@ class LakeLayout(dg.ConfigurableResource):
     _control: ControlTable | None = PrivateAttr(default=None)
     # The control tables' rows as first read for a run's steps (`run_control_reads()`).
     _run_reads: ControlReads | None = PrivateAttr(default=None)
-    # The control tables whose writes this resource holds while a run or tick uses it.
-    _holding: ControlTable | None = PrivateAttr(default=None)
+    # The control tables of each run in progress, shared with every copy of this layout.
+    _run_controls: RunControls = PrivateAttr(default_factory=RunControls)
+    # The run whose control tables this copy took from `_run_controls` at its setup.
+    _run_id: str | None = PrivateAttr(default=None)
 
     @classmethod
     def _is_dagster_maintained(cls) -> bool:
@@ -147,6 +182,7 @@ class LakeLayout(dg.ConfigurableResource):
         # attributes at their defaults); the copies keep this layout's parsed pipelines file.
         copy = cast(LakeLayout, super()._with_updated_values(values))
         copy._parsed = self._parsed
+        copy._run_controls = self._run_controls
         return copy
 
     @field_validator("lake_root", "control_root", "pipelines_file", mode="before")
@@ -238,22 +274,26 @@ class LakeLayout(dg.ConfigurableResource):
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """A run, check or sensor that uses the lake fails at its start when the lake's
-        storage options are invalid or read a variable that is not set. Its state and
-        load-log writes are held and written together (`ControlTable.hold_writes`): a shared
-        run of many pipelines makes one commit of each where it made two per pipeline."""
-        self.lake()
-        self._holding = self.control()
-        self._holding.hold_writes()
+        storage options are invalid or read a variable that is not set. In a run, the
+        control tables are the run's (`RunControls`), their state and load-log writes held and
+        written together (`ControlTable.hold_writes`): a shared run of many pipelines makes
+        one commit of each where it made two per pipeline."""
+        lake = self.lake()
+        if context.run_id is not None:
+            self._control = self._run_controls.acquire(context.run_id, lake)
+            self._run_id = context.run_id
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        """Write the control rows held (at the end of the run, tick or check). A failure to
-        write them is logged, not raised: silver's commits are made, and each pipeline's next
-        run records what they applied from silver's log (`run.record.repair_control`)."""
-        holding, self._holding = self._holding, None
-        if holding is None:
+        """At the end of a run, its last copy of the layout writes the control rows held. A
+        failure to write them is logged, not raised: silver's commits are made, and each
+        pipeline's next run records what they applied from silver's log
+        (`run.record.repair_control`)."""
+        run_id, self._run_id = self._run_id, None
+        control = self._run_controls.release(run_id) if run_id is not None else None
+        if control is None:
             return
         try:
-            holding.release_writes()
+            control.release_writes()
         except CdfPlatformError as err:
             log = context.log if context.log is not None else logger
             log.warning(
