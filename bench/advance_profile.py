@@ -74,11 +74,16 @@ PARTS = (
     ("  the control tables missed no commit (repair_control)", "run/record.py", "repair_control"),
     ("control tables: reads (ControlTable.query)", "state/control.py", "query"),
     (
-        "control tables: load-log appends (ControlTable.append_row)",
+        "control tables: load-log appends (ControlTable._append_rows)",
         "state/control.py",
-        "append_row",
+        "_append_rows",
     ),
     ("control tables: state upserts (ControlTable._upsert)", "state/control.py", "_upsert"),
+    (
+        "control tables: held rows written (ControlTable.write_held)",
+        "state/control.py",
+        "write_held",
+    ),
     ("deltalake tables opened (DeltaTable.__init__)", "deltalake/table.py", "__init__"),
     ("the run's Dagster times read (orchestrator_times)", "silver_io.py", "orchestrator_times"),
     ("checks steps (the status of each pipeline)", "planning/status.py", "pipeline_status"),
