@@ -155,6 +155,12 @@ def _rows_of(table: Any) -> list[dict[str, Any]]:
     return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
 
+def _read_back(schema: Mapping[str, str], held: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows held (a copy taken under the lock) as a read of their table returns them (the
+    Python values of `schema`'s Arrow types)."""
+    return _rows_of(arrow_table(schema, held)) if held else []
+
+
 def _log_order(row: Mapping[str, Any]) -> tuple[datetime, str]:
     started = row.get("started_at") or datetime.min.replace(tzinfo=UTC)
     return started, str(row.get("run_id") or "")
@@ -296,7 +302,7 @@ class ControlTable:
             logger.info("compacting %s left to a later write (a concurrent commit): %s", path, err)
 
     def upsert_state(self, state: Mapping[str, Any]) -> None:
-        """Insert or replace the state row of `state["pipeline_id"]` (held while this process
+        """Insert or replace the state row of `state["pipeline_id"]` (held while this object
         holds its writes)."""
         row = {**state, "updated_at": datetime.now(UTC)}
         if self._hold(lambda: self._held_states.__setitem__(str(state["pipeline_id"]), row)):
@@ -410,7 +416,7 @@ class ControlTable:
         return [r for r in rows if wanted is None or str(r["table_location"]).rstrip("/") == wanted]
 
     def append_log(self, entry: LoadLogEntry) -> None:
-        """Append one load-log row (a blind append: never conflicts; held while this process
+        """Append one load-log row (a blind append: never conflicts; held while this object
         holds its writes)."""
         row = entry.as_row()
         if self._hold(lambda: self._held_log.append(row)):
@@ -473,23 +479,12 @@ class ControlTable:
         one upsert. Rows a failed write did not write stay held."""
         with self._lock:
             if self._held_log:
-                self.ensure()
                 self._append_rows(self.log_path, LOG_SCHEMA, self._held_log)
                 self._held_log = []
             if self._held_states:
                 self._write_states(list(self._held_states.values()))
                 self._held_states = {}
             self._held_since = None
-
-    def _held_rows(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """The load-log and state rows held, as a read of the tables returns them (their
-        Arrow types' Python values)."""
-        with self._lock:
-            log, states = list(self._held_log), list(self._held_states.values())
-        return (
-            _rows_of(arrow_table(LOG_SCHEMA, log)) if log else [],
-            _rows_of(arrow_table(STATE_SCHEMA, states)) if states else [],
-        )
 
     def query(self, path: str, sql: str) -> list[dict[str, Any]]:
         """The rows of `sql` over the control table at `path` (named `t`; none when it does
@@ -511,14 +506,18 @@ class ControlTable:
     def read_states(self) -> dict[str, dict[str, Any]]:
         """Every pipeline's state row (with those this object holds), JVM-free."""
         rows = self.query(self.state_path, "SELECT * FROM t")
-        _, held = self._held_rows()
+        with self._lock:
+            states = list(self._held_states.values())
+        held = _read_back(STATE_SCHEMA, states)
         return {str(row["pipeline_id"]): row for row in [*rows, *held]}
 
     def read_log(self, pipeline_id: str | None = None) -> list[dict[str, Any]]:
         """Load-log rows (oldest first; with those this object holds), optionally of one
         pipeline, JVM-free."""
         rows = self.query(self.log_path, "SELECT * FROM t ORDER BY started_at, run_id")
-        held, _ = self._held_rows()
+        with self._lock:
+            log = list(self._held_log)
+        held = _read_back(LOG_SCHEMA, log)
         if held:
             rows = sorted([*rows, *held], key=_log_order)
         # A log no run of this version appended to yet lacks the newer columns: they read null.

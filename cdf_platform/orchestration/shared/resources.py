@@ -285,9 +285,9 @@ class LakeLayout(dg.ConfigurableResource):
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         """At the end of a run, its last copy of the layout writes the control rows held. A
-        failure to write them is logged, not raised: silver's commits are made, and each
-        pipeline's next run records what they applied from silver's log
-        (`run.record.repair_control`)."""
+        classified failure to write them (the store unreachable) is logged, not raised:
+        silver's commits are made, and each pipeline's next run records what they applied from
+        silver's log (`run.record.repair_control`)."""
         run_id, self._run_id = self._run_id, None
         control = self._run_controls.release(run_id) if run_id is not None else None
         if control is None:
