@@ -39,6 +39,7 @@ from cdf_platform.orchestration.checks.silver_checks import (
 )
 from cdf_platform.orchestration.io_manager.watermark_io_manager import WatermarkIOManager, plain
 from cdf_platform.orchestration.sensors.incremental_sensor import PENDING_STATUSES
+from cdf_platform.orchestration.sensors.sensor_stop import STOPPED_REASON, stopped
 from cdf_platform.orchestration.shared.figures import count, hours, text
 from cdf_platform.orchestration.shared.keys import (
     FULL_RECOMPUTE_TAG,
@@ -402,6 +403,8 @@ def build_consumer_sensor(
         context: dg.SensorEvaluationContext,
         watermark_io_manager: dg.ResourceParam[WatermarkIOManager],
     ) -> dg.SensorResult:
+        if stopped(context, context.instance, CONSUMER_SENSOR):
+            return dg.SensorResult(skip_reason=dg.SkipReason(STOPPED_REASON))
         pending = _pending_consumers(context.instance, {consumer.key for consumer in consumers})
         requests: list[dg.RunRequest] = []
         waiting: list[str] = []

@@ -60,6 +60,7 @@ from cdf_platform.core.config import DEFAULT_PIPELINES_PER_RUN
 from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.jobs.silver_jobs import INCREMENTAL_JOB, REBUILD_JOB
 from cdf_platform.orchestration.sensors.sensor_instance import EvaluationInstance
+from cdf_platform.orchestration.sensors.sensor_stop import STOPPED_REASON, stopped
 from cdf_platform.orchestration.sensors.tick_reason import TickReason
 from cdf_platform.orchestration.shared.keys import (
     AUTO_RETRY_RUN_ID_TAG,
@@ -333,6 +334,8 @@ def build_incremental_sensor(
         """One run request per pipeline whose bronze table moved past the watermark (or whose
         names need locating, or whose caught-up silver is due for a refresh)."""
         instance = instances.of(context)
+        if stopped(context, instance, INCREMENTAL_SENSOR):
+            return dg.SensorResult(skip_reason=dg.SkipReason(STOPPED_REASON))
         control = lake.control()
         # Read once for the tick: each read returns every pipeline's row.
         reads = ControlReads.of(control, verified=False)  # no foreign-write search here

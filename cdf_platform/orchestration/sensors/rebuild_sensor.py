@@ -52,6 +52,7 @@ from cdf_platform.orchestration.sensors.incremental_sensor import (
     pending_pipelines,
 )
 from cdf_platform.orchestration.sensors.sensor_instance import EvaluationInstance
+from cdf_platform.orchestration.sensors.sensor_stop import STOPPED_REASON, stopped
 from cdf_platform.orchestration.shared.keys import (
     INCIDENT_TAG,
     PIPELINE_TAG,
@@ -314,6 +315,8 @@ def build_rebuild_sensor(
     def _rebuild_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         """One run request per pipeline whose newest replay_window evaluation says LOST."""
         tick = _Tick(_read_cursor(context.cursor), instances.of(context))
+        if stopped(context, tick.instance, REBUILD_SENSOR):
+            return dg.SensorResult(skip_reason=dg.SkipReason(STOPPED_REASON))
         # Every watched asset's newest evaluation in one read (not a query per asset).
         latest = latest_evaluated(tick.instance, check_keys)
         for item, key in zip(watched, check_keys, strict=True):

@@ -279,9 +279,10 @@ class LakeLayout(dg.ConfigurableResource):
         written together (`ControlTable.hold_writes`): a shared run of many pipelines makes
         one commit of each where it made two per pipeline."""
         lake = self.lake()
-        if context.run_id is not None:
-            self._control = self._run_controls.acquire(context.run_id, lake)
-            self._run_id = context.run_id
+        run_id = context.run.run_id if context.run is not None else None
+        if run_id is not None:
+            self._control = self._run_controls.acquire(run_id, lake)
+            self._run_id = run_id
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         """At the end of a run, its last copy of the layout writes the control rows held. A
