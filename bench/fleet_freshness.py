@@ -6,7 +6,7 @@ logs) in the deployment of the system tests on the warm engine; each bronze gets
 every silver is loaded (the warm-up, not counted); then a writer plays a seeded commit stream (a
 50-row batch every `--interval` seconds to a random bronze table for `--minutes`); the
 benchmark waits until every silver has applied its bronze, until no run is pending, then
-`--idle-minutes` with no commit. Pass two: fresh bronze tables get the same first batches, the
+`--idle-minutes` with no commit (between two ticks of checks_schedule: `bench.idle_window`). Pass two: fresh bronze tables get the same first batches, the
 streaming peer (`bench.streaming_peer`, one driver process) loads them, and the stream pass one
 played (each commit's table and offset, recorded) is played again into them; then the same
 catch-up and idle window.
@@ -43,6 +43,7 @@ from bench.commit_stream import PlannedCommit, StreamWriter, plan_commits, save_
 from bench.fleet_lake import KEY, SEQUENCE, FleetLake, SourceKind, fleet_ids, fleet_pipeline
 from bench.foreign_spark import foreign_spark
 from bench.freshness import cpu_hog, freshness_seconds, measured_log, percentile
+from bench.idle_window import wait_for_idle_window
 from bench.process_meter import ProcessMeter, cpu_between, cpu_by_kind
 from bench.report import Figure, command_line, machine_info, publish, run_info, scratch_folder
 from bench.stages import stages_of
@@ -284,6 +285,8 @@ def run_ours(
                         lambda: not instance.get_run_records(pending),
                         CATCH_UP_TIMEOUT_S,
                     )
+                    # The window between two ticks of checks_schedule (`bench.idle_window`).
+                    wait_for_idle_window(args.idle_minutes)
 
                 cpu, idle_cpu, idle_s, memory, loads, by_kind = measure(
                     meter, writer, deployment.applied, settled, args.idle_minutes, args

@@ -4,6 +4,7 @@ The deployment of the fleet freshness benchmark (`bench.fleet_freshness`: deploy
 on PostgreSQL, the warm engine, the run worker, the code server, the daemon, the webservers;
 the fleet of `bench.fleet_lake`, 70% SCD1, 20% SCD2, 10% change-event logs), every silver loaded
 by the sensors, then no run pending for `--settle` seconds; then `--minutes` with no commit,
+placed between two ticks of checks_schedule (`bench.idle_window`),
 each process's CPU time read from /proc before and after (`bench.process_meter`), split by
 process. The fleet mode of `bench.freshness` measures the same idle window after its 10
 minutes of commits and its streaming peer; this command measures the window alone, in a few
@@ -29,6 +30,7 @@ import pyspark
 
 from bench.fleet_freshness import IDLE_PER_MINUTE, SIDE_BY_SIDE, deployment_meter
 from bench.fleet_lake import FleetLake, fleet_ids, fleet_pipeline
+from bench.idle_window import wait_for_idle_window
 from bench.process_meter import cpu_between, cpu_by_kind
 from bench.report import (
     Figure,
@@ -84,6 +86,7 @@ def measure(pipelines: int, minutes: float, settle: float, workdir: Path) -> dic
                     "no run pending", lambda: not instance.get_run_records(pending), LOAD_TIMEOUT_S
                 )
                 time.sleep(settle)
+                wait_for_idle_window(minutes)
                 meter.start()
                 window_from = datetime.datetime.now(datetime.UTC)
                 before, window_started = meter.mark(), time.monotonic()

@@ -43,6 +43,8 @@ INCREMENTAL_JOB = "incremental_job"
 REBUILD_JOB = "rebuild_job"
 CHECKS_JOB = "checks_job"
 CHECKS_SCHEDULE = "checks_schedule"
+# checks_schedule's period: on the hour and every quarter of it.
+CHECKS_EVERY_MINUTES = 15
 
 _SILVER = dg.AssetSelection.groups(SILVER_PREFIX)
 
@@ -85,7 +87,7 @@ def build_checks_schedule(
         job=checks_job,
         # Often enough that a window shrinking by hours is seen long before it is lost, and that
         # the rebuild sensor reacts within minutes; each evaluation costs well under a second.
-        cron_schedule="*/15 * * * *",
+        cron_schedule=f"*/{CHECKS_EVERY_MINUTES} * * * *",
         description="Evaluate silver's checks every 15 minutes.",
         default_status=dg.DefaultScheduleStatus.RUNNING
         if running
