@@ -374,11 +374,35 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else 0.0
 
 
+# The parts of a run's wait in the queue, each between two marks of its event log: its creation
+# (the run record), its last planned event (Dagster writes one per asset and check of the run
+# after creating it), RUN_ENQUEUED (submitted to the queue), RUN_STARTING (the daemon took it
+# off the queue and hands it to the launcher), RUN_START (its process began).
+QUEUE_PARTS = {
+    "created -> planned events written": ("created", "planned"),
+    "planned -> enqueued": ("planned", "enqueued"),
+    "enqueued -> dequeued": ("enqueued", "dequeued"),
+    "dequeued -> started": ("dequeued", "started"),
+}
+_PLANNED = {
+    dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED,
+    dg.DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED,
+}
+_QUEUE_MARKS = {
+    dg.DagsterEventType.RUN_ENQUEUED: "enqueued",
+    dg.DagsterEventType.RUN_STARTING: "dequeued",
+    dg.DagsterEventType.RUN_START: "started",
+}
+
+
 def step_breakdown(instance: dg.DagsterInstance, records: Sequence[Any]) -> dict[str, float]:
-    """Where the runs' time went, from their event logs: the wait in the queue, the time
-    from a run's start to its first step (the process and the definitions), the silver steps'
-    durations, and the time between one step's end and the next one's start."""
+    """Where the runs' time went, from their event logs: the wait in the queue (and its
+    parts: the run's planned events written after its creation, the submission to the queue,
+    the daemon taking it off the queue, the launch), the time from a run's start to its first
+    step (the process and the definitions), the silver steps' durations, and the time between
+    one step's end and the next one's start."""
     waits: list[float] = []
+    queue_parts: dict[str, list[float]] = {part: [] for part in QUEUE_PARTS}
     to_first: list[float] = []
     durations: dict[str, list[float]] = {"silver": [], "checks": []}
     gaps: list[float] = []
@@ -390,8 +414,13 @@ def step_breakdown(instance: dg.DagsterInstance, records: Sequence[Any]) -> dict
             waits.append(record.start_time - record.create_timestamp.timestamp())
         starts: dict[str, float] = {}
         ends: list[tuple[float, float, str]] = []
+        marks: dict[str, float] = {"created": record.create_timestamp.timestamp()}
         for event in instance.all_logs(run.run_id):
             kind = event.dagster_event_type
+            if kind in _PLANNED:
+                marks["planned"] = event.timestamp  # the last one written
+            elif kind in _QUEUE_MARKS:
+                marks.setdefault(_QUEUE_MARKS[kind], event.timestamp)
             if kind is dg.DagsterEventType.STEP_START:
                 starts[str(event.step_key)] = event.timestamp
             elif kind in (dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE):
@@ -404,6 +433,9 @@ def step_breakdown(instance: dg.DagsterInstance, records: Sequence[Any]) -> dict
                 for name, value in materialization.metadata.items():
                     if name.endswith("_seconds") and isinstance(value.value, int | float):
                         timed.setdefault(name, []).append(float(value.value))
+        for part, (begin, end) in QUEUE_PARTS.items():
+            if begin in marks and end in marks:
+                queue_parts[part].append(marks[end] - marks[begin])
         ends.sort()
         if ends and record.start_time:
             to_first.append(ends[0][0] - record.start_time)
@@ -413,6 +445,7 @@ def step_breakdown(instance: dg.DagsterInstance, records: Sequence[Any]) -> dict
     every = durations["silver"] + durations["checks"]
     return {
         "queue_wait_median_s": _median(waits),
+        **{f"queue: {part} median_s": _median(values) for part, values in queue_parts.items()},
         "start_to_first_step_median_s": _median(to_first),
         "steps": float(len(every)),
         "step_median_s": _median(every),

@@ -6,10 +6,11 @@ logs) in the deployment of the system tests on the warm engine; each bronze gets
 every silver is loaded (the warm-up, not counted); then a writer plays a seeded commit stream (a
 50-row batch every `--interval` seconds to a random bronze table for `--minutes`); the
 benchmark waits until every silver has applied its bronze, until no run is pending, then
-`--idle-minutes` with no commit (between two ticks of checks_schedule: `bench.idle_window`). Pass two: fresh bronze tables get the same first batches, the
-streaming peer (`bench.streaming_peer`, one driver process) loads them, and the stream pass one
-played (each commit's table and offset, recorded) is played again into them; then the same
-catch-up and idle window.
+`--idle-minutes` with no commit (between two ticks of checks_schedule: `bench.idle_window`).
+Pass two: fresh bronze tables get the same first batches, the streaming peer
+(`bench.streaming_peer`, one driver process) loads them, and the stream pass one played (each
+commit's table and offset, recorded) is played again into them; then the same catch-up and
+idle window.
 
 Each pass is measured the same way: freshness per commit (ours: to the end of the first silver
 run whose watermark covers it, from the load log; the peer's: to the end of the first
