@@ -64,13 +64,6 @@ def test_a_tick_evaluated_after_the_stop_requests_nothing(
         assert evaluated(sensor) == (["incremental:orders:1"], None)
         instance.start_sensor(sensor)
         assert evaluated(sensor) == (["incremental:orders:1"], None)
-
-        # The rebuild sensor too: it says so rather than reading the checks.
-        rebuild = repository.get_sensor(REBUILD_SENSOR)
-        instance.start_sensor(rebuild)
-        assert evaluated(rebuild) == ([], "no new replay_window loss")
-        instance.stop_sensor(rebuild.get_remote_origin_id(), rebuild.selector_id, rebuild)
-        assert evaluated(rebuild) == ([], STOPPED_REASON)
         # Stopped between the daemon's listing and its evaluation of the tick.
         instance.stop_sensor(sensor.get_remote_origin_id(), sensor.selector_id, sensor)
         assert evaluated(sensor) == ([], STOPPED_REASON)
