@@ -462,14 +462,21 @@ class Deployment:
     def watermark_breaks(self, pipeline_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:
         """The load-log rows (with their pipeline) of runs that did not start from the
         watermark the run before them left: a change applied twice, or skipped. Empty when
-        every run of `pipeline_ids` continued its predecessor's work."""
+        every run of `pipeline_ids` continued its predecessor's work. A REPAIRED row that
+        reaches no further than the row before it (a run's process died between its load-log
+        write and its state write: the next run recorded the state again from silver's log)
+        applied nothing and is left out."""
         control = ControlTable(self.lake_layout.bound().control().root)
         breaks = []
         for pipeline_id in pipeline_ids:
-            log = sorted(
+            log: list[dict[str, Any]] = []
+            for row in sorted(
                 (row for row in control.read_log(pipeline_id) if row["outcome"] != "FAILED"),
                 key=lambda row: row["finished_at"],
-            )
+            ):
+                recorded = log and row["watermark_after"] == log[-1]["watermark_after"]
+                if not (row["outcome"] == "REPAIRED" and recorded):
+                    log.append(row)
             breaks += [
                 (pipeline_id, row)
                 for previous, row in itertools.pairwise(log)

@@ -97,6 +97,7 @@ def record(run: RunContext, plan: RunPlan, outcome: RunOutcome, *, before: int |
             expectations=outcome.expectations.to_json() if outcome.expectations else None,
             stages=run.stages(),
         ),
+        state_follows=True,
     )
     generation = plan.silver.generation if outcome.generation is None else outcome.generation
     run.control.upsert_state(

@@ -415,11 +415,13 @@ class ControlTable:
         wanted = table_location.rstrip("/") if table_location is not None else None
         return [r for r in rows if wanted is None or str(r["table_location"]).rstrip("/") == wanted]
 
-    def append_log(self, entry: LoadLogEntry) -> None:
+    def append_log(self, entry: LoadLogEntry, *, state_follows: bool = False) -> None:
         """Append one load-log row (a blind append: never conflicts; held while this object
-        holds its writes)."""
+        holds its writes). `state_follows`: the pipeline's state row comes next
+        (`upsert_state`); held rows that are due wait for it, so that a run's process dying
+        between two writes of held rows never leaves the row written without its state."""
         row = entry.as_row()
-        if self._hold(lambda: self._held_log.append(row)):
+        if self._hold(lambda: self._held_log.append(row), may_write=not state_follows):
             return
         self.ensure()
         self.append_row(self.log_path, LOG_SCHEMA, row)
@@ -457,9 +459,10 @@ class ControlTable:
         finally:
             self.release_writes()
 
-    def _hold(self, keep: Callable[[], None]) -> bool:
+    def _hold(self, keep: Callable[[], None], *, may_write: bool = True) -> bool:
         """Keep a row (`keep` adds it to the rows held) when this object holds its writes;
-        write the rows held once the oldest is `HELD_AT_MOST_S` old. False: not held.
+        write the rows held once the oldest is `HELD_AT_MOST_S` old (unless not `may_write`:
+        a row that belongs with the next one). False: not held.
 
         The tables are created first when missing, so a control root that cannot be written
         fails the write that would have written there, not the end of the run."""
@@ -470,7 +473,7 @@ class ControlTable:
             keep()
             now = time.monotonic()
             self._held_since = self._held_since if self._held_since is not None else now
-            if now - self._held_since >= HELD_AT_MOST_S:
+            if may_write and now - self._held_since >= HELD_AT_MOST_S:
                 self.write_held()
             return True
 

@@ -184,3 +184,24 @@ def test_held_rows_are_written_at_the_next_write_once_the_oldest_is_due(
         control.upsert_state({"pipeline_id": "p01", "last_commit_version": 1})
         assert _versions(control) == (before[0] + 1, before[1] + 1)
     assert _versions(control) == (before[0] + 1, before[1] + 1)  # nothing left to write
+
+
+def test_a_due_write_waits_for_the_state_row_that_follows_a_log_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's step records its load-log row, then its state row: held rows that are due are
+    written with both, never between them (a process dying there would leave the load log
+    ahead of the state, and the next run would record the run again from silver's log)."""
+    monkeypatch.setattr(control_module, "HELD_AT_MOST_S", 0.0)  # every held row is due
+    root = str(tmp_path / "_control")
+    control = ControlTable(root)
+    control.ensure()
+    before = _versions(control)
+    with control.holding_writes():
+        control.append_log(_entry(1, "p01"), state_follows=True)
+        assert _versions(control) == before  # waits for the state row
+        control.upsert_state({"pipeline_id": "p01", "last_commit_version": 1})
+        assert _versions(control) == (before[0] + 1, before[1] + 1)
+        other = ControlTable(root)
+        assert [row["run_id"] for row in other.read_log()] == ["run-001"]
+        assert other.read_states()["p01"]["last_commit_version"] == 1
