@@ -149,7 +149,9 @@ def measure(assets: int, rounds: int) -> dict[str, dict[str, list[float]]]:
 def postgres_cpu(postgres: PostgresServer) -> float:
     """CPU seconds of the PostgreSQL server: the postmaster's own and its children's, those
     alive and those that ended (the kernel adds an ended backend's time to its parent's
-    `children_*` once the postmaster has waited for it)."""
+    `children_*` once the postmaster has waited for it). Not `bench.process_meter`: it samples
+    every half second and leaves waited-for time out, so it would miss the backends of a
+    connection per event, which live milliseconds."""
     assert postgres.pid is not None
     process = psutil.Process(postgres.pid)
     times = process.cpu_times()
