@@ -12,8 +12,7 @@ without Spark, two ways:
 - one shared run of `incremental_job` over every silver asset, executed in this process on a
   Dagster instance of `deploy/dagster.yaml`'s PostgreSQL storage (the kit's PostgreSQL
   server): each pipeline its silver step and its checks step, the run's events stored as the
-  deployment's run process stores them (the instance prepared as the run worker prepares a
-  forked run's, `prepared_run_instance`).
+  deployment's run process stores them (over the connections `PooledPostgresStorage` keeps).
 
 Each way is timed (wall and CPU of this process) in `--rounds` rounds, then run once more
 under cProfile: the report gives the cumulative seconds of the parts that matter (the control
@@ -56,7 +55,6 @@ from bench.report import (
     run_info,
     scratch_folder,
 )
-from cdf_platform.orchestration.launch.run_worker import prepared_run_instance
 from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 from cdf_platform_testkit.deployment import DEPLOY
 from cdf_platform_testkit.lake import orders_pipeline, write_pipelines
@@ -171,7 +169,7 @@ def advance_in_a_shared_run(lake: LakeLayout, instance: dg.DagsterInstance) -> N
 @contextlib.contextmanager
 def postgres_instance(home: Path) -> Iterator[dg.DagsterInstance]:
     """A Dagster instance on `deploy/dagster.yaml`'s PostgreSQL storage (a server of the kit),
-    prepared as the run worker prepares a run's."""
+    as a run process opens it."""
     storage = yaml.safe_load((DEPLOY / "dagster.yaml").read_text())["storage"]
     home.mkdir(parents=True, exist_ok=True)
     (home / "dagster.yaml").write_text(
@@ -182,7 +180,6 @@ def postgres_instance(home: Path) -> Iterator[dg.DagsterInstance]:
         os.environ.update(postgres.dagster_env())
         try:
             instance = dg.DagsterInstance.from_config(str(home))
-            prepared_run_instance(instance)
             try:
                 yield instance
             finally:

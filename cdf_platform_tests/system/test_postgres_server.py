@@ -1,17 +1,21 @@
 """The system tests' PostgreSQL server: a Postgres-backed Dagster instance keeps its runs across
-a crash and a restart of the server, which is stopped by its PID; a failed start says why."""
+a crash and a restart of the server, which is stopped by its PID; a failed start says why. The
+deployment's instance keeps its connections between reads and writes, and a forked child never
+uses its parent's."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import socket
+import time
 from pathlib import Path
 
 import dagster as dg
 import psycopg2
 import pytest
 
+from cdf_platform.orchestration.instance_storage import KEPT_CONNECTIONS, kept_engine
 from cdf_platform.orchestration.shared.keys import QUEUE_TAG, SILVER_QUEUE
 from cdf_platform_testkit.postgres import MAX_CONNECTIONS, PostgresServer, PostgresServerError
 
@@ -91,6 +95,98 @@ def test_dagster_instance_keeps_its_runs_across_a_crash_and_a_restart(
             os.kill(pid, 0)
         assert not _accepts_connections(port)
     assert not postgres.folder.exists()
+
+
+def _sessions(postgres: PostgresServer) -> int:
+    """Sessions ever opened to the instance's database (PostgreSQL's statistics, which a
+    session adds itself to by the time it ends), not counting the one reading them."""
+    connection = postgres.connect()
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = 'dagster'")
+            row = cursor.fetchone()
+    finally:
+        connection.close()
+    assert row is not None
+    return int(row[0])
+
+
+def _settled_sessions(postgres: PostgresServer) -> int:
+    """`_sessions` once the count stops moving (an ended session is counted when its server
+    process exits, a moment after the client closed it)."""
+    last = _sessions(postgres)
+    while True:
+        time.sleep(0.5)
+        now = _sessions(postgres) - 1  # the reading before this one
+        if now == last:
+            return now
+        last = now
+
+
+def test_the_deployment_instance_keeps_its_connections(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hundred reads and writes of the deployment's instance (deploy/dagster.yaml) open a
+    few sessions, not one each; a forked child opens its own instead of using its parent's."""
+    with PostgresServer() as postgres:
+        for name, value in postgres.dagster_env().items():
+            monkeypatch.setenv(name, value)
+        home = tmp_path / "dagster_home"
+        home.mkdir()
+        shutil.copy(DAGSTER_YAML, home / "dagster.yaml")
+        instance = dg.DagsterInstance.from_config(str(home))
+        try:
+            run_id = dg.materialize([orders], instance=instance).run_id
+            before = _settled_sessions(postgres)
+            for _ in range(50):
+                instance.report_runless_asset_event(dg.AssetMaterialization(orders.key))
+                assert instance.get_run_by_id(run_id) is not None
+            opened = _settled_sessions(postgres) - before
+            assert opened <= 2 * KEPT_CONNECTIONS, f"{opened} sessions for 100 reads and writes"
+        finally:
+            instance.dispose()
+        _assert_a_fork_opens_its_own(postgres)
+
+
+def _backend(engine: object) -> int:
+    import sqlalchemy
+
+    assert isinstance(engine, sqlalchemy.engine.Engine)
+    with engine.connect() as connection:
+        return int(connection.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
+
+
+def _assert_a_fork_opens_its_own(postgres: PostgresServer) -> None:
+    """The child reads over a connection of its own; the parent's stays open and usable."""
+    engine = kept_engine(postgres.url)
+    parent_backend = _backend(engine)
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: report its backend, then leave without Python's exit
+        try:
+            os.write(writer, str(_backend(engine)).encode())
+        finally:
+            os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader) as pipe:
+        child_backend = int(pipe.read() or "0")
+    os.waitpid(child, 0)
+    assert child_backend not in (0, parent_backend)
+    assert _backend(engine) == parent_backend  # the newest kept connection is used first
+    deadline = time.monotonic() + 10  # the child's server process ends a moment after it
+    while _alive(postgres, child_backend):
+        assert time.monotonic() < deadline, "the child's connection outlived it"
+        time.sleep(0.1)
+
+
+def _alive(postgres: PostgresServer, backend: int) -> bool:
+    connection = postgres.connect()
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pid FROM pg_stat_activity WHERE pid = %s", (backend,))
+            return bool(cursor.fetchall())
+    finally:
+        connection.close()
 
 
 def _assert_deployment_settings(instance: dg.DagsterInstance) -> None:

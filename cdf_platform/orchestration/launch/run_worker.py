@@ -37,12 +37,9 @@ import signal
 import socket
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psutil
-
-if TYPE_CHECKING:
-    import dagster as dg
 
 logger = logging.getLogger(__name__)
 
@@ -237,8 +234,9 @@ class RunWorker:
 
 def execute_run(run_id: str) -> int:
     """Execute run `run_id` of the instance of `DAGSTER_HOME` in this process, as
-    `dagster api execute_run` does (Dagster's run worker entry point), on connections it keeps
-    (`prepared_run_instance`); return its exit code."""
+    `dagster api execute_run` does (Dagster's run worker entry point); return its exit code.
+    The instance's storage keeps its connections for the run (deploy/dagster.yaml:
+    `PooledPostgresStorage`)."""
     import dagster as dg
     from dagster._cli.api import _execute_run_command_body
     from dagster._utils.interrupts import capture_interrupts, setup_interrupt_handlers
@@ -246,37 +244,9 @@ def execute_run(run_id: str) -> int:
     # SIGTERM interrupts the run as SIGINT does (Dagster's run workers map it so).
     setup_interrupt_handlers()
     with capture_interrupts(), dg.DagsterInstance.get() as instance:
-        prepared_run_instance(instance)
         return _execute_run_command_body(
             run_id, instance, lambda _event: None, set_exit_code_on_failure=True
         )
-
-
-# Connections a run process may open beside the one it keeps per storage, while one is in use
-# (a thread of the run writing as the steps write); they are closed when given back.
-RUN_DB_MAX_OVERFLOW = 4
-# A kept connection older than this is opened again before use (the webserver's default).
-RUN_DB_POOL_RECYCLE_SECONDS = 3600
-
-
-def prepared_run_instance(instance: dg.DagsterInstance) -> None:
-    """Have a run process's `instance` keep one database connection per storage open for the
-    run, instead of one per read or write.
-
-    A run writes an event at each step's start, input, output, materialization and end and at
-    each check's evaluation: a thousand writes for a shared run of 50 pipelines. Dagster's
-    PostgreSQL storages hold no connection between calls (SQLAlchemy's `NullPool`), so each
-    opened one, a new server process each time: a few milliseconds of both cores' time per
-    write, a quarter of an advance run's time (`python -m bench.advance_profile`). The
-    webserver keeps one per storage (`DagsterInstance.optimize_for_webserver`); a run process
-    now does the same, with no statement timeout. The connections close with the process.
-    Storages other than PostgreSQL's (SQLite) are left as they are.
-    """
-    instance.optimize_for_webserver(
-        statement_timeout=0,  # PostgreSQL's "no timeout": a run's writes wait as before
-        pool_recycle=RUN_DB_POOL_RECYCLE_SECONDS,
-        max_overflow=RUN_DB_MAX_OVERFLOW,
-    )
 
 
 def instance_modules() -> list[str]:
