@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cdf_platform.core.errors import ConcurrentWriteConflict
 from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.arrow_rows import arrow_table, delta_schema
 from cdf_platform.deltalog.delta_tables import (
@@ -126,15 +127,24 @@ def _sql_text(value: str) -> str:
 def _retry_on_conflict(
     action: Callable[[], T], what: str, before_retry: Callable[[], None] | None = None
 ) -> T:
-    """`action`, tried again (after `before_retry`) while it loses to a concurrent commit."""
+    """`action`, tried again (after `before_retry`) while it loses to a concurrent commit.
+
+    Raises:
+        ConcurrentWriteConflict: it lost `_RETRIES` times in a row (`what` names the write).
+    """
     from deltalake.exceptions import CommitFailedError
 
     for attempt in range(_RETRIES):
         try:
             return action()
-        except CommitFailedError:
+        except CommitFailedError as err:
             if attempt == _RETRIES - 1:
-                raise
+                raise ConcurrentWriteConflict(
+                    f"{what} lost to a concurrent commit {_RETRIES} times in a row ({err})",
+                    action="nothing of this write was committed (other runs commit to the same "
+                    "control table this often); rerun: silver's commits carry what they "
+                    "applied, and each pipeline's next run records it from silver's log",
+                ) from err
             logger.info("%s hit a concurrent commit, retrying (%d)", what, attempt + 1)
             time.sleep(0.05 * (attempt + 1))
             if before_retry is not None:

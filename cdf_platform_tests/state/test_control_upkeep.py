@@ -11,6 +11,7 @@ import pytest
 from deltalake import DeltaTable
 
 import cdf_platform.state.control as control_module
+from cdf_platform.core.errors import ConcurrentWriteConflict
 from cdf_platform.deltalog.arrow_rows import arrow_table
 from cdf_platform.deltalog.delta_tables import write_delta_table
 from cdf_platform.state.control import COMPACT_AT_FILES, STATE_SCHEMA, ControlTable, LoadLogEntry
@@ -205,3 +206,29 @@ def test_a_due_write_waits_for_the_state_row_that_follows_a_log_row(
         other = ControlTable(root)
         assert [row["run_id"] for row in other.read_log()] == ["run-001"]
         assert other.read_states()["p01"]["last_commit_version"] == 1
+
+
+def test_a_control_write_that_keeps_losing_to_concurrent_commits_is_a_classified_error(
+    tmp_path: Path,
+) -> None:
+    """A write that loses every try (here: to a table read before another writer replaced the
+    rows it replaces) fails as CONCURRENT_WRITE, naming the write, and commits nothing."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    path = str(tmp_path / "state")
+    write_deltalake(path, pa.table({"k": [1, 2]}))
+    stale = DeltaTable(path)
+    write_deltalake(path, pa.table({"k": [1]}), mode="overwrite", predicate="k = 1")
+
+    with pytest.raises(ConcurrentWriteConflict) as error:
+        control_module._retry_on_conflict(
+            lambda: write_deltalake(
+                stale, pa.table({"k": [2]}), mode="overwrite", predicate="k = 2"
+            ),
+            f"upsert into {path}",
+        )
+
+    assert error.value.incident_code == "CONCURRENT_WRITE" and error.value.retryable
+    assert f"upsert into {path} lost to a concurrent commit 8 times in a row" in str(error.value)
+    assert DeltaTable(path).version() == 1
