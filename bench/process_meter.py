@@ -141,5 +141,8 @@ class ProcessMeter:
         return self
 
     def stop(self) -> None:
+        """Stop sampling (a meter never started, its benchmark interrupted before, too: the
+        benchmark's own cleanup runs after this)."""
         self._stop.set()
-        self._thread.join(timeout=10)
+        if self._thread.ident is not None:
+            self._thread.join(timeout=10)
