@@ -25,6 +25,7 @@ from cdf_platform.planning.run_result import RunResult
 from cdf_platform.run.advance import run_advance
 from cdf_platform.run.context import RunContext, RunOutcome, SparkFactory
 from cdf_platform.run.incremental import run_incremental
+from cdf_platform.run.jvm_free_merge import run_jvm_free_incremental
 from cdf_platform.run.rebuild_policy import (
     IN_PROCESS,
     NOT_REQUESTED,
@@ -266,6 +267,10 @@ def _carry_out(run: RunContext, plan: RunPlan, *, force_rebuild: bool) -> RunOut
         if advanced is not None:
             return advanced
     try:
+        # A small SCD1 change set deltalake applies exactly needs no Spark (None: Spark's run).
+        jvm_free = run_jvm_free_incremental(run, plan)
+        if jvm_free is not None:
+            return jvm_free
         return run_incremental(run, plan, strategy)
     except CdfPlatformError as err:
         # The read itself re-checks the window: a failure classified as a lost window is handled

@@ -12,9 +12,9 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.errors import DataQualityError
 from cdf_platform.core.spec.pipeline_spec import HistoryMode, PipelineSpec
@@ -271,7 +271,11 @@ def null_sequence_count(sequence_by: str | None) -> Column:
 
 
 def key_quality_problem(
-    row: Row, keys: Sequence[str], where: str, rows: int, sequence_by: str | None
+    row: Row | Mapping[str, Any],
+    keys: Sequence[str],
+    where: str,
+    rows: int,
+    sequence_by: str | None,
 ) -> str:
     """What is wrong with the first offending key of `where` (a commit or a snapshot): a null
     key, `rows` rows for one key, or a NULL `sequence_by` value."""

@@ -1,0 +1,372 @@
+"""An incremental run without Spark: a small SCD1 change set read from bronze's change feed and
+merged into silver by `deltalake`, the watermark in the same commit.
+
+A Delta MERGE in Spark costs about a second and a half of the engine's CPU however few rows it
+moves (its jobs, their planning and generated code); the same step by `deltalake` costs a few
+hundredths (`python -m bench.deltalake_merge`). At a commit a second across a fleet that is the
+difference between an engine that needs every core and one that idles. This path takes the runs
+`deltalake` applies exactly as the Spark path would, and hands every other one back (None):
+
+- the spec: a change feed source (`changes: cdf`), SCD1 (`history: scd1`), hard deletes, no
+  `sequence_by`, `ignore_null_updates`, `where`, `columns`, `transform` or expectations, path
+  names (no catalog);
+- silver: it exists, this pipeline owns it, it holds at most `SILVER_MAX_BYTES`, its columns
+  are bronze's kept columns (same Arrow types) and `_source_commit_version`, none retired or to
+  add, no deletion vector written in it (the feature may be on), no column mapping, and a
+  protocol `deltalake` writes;
+- bronze: no deletion vectors and no column mapping in its protocol (deltalake's change-feed
+  reader would not apply them);
+- the change set: at most `CDF_JVM_FREE_MERGE_MAX_ROWS` change rows (default
+  `MAX_CHANGE_ROWS`; `0` sends every run to Spark), every one readable;
+- pyarrow installed (Spark Connect's client brings it).
+
+The rules are the Spark path's (docs/design.md, section 5): an `update_preimage` carries no
+values, but a key in a commit's preimages and in none of its inserts or postimages counts as a
+delete; inside one commit an insert or postimage beats a delete; the highest commit version
+wins; a null key or two surviving rows of one key in one commit is refused
+(`DataQualityError`); a change applies only over an older silver row. The MERGE carries the
+stamp's transaction (app id, version) and `userMetadata`; a transaction already at or past the
+version writes nothing (a newer run applied it). Checkpoints and log cleanup stay Spark's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from cdf_platform.core.errors import ConcurrentWriteConflict, DataQualityError
+from cdf_platform.core.faults import FaultPoint, fault_point
+from cdf_platform.core.silver_columns import SOURCE_VERSION
+from cdf_platform.core.spec.pipeline_spec import ChangeSource, DeleteMode, HistoryMode
+from cdf_platform.deltalog.delta_tables import open_delta_table
+from cdf_platform.planning.plan import RunMode, RunPlan
+from cdf_platform.planning.run_result import RowCounts
+from cdf_platform.run.context import RunContext, RunOutcome
+from cdf_platform.run.record import applied_outcome, record
+from cdf_platform.spark.read.change_feed import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
+from cdf_platform.spark.read.changes import key_quality_problem
+from cdf_platform.spark.write.silver_writer import silver_stamp
+from cdf_platform.state.watermark import OWNER_PROPERTY, read_silver_state, spec_metadata
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from cdf_platform.core.spec.pipeline_spec import PipelineSpec
+    from cdf_platform.spark.write.merge import TxnStamp
+
+logger = logging.getLogger(__name__)
+
+# A change set larger than this many change rows goes to Spark: it is read whole into this
+# process's memory, and past a few thousand rows Spark's fixed cost is no longer the most of it.
+MAX_CHANGE_ROWS = 20_000
+MAX_ROWS_ENV = "CDF_JVM_FREE_MERGE_MAX_ROWS"
+# A silver larger than this goes to Spark: deltalake's MERGE rewrites every file a change
+# touches, where Spark's marks the rows it replaces (deletion vectors) and skips the files the
+# keys do not reach; a small silver's files are rewritten by Spark too
+# (`spark.cdf_platform.copyOnWriteMergeMaxBytes`).
+SILVER_MAX_BYTES = 32 * 1024 * 1024
+_GONE = "__cdf_platform_gone"  # the source row is a delete
+_VERSION = "__cdf_platform_version"  # the source row's bronze commit version
+
+
+def eligible_spec(spec: PipelineSpec) -> bool:
+    """Whether `spec` is one this path applies exactly (module doc)."""
+    return (
+        spec.changes is ChangeSource.CDF
+        and spec.history is HistoryMode.SCD1
+        and spec.delete_mode is DeleteMode.HARD
+        and spec.sequence_by is None
+        and not spec.ignore_null_updates
+        and spec.where is None
+        and not spec.columns
+        and spec.transform is None
+        and not spec.expectations
+        and not spec.table_names
+    )
+
+
+@dataclass(frozen=True)
+class _Silver:
+    """Silver as this path writes it: its table, columns and their Arrow types."""
+
+    table: Any  # deltalake.DeltaTable
+    schema: pa.Schema
+
+
+def max_change_rows() -> int:
+    """The largest change set this path reads (`CDF_JVM_FREE_MERGE_MAX_ROWS`; 0: none)."""
+    text = os.environ.get(MAX_ROWS_ENV, "").strip()
+    return int(text) if text.isdigit() else MAX_CHANGE_ROWS
+
+
+def _plain_protocol(table: Any, *, vectors: bool) -> bool:
+    """Whether `table` has no column mapping, and (unless `vectors`) no deletion vectors in its
+    protocol: deltalake's change-feed reader would not honour either."""
+    protocol = table.protocol()
+    features = {*(protocol.reader_features or ()), *(protocol.writer_features or ())}
+    mapping = table.metadata().configuration.get("delta.columnMapping.mode", "none")
+    if "columnMapping" in features or mapping != "none":
+        return False
+    return vectors or "deletionVectors" not in features
+
+
+def _writable_silver(spec: PipelineSpec, run: RunContext) -> _Silver | None:
+    """Silver, if this pipeline owns it, it holds at most SILVER_MAX_BYTES, it has no column
+    mapping and no deletion vector is written in it (the feature may be on: deltalake's MERGE
+    rewrites the files it touches)."""
+    table = open_delta_table(spec.target, run.control.storage)
+    if table.metadata().configuration.get(OWNER_PROPERTY) != spec.id or not _plain_protocol(
+        table, vectors=True
+    ):
+        return None
+    sizes = table.get_add_actions(flatten=True).column("size_bytes").to_pylist()
+    if sum(sizes) > SILVER_MAX_BYTES:
+        return None
+    # A file a deletion vector covers stays Spark's to rewrite (deltalake lists only those).
+    if any(batch.num_rows for batch in table.deletion_vectors()):
+        return None
+    return _Silver(table, _plain(table.schema().to_arrow()))
+
+
+def _plain(schema: Any) -> pa.Schema:
+    """`schema` (arro3's or pyarrow's) as a pyarrow schema, `string_view` read as `string`."""
+    import pyarrow as pa
+
+    fields = [
+        pa.field(f.name, pa.string() if f.type == pa.string_view() else f.type, f.nullable)
+        for f in pa.schema(schema)
+    ]
+    return pa.schema(fields)
+
+
+def _kept_columns(spec: PipelineSpec, available: Sequence[str]) -> list[str]:
+    """The bronze columns silver keeps, keys first (as `project_columns` keeps them)."""
+    data = [c for c in available if c not in spec.keys]
+    if spec.include_columns is not None:
+        data = [c for c in data if c in spec.include_columns or c in spec.kept_columns]
+    data = [c for c in data if c not in spec.exclude_columns or c in spec.kept_columns]
+    return [*spec.keys, *data]
+
+
+def read_change_rows(spec: PipelineSpec, run: RunContext, plan: RunPlan) -> pa.Table | None:
+    """The change rows of the plan's range as Arrow, or None when the read fails or the set is
+    larger than MAX_CHANGE_ROWS (the Spark path then reads it, and classifies a failure)."""
+    import pyarrow as pa
+
+    assert plan.start_version is not None
+    try:
+        bronze = open_delta_table(spec.source, run.control.storage)
+        if not _plain_protocol(bronze, vectors=False):
+            return None
+        reader = bronze.load_cdf(
+            starting_version=plan.start_version, ending_version=plan.end_version
+        )
+        rows = pa.table(reader.read_all())
+    except Exception as err:  # any failure: Spark's read classifies it
+        logger.info(
+            "%s: the change feed read by deltalake failed (%s): Spark reads it", spec.id, err
+        )
+        return None
+    if rows.num_rows > max_change_rows():
+        return None
+    return rows.cast(_plain(rows.schema))
+
+
+def latest_changes(
+    rows: pa.Table, keys: Sequence[str], *, pipeline_id: str, table: str
+) -> pa.Table:
+    """One row per key: its latest change (module doc), with `_GONE` (a delete) and `_VERSION`.
+
+    Raises:
+        DataQualityError: a null key, or two surviving rows of one key in one commit (the first
+            by commit version).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    change = rows.column(CHANGE_TYPE).to_pylist()
+    versions = rows.column(COMMIT_VERSION).to_pylist()
+    key_values = list(zip(*(rows.column(k).to_pylist() for k in keys), strict=True))
+    survivors: dict[tuple[Any, int], int] = {}
+    winner: dict[tuple[Any, int], tuple[int, int]] = {}  # (key, version) -> (priority, row)
+    problems: list[tuple[int, dict[str, Any], int]] = []
+    for index, (key, version, kind) in enumerate(zip(key_values, versions, change, strict=True)):
+        if any(value is None for value in key):
+            problems.append((version, dict(zip(keys, key, strict=True)), 1))
+            continue
+        survives = kind not in ("delete", "update_preimage")
+        unit = (key, version)
+        survivors[unit] = survivors.get(unit, 0) + int(survives)
+        priority = 2 if survives else 0
+        if unit not in winner or priority > winner[unit][0]:
+            winner[unit] = (priority, index)
+    problems += [
+        (version, dict(zip(keys, key, strict=True)), count)
+        for (key, version), count in survivors.items()
+        if count > 1
+    ]
+    if problems:
+        version, row, count = min(problems, key=lambda problem: problem[0])
+        raise DataQualityError(
+            key_quality_problem(row, keys, f"bronze commit {version}", count, None),
+            pipeline_id=pipeline_id,
+            table=table,
+            version=version,
+        )
+    latest: dict[Any, tuple[int, int, bool]] = {}  # key -> (version, row, gone)
+    for (key, version), (priority, index) in winner.items():
+        if key not in latest or version > latest[key][0]:
+            latest[key] = (version, index, priority == 0)
+    chosen = sorted(latest.values(), key=lambda entry: entry[1])
+    picked = rows.take(pa.array([index for _, index, _ in chosen], pa.int64()))
+    picked = picked.drop_columns([CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION])
+    picked = picked.append_column(_GONE, pa.array([gone for _, _, gone in chosen], pa.bool_()))
+    return picked.append_column(
+        _VERSION, pc.cast(pa.array([version for version, _, _ in chosen]), pa.int64())
+    )
+
+
+def _ident(name: str) -> str:
+    """A column name as deltalake's SQL (DataFusion's) reads it: double-quoted."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def merge_latest(
+    silver: _Silver, source: pa.Table, keys: Sequence[str], stamp: TxnStamp
+) -> RowCounts:
+    """MERGE `source` (`latest_changes`) into silver in one commit carrying `stamp`; the rows
+    it inserted, updated and deleted."""
+    from deltalake import CommitProperties, PostCommitHookProperties, Transaction
+
+    columns = [c for c in silver.schema.names if c != SOURCE_VERSION]
+    on = " AND ".join(f"t.{_ident(k)} = s.{_ident(k)}" for k in keys)
+    newer = f"s.{_ident(_VERSION)} > t.{_ident(SOURCE_VERSION)}"
+    gone = f"s.{_ident(_GONE)}"
+    row = {_ident(c): f"s.{_ident(c)}" for c in columns}
+    row[_ident(SOURCE_VERSION)] = f"s.{_ident(_VERSION)}"
+    values = {c: v for c, v in row.items() if c not in {_ident(k) for k in keys}}
+    metrics = (
+        silver.table.merge(
+            source,
+            on,
+            source_alias="s",
+            target_alias="t",
+            commit_properties=CommitProperties(
+                custom_metadata={"userMetadata": stamp.metadata},
+                app_transactions=[Transaction(stamp.app_id, stamp.version)],
+            ),
+            post_commithook_properties=PostCommitHookProperties(
+                create_checkpoint=False, cleanup_expired_logs=False
+            ),
+        )
+        .when_matched_delete(predicate=f"{gone} AND {newer}")
+        .when_matched_update(values, predicate=f"NOT {gone} AND {newer}")
+        .when_not_matched_insert(row, predicate=f"NOT {gone}")
+        .execute()
+    )
+    return RowCounts(
+        int(metrics.get("num_target_rows_inserted", 0)),
+        int(metrics.get("num_target_rows_updated", 0)),
+        int(metrics.get("num_target_rows_deleted", 0)),
+    )
+
+
+def run_jvm_free_incremental(run: RunContext, plan: RunPlan) -> RunOutcome | None:
+    """The plan's incremental range applied to silver by deltalake and recorded; None when the
+    run is not one this path takes (module doc): nothing was written, Spark's path runs it.
+
+    Raises:
+        DataQualityError: a null key or a duplicate key in one bronze commit.
+    """
+    spec = plan.spec
+    if plan.mode is not RunMode.INCREMENTAL or plan.start_version is None:
+        return None
+    if not eligible_spec(spec) or not plan.silver.exists or max_change_rows() == 0:
+        return None
+    if importlib.util.find_spec("pyarrow") is None:
+        return None
+    run.mark()
+    silver = _writable_silver(spec, run)
+    if silver is None:
+        return None
+    rows = read_change_rows(spec, run, plan)
+    if rows is None:
+        return None
+    feed = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
+    kept = _kept_columns(spec, [c for c in rows.column_names if c not in feed])
+    # Silver's columns by name (Spark adds a new column after `_source_commit_version`).
+    if sorted(silver.schema.names) != sorted([*kept, SOURCE_VERSION]) or any(
+        rows.schema.field(c).type != silver.schema.field(c).type for c in kept
+    ):
+        return None  # new, retired or retyped columns: Spark evolves silver
+    changes = latest_changes(
+        rows.select([*kept, *feed]), spec.keys, pipeline_id=spec.id, table=spec.source
+    )
+    run.lap("read")
+    run.read_at = datetime.now(UTC)
+    fault_point(FaultPoint.AFTER_READ)
+    stamp = silver_stamp(
+        spec.id,
+        generation=plan.silver.generation,
+        run_id=run.run_id,
+        mode=RunMode.INCREMENTAL.value,
+        start_version=plan.start_version,
+        end_version=plan.end_version,
+        source_table_id=plan.window.table_id,
+        **spec_metadata(plan.spec_record, plan.forward_only_after()),
+    )
+    held = silver.table.transaction_version(stamp.app_id)
+    if held is not None and held >= stamp.version:
+        applied = read_silver_state(spec.target, spec.id, storage=run.control.storage).watermark
+        logger.warning(
+            "%s: a newer run already applied up to %s; nothing written", spec.id, applied
+        )
+        outcome = RunOutcome(
+            RunMode.INCREMENTAL, applied, start=plan.start_version, end=plan.end_version
+        )
+        record(run, plan, outcome)
+        return outcome
+    counts = _merge_or_none(silver, changes, spec, stamp)
+    if counts is None:
+        return None
+    run.committed_at = datetime.now(UTC)
+    run.lap("merge")
+    run.timings["write"] = run.timings.get("merge", 0.0)
+    fault_point(FaultPoint.AFTER_MERGE)
+    fault_point(FaultPoint.BEFORE_CONTROL)
+    outcome = applied_outcome(plan, RunMode.INCREMENTAL, plan.end_version, counts, wrote=True)
+    record(run, plan, outcome)
+    run.lap("control")
+    return outcome
+
+
+def _merge_or_none(
+    silver: _Silver, changes: pa.Table, spec: PipelineSpec, stamp: TxnStamp
+) -> RowCounts | None:
+    """`merge_latest`, or None when deltalake refuses silver's protocol before writing.
+
+    Raises:
+        ConcurrentWriteConflict: another writer committed to silver first (nothing written).
+    """
+    from deltalake.exceptions import CommitFailedError, DeltaProtocolError
+
+    try:
+        return merge_latest(silver, changes, spec.keys, stamp)
+    except DeltaProtocolError as err:
+        logger.info("%s: silver's protocol needs Spark to write (%s)", spec.id, err)
+        return None
+    except CommitFailedError as err:
+        if "Unsupported table features" in str(err):
+            logger.info("%s: silver's protocol needs Spark to write (%s)", spec.id, err)
+            return None
+        raise ConcurrentWriteConflict(
+            f"silver {spec.target} took another commit while this run merged bronze versions "
+            f"{stamp.version} and before ({err})",
+            pipeline_id=spec.id,
+            table=spec.target,
+        ) from err

@@ -1,0 +1,173 @@
+"""A small SCD1 change set reaches silver without Spark (deltalake's change-feed read and
+MERGE, the watermark in the same commit), exactly as the Spark path would write it: the same
+silver rows, the same change feed of silver, the same load-log counts, the same refusals; any
+run it does not apply exactly goes to Spark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from cdf_platform.core.errors import DataQualityError
+from cdf_platform.planning.plan import RunMode
+from cdf_platform.run import PipelineRunner
+from cdf_platform.run.jvm_free_merge import MAX_ROWS_ENV
+from cdf_platform.spark.runtime.small_steps import COPY_ON_WRITE_CONF
+from cdf_platform_testkit.spark_conf import SessionsWithConf
+from cdf_platform_tests.bronze import control_for, insert, make_bronze, rows, spec_for, sql
+
+
+def _no_spark() -> SparkSession:
+    raise AssertionError("this run must not start Spark")
+
+
+def _changes(spark: SparkSession, path: str, since: int) -> list[tuple[Any, ...]]:
+    """Silver's change feed after version `since`, as sorted (id, type, name, amount,
+    source version) rows, whoever wrote it."""
+    frame = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", since + 1)
+        .load(path)
+    )
+    return sorted(
+        (r["id"], r["_change_type"], r["name"], r["amount"], r["_source_commit_version"])
+        for r in frame.collect()
+    )
+
+
+def _history(spark: SparkSession, path: str) -> None:
+    """Bronze commits of every kind a change set holds: inserts, updates, deletes, a key
+    updated (its old key left), a key deleted and inserted again, several in one run."""
+    insert(spark, path, [(4, "dee", 40), (5, "eve", 50)])
+    sql(spark, path, "UPDATE {t} SET amount = amount + 1 WHERE id IN (1, 4)")
+    sql(spark, path, "DELETE FROM {t} WHERE id = 2")
+    sql(spark, path, "UPDATE {t} SET id = 30 WHERE id = 3")  # key 3 leaves, 30 arrives
+    insert(spark, path, [(2, "bob again", 21)])
+
+
+@pytest.mark.parametrize("jvm_free", [True, False])
+def test_small_scd1_change_sets_reach_silver_without_spark_as_spark_writes_them(
+    spark: SparkSession, lake: Path, jvm_free: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same bronze history applied run by run, once with the JVM-free path and once with
+    Spark's (`CDF_JVM_FREE_MERGE_MAX_ROWS=0`): silver's rows, silver's change feed and each
+    run's counts are the same; the JVM-free runs never start Spark."""
+    spec = spec_for(lake)
+    control = control_for(lake)
+    make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20), (3, "cy", 30)])
+    PipelineRunner.on(control, lambda: spark).run(spec)  # the initial load: Spark
+    loaded = int(DeltaTable(spec.target).version())
+    if not jvm_free:
+        monkeypatch.setenv(MAX_ROWS_ENV, "0")
+    factory = _no_spark if jvm_free else (lambda: spark)
+    _history(spark, spec.source)
+    first = PipelineRunner.on(control, factory).run(spec)
+    insert(spark, spec.source, [(6, "fay", 60)])
+    sql(spark, spec.source, "UPDATE {t} SET name = 'ADA' WHERE id = 1")
+    second = PipelineRunner.on(control, factory).run(spec)
+
+    assert (first.mode, second.mode) == (RunMode.INCREMENTAL, RunMode.INCREMENTAL)
+    assert (first.spark_started, second.spark_started) == (not jvm_free, not jvm_free)
+    latest = int(DeltaTable(spec.source).version())
+    assert second.watermark_after == latest
+    assert DeltaTable(spec.target).transaction_version(spec.id) == latest
+    assert rows(spark, spec.target) == rows(spark, spec.source)
+    # Versions: 1 the seed, 2 inserts, 3 updates, 4 a delete, 5 a key updated, 6 key 2 again;
+    # then 7 an insert and 8 an update.
+    assert rows(spark, spec.target, "id", "_source_commit_version") == [
+        (1, 8),
+        (2, 6),
+        (4, 3),
+        (5, 2),
+        (6, 7),
+        (30, 5),
+    ]
+    counts = [(r.rows_inserted, r.rows_updated, r.rows_deleted) for r in (first, second)]
+    assert counts == [(3, 2, 1), (1, 1, 0)]
+    assert _changes(spark, spec.target, loaded) == [
+        (1, "update_postimage", "ADA", 11, 8),
+        (1, "update_postimage", "ada", 11, 3),
+        (1, "update_preimage", "ada", 10, 1),
+        (1, "update_preimage", "ada", 11, 3),
+        (2, "update_postimage", "bob again", 21, 6),
+        (2, "update_preimage", "bob", 20, 1),
+        (3, "delete", "cy", 30, 1),
+        (4, "insert", "dee", 41, 3),
+        (5, "insert", "eve", 50, 2),
+        (6, "insert", "fay", 60, 7),
+        (30, "insert", "cy", 30, 5),
+    ]
+    assert [row["rows_inserted"] for row in control.read_log(spec.id)[-2:]] == [3, 1]
+
+
+def test_a_duplicate_key_in_one_commit_is_refused_as_the_spark_path_refuses_it(
+    spark: SparkSession, lake: Path
+) -> None:
+    spec = spec_for(lake)
+    control = control_for(lake)
+    make_bronze(spark, spec.source, [(1, "ada", 10)])
+    PipelineRunner.on(control, lambda: spark).run(spec)
+    insert(spark, spec.source, [(7, "x", 1), (7, "y", 2)])
+
+    with pytest.raises(DataQualityError, match=r"bronze commit 2 holds 2 rows for key \(id=7\)"):
+        PipelineRunner.on(control, _no_spark).run(spec)
+    assert rows(spark, spec.target) == [(1, "ada", 10)]
+
+
+def test_a_where_sends_the_run_to_spark(spark: SparkSession, lake: Path) -> None:
+    spec = spec_for(lake, where="amount > 0")
+    control = control_for(lake)
+    make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20)])
+    PipelineRunner.on(control, lambda: spark).run(spec)
+    insert(spark, spec.source, [(3, "cy", 30), (4, "dee", -1)])
+
+    ran = PipelineRunner.on(control, lambda: spark).run(spec)
+
+    assert (ran.mode, ran.spark_started) == (RunMode.INCREMENTAL, True)
+    assert rows(spark, spec.target) == [(1, "ada", 10), (2, "bob", 20), (3, "cy", 30)]
+
+
+def test_a_new_bronze_column_goes_to_spark_and_the_runs_after_it_do_not(
+    spark: SparkSession, lake: Path
+) -> None:
+    spec = spec_for(lake)
+    control = control_for(lake)
+    make_bronze(spark, spec.source, [(1, "ada", 10)])
+    PipelineRunner.on(control, lambda: spark).run(spec)
+    sql(spark, spec.source, "ALTER TABLE {t} ADD COLUMN (city STRING)")
+    sql(spark, spec.source, "INSERT INTO {t} VALUES (2, 'bob', 20, 'oslo')")
+
+    evolved = PipelineRunner.on(control, lambda: spark).run(spec)
+    sql(spark, spec.source, "INSERT INTO {t} VALUES (3, 'cy', 30, 'rome')")
+    after = PipelineRunner.on(control, _no_spark).run(spec)
+
+    assert (evolved.spark_started, after.spark_started) == (True, False)
+    assert rows(spark, spec.target) == rows(spark, spec.source)
+
+
+def test_a_silver_holding_deletion_vectors_goes_to_spark(
+    spark: SparkSession, lake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """deltalake's MERGE is not trusted with a file a deletion vector covers."""
+    spec = spec_for(lake)
+    control = control_for(lake)
+    make_bronze(spark, spec.source, [(n, f"n{n}", n) for n in range(1, 41)])
+    PipelineRunner.on(control, lambda: spark).run(spec)
+    # Spark's MERGE writes a vector when a small silver's copy is switched off.
+    monkeypatch.setenv(MAX_ROWS_ENV, "0")
+    sql(spark, spec.source, "UPDATE {t} SET amount = 0 WHERE id = 1")
+    keeping = SessionsWithConf(spark, {COPY_ON_WRITE_CONF: "0"})
+    PipelineRunner.on(control, lambda: keeping).run(spec)
+    assert any(batch.num_rows for batch in DeltaTable(spec.target).deletion_vectors())
+    monkeypatch.delenv(MAX_ROWS_ENV)
+    sql(spark, spec.source, "UPDATE {t} SET amount = -1 WHERE id = 2")
+
+    ran = PipelineRunner.on(control, lambda: spark).run(spec)
+
+    assert rows(spark, spec.target) == rows(spark, spec.source)
+    assert ran.spark_started
