@@ -14,7 +14,9 @@ kept, and one MERGE into silver (deletes, updates, inserts) that carries the tra
 (app id, version) and the commit's metadata in the same commit, as the platform's silver
 commits do. Wall and CPU seconds of each step; at the end silver must equal bronze.
 
-It measures a design, not the platform's run: the platform's incremental runs MERGE with Spark.
+The platform's runs of small SCD1 change sets take this path, with these functions
+(`cdf_platform/run/jvm_free_merge.py`); this command measures the step alone, without the
+run's plan and its records.
 Writes `bench/results/deltalake_merge.{json,md}`.
 
 Usage:
@@ -31,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyspark
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
@@ -46,12 +47,13 @@ from bench.report import (
     scratch_folder,
 )
 from cdf_platform.core.silver_columns import SOURCE_VERSION
+from cdf_platform.run.jvm_free_merge import SilverTable, latest_changes, merge_latest, plain_schema
+from cdf_platform.spark.write.merge import TxnStamp
 from cdf_platform_testkit.orders_bronze import write_orders_batch
 
 RESULTS = Path(__file__).parent / "results"
 KEY = "order_id"
 APP_ID = "cdf_platform/bench"
-GONE = "_gone"
 
 
 def _cpu() -> float:
@@ -59,59 +61,19 @@ def _cpu() -> float:
     return times.user + times.system
 
 
-def _plain_strings(table: pa.Table) -> pa.Table:
-    """deltalake's change feed gives `string_view` columns, which pyarrow's kernels do not
-    all take: cast them to `string`."""
-    fields = [
-        pa.field(f.name, pa.string() if f.type == pa.string_view() else f.type)
-        for f in table.schema
-    ]
-    return table.cast(pa.schema(fields))
-
-
-def latest_changes(changes: pa.Table) -> pa.Table:
-    """Bronze's change rows, one per key: the latest by commit version (pre-images left out),
-    `_commit_version` renamed to silver's `_source_commit_version`, `_gone` for deletes."""
-    changes = changes.filter(pc.field("_change_type") != "update_preimage")
-    changes = changes.sort_by([(KEY, "ascending"), ("_commit_version", "descending")])
-    keys = changes[KEY].to_pylist()
-    first = [i for i, key in enumerate(keys) if i == 0 or key != keys[i - 1]]
-    latest = changes.take(pa.array(first, pa.int64()))
-    latest = latest.append_column(GONE, pc.equal(latest["_change_type"], "delete"))
-    latest = latest.drop_columns(["_change_type", "_commit_timestamp"])
-    names = [SOURCE_VERSION if name == "_commit_version" else name for name in latest.column_names]
-    return latest.rename_columns(names)
-
-
 def merge_step(bronze: str, silver: str, version: int) -> dict[str, int]:
     """Bronze version `version`'s changes merged into silver in one commit stamped with the
-    transaction (APP_ID, `version`); the MERGE's row counts."""
-    changes = _plain_strings(
-        pa.table(
-            DeltaTable(bronze).load_cdf(starting_version=version, ending_version=version).read_all()
-        )
+    transaction (APP_ID, `version`), by the platform's JVM-free functions; the MERGE's row
+    counts."""
+    changes = pa.table(
+        DeltaTable(bronze).load_cdf(starting_version=version, ending_version=version).read_all()
     )
-    source = latest_changes(changes)
-    target = DeltaTable(silver)
-    columns = target.schema().to_arrow().names
+    changes = changes.cast(plain_schema(changes.schema))
+    source = latest_changes(changes, [KEY], pipeline_id="bench", table=bronze)
     metadata = json.dumps({"cdf_platform": {"mode": "incremental", "end_version": version}})
-    metrics = (
-        target.merge(
-            source,
-            f"t.{KEY} = s.{KEY}",
-            source_alias="s",
-            target_alias="t",
-            commit_properties=CommitProperties(
-                custom_metadata={"userMetadata": metadata},
-                app_transactions=[Transaction(APP_ID, version)],
-            ),
-        )
-        .when_matched_delete(f"s.{GONE}")
-        .when_matched_update({c: f"s.{c}" for c in columns if c != KEY})
-        .when_not_matched_insert({c: f"s.{c}" for c in columns}, predicate=f"NOT s.{GONE}")
-        .execute()
-    )
-    return {k: int(v) for k, v in metrics.items() if k.startswith("num_target_rows")}
+    stamp = TxnStamp(app_id=APP_ID, version=version, metadata=metadata)
+    counts = merge_latest(SilverTable.of(DeltaTable(silver)), source, [KEY], stamp)
+    return {"inserted": counts.inserted, "updated": counts.updated, "deleted": counts.deleted}
 
 
 def measure(workdir: Path, rows: int, batch: int, rounds: int) -> dict[str, Any]:
@@ -215,9 +177,9 @@ def main(argv: list[str] | None = None) -> None:
                     "bronze version": step["version"],
                     "wall s": f"{step['wall_s']:.3f}",
                     "CPU s": f"{step['cpu_s']:.3f}",
-                    "inserted": step.get("num_target_rows_inserted", 0),
-                    "updated": step.get("num_target_rows_updated", 0),
-                    "deleted": step.get("num_target_rows_deleted", 0),
+                    "inserted": step["inserted"],
+                    "updated": step["updated"],
+                    "deleted": step["deleted"],
                 }
                 for step in steps
             ]

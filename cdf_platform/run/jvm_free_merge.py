@@ -91,11 +91,17 @@ def eligible_spec(spec: PipelineSpec) -> bool:
 
 
 @dataclass(frozen=True)
-class _Silver:
-    """Silver as this path writes it: its table, columns and their Arrow types."""
+class SilverTable:
+    """Silver as this path writes it: its `deltalake` table, and its columns with their Arrow
+    types (`string_view` read as `string`)."""
 
     table: Any  # deltalake.DeltaTable
     schema: pa.Schema
+
+    @classmethod
+    def of(cls, table: Any) -> SilverTable:
+        """Silver's `deltalake` table `table`, with its schema."""
+        return cls(table, plain_schema(table.schema().to_arrow()))
 
 
 def max_change_rows() -> int:
@@ -115,7 +121,7 @@ def _plain_protocol(table: Any, *, vectors: bool) -> bool:
     return vectors or "deletionVectors" not in features
 
 
-def _writable_silver(spec: PipelineSpec, run: RunContext) -> _Silver | None:
+def _writable_silver(spec: PipelineSpec, run: RunContext) -> SilverTable | None:
     """Silver, if this pipeline owns it, it holds at most SILVER_MAX_BYTES, it has no column
     mapping and no deletion vector is written in it (the feature may be on: deltalake's MERGE
     rewrites the files it touches)."""
@@ -130,10 +136,10 @@ def _writable_silver(spec: PipelineSpec, run: RunContext) -> _Silver | None:
     # A file a deletion vector covers stays Spark's to rewrite (deltalake lists only those).
     if any(batch.num_rows for batch in table.deletion_vectors()):
         return None
-    return _Silver(table, _plain(table.schema().to_arrow()))
+    return SilverTable.of(table)
 
 
-def _plain(schema: Any) -> pa.Schema:
+def plain_schema(schema: Any) -> pa.Schema:
     """`schema` (arro3's or pyarrow's) as a pyarrow schema, `string_view` read as `string`."""
     import pyarrow as pa
 
@@ -174,7 +180,7 @@ def read_change_rows(spec: PipelineSpec, run: RunContext, plan: RunPlan) -> pa.T
         return None
     if rows.num_rows > max_change_rows():
         return None
-    return rows.cast(_plain(rows.schema))
+    return rows.cast(plain_schema(rows.schema))
 
 
 def latest_changes(
@@ -237,7 +243,7 @@ def _ident(name: str) -> str:
 
 
 def merge_latest(
-    silver: _Silver, source: pa.Table, keys: Sequence[str], stamp: TxnStamp
+    silver: SilverTable, source: pa.Table, keys: Sequence[str], stamp: TxnStamp
 ) -> RowCounts:
     """MERGE `source` (`latest_changes`) into silver in one commit carrying `stamp`; the rows
     it inserted, updated and deleted."""
@@ -346,7 +352,7 @@ def run_jvm_free_incremental(run: RunContext, plan: RunPlan) -> RunOutcome | Non
 
 
 def _merge_or_none(
-    silver: _Silver, changes: pa.Table, spec: PipelineSpec, stamp: TxnStamp
+    silver: SilverTable, changes: pa.Table, spec: PipelineSpec, stamp: TxnStamp
 ) -> RowCounts | None:
     """`merge_latest`, or None when deltalake refuses silver's protocol before writing.
 
