@@ -31,6 +31,12 @@ PIPELINES_FILE_ENV = "CDF_PIPELINES_FILE"
 AUTOMATION_ENV = "CDF_AUTOMATION"
 SPARK_LOG_ENV = "CDF_SPARK_LOG"
 PIPELINES_PER_RUN_ENV = "CDF_PIPELINES_PER_RUN"
+# An incremental run of a small SCD1 change set of at most this many change rows runs without
+# Spark (`cdf_platform.run.jvm_free_merge`); 0: every run is Spark's. Larger sets are read
+# whole into the run's memory, and past a few thousand rows Spark's fixed cost is no longer
+# the most of a run.
+JVM_FREE_MERGE_MAX_ROWS_ENV = "CDF_JVM_FREE_MERGE_MAX_ROWS"
+DEFAULT_JVM_FREE_MERGE_MAX_ROWS = 20_000
 # host:port of the warm run worker (`cdf-platform run-worker`) the deployment's run launcher
 # hands runs to.
 RUN_WORKER_ENV = "CDF_RUN_WORKER"
@@ -168,6 +174,24 @@ def default_pipelines_per_run() -> int:
             f"{PIPELINES_PER_RUN_ENV}={value!r} is not a whole number of at least 1",
             action=f"set {PIPELINES_PER_RUN_ENV} to 1 or more "
             f"(default {DEFAULT_PIPELINES_PER_RUN})",
+        )
+    return int(value)
+
+
+def jvm_free_merge_max_rows() -> int:
+    """`$CDF_JVM_FREE_MERGE_MAX_ROWS`, else 20,000: the largest change set an incremental run
+    applies without Spark (0: none).
+
+    Raises:
+        RuntimeEnvironmentError: the value is not a whole number.
+    """
+    default = str(DEFAULT_JVM_FREE_MERGE_MAX_ROWS)
+    value = (os.environ.get(JVM_FREE_MERGE_MAX_ROWS_ENV) or default).strip()
+    if not value.isdigit():
+        raise RuntimeEnvironmentError(
+            f"{JVM_FREE_MERGE_MAX_ROWS_ENV}={value!r} is not a whole number",
+            action=f"set {JVM_FREE_MERGE_MAX_ROWS_ENV} to 0 (every run through Spark) or more "
+            f"(default {DEFAULT_JVM_FREE_MERGE_MAX_ROWS})",
         )
     return int(value)
 

@@ -16,8 +16,8 @@ difference between an engine that needs every core and one that idles. This path
   protocol `deltalake` writes;
 - bronze: no deletion vectors and no column mapping in its protocol (deltalake's change-feed
   reader would not apply them);
-- the change set: at most `CDF_JVM_FREE_MERGE_MAX_ROWS` change rows (default
-  `MAX_CHANGE_ROWS`; `0` sends every run to Spark), every one readable;
+- the change set: at most `CDF_JVM_FREE_MERGE_MAX_ROWS` change rows (default 20,000; `0`
+  sends every run to Spark: `cdf_platform.core.config`), every one readable;
 - pyarrow installed (Spark Connect's client brings it).
 
 The rules are the Spark path's (docs/design.md, section 5): an `update_preimage` carries no
@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from cdf_platform.core.config import jvm_free_merge_max_rows
 from cdf_platform.core.errors import ConcurrentWriteConflict, DataQualityError
 from cdf_platform.core.faults import FaultPoint, fault_point
 from cdf_platform.core.silver_columns import SOURCE_VERSION
@@ -61,10 +61,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# A change set larger than this many change rows goes to Spark: it is read whole into this
-# process's memory, and past a few thousand rows Spark's fixed cost is no longer the most of it.
-MAX_CHANGE_ROWS = 20_000
-MAX_ROWS_ENV = "CDF_JVM_FREE_MERGE_MAX_ROWS"
 # A silver larger than this goes to Spark: deltalake's MERGE rewrites every file a change
 # touches, where Spark's marks the rows it replaces (deletion vectors) and skips the files the
 # keys do not reach; a small silver's files are rewritten by Spark too
@@ -102,12 +98,6 @@ class SilverTable:
     def of(cls, table: Any) -> SilverTable:
         """Silver's `deltalake` table `table`, with its schema."""
         return cls(table, plain_schema(table.schema().to_arrow()))
-
-
-def max_change_rows() -> int:
-    """The largest change set this path reads (`CDF_JVM_FREE_MERGE_MAX_ROWS`; 0: none)."""
-    text = os.environ.get(MAX_ROWS_ENV, "").strip()
-    return int(text) if text.isdigit() else MAX_CHANGE_ROWS
 
 
 def _plain_protocol(table: Any, *, vectors: bool) -> bool:
@@ -161,7 +151,8 @@ def _kept_columns(spec: PipelineSpec, available: Sequence[str]) -> list[str]:
 
 def read_change_rows(spec: PipelineSpec, run: RunContext, plan: RunPlan) -> pa.Table | None:
     """The change rows of the plan's range as Arrow, or None when the read fails or the set is
-    larger than MAX_CHANGE_ROWS (the Spark path then reads it, and classifies a failure)."""
+    larger than `jvm_free_merge_max_rows()` (the Spark path then reads it, and classifies a
+    failure)."""
     import pyarrow as pa
 
     assert plan.start_version is not None
@@ -178,7 +169,7 @@ def read_change_rows(spec: PipelineSpec, run: RunContext, plan: RunPlan) -> pa.T
             "%s: the change feed read by deltalake failed (%s): Spark reads it", spec.id, err
         )
         return None
-    if rows.num_rows > max_change_rows():
+    if rows.num_rows > jvm_free_merge_max_rows():
         return None
     return rows.cast(plain_schema(rows.schema))
 
@@ -292,7 +283,7 @@ def run_jvm_free_incremental(run: RunContext, plan: RunPlan) -> RunOutcome | Non
     spec = plan.spec
     if plan.mode is not RunMode.INCREMENTAL or plan.start_version is None:
         return None
-    if not eligible_spec(spec) or not plan.silver.exists or max_change_rows() == 0:
+    if not eligible_spec(spec) or not plan.silver.exists or jvm_free_merge_max_rows() == 0:
         return None
     if importlib.util.find_spec("pyarrow") is None:
         return None

@@ -12,10 +12,10 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdf_platform.core.errors import DataQualityError
+from cdf_platform.core.config import JVM_FREE_MERGE_MAX_ROWS_ENV as MAX_ROWS_ENV
+from cdf_platform.core.errors import DataQualityError, RuntimeEnvironmentError
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.run import PipelineRunner
-from cdf_platform.run.jvm_free_merge import MAX_ROWS_ENV
 from cdf_platform.spark.runtime.small_steps import COPY_ON_WRITE_CONF
 from cdf_platform_testkit.spark_conf import SessionsWithConf
 from cdf_platform_tests.bronze import control_for, insert, make_bronze, rows, spec_for, sql
@@ -171,3 +171,19 @@ def test_a_silver_holding_deletion_vectors_goes_to_spark(
 
     assert rows(spark, spec.target) == rows(spark, spec.source)
     assert ran.spark_started
+
+
+def test_a_limit_that_is_not_a_number_fails_the_run_by_name_and_writes_nothing(
+    spark: SparkSession, lake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = spec_for(lake)
+    control = control_for(lake)
+    make_bronze(spark, spec.source, [(1, "ada", 10)])
+    PipelineRunner.on(control, lambda: spark).run(spec)
+    insert(spark, spec.source, [(2, "bob", 20)])
+    silver_version = DeltaTable(spec.target).version()
+    monkeypatch.setenv(MAX_ROWS_ENV, "20k")
+
+    with pytest.raises(RuntimeEnvironmentError, match="CDF_JVM_FREE_MERGE_MAX_ROWS='20k'"):
+        PipelineRunner.on(control, _no_spark).run(spec)
+    assert DeltaTable(spec.target).version() == silver_version
