@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
 from cdf_platform.cli import build_parser
+from cdf_platform.core.config import JVM_FREE_MERGE_MAX_ROWS_ENV
 from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.spec.spec_file import parse_specs, parse_storage
 from cdf_platform.core.sql import sql_path
@@ -252,7 +253,9 @@ def test_readme_deltalake_example_reads_silver_with_deletion_vectors(
     make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20), (3, "cy", 30)])
     PipelineRunner.on(control, lambda: spark).run(spec)
     sql(spark, spec.source, "UPDATE {t} SET amount = 11 WHERE id = 1")
-    # A silver this small is rewritten by default (copyOnWriteMergeMaxBytes): 0 keeps vectors.
+    # A silver this small is rewritten by default (copyOnWriteMergeMaxBytes): 0 keeps vectors,
+    # in Spark's MERGE (a change set this small would need no Spark).
+    monkeypatch.setenv(JVM_FREE_MERGE_MAX_ROWS_ENV, "0")
     keeping = SessionsWithConf(spark, {COPY_ON_WRITE_CONF: "0"})
     PipelineRunner.on(control, lambda: keeping).run(spec)
     assert list(Path(spec.target).glob("deletion_vector_*.bin"))

@@ -22,7 +22,7 @@ import yaml
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdf_platform.core.config import LAKE_ROOT_ENV, PIPELINES_FILE_ENV
+from cdf_platform.core.config import JVM_FREE_MERGE_MAX_ROWS_ENV, LAKE_ROOT_ENV, PIPELINES_FILE_ENV
 from cdf_platform.demo.data.events import folded_rows, write_event_batch
 from cdf_platform.spark.runtime.engine import (
     EngineSettings,
@@ -253,7 +253,8 @@ ENGINE_AWAY_S = 15.0
 def test_a_run_whose_engine_restarted_fails_retryable_and_one_started_while_it_is_away_waits(
     engine: Engine, spark: SparkSession
 ) -> None:
-    env = {**engine.env, **engine.client_env()}
+    # Runs that need the engine (small SCD1 change sets would not).
+    env = {**engine.env, **engine.client_env(), JVM_FREE_MERGE_MAX_ROWS_ENV: "0"}
     survivor = subprocess.Popen(
         [sys.executable, "-c", _SURVIVOR],
         stdin=subprocess.PIPE,

@@ -40,6 +40,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.config import (
     AUTOMATION_ENV,
+    JVM_FREE_MERGE_MAX_ROWS_ENV,
     LAKE_ROOT_ENV,
     MASTER_ENV,
     PIPELINES_FILE_ENV,
@@ -389,6 +390,8 @@ def test_small_change_sets_share_one_run_in_the_mode_and_a_failing_pipeline_fail
         LAKE_ROOT_ENV: str(lake),
         PIPELINES_FILE_ENV: str(lake / "pipelines.yaml"),
         **spark_env(request, mode),
+        # The mode's Spark runs the steps (small SCD1 change sets would need none).
+        JVM_FREE_MERGE_MAX_ROWS_ENV: "0",
     }
     cluster: StandaloneCluster | None = (
         request.getfixturevalue("standalone") if mode == "standalone" else None

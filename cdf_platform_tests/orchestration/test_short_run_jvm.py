@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from cdf_platform.core.config import JVM_FREE_MERGE_MAX_ROWS_ENV
 from cdf_platform.orchestration.shared.resources import SparkResource
 from cdf_platform.planning.plan import RunMode, plan_run
 from cdf_platform.run import PipelineRunner
@@ -64,8 +65,10 @@ def _run_process(lake: Path, lean: str) -> dict[str, Any]:
 
 
 def test_a_run_process_starts_its_jvm_lean_for_a_small_incremental_run_only(
-    spark: SparkSession, lake: Path
+    spark: SparkSession, lake: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A run through Spark (this small SCD1 change set would need none).
+    monkeypatch.setenv(JVM_FREE_MERGE_MAX_ROWS_ENV, "0")
     spec = spec_for(lake)
     (lake / "pipelines.yaml").write_text(
         f"pipelines:\n  - id: people\n    source: {spec.source}\n    target: {spec.target}\n"

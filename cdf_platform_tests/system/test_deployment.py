@@ -31,7 +31,7 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
-from cdf_platform.core.config import REMOTE_ENV
+from cdf_platform.core.config import JVM_FREE_MERGE_MAX_ROWS_ENV, REMOTE_ENV
 from cdf_platform.orchestration.jobs.silver_jobs import CHECKS_JOB, rebuild_run_config
 from cdf_platform.orchestration.run_launcher import RUN_WORKER_TAG
 from cdf_platform.orchestration.shared.keys import QUEUE_TAG, RUN_KEY_TAG, SILVER_QUEUE
@@ -323,7 +323,11 @@ def test_sensors_alone_keep_every_silver_in_step_through_process_faults(
     spark: SparkSession, postgres: PostgresServer, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     root: Path = tmp_path_factory.mktemp("deployment")
-    deployment = Deployment(root, postgres, [orders_pipeline(i) for i in IDS])
+    # The engine's outages are this story's: every silver run goes through Spark (small SCD1
+    # change sets would need none).
+    deployment = Deployment(
+        root, postgres, [orders_pipeline(i) for i in IDS], env={JVM_FREE_MERGE_MAX_ROWS_ENV: "0"}
+    )
     writer = BronzeWriter(deployment, WRITTEN, interval=4.0)
     for pipeline_id in IDS:
         writer.commit(pipeline_id)

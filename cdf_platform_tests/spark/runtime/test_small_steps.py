@@ -14,6 +14,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from cdf_platform.core.config import JVM_FREE_MERGE_MAX_ROWS_ENV
 from cdf_platform.core.errors import UnsafeSparkConfig
 from cdf_platform.planning.plan import RunMode, plan_run
 from cdf_platform.run import PipelineRunner
@@ -93,8 +94,9 @@ def test_load_table_state_counts_the_tables_files(spark: SparkSession, lake: Pat
 
 
 def test_an_incremental_run_leaves_the_sessions_code_generation_as_it_was(
-    spark: SparkSession, lake: Path
+    spark: SparkSession, lake: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv(JVM_FREE_MERGE_MAX_ROWS_ENV, "0")  # Spark's run, not deltalake's
     session = _codegen_on(spark)
     session.conf.set(ADAPTIVE, "true")
     spec = spec_for(lake)

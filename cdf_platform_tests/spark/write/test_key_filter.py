@@ -6,10 +6,12 @@ import datetime as dt
 import itertools
 from pathlib import Path
 
+import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
+from cdf_platform.core.config import JVM_FREE_MERGE_MAX_ROWS_ENV
 from cdf_platform.core.sql import sql_path
 from cdf_platform.run import PipelineRunner
 from cdf_platform.spark.runtime.session import scoped_conf
@@ -78,8 +80,9 @@ def test_the_ranges_hold_every_changed_key_and_only_cover_keys_they_can_write(
 
 
 def test_first_load_is_ordered_by_key_and_a_clustered_backlog_skips_the_other_files(
-    spark: SparkSession, lake: Path
+    spark: SparkSession, lake: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv(JVM_FREE_MERGE_MAX_ROWS_ENV, "0")  # Spark's MERGE and its file skipping
     spec = spec_for(lake)
     control = control_for(lake)
     # Bronze's rows arrive out of key order, in one file.
