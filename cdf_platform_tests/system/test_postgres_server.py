@@ -10,6 +10,7 @@ import shutil
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import psycopg2
@@ -29,16 +30,20 @@ def orders() -> int:
     return 1
 
 
-def _setting(postgres: PostgresServer, name: str) -> str:
+def _query(postgres: PostgresServer, statement: str, *params: object) -> list[tuple[Any, ...]]:
+    """The rows of `statement`, over a connection of its own."""
     connection = postgres.connect()
     try:
         with connection.cursor() as cursor:
-            cursor.execute(f"SHOW {name}")
-            row = cursor.fetchone()
+            cursor.execute(statement, params or None)
+            return list(cursor.fetchall())
     finally:
         connection.close()
-    assert row is not None
-    return str(row[0])
+
+
+def _setting(postgres: PostgresServer, name: str) -> str:
+    ((value,),) = _query(postgres, f"SHOW {name}")
+    return str(value)
 
 
 def _accepts_connections(port: int) -> bool:
@@ -100,15 +105,10 @@ def test_dagster_instance_keeps_its_runs_across_a_crash_and_a_restart(
 def _sessions(postgres: PostgresServer) -> int:
     """Sessions ever opened to the instance's database (PostgreSQL's statistics, which a
     session adds itself to by the time it ends), not counting the one reading them."""
-    connection = postgres.connect()
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = 'dagster'")
-            row = cursor.fetchone()
-    finally:
-        connection.close()
-    assert row is not None
-    return int(row[0])
+    ((sessions,),) = _query(
+        postgres, "SELECT sessions FROM pg_stat_database WHERE datname = 'dagster'"
+    )
+    return int(sessions)
 
 
 def _settled_sessions(postgres: PostgresServer) -> int:
@@ -180,13 +180,7 @@ def _assert_a_fork_opens_its_own(postgres: PostgresServer) -> None:
 
 
 def _alive(postgres: PostgresServer, backend: int) -> bool:
-    connection = postgres.connect()
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pid FROM pg_stat_activity WHERE pid = %s", (backend,))
-            return bool(cursor.fetchall())
-    finally:
-        connection.close()
+    return bool(_query(postgres, "SELECT pid FROM pg_stat_activity WHERE pid = %s", backend))
 
 
 def _assert_deployment_settings(instance: dg.DagsterInstance) -> None:
