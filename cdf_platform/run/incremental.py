@@ -129,7 +129,7 @@ def _write(
             silver_state = classified(ctx, partial(load_table_state, spark, spec.target))
         run.lap("silver_state")
     writer = SilverWriter(
-        spark, spec.target, layout, _stamp(run, plan), plan.silver.generation, storage
+        spark, spec.target, layout, incremental_stamp(run, plan), plan.silver.generation, storage
     )
     # The key filter on silver: the SCD1 MERGE takes it, and the quarantine's guard reads silver
     # through it; computed once for both.
@@ -165,7 +165,8 @@ def _write(
         classified(ctx, apply, f"merging {ctx.described} into silver {spec.target}")
 
 
-def _stamp(run: RunContext, plan: RunPlan) -> TxnStamp:
+def incremental_stamp(run: RunContext, plan: RunPlan) -> TxnStamp:
+    """The stamp of the plan's incremental silver commit (its txn and metadata)."""
     assert plan.start_version is not None
     return silver_stamp(
         plan.spec.id,
@@ -179,6 +180,19 @@ def _stamp(run: RunContext, plan: RunPlan) -> TxnStamp:
     )
 
 
+def newer_run_outcome(run: RunContext, plan: RunPlan) -> RunOutcome:
+    """A newer run of this pipeline applied a later range first and nothing was written:
+    silver's watermark is the truth to report, and recorded."""
+    spec = plan.spec
+    applied = read_silver_state(spec.target, spec.id, storage=run.control.storage).watermark
+    logger.warning("%s: a newer run already applied up to %s; nothing written", spec.id, applied)
+    outcome = RunOutcome(
+        RunMode.INCREMENTAL, applied, start=plan.start_version, end=plan.end_version
+    )
+    record(run, plan, outcome)
+    return outcome
+
+
 def _count_and_record(
     run: RunContext, plan: RunPlan, tuning: RunTuning, judged: ExpectationCounts | None
 ) -> RunOutcome:
@@ -188,18 +202,9 @@ def _count_and_record(
     storage = run.control.storage
     committed = find_run_commit(spec.target, spec.id, run.run_id, storage)
     if committed is None:
-        # Delta skipped the MERGE (txnVersion not above the stored one): a newer run of this
-        # pipeline applied a later range first. Silver's watermark is the truth to report.
-        applied = read_silver_state(spec.target, spec.id, storage=storage).watermark
+        # Delta skipped the MERGE (txnVersion not above the stored one).
         run.committed_at = None
-        logger.warning(
-            "%s: a newer run already applied up to %s; nothing written", spec.id, applied
-        )
-        outcome = RunOutcome(
-            RunMode.INCREMENTAL, applied, start=plan.start_version, end=plan.end_version
-        )
-        record(run, plan, outcome)
-        return outcome
+        return newer_run_outcome(run, plan)
     with tuning.small_reads():
         counts = commit_counts(run.spark, spec.target, committed, spec.delete_mode)
     run.lap("commit_counts")

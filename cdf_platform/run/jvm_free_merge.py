@@ -47,15 +47,13 @@ from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.planning.run_result import RowCounts
 from cdf_platform.run.context import RunContext, RunOutcome
+from cdf_platform.run.incremental import incremental_stamp, newer_run_outcome
 from cdf_platform.run.record import applied_outcome, record
 from cdf_platform.spark.read.change_feed import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from cdf_platform.spark.read.changes import key_quality_problem
-from cdf_platform.spark.write.silver_writer import silver_stamp
 from cdf_platform.state.watermark import (
     OWNER_PROPERTY,
     advance_watermark,
-    read_silver_state,
-    spec_metadata,
 )
 
 if TYPE_CHECKING:
@@ -318,27 +316,10 @@ def run_jvm_free_incremental(run: RunContext, plan: RunPlan) -> RunOutcome | Non
     run.lap("read")
     run.read_at = datetime.now(UTC)
     fault_point(FaultPoint.AFTER_READ)
-    stamp = silver_stamp(
-        spec.id,
-        generation=plan.silver.generation,
-        run_id=run.run_id,
-        mode=RunMode.INCREMENTAL.value,
-        start_version=plan.start_version,
-        end_version=plan.end_version,
-        source_table_id=plan.window.table_id,
-        **spec_metadata(plan.spec_record, plan.forward_only_after()),
-    )
+    stamp = incremental_stamp(run, plan)
     held = silver.table.transaction_version(stamp.app_id)
     if held is not None and held >= stamp.version:
-        applied = read_silver_state(spec.target, spec.id, storage=run.control.storage).watermark
-        logger.warning(
-            "%s: a newer run already applied up to %s; nothing written", spec.id, applied
-        )
-        outcome = RunOutcome(
-            RunMode.INCREMENTAL, applied, start=plan.start_version, end=plan.end_version
-        )
-        record(run, plan, outcome)
-        return outcome
+        return newer_run_outcome(run, plan)
     fault_point(FaultPoint.AFTER_QUARANTINE)  # no quarantine here: the point before the MERGE
     counts = _merge_or_none(silver, changes, spec, stamp)
     if counts is None:
