@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.planning.run_result import NO_ROWS
 from cdf_platform.run.context import RunContext, RunOutcome
+from cdf_platform.run.incremental import incremental_stamp
 from cdf_platform.run.record import applied_outcome, record
-from cdf_platform.spark.write.silver_writer import silver_stamp
-from cdf_platform.state.watermark import advance_watermark, read_silver_state, spec_metadata
+from cdf_platform.state.watermark import advance_watermark, read_silver_state
 
 logger = logging.getLogger(__name__)
 
@@ -25,16 +25,7 @@ def run_advance(run: RunContext, plan: RunPlan) -> RunOutcome | None:
     assert plan.start_version is not None
     start, end = plan.start_version, plan.end_version
     run.mark()
-    stamp = silver_stamp(
-        spec.id,
-        generation=plan.silver.generation,
-        run_id=run.run_id,
-        mode=RunMode.ADVANCE.value,
-        start_version=start,
-        end_version=end,
-        source_table_id=plan.window.table_id,
-        **spec_metadata(plan.spec_record, plan.forward_only_after()),
-    )
+    stamp = incremental_stamp(run, plan, RunMode.ADVANCE)
     storage = run.control.storage
     advanced = advance_watermark(
         spec.target, stamp.app_id, stamp.version, stamp.metadata, storage=storage

@@ -165,14 +165,17 @@ def _write(
         classified(ctx, apply, f"merging {ctx.described} into silver {spec.target}")
 
 
-def incremental_stamp(run: RunContext, plan: RunPlan) -> TxnStamp:
-    """The stamp of the plan's incremental silver commit (its txn and metadata)."""
+def incremental_stamp(
+    run: RunContext, plan: RunPlan, mode: RunMode = RunMode.INCREMENTAL
+) -> TxnStamp:
+    """The stamp of the plan's silver commit over its range (its txn and metadata), for an
+    incremental run or (`mode`) an advance."""
     assert plan.start_version is not None
     return silver_stamp(
         plan.spec.id,
         generation=plan.silver.generation,
         run_id=run.run_id,
-        mode=RunMode.INCREMENTAL.value,
+        mode=mode.value,
         start_version=plan.start_version,
         end_version=plan.end_version,
         source_table_id=plan.window.table_id,
