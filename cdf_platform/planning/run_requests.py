@@ -50,9 +50,6 @@ DECISION_WAIT = timedelta(minutes=1)
 # version would fail the same way. Any other failure (the process killed or lost, a start
 # timeout) is a run that died.
 FAILED_IN_ITS_CODE = frozenset({"STEP_FAILURE", "JOB_INITIALIZATION_FAILURE"})
-# The runs a tick's shared pipelines that need Spark go in (fewer when fewer pipelines): side
-# by side on the engine, so that no Spark step waits behind all the others.
-SPARK_SHARED_RUNS = 2
 _NOT_OURS = (WindowState.SOURCE_MISSING, WindowState.BLOCKED)
 _MAY_SHARE = (WindowState.OK, WindowState.LOW_HEADROOM, WindowState.NOT_STARTED)
 
@@ -126,16 +123,13 @@ def parse_requested(text: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class WantedRun:
-    """A run the tick wants for a pipeline: why, the run key's subject, whether it may share
-    a run with other pipelines (`RunPlan.shares_a_run`, or a refresh: no large read), and
-    whether its run should need no Spark (a refresh, or a small range of a pipeline that
-    `merges_without_spark`)."""
+    """A run the tick wants for a pipeline: why, the run key's subject, and whether it may share
+    a run with other pipelines (`RunPlan.shares_a_run`, or a refresh: no large read)."""
 
     spec: PipelineSpec
     reason: str
     key: str
     shares: bool = False
-    without_spark: bool = False
 
     @property
     def requested(self) -> str:
@@ -209,14 +203,7 @@ def wanted_run(
         return WantedRun(spec, "spec", str(status.spec_fingerprint))
     if watermark is None or latest > watermark:
         log.info("%s: bronze at version %d, watermark %s", spec.id, latest, watermark)
-        return WantedRun(
-            spec,
-            "incremental",
-            str(latest),
-            shares=small,
-            # An initial load (no watermark) reads a snapshot and writes with Spark.
-            without_spark=small and watermark is not None and spec.merges_without_spark,
-        )
+        return WantedRun(spec, "incremental", str(latest), shares=small)
     return CaughtUp(watermark)
 
 
@@ -269,11 +256,10 @@ def run_requests(
     pipeline whose newest run died is asked again, its run key naming the dead run (Dagster
     drops a request whose run key was used). Pipelines that may share a run go in as few runs
     of at most `max_pipelines_per_run` as hold them, spread evenly (one process for each run,
-    each pipeline its own step, watermark and failure), those whose runs should need no Spark
-    apart from the others, which go in at least `SPARK_SHARED_RUNS` runs, unless the silver
-    queue is full (`queue_full`: every slot busy and a run waiting already): then they are left
-    out until it moves, and the tick after gathers them in fewer, larger runs. The others get a
-    run each, whatever the queue."""
+    each pipeline its own step, watermark and failure), unless the silver queue is full
+    (`queue_full`: every slot busy and a run waiting already): then they are left out until it
+    moves, and the tick after gathers them in fewer, larger runs. The others get a run each,
+    whatever the queue."""
     planned: list[PlannedRun] = []
     left_out: list[tuple[str, str]] = []
     shared: list[tuple[WantedRun, str]] = []
@@ -298,31 +284,16 @@ def run_requests(
         why = "every silver slot is busy and a run is queued; it goes with the next run"
         left_out.extend((item.spec.id, why) for item, _ in shared)
         return planned, left_out
-    # A run applies its pipelines one step after another: those merged without Spark (a few
-    # hundredths of a second each) do not wait behind a Spark MERGE (seconds), and those that
-    # need Spark go in up to SPARK_SHARED_RUNS runs side by side on the engine.
-    without = [entry for entry in shared if entry[0].without_spark]
-    spark = [entry for entry in shared if not entry[0].without_spark]
-    planned += _spread(without, max_pipelines_per_run)
-    planned += _spread(spark, max_pipelines_per_run, at_least=SPARK_SHARED_RUNS)
-    return planned, left_out
-
-
-def _spread(
-    items: list[tuple[WantedRun, str]], max_pipelines_per_run: int, *, at_least: int = 1
-) -> list[PlannedRun]:
-    """`items` in as few runs as `max_pipelines_per_run` allows (and at least `at_least`, one
-    pipeline a run at most), spread evenly: runs that finish together (a fleet is caught up
-    when its slowest run ends), none a short remainder that pays a run's start for a few
-    pipelines."""
-    runs = min(len(items), max(-(-len(items) // max_pipelines_per_run), at_least))
-    planned: list[PlannedRun] = []
+    # As few runs as the limit allows, the pipelines spread evenly over them: runs that finish
+    # together (a fleet is caught up when its slowest run ends), none a short remainder that
+    # pays a run's start for a few pipelines.
+    runs = -(-len(shared) // max_pipelines_per_run)
     start = 0
     for index in range(runs):
-        size = len(items) // runs + (1 if index < len(items) % runs else 0)
-        planned.append(_planned(items[start : start + size]))
+        size = len(shared) // runs + (1 if index < len(shared) % runs else 0)
+        planned.append(_planned(shared[start : start + size]))
         start += size
-    return planned
+    return planned, left_out
 
 
 def _planned(items: list[tuple[WantedRun, str]]) -> PlannedRun:

@@ -7,9 +7,9 @@ hundredths (`python -m bench.deltalake_merge`). At a commit a second across a fl
 difference between an engine that needs every core and one that idles. This path takes the runs
 `deltalake` applies exactly as the Spark path would, and hands every other one back (None):
 
-- the spec (`PipelineSpec.merges_without_spark`): a change feed source (`changes: cdf`), SCD1
-  (`history: scd1`), hard deletes, no `sequence_by`, `ignore_null_updates`, `where`,
-  `columns`, `transform` or expectations, path names (no catalog);
+- the spec: a change feed source (`changes: cdf`), SCD1 (`history: scd1`), hard deletes, no
+  `sequence_by`, `ignore_null_updates`, `where`, `columns`, `transform` or expectations, path
+  names (no catalog);
 - silver: it exists, this pipeline owns it, it holds at most `SILVER_MAX_BYTES`, its columns
   are bronze's kept columns (same Arrow types) and `_source_commit_version`, none retired or to
   add, no deletion vector written in it (the feature may be on), no column mapping, and a
@@ -42,6 +42,7 @@ from cdf_platform.core.config import jvm_free_merge_max_rows
 from cdf_platform.core.errors import ConcurrentWriteConflict, DataQualityError
 from cdf_platform.core.faults import FaultPoint, fault_point
 from cdf_platform.core.silver_columns import SOURCE_VERSION
+from cdf_platform.core.spec.pipeline_spec import ChangeSource, DeleteMode, HistoryMode
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.planning.run_result import RowCounts
@@ -70,6 +71,22 @@ logger = logging.getLogger(__name__)
 SILVER_MAX_BYTES = 32 * 1024 * 1024
 _GONE = "__cdf_platform_gone"  # the source row is a delete
 _VERSION = "__cdf_platform_version"  # the source row's bronze commit version
+
+
+def eligible_spec(spec: PipelineSpec) -> bool:
+    """Whether `spec` is one this path applies exactly (module doc)."""
+    return (
+        spec.changes is ChangeSource.CDF
+        and spec.history is HistoryMode.SCD1
+        and spec.delete_mode is DeleteMode.HARD
+        and spec.sequence_by is None
+        and not spec.ignore_null_updates
+        and spec.where is None
+        and not spec.columns
+        and spec.transform is None
+        and not spec.expectations
+        and not spec.table_names
+    )
 
 
 @dataclass(frozen=True)
@@ -275,7 +292,7 @@ def run_jvm_free_incremental(run: RunContext, plan: RunPlan) -> RunOutcome | Non
     spec = plan.spec
     if plan.mode is not RunMode.INCREMENTAL or plan.start_version is None:
         return None
-    if not spec.merges_without_spark or not plan.silver.exists or jvm_free_merge_max_rows() == 0:
+    if not eligible_spec(spec) or not plan.silver.exists or jvm_free_merge_max_rows() == 0:
         return None
     if importlib.util.find_spec("pyarrow") is None:
         return None

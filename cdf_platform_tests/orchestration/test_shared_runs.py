@@ -45,40 +45,36 @@ def test_small_runs_share_a_run_and_a_failing_pipeline_fails_alone(
     # The run's control rows are written at its end, not when the first is 5 s old (each of
     # this machine's steps may take that long).
     monkeypatch.setattr(control_module, "HELD_AT_MOST_S", 600.0)
-    ids = ["a", "ab", "b"]
-    # ab derives a column from one bronze does not have: its runs fail, classified.
+    ids = ["a", "b", "c"]
+    # c derives a column from one bronze does not have: its runs fail, classified.
     bad = {"columns": {"doubled": "no_such_column * 2"}}
-    pipelines = [orders_pipeline("a"), orders_pipeline("ab", **bad), orders_pipeline("b")]
+    pipelines = [orders_pipeline("a"), orders_pipeline("b"), orders_pipeline("c", **bad)]
     defs = lake_defs(spark_resource, lake, *pipelines)
     instance = dg.DagsterInstance.ephemeral()
     for pipeline_id in ids:
         write_orders_batch(str(lake / "bronze" / pipeline_id), batch_size=20)
 
-    # Three small initial loads need Spark: two runs side by side on the engine
-    # (SPARK_SHARED_RUNS), two pipelines sharing one, each pipeline its own step and failure.
-    requests = tick(defs, instance).run_requests
-    (first,) = [r for r in requests if silver_key("ab") in r.asset_selection]
-    (second,) = [r for r in requests if r is not first]
+    # Three small initial loads: one run, each pipeline its own step and failure.
+    (first,) = tick(defs, instance).run_requests
     assert first.run_key.startswith("batch:")
-    assert len(first.asset_selection) == 2 and len(second.asset_selection) == 1
-    assert run_as_daemon(defs, instance, second).success
+    assert sorted(first.asset_selection) == sorted(silver_key(i) for i in ids)
     result = run_as_daemon(defs, instance, first)
     assert not result.success
     (failure,) = result.get_step_failure_events()
-    assert failure.step_key == silver_key("ab").to_python_identifier()
+    assert failure.step_key == silver_key("c").to_python_identifier()
     error = failure.step_failure_data.error
     assert error is not None
     assert "InvalidPipelineSpec" in error.message and "columns.doubled" in error.message
     for pipeline_id in ("a", "b"):
         silver, bronze = lake / "silver" / pipeline_id, lake / "bronze" / pipeline_id
         assert table_rows(spark, str(silver)) == table_rows(spark, str(bronze))
-    assert not (lake / "silver" / "ab").exists()  # nothing written for the failing pipeline
+    assert not (lake / "silver" / "c").exists()  # nothing written for the failing pipeline
 
-    # ab failed in its own code at its bronze's version: not asked again until bronze moves (or
+    # c failed in its own code at its bronze's version: not asked again until bronze moves (or
     # a person fixes it); a and b's small change sets share a run.
     quiet = tick(defs, instance)
     assert not quiet.run_requests
-    assert f"ab (run {result.run_id[:8]} failed at 1)" in str(quiet.skip_reason)
+    assert f"c (run {result.run_id[:8]} failed at 1)" in str(quiet.skip_reason)
     for pipeline_id in ("a", "b"):
         write_orders_batch(str(lake / "bronze" / pipeline_id), batch_size=10)
     (shared,) = tick(defs, instance).run_requests

@@ -57,33 +57,10 @@ def test_shared_runs_hold_at_most_the_configured_number_of_pipelines(
         default_pipelines_per_run()
 
 
-def test_pipelines_merged_without_spark_never_share_a_run_with_a_spark_merge() -> None:
-    # A run applies its pipelines one after another: one merged without Spark (hundredths of
-    # a second) must not wait behind a Spark MERGE (seconds), and the Spark ones go in two
-    # runs side by side on the engine, not all in one.
-    free = [
-        WantedRun(_spec(i), "incremental", "4", shares=True, without_spark=True) for i in "abcd"
-    ]
-    spark = [WantedRun(_spec(i), "incremental", "4", shares=True) for i in "xyz"]
-    planned, _ = run_requests([*spark, *free], {}, max_pipelines_per_run=50)
-    assert [list(r.pipeline_ids) for r in planned] == [["a", "b", "c", "d"], ["x", "y"], ["z"]]
-    # One pipeline that needs Spark: one run of its own; more than the limit: more runs.
-    planned, _ = run_requests([*free, spark[0]], {}, max_pipelines_per_run=3)
-    assert [list(r.pipeline_ids) for r in planned] == [["a", "b"], ["c", "d"], ["x"]]
-    # The spec decides: a change feed into SCD1 merges without Spark, SCD2 does not.
-    assert _spec("a").merges_without_spark
-    assert not PipelineSpec(**orders_pipeline("h", history="scd2")).merges_without_spark
-    assert not PipelineSpec(
-        **{**orders_pipeline("w"), "where": "amount_cents > 0"}
-    ).merges_without_spark
-
-
 def test_run_keys_name_what_is_asked_a_dead_run_and_a_repairs_place_in_the_queue() -> None:
     alone = WantedRun(_spec("a"), "incremental", "7")
     repair = WantedRun(_spec("r"), "repair", "3:9")
-    shared = [
-        WantedRun(_spec(i), "refresh", "2:5", shares=True, without_spark=True) for i in ("b", "c")
-    ]
+    shared = [WantedRun(_spec(i), "refresh", "2:5", shares=True) for i in ("b", "c")]
     dead = SilverRun("deadbeef-0001", frozenset({"a"}), RunFate.DIED, {"a": "incremental:7"})
     planned, _ = run_requests([alone, repair, *shared], {"a": dead}, max_pipelines_per_run=10)
     by_key = {run.run_key: run for run in planned}

@@ -418,22 +418,6 @@ class PipelineSpec(BaseModel):
         return bool(self.columns or self.where or self.transform or self.expectations)
 
     @property
-    def merges_without_spark(self) -> bool:
-        """Whether a small incremental run of this pipeline may be merged without Spark
-        (`cdf_platform.run.jvm_free_merge`): a change feed into SCD1 with hard deletes, no
-        `sequence_by`, `ignore_null_updates`, `where`, `columns`, `transform` or expectations,
-        and path names (no catalog). Silver's and bronze's state decide the rest at the run."""
-        return (
-            self.changes is ChangeSource.CDF
-            and self.history is HistoryMode.SCD1
-            and self.delete_mode is DeleteMode.HARD
-            and self.sequence_by is None
-            and not self.ignore_null_updates
-            and not self.conforms
-            and not self.table_names
-        )
-
-    @property
     def kept_columns(self) -> list[str]:
         """Columns silver always has whatever `include_columns` says: the keys, the derived
         columns and the sequence column."""

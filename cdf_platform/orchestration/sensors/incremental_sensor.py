@@ -12,10 +12,6 @@ files, an initial load of a snapshot that small, or a refresh) share runs of at 
 `CDF_PIPELINES_PER_RUN` pipelines (run key `batch:<hash of what each was asked>`): one process
 and one Spark driver apply them all, each its own step with its own watermark, pool and
 failure, so a fleet's onboarding or catch-up pays a driver start per batch, not per pipeline.
-A run applies its steps one after another, so the pipelines whose runs should need no Spark (a
-small range of a pipeline that `merges_without_spark`, or a refresh) share runs of their own,
-and those that need Spark go in up to `SPARK_SHARED_RUNS` runs side by side on the engine: a
-step of a few hundredths of a second never waits behind a Spark MERGE of seconds.
 While the silver queue is full (a run waits behind busy slots: `silver_queue_full`),
 the pipelines that would share a run wait for it to move, then share the next run: a queue of
 small runs, each paying its launch and its events, drains slower than commits come.
@@ -364,10 +360,7 @@ def build_incremental_sensor(
         # refresh may be due by the times read before.
         for spec, watermark, period in materialized.due(instance, caught_up):
             context.log.info("%s: caught up; refreshing its freshness", spec.id)
-            refresh = WantedRun(
-                spec, "refresh", f"{watermark}:{period}", shares=True, without_spark=True
-            )
-            wanted.append(refresh)
+            wanted.append(WantedRun(spec, "refresh", f"{watermark}:{period}", shares=True))
         if wanted:
             # The newest runs of the silver queue, enough to hold each wanted pipeline's last.
             limit = max(100, 4 * len(wanted))
