@@ -53,6 +53,9 @@ MAX_MESSAGE_BYTES = 64 * 1024
 # run hung opening its Spark Connect channel when the worker had imported gRPC's client).
 # pyspark's Connect client starts gRPC's threads: each run imports it itself (about 0.5 s);
 # `serve` refuses to fork from a process with more than one thread.
+# pandas and pyarrow's bridge to it: pyarrow imports them at the first array it builds from
+# Python values (a run merged without Spark builds several), 0.2-0.8 s of every such run
+# otherwise.
 PRELOAD = (
     "dagster",
     "dagster._cli.api",
@@ -60,6 +63,9 @@ PRELOAD = (
     "cdf_platform.run",
     "pyarrow",
     "deltalake",
+    "pandas",
+    "pyarrow.pandas_compat",
+    "pyarrow.vendored.version",
 )
 # Settings that keep a library's import from starting threads: the background purge threads of
 # the jemalloc that pyarrow and deltalake each bundle, and OpenBLAS's pool (numpy's, imported

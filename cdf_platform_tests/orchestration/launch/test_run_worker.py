@@ -21,7 +21,13 @@ _PRELOAD = textwrap.dedent(
     from cdf_platform.orchestration.launch.run_worker import os_threads, preload, start_quiet
     start_quiet()
     modules = preload()
+    before = set(sys.modules)
+    import pyarrow as pa
+    # What a run merged without Spark does with pyarrow (jvm_free_merge.latest_changes).
+    pa.array([1, None], pa.int64())
+    pa.array([True], pa.bool_())
     print(json.dumps({
+        "imported_by_a_run": sorted(set(sys.modules) - before),
         "threads": os_threads(),
         "modules": list(modules),
         "loaded": sorted(name for name in ("sqlalchemy", "alembic", "pyarrow", "deltalake")
@@ -80,6 +86,8 @@ def test_preload_imports_the_deployments_storage_and_stays_single_threaded(
     assert "cdf_platform.orchestration.instance_storage" in modules  # dagster-postgres beneath
     assert "cdf_platform.orchestration.run_launcher" in modules
     assert result["loaded"] == ["alembic", "deltalake", "pyarrow", "sqlalchemy"]
+    # pyarrow imports pandas at its first array built from Python values: in the worker, once.
+    assert result["imported_by_a_run"] == []
 
 
 def test_preload_without_an_instance_imports_the_run_modules_only(tmp_path: Path) -> None:
