@@ -245,7 +245,9 @@ def _cmd_run_worker(args: argparse.Namespace) -> int:
         raise RuntimeEnvironmentError(
             str(err), action=f"set ${RUN_WORKER_ENV} (or --address) to host:port"
         ) from err
-    serve(address)
+    from cdf_platform.definitions import warm_definitions
+
+    serve(address, warm_definitions)
     return 0
 
 

@@ -9,11 +9,14 @@ Nothing starts Spark until a run needs it. The demo has its own definitions
 (`cdf_platform.demo.demo_definitions`).
 """
 
+import hashlib
+import logging
+import os
 from collections.abc import Collection, Sequence
 
 import dagster as dg
 
-from cdf_platform.core.config import default_automation
+from cdf_platform.core.config import LakeEnvironment, default_automation
 from cdf_platform.orchestration.platform import platform_defs
 from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 
@@ -56,7 +59,48 @@ def build_defs(
     )
 
 
+logger = logging.getLogger(__name__)
+
+# The last `defs` built in this process, with what it read (`_load_key`).
+_loaded: tuple[tuple[object, ...], dg.Definitions] | None = None
+
+
+def _load_key() -> tuple[object, ...] | None:
+    """What a load of `defs` reads besides the code: the working directory, the environment
+    (the lake's layout, Spark's settings, the variables the pipelines file names) and the
+    pipelines file's bytes. None when the file cannot be read here (each load reads it)."""
+    path = LakeEnvironment.resolve().pipelines_file.value
+    try:
+        with open(path, "rb") as file:
+            digest = hashlib.sha256(file.read()).hexdigest()
+    except OSError:
+        return None
+    return (os.getcwd(), tuple(sorted(os.environ.items())), path, digest)
+
+
 @dg.definitions
 def defs() -> dg.Definitions:
-    """The platform's definitions on the environment's lake (loaded by Dagster, not at import)."""
-    return build_defs()
+    """The platform's definitions on the environment's lake (loaded by Dagster, not at import),
+    built once per process for the same environment and pipelines file: a run forked from the
+    warm run worker uses the worker's, already resolved (`warm_definitions`), where it would
+    build them again (half a CPU second at 100 pipelines)."""
+    global _loaded
+    key = _load_key()
+    if key is not None and _loaded is not None and _loaded[0] == key:
+        return _loaded[1]
+    built = build_defs()
+    if key is not None:
+        _loaded = (key, built)
+    return built
+
+
+def warm_definitions() -> bool:
+    """Build `defs` and resolve its repository in this process, unless built already for the
+    same environment and pipelines file (the warm run worker, before it forks a run); False
+    when they do not load (each run then fails on it as it would have)."""
+    try:
+        defs().get_repository_def()
+    except Exception as err:  # an invalid pipelines file: the run says so, classified
+        logger.warning("the definitions do not load in the run worker: %s", err)
+        return False
+    return True

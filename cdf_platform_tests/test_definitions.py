@@ -10,10 +10,12 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 
-from cdf_platform.definitions import build_defs, defs
+from cdf_platform.definitions import build_defs, defs, warm_definitions
 from cdf_platform.demo.demo_definitions import defs as demo_defs
 from cdf_platform_testkit.dagster_dev import DAGSTER, PROJECT_ROOT, dagster_dev
+from cdf_platform_testkit.lake import orders_pipeline
 from cdf_platform_tests.lake_platform import ORDERS, control_for
 
 # The pipelines of the repository's pipelines.yaml (the demo's) -> their bronze table.
@@ -30,6 +32,33 @@ def test_definitions_load_without_starting_spark() -> None:
     assert not spark.started
     keys = loaded.resolve_asset_graph().get_all_asset_keys()
     assert {dg.AssetKey(["bronze", table]) for table in BRONZE_OF.values()} <= keys
+
+
+def test_definitions_are_built_again_only_when_the_pipelines_file_or_environment_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run forked from the warm run worker reuses the worker's definitions; a spec edit or
+    another environment gets them built again."""
+    pipelines = tmp_path / "pipelines.yaml"
+    pipelines.write_text(yaml.safe_dump({"pipelines": [orders_pipeline("a")]}))
+    monkeypatch.setenv("CDF_PIPELINES_FILE", str(pipelines))
+    monkeypatch.setenv("CDF_LAKE_ROOT", str(tmp_path / "lake"))
+    first = defs()
+    assert defs() is first
+    assert warm_definitions()
+    assert defs() is first
+
+    pipelines.write_text(
+        yaml.safe_dump({"pipelines": [orders_pipeline("a"), orders_pipeline("b")]})
+    )
+    edited = defs()
+    assert edited is not first
+    assert dg.AssetKey(["silver", "b"]) in edited.resolve_asset_graph().get_all_asset_keys()
+    monkeypatch.setenv("CDF_AUTOMATION", "off")
+    assert defs() is not edited
+
+    pipelines.write_text("pipelines: [{id: broken}]")
+    assert not warm_definitions()  # each run then fails on the file, classified
 
 
 def test_asset_graph_runs_bronze_to_silver_with_checks_on_silver() -> None:

@@ -36,7 +36,7 @@ import selectors
 import signal
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psutil
@@ -139,10 +139,12 @@ def answers(address: str, timeout: float = 2.0) -> bool:
 
 
 class RunWorker:
-    """The worker's state: its listening socket and the run processes it forked."""
+    """The worker's state: its listening socket, the run processes it forked, and what it
+    prepares in itself before each fork (`warm`: the definitions every run loads)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, warm: Callable[[], object] | None = None) -> None:
         self.address = address
+        self.warm = warm
         self.children: dict[int, str] = {}
         host, port = parse_address(address)
         self.listener = socket.create_server((host, port), reuse_port=False)
@@ -216,6 +218,8 @@ class RunWorker:
 
     def fork_run(self, run_id: str) -> int:
         """Start run `run_id` in a forked child; return its pid."""
+        if self.warm is not None:
+            self.warm()  # builds the definitions again only when they changed (a spec edit)
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
@@ -295,9 +299,10 @@ def start_quiet() -> None:
         os.execve(sys.executable, sys.orig_argv, environ)
 
 
-def preload() -> tuple[str, ...]:
+def preload(warm: Callable[[], object] | None = None) -> tuple[str, ...]:
     """Import what runs need (`PRELOAD` and `instance_modules`) into a process started with
-    `QUIET_LIBRARIES` (`start_quiet`); return the modules imported.
+    `QUIET_LIBRARIES` (`start_quiet`), then call `warm` (the command line's: the platform's
+    definitions built, which every forked run then uses); return the modules imported.
 
     Raises:
         RuntimeEnvironmentError: the process has threads besides its own after the imports
@@ -310,6 +315,8 @@ def preload() -> tuple[str, ...]:
     modules = (*PRELOAD, *instance_modules())
     for name in modules:
         importlib.import_module(name)
+    if warm is not None:
+        warm()
     if (threads := os_threads()) > 1:
         raise RuntimeEnvironmentError(
             f"the run worker has {threads} threads after importing {', '.join(modules)}: "
@@ -325,15 +332,15 @@ def preload() -> tuple[str, ...]:
     return modules
 
 
-def serve(address: str = DEFAULT_ADDRESS) -> None:
-    """Import what runs need (`preload`), then start runs on request at `address` until
-    stopped.
+def serve(address: str = DEFAULT_ADDRESS, warm: Callable[[], object] | None = None) -> None:
+    """Import what runs need and call `warm` (`preload`), then start runs on request at
+    `address` until stopped, calling `warm` before each fork.
 
     Raises:
         RuntimeEnvironmentError: from `preload`.
     """
     start_quiet()
-    preload()
-    worker = RunWorker(address)
+    preload(warm)
+    worker = RunWorker(address, warm)
     logger.info("run worker listening on %s (pid %d)", address, os.getpid())
     worker.serve_forever()

@@ -18,9 +18,14 @@ DEPLOY_INSTANCE = Path(__file__).resolve().parents[3] / "deploy" / "dagster.yaml
 _PRELOAD = textwrap.dedent(
     """
     import json, sys
+    import cdf_platform.definitions as definitions
     from cdf_platform.orchestration.launch.run_worker import os_threads, preload, start_quiet
     start_quiet()
-    modules = preload()
+    modules = preload(definitions.warm_definitions)
+    threads = os_threads()
+    # A forked run loads the definitions the worker built: nothing is built again.
+    definitions.build_defs = None
+    reused = isinstance(definitions.defs(), definitions.dg.Definitions)
     before = set(sys.modules)
     import pyarrow as pa
     # What a run merged without Spark does with pyarrow (jvm_free_merge.latest_changes).
@@ -28,7 +33,8 @@ _PRELOAD = textwrap.dedent(
     pa.array([True], pa.bool_())
     print(json.dumps({
         "imported_by_a_run": sorted(set(sys.modules) - before),
-        "threads": os_threads(),
+        "definitions_reused": reused,
+        "threads": threads,
         "modules": list(modules),
         "loaded": sorted(name for name in ("sqlalchemy", "alembic", "pyarrow", "deltalake")
                          if name in sys.modules),
@@ -86,6 +92,8 @@ def test_preload_imports_the_deployments_storage_and_stays_single_threaded(
     assert "cdf_platform.orchestration.instance_storage" in modules  # dagster-postgres beneath
     assert "cdf_platform.orchestration.run_launcher" in modules
     assert result["loaded"] == ["alembic", "deltalake", "pyarrow", "sqlalchemy"]
+    # The definitions built in the worker (the repository's pipelines.yaml), no thread started.
+    assert result["definitions_reused"] is True
     # pyarrow imports pandas at its first array built from Python values: in the worker, once.
     assert result["imported_by_a_run"] == []
 
