@@ -17,6 +17,7 @@ from collections.abc import Collection, Sequence
 import dagster as dg
 
 from cdf_platform.core.config import LakeEnvironment, default_automation
+from cdf_platform.orchestration.jobs.silver_jobs import INCREMENTAL_JOB
 from cdf_platform.orchestration.platform import platform_defs
 from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 
@@ -95,11 +96,11 @@ def defs() -> dg.Definitions:
 
 
 def warm_definitions() -> bool:
-    """Build `defs` and resolve its repository in this process, unless built already for the
-    same environment and pipelines file (the warm run worker, before it forks a run); False
-    when they do not load (each run then fails on it as it would have)."""
+    """Build `defs` and resolve its repository and `incremental_job` in this process, unless
+    built already for the same environment and pipelines file (the warm run worker, before it
+    forks a run); False when they do not load (each run then fails on it as it would have)."""
     try:
-        defs().get_repository_def()
+        defs().get_repository_def().get_job(INCREMENTAL_JOB)  # most runs' job
     except Exception as err:  # an invalid pipelines file: the run says so, classified
         logger.warning("the definitions do not load in the run worker: %s", err)
         return False
