@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.planning.run_result import NO_ROWS
 from cdf_platform.run.context import RunContext, RunOutcome
-from cdf_platform.run.incremental import incremental_stamp
+from cdf_platform.run.incremental import range_stamp
 from cdf_platform.run.record import applied_outcome, record
 from cdf_platform.state.watermark import advance_watermark, read_silver_state
 
@@ -25,7 +25,7 @@ def run_advance(run: RunContext, plan: RunPlan) -> RunOutcome | None:
     assert plan.start_version is not None
     start, end = plan.start_version, plan.end_version
     run.mark()
-    stamp = incremental_stamp(run, plan, RunMode.ADVANCE)
+    stamp = range_stamp(run, plan, RunMode.ADVANCE)
     storage = run.control.storage
     advanced = advance_watermark(
         spec.target, stamp.app_id, stamp.version, stamp.metadata, storage=storage

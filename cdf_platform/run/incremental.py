@@ -129,7 +129,7 @@ def _write(
             silver_state = classified(ctx, partial(load_table_state, spark, spec.target))
         run.lap("silver_state")
     writer = SilverWriter(
-        spark, spec.target, layout, incremental_stamp(run, plan), plan.silver.generation, storage
+        spark, spec.target, layout, range_stamp(run, plan), plan.silver.generation, storage
     )
     # The key filter on silver: the SCD1 MERGE takes it, and the quarantine's guard reads silver
     # through it; computed once for both.
@@ -165,9 +165,7 @@ def _write(
         classified(ctx, apply, f"merging {ctx.described} into silver {spec.target}")
 
 
-def incremental_stamp(
-    run: RunContext, plan: RunPlan, mode: RunMode = RunMode.INCREMENTAL
-) -> TxnStamp:
+def range_stamp(run: RunContext, plan: RunPlan, mode: RunMode = RunMode.INCREMENTAL) -> TxnStamp:
     """The stamp of the plan's silver commit over its range (its txn and metadata), for an
     incremental run or (`mode`) an advance."""
     assert plan.start_version is not None

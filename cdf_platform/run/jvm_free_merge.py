@@ -47,7 +47,7 @@ from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.planning.run_result import RowCounts
 from cdf_platform.run.context import RunContext, RunOutcome
-from cdf_platform.run.incremental import incremental_stamp, newer_run_outcome
+from cdf_platform.run.incremental import newer_run_outcome, range_stamp
 from cdf_platform.run.record import applied_outcome, record
 from cdf_platform.spark.read.change_feed import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from cdf_platform.spark.read.changes import key_quality_problem
@@ -316,7 +316,7 @@ def run_jvm_free_incremental(run: RunContext, plan: RunPlan) -> RunOutcome | Non
     run.lap("read")
     run.read_at = datetime.now(UTC)
     fault_point(FaultPoint.AFTER_READ)
-    stamp = incremental_stamp(run, plan)
+    stamp = range_stamp(run, plan)
     held = silver.table.transaction_version(stamp.app_id)
     if held is not None and held >= stamp.version:
         return newer_run_outcome(run, plan)
