@@ -33,12 +33,12 @@ from dagster._grpc.client import DagsterGrpcClient
 from cdf_platform.core.config import REMOTE_ENV, RUN_WORKER_ENV
 from cdf_platform.orchestration.launch.run_worker import answers
 from cdf_platform.orchestration.sensors.incremental_sensor import PENDING_STATUSES
-from cdf_platform.orchestration.sensors.sensor_stop import at_rest
+from cdf_platform.orchestration.sensors.sensor_stop import stop_sensor
 from cdf_platform.orchestration.shared.keys import silver_pipeline_ids
 from cdf_platform.orchestration.shared.resources import LakeLayout
 from cdf_platform.planning.status import PipelineStatus, pipeline_status
 from cdf_platform.services import deployment_processes
-from cdf_platform.services.service import Service, free_port, port_open, wait_for
+from cdf_platform.services.service import Service, free_port, port_open
 from cdf_platform.spark.runtime.engine import DEFAULT_ENGINE_MEMORY
 from cdf_platform.state.control import ControlTable
 from cdf_platform_testkit.lake import write_pipelines
@@ -197,8 +197,8 @@ class Deployment:
 
     def set_sensor(self, name: str, *, running: bool) -> None:
         """Start or stop sensor `name` of the code location, as a user does on its page
-        (inside `environment()`); a stop returns once no tick of it is in flight
-        (`cdf_platform.orchestration.sensors.sensor_stop.at_rest`)."""
+        (inside `environment()`); a stop returns once it stays stopped and no tick of it is in
+        flight (`cdf_platform.orchestration.sensors.sensor_stop.stop_sensor`)."""
         from dagster._core.workspace.context import WorkspaceProcessContext
         from dagster._core.workspace.load_target import WorkspaceFileTarget
 
@@ -210,8 +210,7 @@ class Deployment:
             if running:
                 instance.start_sensor(sensor)
             else:
-                instance.stop_sensor(sensor.get_remote_origin_id(), sensor.selector_id, sensor)
-                wait_for(f"sensor {name} at rest", lambda: at_rest(instance, sensor), 120)
+                stop_sensor(instance, sensor, 120)
 
     def start(self) -> None:
         """Start the engine (when warm), the code server, then the daemon and the webserver,

@@ -46,7 +46,7 @@ from cdf_platform.core.config import (
     RUN_WORKER_ENV,
 )
 from cdf_platform.orchestration.launch.run_worker import answers
-from cdf_platform.orchestration.sensors.sensor_stop import at_rest
+from cdf_platform.orchestration.sensors.sensor_stop import SensorNotStopped, stop_sensor
 from cdf_platform.services import deployment_processes
 from cdf_platform.services.service import free_port, port_open, wait_for
 
@@ -368,16 +368,12 @@ class DemoDeployment:
         return time.time()
 
     def stop_sensor(self, name: str) -> None:
-        """Stop sensor `name`; return once no tick of it is in flight (`at_rest`)."""
-        instance, sensor = self._instance(), self._sensor(name)
-        instance.stop_sensor(sensor.get_remote_origin_id(), sensor.selector_id, sensor)
-        wait_for(
-            f"sensor {name} at rest",
-            lambda: at_rest(instance, sensor),
-            RUN_TIMEOUT_SECONDS,
-            POLL_SECONDS,
-            error=DeploymentFailed,
-        )
+        """Stop sensor `name`; return once it stays stopped and no tick of it is in flight
+        (`cdf_platform.orchestration.sensors.sensor_stop.stop_sensor`)."""
+        try:
+            stop_sensor(self._instance(), self._sensor(name), RUN_TIMEOUT_SECONDS)
+        except SensorNotStopped as error:
+            raise DeploymentFailed(str(error)) from error
 
     def ticks(self, name: str, after: float) -> list[InstigatorTick]:
         """Sensor `name`'s ticks since `after` (a timestamp), oldest first."""
