@@ -46,9 +46,15 @@ def test_small_runs_share_a_run_and_a_failing_pipeline_fails_alone(
     # this machine's steps may take that long).
     monkeypatch.setattr(control_module, "HELD_AT_MOST_S", 600.0)
     ids = ["a", "b", "c"]
-    # c derives a column from one bronze does not have: its runs fail, classified.
+    # c derives a column from one bronze does not have: its runs fail, classified. a's `where`
+    # (it keeps every row) makes its runs Spark's, b's are deltalake's.
     bad = {"columns": {"doubled": "no_such_column * 2"}}
-    pipelines = [orders_pipeline("a"), orders_pipeline("b"), orders_pipeline("c", **bad)]
+    spark_only = {"where": "order_id IS NOT NULL"}
+    pipelines = [
+        orders_pipeline("a", **spark_only),
+        orders_pipeline("b"),
+        orders_pipeline("c", **bad),
+    ]
     defs = lake_defs(spark_resource, lake, *pipelines)
     instance = dg.DagsterInstance.ephemeral()
     for pipeline_id in ids:
@@ -82,7 +88,12 @@ def test_small_runs_share_a_run_and_a_failing_pipeline_fails_alone(
     assert shared.tags[REQUESTED_TAG] == "a=incremental:2,b=incremental:2"
     control = lake / "_control"
     versions = {name: DeltaTable(str(control / name)).version() for name in CONTROL_TABLES}
-    assert run_as_daemon(defs, instance, shared).success
+    shared_result = run_as_daemon(defs, instance, shared)
+    assert shared_result.success
+    # b's JVM-free step went first: it did not wait behind a's Spark step.
+    starts = instance.all_logs(shared_result.run_id, of_type=dg.DagsterEventType.STEP_START)
+    silver_steps = {silver_key(i).to_python_identifier(): i for i in ("a", "b")}
+    assert [silver_steps[e.step_key] for e in starts if e.step_key in silver_steps] == ["b", "a"]
     for pipeline_id in ("a", "b"):
         silver, bronze = lake / "silver" / pipeline_id, lake / "bronze" / pipeline_id
         assert table_rows(spark, str(silver)) == table_rows(spark, str(bronze))

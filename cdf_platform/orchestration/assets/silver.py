@@ -15,6 +15,7 @@ materialization's metadata. `cdf-platform run` calls the same two halves without
 """
 
 import dagster as dg
+from dagster._core.storage.tags import PRIORITY_TAG
 from pydantic import Field
 
 from cdf_platform.core.spec.pipeline_spec import DeleteMode, HistoryMode, PipelineSpec
@@ -35,7 +36,14 @@ from cdf_platform.orchestration.shared.resources import LakeLayout
 from cdf_platform.orchestration.shared.step_failures import STEP_RETRY_POLICY
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.run_requests import freshness_window
+from cdf_platform.run.jvm_free_merge import eligible_spec
 from cdf_platform.run.rebuild_policy import OVERRIDE_ACTION
+
+# A step's priority (Dagster's `dagster/priority` tag: an executor starts a run's runnable steps
+# highest first). A pipeline whose runs deltalake can apply (`eligible_spec`) goes before the
+# Spark ones in a shared run: its step takes hundredths of a second, theirs seconds, and its
+# commits need not wait behind them.
+JVM_FREE_PRIORITY = "1"
 
 
 class SilverRunConfig(dg.Config):
@@ -108,6 +116,7 @@ def silver_asset(spec: PipelineSpec, *, allow_destructive: bool = False) -> dg.A
         group_name=SILVER_PREFIX,
         kinds={"spark", "delta"},
         pool=pipeline_pool(spec.id),
+        op_tags={PRIORITY_TAG: JVM_FREE_PRIORITY} if eligible_spec(spec) else None,
         # A retryable failure (a concurrent write, an unreachable store) is tried again.
         retry_policy=STEP_RETRY_POLICY,
         # The IO manager writes silver (the run's MERGE) and its consumers load silver's
