@@ -95,13 +95,24 @@ def defs() -> dg.Definitions:
     return built
 
 
+# What the last failed `warm_definitions` read (`_load_key`): the same fails again unread.
+_failed: tuple[object, ...] | None = None
+
+
 def warm_definitions() -> bool:
     """Build `defs` and resolve its repository and `incremental_job` in this process, unless
     built already for the same environment and pipelines file (the warm run worker, before it
-    forks a run); False when they do not load (each run then fails on it as it would have)."""
+    forks a run); False when they do not load (each run then fails on it as it would have),
+    said once and not tried again until the file or the environment changes."""
+    global _failed
+    key = _load_key()
+    if key is not None and key == _failed:
+        return False
     try:
         defs().get_repository_def().get_job(INCREMENTAL_JOB)  # most runs' job
     except Exception as err:  # an invalid pipelines file: the run says so, classified
         logger.warning("the definitions do not load in the run worker: %s", err)
+        _failed = key
         return False
+    _failed = None
     return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import urllib.error
@@ -35,7 +36,7 @@ def test_definitions_load_without_starting_spark() -> None:
 
 
 def test_definitions_are_built_again_only_when_the_pipelines_file_or_environment_changes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A run forked from the warm run worker reuses the worker's definitions; a spec edit or
     another environment gets them built again."""
@@ -58,7 +59,12 @@ def test_definitions_are_built_again_only_when_the_pipelines_file_or_environment
     assert defs() is not edited
 
     pipelines.write_text("pipelines: [{id: broken}]")
-    assert not warm_definitions()  # each run then fails on the file, classified
+    with caplog.at_level(logging.WARNING, logger="cdf_platform.definitions"):
+        assert not warm_definitions()  # each run then fails on the file, classified
+        assert not warm_definitions()  # not built again: said once
+    assert len(caplog.records) == 1 and "do not load" in caplog.records[0].getMessage()
+    pipelines.write_text(yaml.safe_dump({"pipelines": [orders_pipeline("a")]}))
+    assert warm_definitions()  # fixed: built
 
 
 def test_asset_graph_runs_bronze_to_silver_with_checks_on_silver() -> None:
