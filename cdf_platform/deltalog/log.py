@@ -119,6 +119,11 @@ class DeltaLog:
         """Whether the commit file of `version` is present."""
         return version in self._commit_mtime_ms
 
+    def commit_file_mtime_ms(self, version: int) -> int | None:
+        """The modification time (epoch ms, as listed) of `version`'s commit file; None
+        without the file."""
+        return self._commit_mtime_ms.get(version)
+
     def first_missing_commit(self, start: int, end: int) -> int | None:
         """The smallest version in [start, end] whose commit file is absent, or None."""
         return self._listing.first_missing_commit(start, end)

@@ -1,5 +1,5 @@
-"""An incremental run without Spark: a small SCD1 change set read from bronze's change feed and
-merged into silver by `deltalake`, the watermark in the same commit.
+"""An incremental run without Spark: a small SCD1 or SCD2 change set read from bronze's change
+feed and merged into silver by `deltalake`, the watermark in the same commit.
 
 A Delta MERGE in Spark costs about a second and a half of the engine's CPU however few rows it
 moves (its jobs, their planning and generated code); the same step by `deltalake` costs a few
@@ -7,13 +7,14 @@ hundredths (`python -m bench.deltalake_merge`). At a commit a second across a fl
 difference between an engine that needs every core and one that idles. This path takes the runs
 `deltalake` applies exactly as the Spark path would, and hands every other one back (None):
 
-- the spec: a change feed source (`changes: cdf`), SCD1 (`history: scd1`), hard deletes, no
-  `sequence_by`, `ignore_null_updates`, `where`, `columns`, `transform` or expectations, path
-  names (no catalog);
+- the spec: a change feed source (`changes: cdf`), SCD1 or SCD2 (`history`; SCD2 staged by
+  `cdf_platform.run.jvm_free_history`, its columns of flat types, bronze without in-commit
+  timestamps), hard deletes, no `sequence_by`, `ignore_null_updates`, `where`, `columns`,
+  `transform` or expectations, path names (no catalog);
 - silver: it exists, this pipeline owns it, it holds at most `SILVER_MAX_BYTES`, its columns
-  are bronze's kept columns (same Arrow types) and `_source_commit_version`, none retired or to
-  add, no deletion vector written in it (the feature may be on), no column mapping, and a
-  protocol `deltalake` writes;
+  are bronze's kept columns (same Arrow types) and `_source_commit_version` (SCD2: and
+  `__start_at`, `__end_at`), none retired or to add, no deletion vector written in it (the
+  feature may be on), no column mapping, and a protocol `deltalake` writes;
 - bronze: no deletion vectors and no column mapping in its protocol (deltalake's change-feed
   reader would not apply them);
 - the change set: at most `CDF_JVM_FREE_MERGE_MAX_ROWS` change rows (default 20,000; `0`
@@ -23,8 +24,9 @@ difference between an engine that needs every core and one that idles. This path
 The rules are the Spark path's (docs/design.md, section 5): an `update_preimage` carries no
 values, but a key in a commit's preimages and in none of its inserts or postimages counts as a
 delete; inside one commit an insert or postimage beats a delete; the highest commit version
-wins; a null key or two surviving rows of one key in one commit is refused
-(`DataQualityError`); a change applies only over an older silver row. The MERGE carries the
+wins (SCD2: each commit's change of a key is replayed in order); a null key or two surviving
+rows of one key in one commit is refused (`DataQualityError`); a change applies only over an
+older silver row. The MERGE carries the
 stamp's transaction (app id, version) and `userMetadata`; a transaction already at or past the
 version writes nothing (a newer run applied it). Checkpoints and log cleanup stay Spark's.
 """
@@ -41,13 +43,23 @@ from typing import TYPE_CHECKING, Any
 from cdf_platform.core.config import jvm_free_merge_max_rows
 from cdf_platform.core.errors import ConcurrentWriteConflict, DataQualityError
 from cdf_platform.core.faults import FaultPoint, fault_point
-from cdf_platform.core.silver_columns import SOURCE_VERSION
+from cdf_platform.core.silver_columns import END_AT, SOURCE_VERSION, START_AT
 from cdf_platform.core.spec.pipeline_spec import ChangeSource, DeleteMode, HistoryMode
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.planning.run_result import RowCounts
 from cdf_platform.run.context import RunContext, RunOutcome
 from cdf_platform.run.incremental import newer_run_outcome, range_stamp
+from cdf_platform.run.jvm_free_history import (
+    ACTION,
+    IN_COMMIT_TIMESTAMPS,
+    Change,
+    comparable_schema,
+    merge_clauses,
+    spark_commit_timestamps,
+    staged_history,
+    staged_table,
+)
 from cdf_platform.run.record import applied_outcome, record
 from cdf_platform.spark.read.change_feed import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from cdf_platform.spark.read.changes import key_quality_problem
@@ -77,7 +89,7 @@ def eligible_spec(spec: PipelineSpec) -> bool:
     """Whether `spec` is one this path applies exactly (module doc)."""
     return (
         spec.changes is ChangeSource.CDF
-        and spec.history is HistoryMode.SCD1
+        and spec.history in (HistoryMode.SCD1, HistoryMode.SCD2)
         and spec.delete_mode is DeleteMode.HARD
         and spec.sequence_by is None
         and not spec.ignore_null_updates
@@ -183,18 +195,16 @@ def read_change_rows(spec: PipelineSpec, run: RunContext, plan: RunPlan) -> pa.T
     return rows.cast(plain_schema(rows.schema))
 
 
-def latest_changes(
+def commit_winners(
     rows: pa.Table, keys: Sequence[str], *, pipeline_id: str, table: str
-) -> pa.Table:
-    """One row per key: its latest change (module doc), with `_GONE` (a delete) and `_VERSION`.
+) -> dict[tuple[tuple[Any, ...], int], tuple[bool, int]]:
+    """Each key's change in each commit (module doc): (key, version) -> (whether it deletes
+    the key, the row that carries it).
 
     Raises:
         DataQualityError: a null key, or two surviving rows of one key in one commit (the first
             by commit version).
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     change = rows.column(CHANGE_TYPE).to_pylist()
     versions = rows.column(COMMIT_VERSION).to_pylist()
     key_values = list(zip(*(rows.column(k).to_pylist() for k in keys), strict=True))
@@ -224,10 +234,26 @@ def latest_changes(
             table=table,
             version=version,
         )
+    return {unit: (priority == 0, index) for unit, (priority, index) in winner.items()}
+
+
+def latest_changes(
+    rows: pa.Table, keys: Sequence[str], *, pipeline_id: str, table: str
+) -> pa.Table:
+    """One row per key: its latest change (module doc), with `_GONE` (a delete) and `_VERSION`.
+
+    Raises:
+        DataQualityError: a null key, or two surviving rows of one key in one commit (the first
+            by commit version).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     latest: dict[Any, tuple[int, int, bool]] = {}  # key -> (version, row, gone)
-    for (key, version), (priority, index) in winner.items():
+    winners = commit_winners(rows, keys, pipeline_id=pipeline_id, table=table)
+    for (key, version), (gone, index) in winners.items():
         if key not in latest or version > latest[key][0]:
-            latest[key] = (version, index, priority == 0)
+            latest[key] = (version, index, gone)
     chosen = sorted(latest.values(), key=lambda entry: entry[1])
     picked = rows.take(pa.array([index for _, index, _ in chosen], pa.int64()))
     picked = picked.drop_columns([CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION])
@@ -242,13 +268,40 @@ def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def _merge(silver: SilverTable, source: pa.Table, on: str, stamp: TxnStamp) -> Any:
+    """deltalake's MERGE of `source` (`s`) into silver (`t`) on `on`, its commit carrying
+    `stamp` (checkpoints and log cleanup left to Spark): add the clauses, then `execute`."""
+    from deltalake import CommitProperties, PostCommitHookProperties, Transaction
+
+    return silver.table.merge(
+        source,
+        on,
+        source_alias="s",
+        target_alias="t",
+        commit_properties=CommitProperties(
+            custom_metadata={"userMetadata": stamp.metadata},
+            app_transactions=[Transaction(stamp.app_id, stamp.version)],
+        ),
+        post_commithook_properties=PostCommitHookProperties(
+            create_checkpoint=False, cleanup_expired_logs=False
+        ),
+    )
+
+
+def _counts(metrics: dict[str, Any]) -> RowCounts:
+    """The rows a deltalake MERGE inserted, updated and deleted in silver."""
+    return RowCounts(
+        int(metrics.get("num_target_rows_inserted", 0)),
+        int(metrics.get("num_target_rows_updated", 0)),
+        int(metrics.get("num_target_rows_deleted", 0)),
+    )
+
+
 def merge_latest(
     silver: SilverTable, source: pa.Table, keys: Sequence[str], stamp: TxnStamp
 ) -> RowCounts:
     """MERGE `source` (`latest_changes`) into silver in one commit carrying `stamp`; the rows
     it inserted, updated and deleted."""
-    from deltalake import CommitProperties, PostCommitHookProperties, Transaction
-
     columns = [c for c in silver.schema.names if c != SOURCE_VERSION]
     on = " AND ".join(f"t.{_ident(k)} = s.{_ident(k)}" for k in keys)
     newer = f"s.{_ident(_VERSION)} > t.{_ident(SOURCE_VERSION)}"
@@ -256,29 +309,90 @@ def merge_latest(
     row = {_ident(c): f"s.{_ident(c)}" for c in columns}
     row[_ident(SOURCE_VERSION)] = f"s.{_ident(_VERSION)}"
     values = {c: v for c, v in row.items() if c not in {_ident(k) for k in keys}}
-    metrics = (
-        silver.table.merge(
-            source,
-            on,
-            source_alias="s",
-            target_alias="t",
-            commit_properties=CommitProperties(
-                custom_metadata={"userMetadata": stamp.metadata},
-                app_transactions=[Transaction(stamp.app_id, stamp.version)],
-            ),
-            post_commithook_properties=PostCommitHookProperties(
-                create_checkpoint=False, cleanup_expired_logs=False
-            ),
-        )
+    return _counts(
+        _merge(silver, source, on, stamp)
         .when_matched_delete(predicate=f"{gone} AND {newer}")
         .when_matched_update(values, predicate=f"NOT {gone} AND {newer}")
         .when_not_matched_insert(row, predicate=f"NOT {gone}")
         .execute()
     )
-    return RowCounts(
-        int(metrics.get("num_target_rows_inserted", 0)),
-        int(metrics.get("num_target_rows_updated", 0)),
-        int(metrics.get("num_target_rows_deleted", 0)),
+
+
+def history_source(
+    spec: PipelineSpec, silver: SilverTable, rows: pa.Table, kept: Sequence[str], plan: RunPlan
+) -> pa.Table | None:
+    """SCD2: the staged source of the MERGE (`cdf_platform.run.jvm_free_history`), or None when
+    this path does not take the run: a column of a type it does not compare as Spark does,
+    bronze with in-commit timestamps, or a commit file of the range gone.
+
+    Raises:
+        DataQualityError: a null key, or two surviving rows of one key in one commit.
+    """
+    import pyarrow as pa
+
+    assert plan.start_version is not None
+    log = plan.window.log
+    metadata = log.metadata_at(plan.end_version)
+    if metadata is None or metadata.configuration.get(IN_COMMIT_TIMESTAMPS, "").lower() == "true":
+        return None
+    if not comparable_schema(pa.schema([silver.schema.field(c) for c in kept])):
+        return None
+    stamps = spark_commit_timestamps(log, plan.start_version, plan.end_version)
+    if stamps is None:
+        return None
+    values = [c for c in kept if c not in spec.keys]
+    winners = commit_winners(rows, spec.keys, pipeline_id=spec.id, table=spec.source)
+    columns = [rows.column(c).to_pylist() for c in values]
+    by_key: dict[tuple[Any, ...], list[Change]] = {}
+    for (key, version), (gone, index) in sorted(winners.items(), key=lambda item: item[0][1]):
+        by_key.setdefault(key, []).append(
+            Change(version, gone, tuple(column[index] for column in columns))
+        )
+    tracked = [values.index(c) for c in spec.tracked_columns(values)]
+    open_versions = _open_versions(silver, spec.keys, values, by_key)
+    staged = staged_history(by_key, open_versions, tracked, stamps)
+    return staged_table(staged, spec.keys, values, silver.schema)
+
+
+def _open_versions(
+    silver: SilverTable, keys: Sequence[str], values: Sequence[str], touched: Any
+) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    """Silver's open versions (`__end_at` NULL) of the `touched` keys: key -> values (read by
+    DataFusion: `to_pyarrow_dataset` refuses a table with the deletion-vector feature on)."""
+    import pyarrow as pa
+    from deltalake import QueryBuilder
+
+    selected = ", ".join(_ident(c) for c in [*keys, *values])
+    reader = (
+        QueryBuilder()
+        .register("silver", silver.table)
+        .execute(f"SELECT {selected} FROM silver WHERE {_ident(END_AT)} IS NULL")
+    )
+    wanted = pa.schema([silver.schema.field(c) for c in [*keys, *values]])
+    open_rows = pa.table(reader.read_all()).cast(wanted)
+    key_columns = [open_rows.column(k).to_pylist() for k in keys]
+    value_columns = [open_rows.column(c).to_pylist() for c in values]
+    found = {}
+    for index, key in enumerate(zip(*key_columns, strict=True)):
+        if key in touched:
+            found[key] = tuple(column[index] for column in value_columns)
+    return found
+
+
+def merge_history(
+    silver: SilverTable, source: pa.Table, keys: Sequence[str], stamp: TxnStamp
+) -> RowCounts:
+    """MERGE a staged SCD2 source (`history_source`) into silver in one commit carrying
+    `stamp`; the rows it inserted and updated (versions opened, closed or updated in place)."""
+    if not source.num_rows:  # no version opened, closed or changed: the caller advances
+        return RowCounts(0, 0, 0)
+    values = [c for c in silver.schema.names if c not in {*keys, SOURCE_VERSION, START_AT, END_AT}]
+    on, update, insert = merge_clauses(keys, values, _ident)
+    return _counts(
+        _merge(silver, source, on, stamp)
+        .when_matched_update(update)
+        .when_not_matched_insert(insert, predicate=f"s.{_ident(ACTION)} = 'insert'")
+        .execute()
     )
 
 
@@ -305,14 +419,20 @@ def run_jvm_free_incremental(run: RunContext, plan: RunPlan) -> RunOutcome | Non
         return None
     feed = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
     kept = _kept_columns(spec, [c for c in rows.column_names if c not in feed])
+    history = spec.history is HistoryMode.SCD2
+    platform = [SOURCE_VERSION, START_AT, END_AT] if history else [SOURCE_VERSION]
     # Silver's columns by name (Spark adds a new column after `_source_commit_version`).
-    if sorted(silver.schema.names) != sorted([*kept, SOURCE_VERSION]) or any(
+    if sorted(silver.schema.names) != sorted([*kept, *platform]) or any(
         rows.schema.field(c).type != silver.schema.field(c).type for c in kept
     ):
         return None  # new, retired or retyped columns: Spark evolves silver
-    changes = latest_changes(
-        rows.select([*kept, *feed]), spec.keys, pipeline_id=spec.id, table=spec.source
-    )
+    rows = rows.select([*kept, *feed])
+    if history:
+        changes = history_source(spec, silver, rows, kept, plan)
+        if changes is None:
+            return None
+    else:
+        changes = latest_changes(rows, spec.keys, pipeline_id=spec.id, table=spec.source)
     run.lap("read")
     run.read_at = datetime.now(UTC)
     fault_point(FaultPoint.AFTER_READ)
@@ -354,6 +474,8 @@ def _merge_or_none(
     from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolError
 
     try:
+        if spec.history is HistoryMode.SCD2:
+            return merge_history(silver, changes, spec.keys, stamp)
         return merge_latest(silver, changes, spec.keys, stamp)
     except DeltaProtocolError as err:
         logger.info("%s: silver's protocol needs Spark to write (%s)", spec.id, err)

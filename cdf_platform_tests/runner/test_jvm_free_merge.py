@@ -5,6 +5,8 @@ run it does not apply exactly goes to Spark."""
 
 from __future__ import annotations
 
+import os
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +189,70 @@ def test_a_limit_that_is_not_a_number_fails_the_run_by_name_and_writes_nothing(
     with pytest.raises(RuntimeEnvironmentError, match="CDF_JVM_FREE_MERGE_MAX_ROWS='20k'"):
         PipelineRunner.on(control, _no_spark).run(spec)
     assert DeltaTable(spec.target).version() == silver_version
+
+
+def _versions(spark: SparkSession, path: str) -> list[tuple[Any, ...]]:
+    """An SCD2 silver's versions: (id, name, amount, opening version, start, end), sorted."""
+    frame = spark.read.format("delta").load(path)
+    columns = ["id", "name", "amount", "_source_commit_version", "__start_at", "__end_at"]
+    return sorted((tuple(r) for r in frame.select(*columns).collect()), key=repr)
+
+
+def _commit_file(path: str, version: int) -> Path:
+    return Path(path) / "_delta_log" / f"{version:020d}.json"
+
+
+def test_small_scd2_change_sets_reach_silver_without_spark_as_spark_writes_them(
+    spark: SparkSession, lake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two SCD2 pipelines of one bronze, `amount` updated in place: one applied by the
+    JVM-free path, one by Spark's (`CDF_JVM_FREE_MERGE_MAX_ROWS=0`), run by run. Their
+    versions are the same, to the opening version and the millisecond of `__start_at` and
+    `__end_at` (Spark's commit times: commit files' modification times, monotonized), and so
+    are each run's counts; the JVM-free runs never start Spark."""
+    scd2 = {"history": "scd2", "track_history_except_columns": ["amount"]}
+    ours = spec_for(lake, target=str(lake / "silver_ours"), **scd2)
+    theirs = spec_for(lake, id="people_spark", target=str(lake / "silver_spark"), **scd2)
+    control = control_for(lake)
+    make_bronze(spark, ours.source, [(1, "ada", 10), (2, "bob", 20), (3, "cy", 30)])
+    for spec in (ours, theirs):
+        PipelineRunner.on(control, lambda: spark).run(spec)  # the initial loads: Spark
+
+    def both() -> list[tuple[Any, ...]]:
+        ran = PipelineRunner.on(control, _no_spark).run(ours)
+        monkeypatch.setenv(MAX_ROWS_ENV, "0")
+        spark_ran = PipelineRunner.on(control, lambda: spark).run(theirs)
+        monkeypatch.delenv(MAX_ROWS_ENV)
+        assert (ran.mode, spark_ran.mode) == (RunMode.INCREMENTAL, RunMode.INCREMENTAL)
+        assert (ran.spark_started, spark_ran.spark_started) == (False, True)
+        assert ran.watermark_after == spark_ran.watermark_after
+        return [(r.rows_inserted, r.rows_updated, r.rows_deleted) for r in (ran, spark_ran)]
+
+    _history(spark, ours.source)  # versions 2-6
+    sql(spark, ours.source, "UPDATE {t} SET amount = 0 WHERE id = 5")  # 7: in place
+    # Commit 6's file dated a second before commit 5's: Spark dates it 1 ms after commit 5.
+    five = _commit_file(ours.source, 5).stat().st_mtime_ns
+    os.utime(_commit_file(ours.source, 6), ns=(five - 10**9, five - 10**9))
+    first = both()
+    insert(spark, ours.source, [(6, "fay", 60)])
+    sql(spark, ours.source, "UPDATE {t} SET name = 'ADA' WHERE id = 1")
+    sql(spark, ours.source, "DELETE FROM {t} WHERE id = 6")
+    sql(spark, ours.source, "UPDATE {t} SET amount = amount * 2, name = 'Bob' WHERE id = 2")
+    second = both()
+
+    assert first[0] == first[1] and second[0] == second[1]
+    versions = _versions(spark, ours.target)
+    assert versions == _versions(spark, theirs.target)
+    # Each key's versions, oldest first: (name, amount, opening version), start, end.
+    by_key: dict[int, list[tuple[Any, ...]]] = {}
+    for key, name, amount, opened, start, end in sorted(versions, key=lambda row: row[3]):
+        by_key.setdefault(key, []).append(((name, amount, opened), start, end))
+    assert [v[0] for v in by_key[1]] == [("ada", 11, 1), ("ADA", 11, 9)]
+    assert [v[0] for v in by_key[5]] == [("eve", 0, 2)]  # commit 7 updated it in place
+    (fay,) = by_key[6]
+    assert fay[0] == ("fay", 60, 8) and fay[2] is not None  # inserted, then deleted: closed
+    assert [v[0] for v in by_key[2]] == [("bob", 20, 1), ("bob again", 21, 6), ("Bob", 42, 11)]
+    # Key 30 opened at commit 5, key 2 again at the antedated commit 6: 1 ms later.
+    (thirty,) = by_key[30]
+    again = next(v for v in by_key[2] if v[0][2] == 6)
+    assert again[1] == thirty[1] + timedelta(milliseconds=1)
