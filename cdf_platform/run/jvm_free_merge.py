@@ -25,10 +25,10 @@ The rules are the Spark path's (docs/design.md, section 5): an `update_preimage`
 values, but a key in a commit's preimages and in none of its inserts or postimages counts as a
 delete; inside one commit an insert or postimage beats a delete; the highest commit version
 wins (SCD2: each commit's change of a key is replayed in order); a null key or two surviving
-rows of one key in one commit is refused (`DataQualityError`); a change applies only over an
-older silver row. The MERGE carries the
-stamp's transaction (app id, version) and `userMetadata`; a transaction already at or past the
-version writes nothing (a newer run applied it). Checkpoints and log cleanup stay Spark's.
+rows of one key in one commit is refused (`DataQualityError`); an SCD1 change applies only
+over an older silver row. The MERGE carries the stamp's transaction (app id, version) and
+`userMetadata`; a transaction already at or past the version writes nothing (a newer run
+applied it). Checkpoints and log cleanup stay Spark's.
 """
 
 from __future__ import annotations
