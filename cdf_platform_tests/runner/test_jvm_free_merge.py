@@ -1,7 +1,8 @@
-"""A small SCD1 change set reaches silver without Spark (deltalake's change-feed read and
-MERGE, the watermark in the same commit), exactly as the Spark path would write it: the same
-silver rows, the same change feed of silver, the same load-log counts, the same refusals; any
-run it does not apply exactly goes to Spark."""
+"""A small SCD1 or SCD2 change set reaches silver without Spark (deltalake's change-feed read
+and MERGE, the watermark in the same commit), exactly as the Spark path would write it: the
+same silver rows (SCD2: the same versions, to the millisecond of their dates), the same change
+feed of silver, the same load-log counts, the same refusals; any run it does not apply exactly
+goes to Spark."""
 
 from __future__ import annotations
 
