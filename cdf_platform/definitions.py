@@ -85,8 +85,12 @@ def defs() -> dg.Definitions:
     built once per process for the same environment and pipelines file: a run forked from the
     warm run worker uses the worker's, already resolved (`warm_definitions`), instead of
     building and resolving them again (every pipeline's assets, checks, jobs and sensors)."""
+    return _defs_for(_load_key())
+
+
+def _defs_for(key: tuple[object, ...] | None) -> dg.Definitions:
+    """`defs` for what a load reads now (`key`): the last built when it read the same."""
     global _loaded
-    key = _load_key()
     if key is not None and _loaded is not None and _loaded[0] == key:
         return _loaded[1]
     built = build_defs()
@@ -109,7 +113,7 @@ def warm_definitions() -> bool:
     if key is not None and key == _failed:
         return False
     try:
-        defs().get_repository_def().get_job(INCREMENTAL_JOB)  # most runs' job
+        _defs_for(key).get_repository_def().get_job(INCREMENTAL_JOB)  # most runs' job
     except Exception as err:  # an invalid pipelines file: the run says so, classified
         logger.warning("the definitions do not load in the run worker: %s", err)
         _failed = key
