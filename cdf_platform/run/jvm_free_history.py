@@ -49,8 +49,9 @@ def spark_commit_timestamps(log: DeltaLog, start: int, end: int) -> dict[int, da
     `log` lists (module doc); None when one of them has no commit file."""
     stamps: dict[int, datetime] = {}
     previous: int | None = None
+    first = max(start - UNMONOTONIZED_COMMITS, 0)
     for version in log.commit_versions():
-        if version < max(start - UNMONOTONIZED_COMMITS, 0):
+        if version < first:
             continue
         if version > end:
             break
@@ -127,11 +128,11 @@ def stage_key(
     open_values: tuple[Any, ...] | None,
     tracked: Sequence[int],
     stamps: dict[int, datetime],
-) -> tuple[list[_Segment], _Segment | None, bool]:
+) -> tuple[list[_Segment], _Segment | None]:
     """One key's changes (in commit order) cut into segments: each begins with a change that
     opens a version or deletes the key; segment 0 (the changes before the first such) continues
     silver's open version (`open_values`, None without one). Returns the segments after
-    segment 0, segment 0 (or None) and whether any exists."""
+    segment 0, and segment 0 (or None)."""
     segments: list[_Segment] = []
     continued: _Segment | None = None
     previous: Change | None = None
@@ -155,7 +156,7 @@ def stage_key(
         else:
             continued.last = change.values
         previous = change
-    return segments, continued, bool(segments) or continued is not None
+    return segments, continued
 
 
 def staged_history(
@@ -170,7 +171,7 @@ def staged_history(
     currents: list[tuple[tuple[Any, ...], tuple[Any, ...], datetime | None, bool]] = []
     for key, changes in changes_by_key.items():
         current = open_versions.get(key)
-        segments, continued, _ = stage_key(changes, current, tracked, stamps)
+        segments, continued = stage_key(changes, current, tracked, stamps)
         for index, segment in enumerate(segments):
             end = segments[index + 1].start_at if index + 1 < len(segments) else None
             if not segment.opened_by_delete:
@@ -228,25 +229,3 @@ def staged_table(
         ]
     )
     return pa.Table.from_pylist(rows, schema=schema)
-
-
-def merge_clauses(
-    keys: Sequence[str], values: Sequence[str], ident: Any
-) -> tuple[str, dict[str, str], dict[str, str]]:
-    """The MERGE of a staged source `s` into silver `t` (`cdf_platform.spark.write.history.
-    merge_history_sql`): its ON clause, the update of a matched open version, the insert of a
-    new one (`ident` quotes a column name)."""
-    on = " AND ".join(
-        [
-            f"s.{ident(ACTION)} = 'current'",
-            f"t.{ident(END_AT)} IS NULL",
-            *(f"t.{ident(k)} = s.{ident(k)}" for k in keys),
-        ]
-    )
-    continued = f"s.{ident(CONTINUED)}"
-    update = {ident(END_AT): f"s.{ident(END_AT)}"} | {
-        ident(c): f"CASE WHEN {continued} THEN s.{ident(c)} ELSE t.{ident(c)} END" for c in values
-    }
-    inserted = [*keys, *values, SOURCE_VERSION, START_AT, END_AT]
-    insert = {ident(c): f"s.{ident(c)}" for c in inserted}
-    return on, update, insert

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -52,10 +52,10 @@ from cdf_platform.run.context import RunContext, RunOutcome
 from cdf_platform.run.incremental import newer_run_outcome, range_stamp
 from cdf_platform.run.jvm_free_history import (
     ACTION,
+    CONTINUED,
     IN_COMMIT_TIMESTAMPS,
     Change,
     comparable_schema,
-    merge_clauses,
     spark_commit_timestamps,
     staged_history,
     staged_table,
@@ -318,28 +318,34 @@ def merge_latest(
     )
 
 
-def history_source(
-    spec: PipelineSpec, silver: SilverTable, rows: pa.Table, kept: Sequence[str], plan: RunPlan
-) -> pa.Table | None:
-    """SCD2: the staged source of the MERGE (`cdf_platform.run.jvm_free_history`), or None when
-    this path does not take the run: a column of a type it does not compare as Spark does,
-    bronze with in-commit timestamps, or a commit file of the range gone.
-
-    Raises:
-        DataQualityError: a null key, or two surviving rows of one key in one commit.
-    """
-    import pyarrow as pa
-
+def history_stamps(plan: RunPlan, silver: SilverTable) -> dict[int, datetime] | None:
+    """SCD2: the commit timestamps of the plan's range as Spark's change feed gives them
+    (`cdf_platform.run.jvm_free_history`), or None when this path does not take the run: a
+    silver column of a type it does not compare as Spark does, bronze with in-commit
+    timestamps, or a commit file of the range gone. Decided before the change feed is read."""
     assert plan.start_version is not None
     log = plan.window.log
     metadata = log.metadata_at(plan.end_version)
     if metadata is None or metadata.configuration.get(IN_COMMIT_TIMESTAMPS, "").lower() == "true":
         return None
-    if not comparable_schema(pa.schema([silver.schema.field(c) for c in kept])):
+    if not comparable_schema(silver.schema):
         return None
-    stamps = spark_commit_timestamps(log, plan.start_version, plan.end_version)
-    if stamps is None:
-        return None
+    return spark_commit_timestamps(log, plan.start_version, plan.end_version)
+
+
+def history_source(
+    spec: PipelineSpec,
+    silver: SilverTable,
+    rows: pa.Table,
+    kept: Sequence[str],
+    stamps: dict[int, datetime],
+) -> pa.Table:
+    """SCD2: the staged source of the MERGE (`cdf_platform.run.jvm_free_history`) from the
+    change rows `rows`, dated by `stamps` (`history_stamps`).
+
+    Raises:
+        DataQualityError: a null key, or two surviving rows of one key in one commit.
+    """
     values = [c for c in kept if c not in spec.keys]
     winners = commit_winners(rows, spec.keys, pipeline_id=spec.id, table=spec.source)
     columns = [rows.column(c).to_pylist() for c in values]
@@ -355,7 +361,10 @@ def history_source(
 
 
 def _open_versions(
-    silver: SilverTable, keys: Sequence[str], values: Sequence[str], touched: Any
+    silver: SilverTable,
+    keys: Sequence[str],
+    values: Sequence[str],
+    touched: Container[tuple[Any, ...]],
 ) -> dict[tuple[Any, ...], tuple[Any, ...]]:
     """Silver's open versions (`__end_at` NULL) of the `touched` keys: key -> values (read by
     DataFusion: `to_pyarrow_dataset` refuses a table with the deletion-vector feature on)."""
@@ -387,11 +396,29 @@ def merge_history(
     if not source.num_rows:  # no version opened, closed or changed: the caller advances
         return RowCounts(0, 0, 0)
     values = [c for c in silver.schema.names if c not in {*keys, SOURCE_VERSION, START_AT, END_AT}]
-    on, update, insert = merge_clauses(keys, values, _ident)
+    # As `cdf_platform.spark.write.history.merge_history_sql`: a `current` row meets silver's
+    # open version of its key, to close it or (continued) update it in place; an `insert` row
+    # adds a version.
+    on = " AND ".join(
+        [
+            f"s.{_ident(ACTION)} = 'current'",
+            f"t.{_ident(END_AT)} IS NULL",
+            *(f"t.{_ident(k)} = s.{_ident(k)}" for k in keys),
+        ]
+    )
+    continued = f"s.{_ident(CONTINUED)}"
+    update = {_ident(END_AT): f"s.{_ident(END_AT)}"} | {
+        _ident(c): f"CASE WHEN {continued} THEN s.{_ident(c)} ELSE t.{_ident(c)} END"
+        for c in values
+    }
+    inserted = [*keys, *values, SOURCE_VERSION, START_AT, END_AT]
     return _counts(
         _merge(silver, source, on, stamp)
         .when_matched_update(update)
-        .when_not_matched_insert(insert, predicate=f"s.{_ident(ACTION)} = 'insert'")
+        .when_not_matched_insert(
+            {_ident(c): f"s.{_ident(c)}" for c in inserted},
+            predicate=f"s.{_ident(ACTION)} = 'insert'",
+        )
         .execute()
     )
 
@@ -414,12 +441,15 @@ def run_jvm_free_incremental(run: RunContext, plan: RunPlan) -> RunOutcome | Non
     silver = _writable_silver(spec, run)
     if silver is None:
         return None
+    history = spec.history is HistoryMode.SCD2
+    stamps = history_stamps(plan, silver) if history else None
+    if history and stamps is None:
+        return None
     rows = read_change_rows(spec, run, plan)
     if rows is None:
         return None
     feed = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
     kept = _kept_columns(spec, [c for c in rows.column_names if c not in feed])
-    history = spec.history is HistoryMode.SCD2
     platform = [SOURCE_VERSION, START_AT, END_AT] if history else [SOURCE_VERSION]
     # Silver's columns by name (Spark adds a new column after `_source_commit_version`).
     if sorted(silver.schema.names) != sorted([*kept, *platform]) or any(
@@ -427,10 +457,8 @@ def run_jvm_free_incremental(run: RunContext, plan: RunPlan) -> RunOutcome | Non
     ):
         return None  # new, retired or retyped columns: Spark evolves silver
     rows = rows.select([*kept, *feed])
-    if history:
-        changes = history_source(spec, silver, rows, kept, plan)
-        if changes is None:
-            return None
+    if stamps is not None:
+        changes = history_source(spec, silver, rows, kept, stamps)
     else:
         changes = latest_changes(rows, spec.keys, pipeline_id=spec.id, table=spec.source)
     run.lap("read")
