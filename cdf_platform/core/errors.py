@@ -84,8 +84,9 @@ class SourceNotFound(CdfPlatformError):
 
 
 class SourceLogDamaged(CdfPlatformError):
-    """The bronze table's current state cannot be built from its log: a commit file is gone
-    and no checkpoint or checksum after it records the protocol or metadata."""
+    """A table's current state cannot be built from its log: a commit file is gone and no
+    checkpoint or checksum after it records the protocol or metadata, or a commit file holds
+    something other than Delta actions."""
 
     incident_code = "SOURCE_LOG_DAMAGED"
     default_action = (

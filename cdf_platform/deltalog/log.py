@@ -198,18 +198,27 @@ class DeltaLog:
 
         Raises:
             LookupError: a listed commit file vanished before it could be read.
+            SourceLogDamaged: a commit file holds something other than Delta actions.
         """
         names = {f"{LOG_FOLDER}/{v:020d}.json": v for v in versions if v in self._commit_mtime_ms}
         bodies = self.storage.read_many(names)
         for name, version in names.items():
             if name not in bodies:
                 raise LookupError(f"commit {version} vanished from {self.log_path}")
-            self._commits[version] = parse_commit(
-                version,
-                bodies[name],
-                file_modification_ms=self._commit_mtime_ms[version],
-                table_root=self.table_path,
-            )
+            try:
+                self._commits[version] = parse_commit(
+                    version,
+                    bodies[name],
+                    file_modification_ms=self._commit_mtime_ms[version],
+                    table_root=self.table_path,
+                )
+            except (ValueError, KeyError, TypeError) as err:  # not JSON, or not Delta actions
+                raise SourceLogDamaged(
+                    f"commit {version} is not a Delta commit file ({type(err).__name__}: {err})",
+                    table=self.table_path,
+                    action=f"restore commit {version} of the table's _delta_log from a backup, "
+                    "or recreate the table; silver is left as it is until then",
+                ) from err
 
     def commit_timestamp_ms(self, version: int) -> int | None:
         """Delta's timestamp of `version` (see `Commit.timestamp_ms`); None without its file."""

@@ -61,7 +61,10 @@ def source_window(
     try:
         window = compute_replay_window(spec.source, now=now, log=log)
     except SourceLogDamaged as err:
-        return Blocked(SourceLogDamaged(err.problem, pipeline_id=spec.id, table=spec.source))
+        damaged = SourceLogDamaged(
+            err.problem, pipeline_id=spec.id, table=spec.source, action=err.action
+        )
+        return Blocked(damaged)
     invalid = colliding_columns_problem(spec, window)
     if invalid is not None:
         return Blocked(invalid, window)
@@ -91,7 +94,10 @@ def _source_log(spec: PipelineSpec, storage: StorageConfig) -> DeltaLog | Blocke
     try:
         protocol = log.latest_protocol()
     except SourceLogDamaged as err:
-        return Blocked(SourceLogDamaged(err.problem, pipeline_id=spec.id, table=spec.source))
+        damaged = SourceLogDamaged(
+            err.problem, pipeline_id=spec.id, table=spec.source, action=err.action
+        )
+        return Blocked(damaged)
     if managed := [name for name in CATALOG_MANAGED_FEATURES if protocol.has_feature(name)]:
         catalog = CatalogManagedSource(
             f"the source's protocol has the {managed[0]!r} table feature",

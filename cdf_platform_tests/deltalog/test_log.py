@@ -3,6 +3,7 @@ uses them, checkpoints, metadata from checkpoints, deletion-vector files, interv
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from datetime import timedelta
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from cdf_platform.core.errors import SourceNotFound
+from cdf_platform.core.errors import SourceLogDamaged, SourceNotFound
 from cdf_platform.core.sql import sql_path
 from cdf_platform.deltalog.actions import DeletionVector, decode_action_path, z85_decode
 from cdf_platform.deltalog.log import DeltaLog
@@ -108,6 +109,22 @@ def test_a_folder_without_delta_log_is_source_not_found(tmp_path: Path) -> None:
     (tmp_path / "empty" / "_delta_log" / "00000000000000000000.json.tmp").write_text("{}")
     with pytest.raises(SourceNotFound, match="no Delta commit or checkpoint"):
         DeltaLog(str(tmp_path / "empty"))
+
+
+@pytest.mark.parametrize(
+    ("body", "cause"),
+    [(b"{not json", "JSONDecodeError"), (b'{"add": {"size": 1}}', "KeyError")],
+)
+def test_a_commit_file_that_holds_no_delta_actions_is_a_damaged_log(
+    tmp_path: Path, body: bytes, cause: str
+) -> None:
+    log = tmp_path / "t" / "_delta_log"
+    log.mkdir(parents=True)
+    protocol = {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}
+    (log / f"{0:020d}.json").write_text(json.dumps(protocol) + "\n")
+    (log / f"{1:020d}.json").write_bytes(body)
+    with pytest.raises(SourceLogDamaged, match=f"commit 1 is not a Delta commit file \\({cause}"):
+        DeltaLog(str(tmp_path / "t")).commit(1)
 
 
 def test_commits_are_read_as_delta_wrote_them(spark: SparkSession, lake: Path) -> None:

@@ -224,6 +224,14 @@ def _damaged_log(lake: BadInputLake) -> None:
     commits[-2].unlink()
 
 
+def _cut_commit(lake: BadInputLake) -> None:
+    """Bronze whose newest commit file was cut short (a copy or a restore that stopped)."""
+    bronze = lake.make_bronze()  # 0
+    bronze.insert([{"id": 3, "name": "cy", "amount": 30}])  # 1
+    newest = sorted(Path(lake.bronze, "_delta_log").glob("*.json"))[-1]
+    newest.write_bytes(newest.read_bytes()[:40])
+
+
 def _files_at_target(lake: BadInputLake) -> None:
     lake.make_bronze()
     os.makedirs(lake.silver)
@@ -473,6 +481,14 @@ CATALOGUE: list[BadInput] = [
         "restore the missing commit files of the source's _delta_log",
         act=lambda lake: lake.run(),
         setup=_damaged_log,
+    ),
+    BadInput(
+        "source_commit_cut_short",
+        "bronze whose newest commit file was cut short",
+        SourceLogDamaged,
+        "restore commit 1 of the table's _delta_log from a backup",
+        act=lambda lake: lake.run(),
+        setup=_cut_commit,
     ),
     BadInput(
         "cdf_never_enabled",
