@@ -21,12 +21,11 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from cdf_platform.core.errors import CdfPlatformError, TableNameNotLocated
 from cdf_platform.core.spec.pipeline_spec import PipelineSpec
@@ -36,7 +35,16 @@ from cdf_platform.planning.repair import repair_decision
 from cdf_platform.planning.status import PipelineStatus, WindowState, status_and_assessment
 from cdf_platform.state.control import ControlTable
 
-Log = logging.Logger | logging.LoggerAdapter[logging.Logger]
+
+class Log(Protocol):
+    """Where the decisions say what they saw: a `logging.Logger`, or a sensor's log."""
+
+    def info(self, msg: str, *args: object) -> None:
+        """A decision taken."""
+
+    def warning(self, msg: str, *args: object) -> None:
+        """A pipeline the tick cannot read, or a window lost."""
+
 
 # How long a failed run marked for Dagster's run retries counts as pending while its retry is
 # not created yet (the retry daemon runs beside the sensors, within seconds).

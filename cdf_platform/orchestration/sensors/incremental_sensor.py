@@ -1,11 +1,13 @@
 """`incremental_sensor`: run silver as soon as its bronze table has new versions.
 
 Each tick compares every pipeline's watermark with its bronze table's latest version from the
-logs alone (no Spark, well under a second per pipeline) and requests `incremental_job` for the
-pipelines that are behind, and only for a pipeline with no run pending (a run covering its
-silver asset that is queued or in progress, whoever launched it, or failed and about to be
-retried by Dagster's run retries): that run covers every version up to the latest at its start,
-so the queue holds at most one run per pipeline however fast bronze commits.
+logs alone (no Spark, well under a second per pipeline; a caught-up pipeline whose two logs list
+as at its last assessment is not read again: `cdf_platform.planning.caught_up`) and requests
+`incremental_job` for the pipelines that are behind, and only for a pipeline with no run
+pending (a run covering its silver asset that is queued or in progress, whoever launched it, or
+failed and about to be retried by Dagster's run retries): that run covers every version up to
+the latest at its start, so the queue holds at most one run per pipeline however fast bronze
+commits.
 
 Pipelines whose runs are small (an incremental run over at most SMALL_CHANGE_BYTES of change
 files, an initial load of a snapshot that small, or a refresh) share runs of at most
@@ -59,7 +61,7 @@ import dagster as dg
 from cdf_platform.core.config import DEFAULT_PIPELINES_PER_RUN
 from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.jobs.silver_jobs import INCREMENTAL_JOB, REBUILD_JOB
-from cdf_platform.orchestration.sensors.sensor_instance import EvaluationInstance
+from cdf_platform.orchestration.sensors.sensor_instance import EvaluationInstance, TickLog
 from cdf_platform.orchestration.sensors.sensor_stop import STOPPED_REASON, stopped
 from cdf_platform.orchestration.sensors.tick_reason import TickReason
 from cdf_platform.orchestration.shared.keys import (
@@ -77,6 +79,7 @@ from cdf_platform.orchestration.shared.keys import (
 from cdf_platform.orchestration.shared.resources import LakeLayout
 from cdf_platform.orchestration.shared.step_failures import RETRY_ON_STEP_FAILURE_TAG
 from cdf_platform.planning.assessment import ControlReads
+from cdf_platform.planning.caught_up import CaughtUpMemo
 from cdf_platform.planning.run_requests import (
     DECISION_WAIT,
     RETRY_WAIT,
@@ -92,7 +95,6 @@ from cdf_platform.planning.run_requests import (
     run_fate,
     run_requests,
     run_slots,
-    wanted_run,
 )
 
 INCREMENTAL_SENSOR = "incremental_sensor"
@@ -316,6 +318,7 @@ def build_incremental_sensor(
     pipeline_ids = {spec.id for spec in specs}
     materialized = MaterializedTimes()
     instances = EvaluationInstance()
+    decisions = CaughtUpMemo()
 
     @dg.sensor(
         name=INCREMENTAL_SENSOR,
@@ -334,6 +337,7 @@ def build_incremental_sensor(
         """One run request per pipeline whose bronze table moved past the watermark (or whose
         names need locating, or whose caught-up silver is due for a refresh)."""
         instance = instances.of(context)
+        log = TickLog(context)
         if stopped(context, instance, INCREMENTAL_SENSOR):
             return dg.SensorResult(skip_reason=dg.SkipReason(STOPPED_REASON))
         control = lake.control()
@@ -348,7 +352,7 @@ def build_incremental_sensor(
                 # Its queued or running run covers every version up to the latest at its start.
                 reason.in_progress(spec.id, pending[spec.id])
                 continue
-            decided = wanted_run(spec, control, reads, context.log)
+            decided = decisions.wanted_run(spec, control, reads, log)
             if isinstance(decided, WantedRun):
                 wanted.append(decided)
             elif isinstance(decided, HeldBack):
@@ -359,7 +363,7 @@ def build_incremental_sensor(
         # A caught-up fleet is the usual case: at most one query, for the pipelines whose
         # refresh may be due by the times read before.
         for spec, watermark, period in materialized.due(instance, caught_up):
-            context.log.info("%s: caught up; refreshing its freshness", spec.id)
+            log.info("%s: caught up; refreshing its freshness", spec.id)
             wanted.append(WantedRun(spec, "refresh", f"{watermark}:{period}", shares=True))
         if wanted:
             # The newest runs of the silver queue, enough to hold each wanted pipeline's last.

@@ -7,6 +7,9 @@ deployment spends (`python -m bench.idle_cost`). `EvaluationInstance` opens the 
 reference once and hands it to every later evaluation with the same reference; an evaluation
 given an instance rather than a reference (`dg.build_sensor_context(instance=...)`) reads that
 one.
+
+`context.log` opens the instance anew too (and a captured log for the tick): `TickLog` opens it
+at the first message, so a tick with nothing to say opens nothing.
 """
 
 from __future__ import annotations
@@ -43,3 +46,23 @@ class EvaluationInstance:
                     self._instance.dispose()
                 self._instance, self._ref = dg.DagsterInstance.from_ref(ref), text
             return self._instance
+
+
+class TickLog:
+    """An evaluation's `context.log`, opened at its first message.
+
+    Example:
+        >>> with dg.build_sensor_context() as context:
+        ...     TickLog(context).info("%s: caught up", "orders")
+    """
+
+    def __init__(self, context: dg.SensorEvaluationContext) -> None:
+        self._context = context
+
+    def info(self, msg: str, *args: object) -> None:
+        """`context.log.info`."""
+        self._context.log.info(msg, *args)
+
+    def warning(self, msg: str, *args: object) -> None:
+        """`context.log.warning`."""
+        self._context.log.warning(msg, *args)
