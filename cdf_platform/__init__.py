@@ -83,6 +83,7 @@ _HOMES: Mapping[str, str] = MappingProxyType(
         "ConcurrentWriteConflict": "cdf_platform.core.errors",
         "InvalidStorageConfig": "cdf_platform.core.errors",
         "InvalidAlertConfig": "cdf_platform.core.errors",
+        "InvalidRunConfig": "cdf_platform.core.errors",
         "StorageUnreachable": "cdf_platform.core.errors",
         "RuntimeEnvironmentError": "cdf_platform.core.errors",
         "EngineUnavailable": "cdf_platform.core.errors",
@@ -120,6 +121,7 @@ if TYPE_CHECKING:
     from cdf_platform.core.errors import IncompatibleSchemaChange as IncompatibleSchemaChange
     from cdf_platform.core.errors import InvalidAlertConfig as InvalidAlertConfig
     from cdf_platform.core.errors import InvalidPipelineSpec as InvalidPipelineSpec
+    from cdf_platform.core.errors import InvalidRunConfig as InvalidRunConfig
     from cdf_platform.core.errors import InvalidStorageConfig as InvalidStorageConfig
     from cdf_platform.core.errors import MarksLost as MarksLost
     from cdf_platform.core.errors import RebuildNeedsOverride as RebuildNeedsOverride

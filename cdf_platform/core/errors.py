@@ -311,6 +311,14 @@ class InvalidStorageConfig(CdfPlatformError):
     )
 
 
+class InvalidRunConfig(CdfPlatformError):
+    """A run config names something the deployment does not have (a table no maintenance
+    covers); nothing was done."""
+
+    incident_code = "INVALID_RUN_CONFIG"
+    default_action = "fix the named field of the run config"
+
+
 class InvalidAlertConfig(CdfPlatformError):
     """The `alerts:` section (of the pipelines file or the Component) is malformed: an unknown
     key, a target with no kind or two, a route naming an unknown target, or an environment

@@ -19,8 +19,8 @@ from cdf_platform.orchestration.io_manager.watermark_io_manager import (
     WatermarkIOManager,
 )
 from cdf_platform.orchestration.jobs.maintenance_jobs import (
-    build_maintenance_jobs,
-    build_maintenance_schedules,
+    build_maintenance_job,
+    build_maintenance_schedule,
 )
 from cdf_platform.orchestration.jobs.silver_jobs import (
     build_checks_job,
@@ -99,7 +99,7 @@ def platform_defs(
     upstream_metadata = {spec.key: spec.metadata for spec in bronze}
     for asset in [*silver, *consumers]:
         upstream_metadata.update({key: s.metadata for key, s in asset.specs_by_key.items()})
-    maintenance_jobs = build_maintenance_jobs(
+    maintenance_job, maintained = build_maintenance_job(
         specs,
         {key for consumer in watched for key in consumer.inputs.values()},
         allow_destructive=allow_destructive,
@@ -128,13 +128,13 @@ def platform_defs(
             checks_job,
             *repair_jobs[1:],
             *([consumer_job] if consumer_job else []),
-            *maintenance_jobs,
+            maintenance_job,
             verify_job,
         ],
         schedules=[
             build_checks_schedule(checks_job, running=automation),
             build_verify_schedule(verify_job, running=automation),
-            *build_maintenance_schedules(maintenance_jobs),
+            build_maintenance_schedule(maintenance_job, maintained),
         ],
         sensors=[
             build_incremental_sensor(

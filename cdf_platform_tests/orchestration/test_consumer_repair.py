@@ -17,6 +17,7 @@ from cdf_platform.definitions import build_defs
 from cdf_platform.demo.data.bronze_assets import demo_bronze_assets
 from cdf_platform.demo.data.gold_asset import CUSTOMER_ORDER_TOTALS_KEY, customer_order_totals_asset
 from cdf_platform.orchestration.checks.silver_checks import CONSUMER_LAG, REPLAY_WINDOW
+from cdf_platform.orchestration.jobs.maintenance_jobs import MAINTENANCE_JOB, maintenance_run_config
 from cdf_platform.orchestration.sensors.consumers import (
     ConsumerAsset,
     consumer_check_results,
@@ -156,9 +157,9 @@ def test_a_consumer_is_checked_counted_by_vacuum_and_recomputed_once_its_window_
             ("gold/customer_order_totals", "asset", read_up_to, read_up_to + 1),
             ("gold/orders_strict_copy", "asset", read_up_to, read_up_to + 1),
         ]
-        refused = defs.resolve_job_def("maintenance_silver_orders_job").execute_in_process(
+        refused = defs.resolve_job_def(MAINTENANCE_JOB).execute_in_process(
             instance=instance,
-            run_config={"ops": {"vacuum_silver_orders": {"config": {"retain_zero": True}}}},
+            run_config=maintenance_run_config("silver/orders", retain_zero=True),
             raise_on_error=False,
         )
         assert not refused.success

@@ -19,7 +19,10 @@ from cdf_platform.core.errors import ReplayWindowLost
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
 from cdf_platform.definitions import build_defs
 from cdf_platform.orchestration.checks.silver_checks import REPLAY_WINDOW
-from cdf_platform.orchestration.jobs.maintenance_jobs import build_maintenance_jobs
+from cdf_platform.orchestration.jobs.maintenance_jobs import (
+    build_maintenance_job,
+    maintenance_run_config,
+)
 from cdf_platform.orchestration.shared.keys import silver_key
 from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 from cdf_platform.planning.plan import RunMode
@@ -176,11 +179,11 @@ def test_checks_and_sensor_on_s3_read_logs_only_and_maintenance_refuses(
         sql(spark, spec.source, "UPDATE {t} SET amount = 11 WHERE id = 1")  # 3
 
         # Maintenance: the consumer needs version 3's change files for hours the cap refuses.
-        (maintenance,) = build_maintenance_jobs(layout.specs())
+        maintenance, _ = build_maintenance_job(layout.specs())
         refused = maintenance.execute_in_process(
-            run_config={
-                "ops": {"vacuum_people": {"config": {"buffer_hours": 6, "max_retention_hours": 2}}}
-            },
+            run_config=maintenance_run_config(
+                "bronze/people", buffer_hours=6, max_retention_hours=2
+            ),
             resources={"spark": spark_resource, "lake": layout},
             instance=instance,
             raise_on_error=False,

@@ -32,6 +32,7 @@ import yaml
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.config import JVM_FREE_MERGE_MAX_ROWS_ENV, REMOTE_ENV
+from cdf_platform.orchestration.jobs.maintenance_jobs import MAINTENANCE_JOB, maintenance_run_config
 from cdf_platform.orchestration.jobs.silver_jobs import CHECKS_JOB, rebuild_run_config
 from cdf_platform.orchestration.run_launcher import RUN_WORKER_TAG
 from cdf_platform.orchestration.shared.keys import QUEUE_TAG, RUN_KEY_TAG, SILVER_QUEUE
@@ -262,9 +263,7 @@ def engine_failures(instance: dg.DagsterInstance) -> list[str]:
 
 
 # What anyone who reaches a UI could ask for: VACUUM RETAIN 0 HOURS cutting p1's window.
-DESTRUCTIVE_VACUUM = {
-    "ops": {"vacuum_p1": {"config": {"retain_zero": True, "allow_window_loss": True}}}
-}
+DESTRUCTIVE_VACUUM = maintenance_run_config("bronze/p1", retain_zero=True, allow_window_loss=True)
 CHECK_FIGURES = """
 {
   assetCheckExecutions(assetKey: {path: ["silver", "p1"]}, checkName: "consumer_lag", limit: 5) {
@@ -289,9 +288,9 @@ def watch_and_try_to_destroy(deployment: Deployment, instance: dg.DagsterInstanc
         for entry in (execution["evaluation"] or {}).get("metadataEntries", [])
     }
     assert ("lag_hours", "FloatMetadataEntry") in plotted, plotted
-    at_door = deployment.launch("maintenance_p1_job", DESTRUCTIVE_VACUUM, port=port)
+    at_door = deployment.launch(MAINTENANCE_JOB, DESTRUCTIVE_VACUUM, port=port)
     assert at_door["__typename"] == "UnauthorizedError", at_door
-    launched = deployment.launch("maintenance_p1_job", DESTRUCTIVE_VACUUM)
+    launched = deployment.launch(MAINTENANCE_JOB, DESTRUCTIVE_VACUUM)
     assert launched["__typename"] == "LaunchRunSuccess", launched
     run_id: str = launched["run"]["runId"]
     wait_for("the destructive VACUUM run ended", lambda: _finished(instance, run_id), 120)

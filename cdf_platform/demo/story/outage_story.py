@@ -53,8 +53,10 @@ from cdf_platform.demo.story.dagster_figures import (
 from cdf_platform.demo.story.steps import DemoFailed, Step
 from cdf_platform.demo.story.table_rows import data_columns, table_rows
 from cdf_platform.orchestration.checks.silver_checks import REPLAY_WINDOW
+from cdf_platform.orchestration.jobs.maintenance_jobs import MAINTENANCE_JOB, maintenance_run_config
 from cdf_platform.orchestration.sensors.incremental_sensor import INCREMENTAL_SENSOR
 from cdf_platform.orchestration.sensors.rebuild_sensor import REBUILD_SENSOR
+from cdf_platform.orchestration.shared.keys import BRONZE_PREFIX
 from cdf_platform.planning.status import pipeline_status
 from cdf_platform.services.service import wait_for
 from cdf_platform.state.control import ControlTable
@@ -241,16 +243,19 @@ class DemoStory:
         (the deployment refuses destructive run configs), `refused` (a consumer is behind) or
         `done`."""
         for spec in self.specs:
-            name = f"maintenance_{spec.bronze_name}_job"
-            config = {"retain_zero": True, "allow_window_loss": override, "listing_parallelism": 4}
-            result = self.deployment.run(
-                name, {"ops": {f"vacuum_{spec.bronze_name}": {"config": config}}}
+            table = dg.AssetKey([BRONZE_PREFIX, spec.bronze_name])
+            config = maintenance_run_config(
+                table, retain_zero=True, allow_window_loss=override, listing_parallelism=4
             )
+            result = self.deployment.run(MAINTENANCE_JOB, config)
             outcome = "done" if result.success else refusal(result)
             if not result.success:  # refused: the runs list says by what
                 tag_incident(self.instance, result.run_id, (c for c, _ in result.failures()))
             if outcome != expected:
-                raise DemoFailed(f"{name}: {outcome}, expected {expected} (run {result.run_id})")
+                raise DemoFailed(
+                    f"{MAINTENANCE_JOB} of {table.to_user_string()}: {outcome}, expected "
+                    f"{expected} (run {result.run_id})"
+                )
             current.figures[f"{spec.bronze_name}_vacuum"] = outcome
 
     def permit_destructive(self, current: Step) -> None:

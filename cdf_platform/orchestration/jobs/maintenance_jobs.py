@@ -1,33 +1,41 @@
-"""Maintenance jobs: one consumer-aware VACUUM job per bronze table, and per silver table that
-consumer assets read (docs/design.md section 9).
+"""Maintenance: `maintenance_job`, a consumer-aware VACUUM of one table per run (the table by its
+asset key in the run config), for every bronze table the pipelines read and every silver table
+consumer assets read (docs/design.md section 9); `maintenance_schedule` asks for one run per
+table nightly (stopped until an operator turns it on).
 
-`maintenance_<table>_job` decides from the logs (no JVM) whether vacuuming now would cut a
-consumer's replay window (the pipelines reading it, and the consumer assets of the watermark
-IO manager registered as reading it), raises `delta.deletedFileRetentionDuration` to cover them
-(up to a cap) or refuses, and only then starts Spark to vacuum. The decision, the retention
-sizing (max expected downtime + recovery buffer, from the load log) and the current setting are
-the run's metadata, and an observation on the bronze asset. A refusal fails the run, so it is
-seen: the table was not vacuumed. `retain_zero` and `allow_window_loss` destroy history a
-consumer may need: they run only where the deployment permits destructive actions
+A run decides from the logs (no JVM) whether vacuuming now would cut a consumer's replay window
+(the pipelines reading the table, and the consumer assets of the watermark IO manager
+registered as reading it), raises `delta.deletedFileRetentionDuration` to cover them (up to a
+cap) or refuses, and only then starts Spark to vacuum. The decision, the retention sizing (max
+expected downtime + recovery buffer, from the load log) and the current setting are the run's
+metadata, and an observation on the table's asset. A refusal fails the run, so it is seen: the
+table was not vacuumed. `retain_zero` and `allow_window_loss` destroy history a consumer may
+need: they run only where the deployment permits destructive actions
 (`cdf_platform.orchestration.shared.destructive`). Every run's decision, refusal included, is a
-row of the maintenance log, with what it destroyed.
+row of the maintenance log, with what it destroyed. The run carries its table as a tag
+(`cdf_platform/table`), to find a table's runs in the UI.
+
+One job, not one per table: the daemon reloads every job's snapshot from the code server each
+minute, and each job carries the run-config schema of every resource (about 90 KB): a hundred
+tables' jobs were most of an idle deployment's reload (`python -m bench.idle_cost`).
 """
 
 import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
 from pydantic import Field
 
-from cdf_platform.core.errors import VacuumRefused
+from cdf_platform.core.errors import InvalidRunConfig, VacuumRefused
 from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.shared.destructive import (
     PERMITTED_BY,
     record,
     refuse_unless_permitted,
 )
-from cdf_platform.orchestration.shared.keys import BRONZE_PREFIX, silver_key
+from cdf_platform.orchestration.shared.keys import BRONZE_PREFIX, TABLE_TAG, silver_key
 from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 from cdf_platform.orchestration.shared.step_failures import platform_failure
 from cdf_platform.planning.vacuum import RetentionPolicy, VacuumDecision, plan_vacuum
@@ -36,8 +44,12 @@ from cdf_platform.state.control import ControlTable
 
 
 class MaintenanceConfig(dg.Config):
-    """How a maintenance run treats the table's consumers."""
+    """Which table a maintenance run vacuums, and how it treats the table's consumers."""
 
+    table: str = Field(
+        description="The table to vacuum, by its asset key: `bronze/<table>` (a table the "
+        "pipelines read) or `silver/<pipeline id>` (a silver table consumer assets read)."
+    )
     policy: RetentionPolicy = Field(
         default=RetentionPolicy.RAISE,
         description="`raise`: raise delta.deletedFileRetentionDuration to cover the consumers "
@@ -77,14 +89,15 @@ def _numeric(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def maintenance_job_name(bronze_name: str) -> str:
-    """`maintenance_<bronze table>_job`."""
-    return f"maintenance_{bronze_name}_job"
+MAINTENANCE_JOB = "maintenance_job"
+MAINTENANCE_SCHEDULE = "maintenance_schedule"
 
 
-def silver_maintenance_job_name(pipeline_id: str) -> str:
-    """`maintenance_silver_<pipeline id>_job`."""
-    return f"maintenance_silver_{pipeline_id}_job"
+def maintenance_run_config(table: dg.AssetKey | str, **config: object) -> dict[str, Any]:
+    """The run config of a maintenance run of `table` (its asset key), with `config`'s other
+    `MaintenanceConfig` fields."""
+    name = table.to_user_string() if isinstance(table, dg.AssetKey) else table
+    return {"ops": {"vacuum": {"config": {"table": name, **config}}}}
 
 
 @dataclass(frozen=True)
@@ -146,16 +159,24 @@ def _decision_metadata(decision: VacuumDecision) -> "dict[str, dg.RawMetadataVal
 def _vacuum_op(
     tables: Mapping[str, _Vacuumed], specs: list[PipelineSpec], allow_destructive: bool
 ) -> dg.OpDefinition:
-    """The VACUUM op every maintenance job runs (one definition, built once: a fleet's hundreds
-    of jobs each alias it), finding its table by the job's name in `tables`; `retain_zero` and
-    `allow_window_loss` refused unless `allow_destructive`."""
+    """The VACUUM op of `maintenance_job`, vacuuming the table its config names among `tables`
+    (by asset key); `retain_zero` and `allow_window_loss` refused unless `allow_destructive`."""
 
     @dg.op(name="vacuum", tags={"kind": "delta"}, config_schema=MAINTENANCE_CONFIG_SCHEMA)
     def vacuum(
         context: dg.OpExecutionContext, spark: SparkResource, lake: LakeLayout
     ) -> dg.Output[None]:
-        table = tables[context.job_name]
         config = MaintenanceConfig(**context.op_config)
+        table = tables.get(config.table)
+        if table is None:
+            unknown = InvalidRunConfig(
+                f"`table: {config.table}` is not a table this deployment maintains; nothing "
+                "was done",
+                action=f"set `table` to one of {', '.join(sorted(tables)) or '(none)'}",
+            )
+            raise platform_failure(unknown)
+        if context.run.tags.get(TABLE_TAG) != config.table:  # launched by hand: tag it
+            context.instance.add_run_tags(context.run_id, {TABLE_TAG: config.table})
         control = lake.control()
         refuse_unless_permitted(
             allow_destructive,
@@ -211,63 +232,59 @@ def _vacuum_op(
     return vacuum
 
 
-def _vacuum_job(
-    name: str, node_name: str, key: dg.AssetKey, op: dg.OpDefinition
-) -> dg.JobDefinition:
-    # The op runs under the job's own node name (`vacuum_<table>`): the name run config uses.
-    @dg.job(
-        name=name,
-        description=f"Consumer-aware VACUUM of {key.to_user_string()}: raises the retention its "
-        "consumers need or refuses, never silently cutting a replay window.",
-    )
-    def _job() -> None:
-        op.alias(node_name)()
-
-    return _job
-
-
-def build_maintenance_jobs(
+def build_maintenance_job(
     specs: list[PipelineSpec],
     consumed: Collection[dg.AssetKey] = (),
     *,
     allow_destructive: bool = False,
-) -> list[dg.JobDefinition]:
-    """One maintenance job per bronze table the pipelines read (`maintenance_<table>_job`, its
-    op `vacuum_<table>`), and per silver table among the asset keys `consumed`, read by
-    consumer assets (`maintenance_silver_<pipeline id>_job`, op `vacuum_silver_<pipeline id>`).
-    `retain_zero` and `allow_window_loss` are refused unless `allow_destructive`.
-    """
-    sources: dict[str, str] = {}
+) -> tuple[dg.JobDefinition, list[str]]:
+    """`maintenance_job` over every bronze table the pipelines read and every silver table among
+    the asset keys `consumed` (read by consumer assets), and those tables' asset keys, as its
+    run config names them; `retain_zero` and `allow_window_loss` are refused unless
+    `allow_destructive`."""
+    tables: dict[str, _Vacuumed] = {}
+    for spec in sorted(specs, key=lambda s: s.bronze_name):
+        key = dg.AssetKey([BRONZE_PREFIX, spec.bronze_name])
+        tables.setdefault(key.to_user_string(), _Vacuumed(key, spec.source))
     for spec in specs:
-        sources.setdefault(spec.bronze_name, spec.source)
-    planned = [
-        (
-            maintenance_job_name(name),
-            f"vacuum_{name}",
-            _Vacuumed(dg.AssetKey([BRONZE_PREFIX, name]), src),
-        )
-        for name, src in sorted(sources.items())
-    ] + [
-        (
-            silver_maintenance_job_name(spec.id),
-            f"vacuum_silver_{spec.id}",
-            _Vacuumed(silver_key(spec.id), spec.target),
-        )
-        for spec in specs
-        if silver_key(spec.id) in consumed
-    ]
-    op = _vacuum_op({job: table for job, _, table in planned}, specs, allow_destructive)
-    return [_vacuum_job(job, node, table.key, op) for job, node, table in planned]
+        if silver_key(spec.id) in consumed:
+            tables[silver_key(spec.id).to_user_string()] = _Vacuumed(
+                silver_key(spec.id), spec.target
+            )
+    op = _vacuum_op(tables, specs, allow_destructive)
+
+    @dg.job(
+        name=MAINTENANCE_JOB,
+        description="Consumer-aware VACUUM of one table (run config `table`: its asset key): "
+        "raises the retention its consumers need or refuses, never silently cutting a replay "
+        "window.",
+    )
+    def _job() -> None:
+        op()
+
+    return _job, list(tables)
 
 
-def build_maintenance_schedules(jobs: list[dg.JobDefinition]) -> list[dg.ScheduleDefinition]:
-    """A nightly schedule per maintenance job (stopped until an operator turns it on)."""
-    return [
-        dg.ScheduleDefinition(
-            name=f"{job.name.removesuffix('_job')}_schedule",
-            job=job,
-            cron_schedule="0 3 * * *",
-            default_status=dg.DefaultScheduleStatus.STOPPED,
-        )
-        for job in jobs
-    ]
+def build_maintenance_schedule(job: dg.JobDefinition, tables: list[str]) -> dg.ScheduleDefinition:
+    """`maintenance_schedule`: nightly, one run of `job` per table of `tables` (asset keys),
+    each run keyed by its table and night; stopped until an operator turns it on."""
+
+    @dg.schedule(
+        name=MAINTENANCE_SCHEDULE,
+        job=job,
+        cron_schedule="0 3 * * *",
+        default_status=dg.DefaultScheduleStatus.STOPPED,
+        description="Nightly consumer-aware VACUUM: one maintenance_job run per table.",
+    )
+    def _schedule(context: dg.ScheduleEvaluationContext) -> list[dg.RunRequest]:
+        night = context.scheduled_execution_time.date().isoformat()
+        return [
+            dg.RunRequest(
+                run_key=f"{table}:{night}",
+                run_config=maintenance_run_config(table),
+                tags={TABLE_TAG: table},
+            )
+            for table in tables
+        ]
+
+    return _schedule

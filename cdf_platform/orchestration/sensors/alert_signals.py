@@ -36,6 +36,7 @@ from cdf_platform.orchestration.shared.keys import (
     INCIDENT_TAG,
     PIPELINE_TAG,
     SILVER_PREFIX,
+    TABLE_TAG,
     WILL_RETRY_TAG,
     silver_op_name,
     silver_pipeline_ids,
@@ -373,12 +374,15 @@ class SignalReader:
     ) -> list[Signal]:
         link = f"/runs/{run.run_id}"
         signals = []
+        # A maintenance run is one table's: its subject names it.
+        table = run.tags.get(TABLE_TAG)
+        subject = f"{run.job_name} ({table})" if table else run.job_name
         if DESTRUCTIVE_TAG in run.tags:
             settings = run.tags[DESTRUCTIVE_TAG]
             signals.append(
                 Signal(
                     AlertEvent.DESTRUCTIVE_ACTION,
-                    run.job_name,
+                    subject,
                     Change.ONCE,
                     Severity.WARNING,
                     f"run {run.run_id} of {run.job_name} carried out {settings}, which this "
@@ -413,7 +417,7 @@ class SignalReader:
                 *signals,
                 Signal(
                     AlertEvent.DESTRUCTIVE_ACTION,
-                    run.job_name,
+                    subject,
                     Change.ONCE,
                     Severity.WARNING,
                     message,

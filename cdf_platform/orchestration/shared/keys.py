@@ -13,6 +13,8 @@ BRONZE_PREFIX = "bronze"
 SILVER_PREFIX = "silver"
 # Run tag naming the pipeline of a run (sensors set it; handy for filtering runs in the UI).
 PIPELINE_TAG = "cdf_platform/pipeline_id"
+# Run tag naming the table a maintenance run vacuums, by its asset key (`bronze/<table>`).
+TABLE_TAG = "cdf_platform/table"
 # Run tag naming the incident a rebuild repairs.
 INCIDENT_TAG = "cdf_platform/incident_code"
 # Run tag naming the queue a run waits in: the platform's jobs set it (`silver` for the runs that

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,12 @@ from cdf_platform.core.config import default_allow_destructive
 from cdf_platform.core.errors import RuntimeEnvironmentError
 from cdf_platform.core.sql import sql_path
 from cdf_platform.orchestration.jobs.maintenance_jobs import (
-    build_maintenance_jobs,
-    maintenance_job_name,
+    MAINTENANCE_JOB,
+    build_maintenance_job,
+    build_maintenance_schedule,
+    maintenance_run_config,
 )
+from cdf_platform.orchestration.shared.keys import TABLE_TAG, silver_key
 from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
 from cdf_platform.run import PipelineRunner
 from cdf_platform_tests.bronze import insert, make_bronze, set_deleted_file_retention, sql
@@ -49,11 +53,11 @@ def _run(
     tags: dict[str, str] | None = None,
     **config: Any,
 ) -> tuple[dg.ExecuteInProcessResult, dg.DagsterInstance]:
-    (job,) = build_maintenance_jobs(control.specs(), allow_destructive=allow_destructive)
-    assert job.name == maintenance_job_name("people")
+    job, tables = build_maintenance_job(control.specs(), allow_destructive=allow_destructive)
+    assert (job.name, tables) == (MAINTENANCE_JOB, ["bronze/people"])
     instance = dg.DagsterInstance.ephemeral()
     result = job.execute_in_process(
-        run_config={"ops": {"vacuum_people": {"config": {"listing_parallelism": 2, **config}}}},
+        run_config=maintenance_run_config("bronze/people", listing_parallelism=2, **config),
         resources={"spark": spark_resource, "lake": control},
         instance=instance,
         raise_on_error=False,
@@ -184,7 +188,7 @@ def test_a_permitted_destructive_vacuum_runs_and_is_recorded_with_who_asked(
     (row,) = control.control().read_maintenance_log(source)
     assert (row["run_id"], row["job"], row["action"], row["outcome"]) == (
         result.run_id,
-        "maintenance_people_job",
+        MAINTENANCE_JOB,
         "VACUUM_RETAIN_ZERO",
         "vacuumed",
     )
@@ -208,3 +212,43 @@ def test_the_permission_is_the_environments_and_a_typo_in_it_is_an_error(
     monkeypatch.setenv("CDF_ALLOW_DESTRUCTIVE", "ture")
     with pytest.raises(RuntimeEnvironmentError, match="CDF_ALLOW_DESTRUCTIVE='ture'"):
         default_allow_destructive()
+
+
+def test_one_job_vacuums_the_table_its_run_config_names_and_the_schedule_asks_for_each(
+    spark: SparkSession, spark_resource: SparkResource, lake: Path
+) -> None:
+    control = _lagging_platform(spark, lake)
+    specs = [*control.specs(), control.spec("people").model_copy(update={"id": "people2"})]
+    job, tables = build_maintenance_job(specs, {silver_key("people")})
+    # A bronze table two pipelines read is one table; a silver table consumer assets read is
+    # one too.
+    assert tables == ["bronze/people", "silver/people"]
+    schedule = build_maintenance_schedule(job, tables)
+    night = datetime.datetime(2026, 12, 5, 3, tzinfo=datetime.UTC)
+    with dg.build_schedule_context(scheduled_execution_time=night) as context:
+        requests = schedule.evaluate_tick(context).run_requests or []
+    assert [(r.run_key, r.tags[TABLE_TAG]) for r in requests] == [
+        ("bronze/people:2026-12-05", "bronze/people"),
+        ("silver/people:2026-12-05", "silver/people"),
+    ]
+    assert requests[0].run_config == maintenance_run_config("bronze/people")
+
+    # A table the deployment does not maintain: a classified failure, nothing done.
+    source = control.spec("people").source
+    files = _files(source)
+    instance = dg.DagsterInstance.ephemeral()
+    unknown = job.execute_in_process(
+        run_config=maintenance_run_config("bronze/peeple"),
+        resources={"spark": spark_resource, "lake": control},
+        instance=instance,
+        raise_on_error=False,
+    )
+    assert failure_incident(unknown) == "INVALID_RUN_CONFIG"
+    (failure,) = [e for e in unknown.all_events if e.is_step_failure]
+    assert "set `table` to one of bronze/people, silver/people" in str(failure.step_failure_data)
+    assert _files(source) == files
+    assert not control.control().read_maintenance_log()
+    # A run launched by hand (no tag) is tagged with its table, to find it among the runs.
+    result, instance = _run(spark_resource, lake, control, buffer_hours=0.5)
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None and run.tags[TABLE_TAG] == "bronze/people"

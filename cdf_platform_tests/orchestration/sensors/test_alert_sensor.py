@@ -16,7 +16,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdf_platform.demo.demo_definitions import build_demo_defs
-from cdf_platform.orchestration.jobs.maintenance_jobs import maintenance_job_name
+from cdf_platform.orchestration.jobs.maintenance_jobs import (
+    MAINTENANCE_JOB,
+    maintenance_run_config,
+)
 from cdf_platform.orchestration.jobs.silver_jobs import CHECKS_JOB, REBUILD_JOB, rebuild_run_config
 from cdf_platform.orchestration.sensors.alert_sensor import ALERT_SENSOR
 from cdf_platform.orchestration.shared.keys import INCIDENT_TAG, PIPELINE_TAG
@@ -116,12 +119,12 @@ def test_each_incident_is_told_once_when_it_opens_and_once_when_it_ends(
         assert repaired["url"].startswith("http://dagster.test/runs/")
 
         # A refused destructive setting is an event of its own, not a failed run.
-        retain_zero = {"ops": {"vacuum_orders": {"config": {"retain_zero": True}}}}
-        run(defs, maintenance_job_name("orders"), instance, run_config=retain_zero)
+        retain_zero = maintenance_run_config("bronze/orders", retain_zero=True)
+        run(defs, MAINTENANCE_JOB, instance, run_config=retain_zero)
         sensor_tick(defs, instance, ALERT_SENSOR)
         assert told(webhook)[6:] == [("destructive_action", "event")]
         refused = webhook.received()[-1]["body"]
         assert refused["title"] == (
-            f"[cdf_platform] {maintenance_job_name('orders')}: destructive action refused"
+            "[cdf_platform] maintenance_job (bronze/orders): destructive action refused"
         )
         assert "DestructiveActionNotPermitted" in refused["summary"]
