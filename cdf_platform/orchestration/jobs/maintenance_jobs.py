@@ -81,7 +81,7 @@ class MaintenanceConfig(dg.Config):
     )
 
 
-# Inferred once for every maintenance job's op (see `SILVER_CONFIG_SCHEMA`).
+# Inferred once, when the module loads (see `SILVER_CONFIG_SCHEMA`).
 MAINTENANCE_CONFIG_SCHEMA = MaintenanceConfig.to_config_schema().as_field()
 
 
