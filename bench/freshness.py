@@ -8,8 +8,11 @@ own, the embedded default), `--hog` keeps one core busy with a process of its ow
 whole measurement (a machine shared with other work), and `--foreign-spark` runs a foreign
 Spark job beside it instead (`bench.foreign_spark`: a local driver aggregating a generated
 range in a loop). A writer commits one demo batch (50 rows:
-updates, inserts, deletes) every `--interval` seconds to a bronze table drawn at random from
-`--pipelines` tables, for `--minutes`; the sensors alone launch every run. After a warm-up
+updates, inserts, deletes) in every `--interval` seconds, at a random instant of each interval
+(seeded; a commit at a fixed period equal to the incremental sensor's tick would land every
+commit at one point of the tick's cycle, and the figures would measure that point), to a
+bronze table drawn at random from `--pipelines` tables, for `--minutes`; the sensors alone
+launch every run. After a warm-up
 (every silver loaded once, not counted), each commit's freshness is the time from the commit's
 return to the end of the first silver run whose watermark covers it (the load log's
 `finished_at`). Also: runs per commit, the share of no-op runs, the queue's peak (runs queued or
@@ -208,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     with scratch_folder(args, "cdf-freshness-") as workdir, PostgresServer() as postgres:
         pipelines = [orders_pipeline(i) for i in ids]
         deployment = Deployment(workdir, postgres, pipelines, warm=not args.cold)
-        writer = BronzeWriter(deployment, ids, interval=args.interval)
+        writer = BronzeWriter(deployment, ids, interval=args.interval, spread=True)
         for pipeline_id in ids:
             writer.commit(pipeline_id)
         with deployment.environment():
@@ -319,7 +322,8 @@ def main(argv: list[str] | None = None) -> None:
                 "the catch-up."
                 if args.foreign_spark
                 else "Nothing else runs on the machine.",
-                f"Writer: one commit every {args.interval:g} s to a random bronze table for "
+                f"Writer: one commit in every {args.interval:g} s, at a random instant of it, "
+                f"to a random bronze table for "
                 f"{args.minutes:g} min ({len(commits)} commits measured, {warm} warm-up).",
                 f"Commits no silver run covered: {len(commits) - len(seconds)}.",
             ],

@@ -548,7 +548,11 @@ class Commit:
 
 class BronzeWriter:
     """A thread committing one `orders` batch every `interval` seconds to a bronze table drawn
-    from `pipeline_ids` (seeded), until stopped."""
+    from `pipeline_ids` (seeded), until stopped; with `spread`, one commit in each interval at a
+    random instant of it (seeded): the same rate, but commits that do not keep one phase
+    against a sensor ticking at the same period (a writer every 5 s beside a tick every 5 s
+    lands every commit at one point of the tick's cycle, and a freshness figure then measures
+    that point)."""
 
     def __init__(
         self,
@@ -558,9 +562,10 @@ class BronzeWriter:
         interval: float,
         batch_size: int = 50,
         seed: int = 11,
+        spread: bool = False,
     ) -> None:
         self.deployment, self.pipeline_ids = deployment, list(pipeline_ids)
-        self.interval, self.batch_size = interval, batch_size
+        self.interval, self.batch_size, self.spread = interval, batch_size, spread
         self.rng = random.Random(seed)
         self.commits: list[Commit] = []
         self._stop = threading.Event()
@@ -576,11 +581,13 @@ class BronzeWriter:
         return made
 
     def _write(self) -> None:
-        next_at = time.monotonic()
-        while not self._stop.is_set():
+        start = time.monotonic()
+        for period in itertools.count():
+            offset = self.rng.uniform(0.0, self.interval) if self.spread else 0.0
+            at = start + period * self.interval + offset
+            if self._stop.wait(max(0.0, at - time.monotonic())):
+                return
             self.commit(self.rng.choice(self.pipeline_ids))
-            next_at += self.interval
-            self._stop.wait(max(0.0, next_at - time.monotonic()))
 
     def start(self) -> BronzeWriter:
         self._thread.start()
