@@ -61,10 +61,7 @@ def source_window(
     try:
         window = compute_replay_window(spec.source, now=now, log=log)
     except SourceLogDamaged as err:
-        damaged = SourceLogDamaged(
-            err.problem, pipeline_id=spec.id, table=spec.source, action=err.action
-        )
-        return Blocked(damaged)
+        return Blocked(_damaged_source(spec, err))
     invalid = colliding_columns_problem(spec, window)
     if invalid is not None:
         return Blocked(invalid, window)
@@ -94,10 +91,7 @@ def _source_log(spec: PipelineSpec, storage: StorageConfig) -> DeltaLog | Blocke
     try:
         protocol = log.latest_protocol()
     except SourceLogDamaged as err:
-        damaged = SourceLogDamaged(
-            err.problem, pipeline_id=spec.id, table=spec.source, action=err.action
-        )
-        return Blocked(damaged)
+        return Blocked(_damaged_source(spec, err))
     if managed := [name for name in CATALOG_MANAGED_FEATURES if protocol.has_feature(name)]:
         catalog = CatalogManagedSource(
             f"the source's protocol has the {managed[0]!r} table feature",
@@ -152,3 +146,9 @@ def colliding_columns_problem(
         action="rename the bronze column (a silver column name can also be left out with "
         "`include_columns`)",
     )
+
+
+def _damaged_source(spec: PipelineSpec, err: SourceLogDamaged) -> SourceLogDamaged:
+    """`err` (the log reader's) as the pipeline's: its problem and action, naming the pipeline
+    and its `source`."""
+    return SourceLogDamaged(err.problem, pipeline_id=spec.id, table=spec.source, action=err.action)
