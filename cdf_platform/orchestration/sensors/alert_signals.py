@@ -397,6 +397,20 @@ class SignalReader:
             )
         if not failed or run.tags.get(WILL_RETRY_TAG) == "true":
             return signals
+        return [*signals, *self._run_failed(instance, run, subject, link, at, source)]
+
+    def _run_failed(
+        self,
+        instance: dg.DagsterInstance,
+        run: dg.DagsterRun,
+        subject: str,
+        link: str,
+        at: float,
+        source: str,
+    ) -> list[Signal]:
+        """What a run that failed for good tells: a refused destructive action, or each failed
+        pipeline's run failure; nothing when only blocking checks failed (their evaluations
+        tell)."""
         failures = instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_FAILURE)
         errors = [
             error
@@ -405,7 +419,7 @@ class SignalReader:
             and (error := failure.dagster_event.step_failure_data.error) is not None
         ]
         if errors and all(error.cls_name == CHECK_FAILED for error in errors):
-            return signals  # a blocking check failed: its evaluation is told
+            return []  # a blocking check failed: its evaluation is told
         messages = [error.message.strip() for error in errors]
         message = messages[0].splitlines()[0] if messages else "the run's process ended"
         if any(
@@ -414,7 +428,6 @@ class SignalReader:
             for m in messages
         ):
             return [
-                *signals,
                 Signal(
                     AlertEvent.DESTRUCTIVE_ACTION,
                     subject,
@@ -428,7 +441,7 @@ class SignalReader:
                     at,
                     source,
                     title="destructive action refused",
-                ),
+                )
             ]
         # A shared run's failure is its failed steps' pipelines (the others wrote silver); a
         # run whose process died is all it covers.
@@ -436,20 +449,19 @@ class SignalReader:
         covered = silver_pipeline_ids(run.asset_selection or ())
         subjects = [p for p in self.specs if silver_op_name(p) in failed_steps] or covered
         subjects = subjects or [run.tags.get(PIPELINE_TAG) or run.job_name]
-        for subject in subjects:
-            signals.append(
-                Signal(
-                    AlertEvent.RUN_FAILED,
-                    subject,
-                    Change.OPEN,
-                    Severity.CRITICAL,
-                    f"run {run.run_id} of {run.job_name} failed, and no retry is left: {message}",
-                    "read the run's error (its 'What to do' names the fix); the next bronze "
-                    "version gets a run of its own",
-                    {},
-                    link,
-                    at,
-                    source,
-                )
+        return [
+            Signal(
+                AlertEvent.RUN_FAILED,
+                pipeline,
+                Change.OPEN,
+                Severity.CRITICAL,
+                f"run {run.run_id} of {run.job_name} failed, and no retry is left: {message}",
+                "read the run's error (its 'What to do' names the fix); the next bronze "
+                "version gets a run of its own",
+                {},
+                link,
+                at,
+                source,
             )
-        return signals
+            for pipeline in subjects
+        ]
