@@ -19,7 +19,8 @@ import dagster as dg
 from cdf_platform.core.config import LakeEnvironment, default_automation
 from cdf_platform.orchestration.jobs.silver_jobs import INCREMENTAL_JOB
 from cdf_platform.orchestration.platform import platform_defs
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 
 
 def build_defs(
@@ -62,9 +63,6 @@ def build_defs(
 
 logger = logging.getLogger(__name__)
 
-# The last `defs` built in this process, with what it read (`_load_key`).
-_loaded: tuple[tuple[object, ...], dg.Definitions] | None = None
-
 
 def _load_key() -> tuple[object, ...] | None:
     """What a load of `defs` reads besides the code: the working directory, the environment
@@ -79,28 +77,61 @@ def _load_key() -> tuple[object, ...] | None:
     return (os.getcwd(), tuple(sorted(os.environ.items())), path, digest)
 
 
+class ProcessDefinitions:
+    """The definitions a process built, kept for what they read (`_load_key`): `defs` returns
+    the last built while the environment and the pipelines file are the same, and a warm-up
+    that failed is not tried again until they change.
+
+    Example:
+        >>> loads = ProcessDefinitions()  # the same environment and file: built once
+        >>> loads.of(_load_key()) is loads.of(_load_key())  # doctest: +SKIP
+        True
+    """
+
+    def __init__(self) -> None:
+        # The last definitions built, with the key of what they read.
+        self._loaded: tuple[tuple[object, ...], dg.Definitions] | None = None
+        # What the last failed `warm` read: the same fails again unread.
+        self._failed: tuple[object, ...] | None = None
+
+    def of(self, key: tuple[object, ...] | None) -> dg.Definitions:
+        """The definitions for what a load reads now (`key`): the last built when it read the
+        same, else built now (and kept unless `key` is None)."""
+        if key is not None and self._loaded is not None and self._loaded[0] == key:
+            return self._loaded[1]
+        built = build_defs()
+        if key is not None:
+            self._loaded = (key, built)
+        return built
+
+    def warm(self) -> bool:
+        """Build the definitions and resolve their repository and `incremental_job`, unless
+        built already for the same environment and pipelines file; False when they do not
+        load, said once and not tried again until the file or the environment changes."""
+        key = _load_key()
+        if key is not None and key == self._failed:
+            return False
+        try:
+            self.of(key).get_repository_def().get_job(INCREMENTAL_JOB)  # most runs' job
+        except Exception as err:  # an invalid pipelines file: the run says so, classified
+            logger.warning("the definitions do not load in the run worker: %s", err)
+            self._failed = key
+            return False
+        self._failed = None
+        return True
+
+
+# This process's: Dagster's loader calls `defs`, the warm run worker `warm_definitions`.
+_PROCESS = ProcessDefinitions()
+
+
 @dg.definitions
 def defs() -> dg.Definitions:
     """The platform's definitions on the environment's lake (loaded by Dagster, not at import),
     built once per process for the same environment and pipelines file: a run forked from the
     warm run worker uses the worker's, already resolved (`warm_definitions`), instead of
     building and resolving them again (every pipeline's assets, checks, jobs and sensors)."""
-    return _defs_for(_load_key())
-
-
-def _defs_for(key: tuple[object, ...] | None) -> dg.Definitions:
-    """`defs` for what a load reads now (`key`): the last built when it read the same."""
-    global _loaded
-    if key is not None and _loaded is not None and _loaded[0] == key:
-        return _loaded[1]
-    built = build_defs()
-    if key is not None:
-        _loaded = (key, built)
-    return built
-
-
-# What the last failed `warm_definitions` read (`_load_key`): the same fails again unread.
-_failed: tuple[object, ...] | None = None
+    return _PROCESS.of(_load_key())
 
 
 def warm_definitions() -> bool:
@@ -108,15 +139,4 @@ def warm_definitions() -> bool:
     built already for the same environment and pipelines file (the warm run worker, before it
     forks a run); False when they do not load (each run then fails on it as it would have),
     said once and not tried again until the file or the environment changes."""
-    global _failed
-    key = _load_key()
-    if key is not None and key == _failed:
-        return False
-    try:
-        _defs_for(key).get_repository_def().get_job(INCREMENTAL_JOB)  # most runs' job
-    except Exception as err:  # an invalid pipelines file: the run says so, classified
-        logger.warning("the definitions do not load in the run worker: %s", err)
-        _failed = key
-        return False
-    _failed = None
-    return True
+    return _PROCESS.warm()
