@@ -48,19 +48,66 @@ KEPT_CONNECTIONS = 2
 # A kept connection older than this is opened again before use (the webserver's default).
 RECYCLE_SECONDS = 3600
 
-_lock = threading.Lock()
-# Engines by (process id, database URL). A forked child finds none of its parent's and opens
-# its own; the parent's stay referenced here, so the child never closes them (closing a
-# connection sends PostgreSQL its end, over a socket the parent still uses).
-_engines: dict[tuple[int, str], sqlalchemy.engine.Engine] = {}
-# Connections a forked child found in an engine of its parent's, kept from being closed.
-_inherited: list[Any] = []
+
+class KeptEngines:
+    """A process's engines, one per database URL, that every instance it opens shares.
+
+    Engines are kept by (process id, database URL): a forked child finds none of its parent's
+    and opens its own; the parent's stay referenced here, so the child never closes them
+    (closing a connection sends PostgreSQL its end, over a socket the parent still uses).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._engines: dict[tuple[int, str], sqlalchemy.engine.Engine] = {}
+        # Connections a forked child found in an engine of its parent's, kept from being closed.
+        self._inherited: list[Any] = []
+
+    def engine(
+        self, postgres_url: str, token_provider: PgTokenProvider | None = None
+    ) -> sqlalchemy.engine.Engine:
+        """This process's engine for `postgres_url`, opened on first use."""
+        key = (os.getpid(), postgres_url)
+        with self._lock:
+            engine = self._engines.get(key)
+            if engine is None:
+                engine = create_pg_engine(
+                    postgres_url,
+                    token_provider,
+                    isolation_level="AUTOCOMMIT",
+                    pool_size=KEPT_CONNECTIONS,
+                    max_overflow=-1,  # no limit, as with NullPool: the extra ones are closed
+                    pool_pre_ping=True,
+                    pool_use_lifo=True,  # the newest first: the others idle, and few stay busy
+                    pool_recycle=RECYCLE_SECONDS,
+                )
+                event.listen(engine, "connect", _note_process)
+                event.listen(engine, "checkout", self._refuse_other_process)
+                self._engines[key] = engine
+            return engine
+
+    def _refuse_other_process(self, dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        """A connection opened by another process (a fork's parent) is set aside, not used,
+        and the pool opens a new one (SQLAlchemy retries a checkout on `DisconnectionError`)."""
+        if record.info.get("pid") == os.getpid():
+            return
+        self._inherited.append(dbapi_connection)
+        record.dbapi_connection = proxy.dbapi_connection = None
+        raise exc.DisconnectionError("a connection of the parent process, opened again")
+
+
+def _note_process(_dbapi_connection: Any, record: Any) -> None:
+    record.info["pid"] = os.getpid()
+
+
+# The engines of this process (a forked child's: those it opens after the fork).
+_PROCESS = KeptEngines()
 
 
 def kept_engine(
     postgres_url: str, token_provider: PgTokenProvider | None = None
 ) -> sqlalchemy.engine.Engine:
-    """This process's engine for `postgres_url`, opened on first use.
+    """This process's engine for `postgres_url`, opened on first use (`KeptEngines.engine`).
 
     Example:
         >>> engine = kept_engine("postgresql+psycopg2://user@127.0.0.1:1/dagster")
@@ -69,38 +116,7 @@ def kept_engine(
         >>> type(engine.pool).__name__, engine.pool.size()
         ('QueuePool', 2)
     """
-    key = (os.getpid(), postgres_url)
-    with _lock:
-        engine = _engines.get(key)
-        if engine is None:
-            engine = create_pg_engine(
-                postgres_url,
-                token_provider,
-                isolation_level="AUTOCOMMIT",
-                pool_size=KEPT_CONNECTIONS,
-                max_overflow=-1,  # no limit, as with NullPool: the extra ones are closed
-                pool_pre_ping=True,
-                pool_use_lifo=True,  # the newest first: the others idle, and few stay busy
-                pool_recycle=RECYCLE_SECONDS,
-            )
-            event.listen(engine, "connect", _note_process)
-            event.listen(engine, "checkout", _refuse_other_process)
-            _engines[key] = engine
-        return engine
-
-
-def _note_process(_dbapi_connection: Any, record: Any) -> None:
-    record.info["pid"] = os.getpid()
-
-
-def _refuse_other_process(dbapi_connection: Any, record: Any, proxy: Any) -> None:
-    """A connection opened by another process (a fork's parent) is set aside, not used, and
-    the pool opens a new one (SQLAlchemy retries a checkout on `DisconnectionError`)."""
-    if record.info.get("pid") == os.getpid():
-        return
-    _inherited.append(dbapi_connection)
-    record.dbapi_connection = proxy.dbapi_connection = None
-    raise exc.DisconnectionError("a connection of the parent process, opened again")
+    return _PROCESS.engine(postgres_url, token_provider)
 
 
 class PooledPostgresStorage(DagsterPostgresStorage):
