@@ -20,30 +20,16 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
-from cdf_platform.core.errors import ConcurrentWriteConflict
 from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
-from cdf_platform.deltalog.arrow_rows import arrow_table, delta_schema
-from cdf_platform.deltalog.delta_tables import (
-    create_delta_table,
-    open_delta_table,
-    refresh_delta_table,
-    write_opened_table,
-)
-from cdf_platform.deltalog.tables import is_delta_table
+from cdf_platform.deltalog.arrow_rows import arrow_table
 from cdf_platform.state.load_log import LOG_SCHEMA, LoadLogEntry
-
-if TYPE_CHECKING:
-    from deltalake import DeltaTable
-
-logger = logging.getLogger(__name__)
-T = TypeVar("T")
+from cdf_platform.state.row_tables import RowTables, rows_of, sql_text
 
 # Column -> Delta type name (the names of the Delta protocol's schema serialization).
 STATE_SCHEMA: dict[str, str] = {
@@ -104,71 +90,16 @@ MAINTENANCE_SCHEMA: dict[str, str] = {
     "files_deleted": "long",
     "latest_version": "long",
 }
-# Runs of different pipelines write the same tables: deltalake retries a losing append; a row
-# replaced in a file another rewrote raises CommitFailedError, retried here from the latest
-# version.
-_RETRIES = 8
-
-
-# Each control write adds a file. Past this many, the write that finds them compacts the table,
-# so reads stay a few files however many runs a fleet makes (a state table of 300 one-row
-# files: a read 0.42 s and an upsert 0.20 s; compacted: 0.02 s and 0.05 s).
-COMPACT_AT_FILES = 32
-# Files a compaction replaced are deleted once this old: the control tables are read at their
-# latest version only (no time travel, no change feed), so a day covers the slowest reader.
-REPLACED_FILES_KEPT_HOURS = 24
-
-
-def _sql_text(value: str) -> str:
-    """A string literal of `deltalake`'s SQL (DataFusion's: a quote doubled, no escapes)."""
-    return "'" + value.replace("'", "''") + "'"
-
-
-def _retry_on_conflict(
-    action: Callable[[], T], what: str, before_retry: Callable[[], None] | None = None
-) -> T:
-    """`action`, tried again (after `before_retry`) while it loses to a concurrent commit.
-
-    Raises:
-        ConcurrentWriteConflict: it lost `_RETRIES` times in a row (`what` names the write).
-    """
-    from deltalake.exceptions import CommitFailedError
-
-    for attempt in range(_RETRIES):
-        try:
-            return action()
-        except CommitFailedError as err:
-            if attempt == _RETRIES - 1:
-                raise ConcurrentWriteConflict(
-                    f"{what} lost to a concurrent commit {_RETRIES} times in a row ({err})",
-                    action="nothing of this write was committed (other runs commit to the same "
-                    "control table this often); rerun: silver's commits carry what they "
-                    "applied, and each pipeline's next run records it from silver's log",
-                ) from err
-            logger.info("%s hit a concurrent commit, retrying (%d)", what, attempt + 1)
-            time.sleep(0.05 * (attempt + 1))
-            if before_retry is not None:
-                before_retry()
-    raise AssertionError("unreachable")
-
-
 # A run that holds its control writes (`ControlTable.holding_writes`) writes them once one of
 # them is this old, at its next control write, so other processes (status, the sensors, the
 # UI) see a long run's rows within about this much of each write, not only at its end.
 HELD_AT_MOST_S = 5.0
 
 
-def _rows_of(table: Any) -> list[dict[str, Any]]:
-    """An Arrow table's rows as dicts (deltalake's and arro3's tables alike)."""
-    columns = [column.to_pylist() for column in table.columns]
-    names = table.column_names
-    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
-
-
 def _read_back(schema: Mapping[str, str], held: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows held (a copy taken under the lock) as a read of their table returns them (the
     Python values of `schema`'s Arrow types)."""
-    return _rows_of(arrow_table(schema, held)) if held else []
+    return rows_of(arrow_table(schema, held)) if held else []
 
 
 def _log_order(row: Mapping[str, Any]) -> tuple[datetime, str]:
@@ -182,11 +113,8 @@ class ControlTable:
     (`storage`): what every reader of the lake's tables that is handed the control table opens
     them with (the plan, the run, `status`, the checks and sensors).
 
-    The object opens each table once and brings it to its latest version at each use, reading
-    only the commits since (a shared run writes the state table and the load log for each of
-    its pipelines: opening them afresh replays up to a checkpoint interval of commits each
-    time); a query's rows are read again only when the table has a newer version. Every read
-    and write is of the latest version, as a fresh open gives.
+    The object opens each table once and reads and writes its latest version, a query's rows
+    read again only when the table has a newer one (`cdf_platform.state.row_tables`).
 
     A Dagster run holds its state and load-log rows in its object (`holding_writes`; the
     run's steps share one, `orchestration.shared.resources.LakeLayout`) and writes them
@@ -205,11 +133,10 @@ class ControlTable:
     def __init__(self, root: str, storage: StorageConfig = ENVIRONMENT_ONLY) -> None:
         self.root = root.rstrip("/")
         self.storage = storage
-        self._opened: dict[str, DeltaTable] = {}
-        # (path, sql) -> the version of the table its rows were read at, and the rows.
-        self._rows: dict[tuple[str, str], tuple[int, list[dict[str, Any]]]] = {}
-        # A deltalake table object is not for two threads at once.
+        # Held around the tables' use (a deltalake table object is not for two threads at
+        # once) and around the rows held.
         self._lock = threading.RLock()
+        self._tables = RowTables(storage, self._lock)
         self._ensured = False  # both tables known to exist (`ensure`)
         # Writes held (`hold_writes`): how many hold them, the load-log rows, the state rows by
         # pipeline, and when the oldest was held (time.monotonic()).
@@ -238,78 +165,8 @@ class ControlTable:
         if self._ensured:
             return
         for path, schema in ((self.state_path, STATE_SCHEMA), (self.log_path, LOG_SCHEMA)):
-            if path not in self._opened and not is_delta_table(path, self.storage):
-                self._create(path, schema)
+            self._tables.create_missing(path, schema)
         self._ensured = True
-
-    def _latest(self, path: str) -> DeltaTable | None:
-        """The table at `path` at its latest version, or None when there is none yet (opened
-        on first use, then refreshed; call with the lock held)."""
-        table = self._opened.get(path)
-        if table is not None:
-            refresh_delta_table(table, path, self.storage)
-            return table
-        if not is_delta_table(path, self.storage):
-            return None
-        table = self._opened[path] = open_delta_table(path, self.storage)
-        return table
-
-    def _table(self, path: str, schema: Mapping[str, str]) -> DeltaTable:
-        """The table at `path` at its latest version, created with `schema` when missing
-        (call with the lock held)."""
-        table = self._latest(path)
-        if table is None:
-            self._create(path, schema)
-            table = self._opened[path] = open_delta_table(path, self.storage)
-        return table
-
-    def _create(self, path: str, schema: Mapping[str, str]) -> None:
-        def create() -> None:
-            # mode="ignore": a concurrent creator that won the race leaves the table as wanted.
-            create_delta_table(path, self.storage, delta_schema(schema), mode="ignore")
-
-        _retry_on_conflict(create, f"creating {path}")
-
-    def _upsert(self, path: str, schema: Mapping[str, str], rows: Any, *, predicate: str) -> None:
-        """Insert or replace `rows` in the table at `path` (created with `schema` when
-        missing), in one commit: the rows `predicate` names (their keys) replaced by `rows` (a
-        write whose predicate names the keys: a fifth of a MERGE's time on a small table)."""
-        with self._lock:
-            table = self._table(path, schema)
-            _retry_on_conflict(
-                lambda: write_opened_table(
-                    table,
-                    path,
-                    self.storage,
-                    rows,
-                    mode="overwrite",
-                    predicate=predicate,
-                    # A table written before a column was added takes it.
-                    schema_mode="merge",
-                ),
-                f"upsert into {path}",
-                lambda: refresh_delta_table(table, path, self.storage),
-            )
-            self._keep_compact(path, table)
-
-    def _keep_compact(self, path: str, table: DeltaTable) -> None:
-        """Compact the table at `path` (`table`: at the version just written) when it holds
-        more than COMPACT_AT_FILES files, and delete the files compactions replaced over
-        REPLACED_FILES_KEPT_HOURS ago. A concurrent commit wins over the compaction: it is left
-        to the next write."""
-        from deltalake.exceptions import CommitFailedError
-
-        if len(table.file_uris()) <= COMPACT_AT_FILES:
-            return
-        try:
-            table.optimize.compact()
-            table.vacuum(
-                retention_hours=REPLACED_FILES_KEPT_HOURS,
-                dry_run=False,
-                enforce_retention_duration=False,
-            )
-        except CommitFailedError as err:
-            logger.info("compacting %s left to a later write (a concurrent commit): %s", path, err)
 
     def upsert_state(self, state: Mapping[str, Any]) -> None:
         """Insert or replace the state row of `state["pipeline_id"]` (held while this object
@@ -322,8 +179,8 @@ class ControlTable:
     def _write_states(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Insert or replace the state rows `rows` (one per pipeline) in one commit."""
         self.ensure()
-        keys = ", ".join(_sql_text(str(row["pipeline_id"])) for row in rows)
-        self._upsert(
+        keys = ", ".join(sql_text(str(row["pipeline_id"])) for row in rows)
+        self._tables.upsert(
             self.state_path,
             STATE_SCHEMA,
             arrow_table(STATE_SCHEMA, rows),
@@ -346,8 +203,8 @@ class ControlTable:
                 }
             ],
         )
-        self._upsert(
-            self.locations_path, LOCATION_SCHEMA, row, predicate=f"name = {_sql_text(name)}"
+        self._tables.upsert(
+            self.locations_path, LOCATION_SCHEMA, row, predicate=f"name = {sql_text(name)}"
         )
 
     def read_locations(self) -> dict[str, dict[str, Any]]:
@@ -373,11 +230,11 @@ class ControlTable:
             "input_table": input_table,
             "registered_at": datetime.now(UTC),
         }
-        self._upsert(
+        self._tables.upsert(
             self.consumers_path,
             CONSUMER_SCHEMA,
             arrow_table(CONSUMER_SCHEMA, [row]),
-            predicate=f"registration = {_sql_text(str(row['registration']))}",
+            predicate=f"registration = {sql_text(str(row['registration']))}",
         )
 
     def read_consumers(self, input_table: str | None = None) -> list[dict[str, Any]]:
@@ -401,23 +258,7 @@ class ControlTable:
     def append_row(self, path: str, schema: Mapping[str, str], row: Mapping[str, Any]) -> None:
         """Append `row` to the append-only control table at `path` (created with `schema` when
         missing; a table written before a column was added takes it). Never conflicts."""
-        self._append_rows(path, schema, [row])
-
-    def _append_rows(
-        self, path: str, schema: Mapping[str, str], rows: Sequence[Mapping[str, Any]]
-    ) -> None:
-        """Append `rows` to the control table at `path` in one commit (see `append_row`)."""
-        data = arrow_table(schema, rows)
-        with self._lock:
-            table = self._table(path, schema)
-            _retry_on_conflict(
-                lambda: write_opened_table(
-                    table, path, self.storage, data, mode="append", schema_mode="merge"
-                ),
-                f"append to {path}",
-                lambda: refresh_delta_table(table, path, self.storage),
-            )
-            self._keep_compact(path, table)
+        self._tables.append(path, schema, [row])
 
     def read_maintenance_log(self, table_location: str | None = None) -> list[dict[str, Any]]:
         """Maintenance-log rows (oldest first), optionally of one table, JVM-free."""
@@ -492,7 +333,7 @@ class ControlTable:
         one upsert. Rows a failed write did not write stay held."""
         with self._lock:
             if self._held_log:
-                self._append_rows(self.log_path, LOG_SCHEMA, self._held_log)
+                self._tables.append(self.log_path, LOG_SCHEMA, self._held_log)
                 self._held_log = []
             if self._held_states:
                 self._write_states(list(self._held_states.values()))
@@ -503,18 +344,7 @@ class ControlTable:
         """The rows of `sql` over the control table at `path` (named `t`; none when it does
         not exist yet), JVM-free: read again only when the table has a version after the one
         they were read at."""
-        with self._lock:
-            opened = self._latest(path)
-            if opened is None:
-                return []
-            version = opened.version()
-            held = self._rows.get((path, sql))
-            if held is None or held[0] != version:
-                from deltalake import QueryBuilder
-
-                table = QueryBuilder().register("t", opened).execute(sql).read_all()
-                held = self._rows[(path, sql)] = (version, _rows_of(table))
-            return [dict(row) for row in held[1]]
+        return self._tables.query(path, sql)
 
     def read_states(self) -> dict[str, dict[str, Any]]:
         """Every pipeline's state row (with those this object holds), JVM-free."""

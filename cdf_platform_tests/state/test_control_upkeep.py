@@ -14,8 +14,9 @@ import cdf_platform.state.control as control_module
 from cdf_platform.core.errors import ConcurrentWriteConflict
 from cdf_platform.deltalog.arrow_rows import arrow_table
 from cdf_platform.deltalog.delta_tables import write_delta_table
-from cdf_platform.state.control import COMPACT_AT_FILES, STATE_SCHEMA, ControlTable, LoadLogEntry
+from cdf_platform.state.control import STATE_SCHEMA, ControlTable, LoadLogEntry
 from cdf_platform.state.load_log import LOG_SCHEMA, OrchestratorTimes, RunStages
+from cdf_platform.state.row_tables import COMPACT_AT_FILES, retry_on_conflict
 
 MARK_COLUMNS = ("created_at", "dequeued_at", "launched_at", "planned_at", "read_at", "committed_at")
 
@@ -222,7 +223,7 @@ def test_a_control_write_that_keeps_losing_to_concurrent_commits_is_a_classified
     write_deltalake(path, pa.table({"k": [1]}), mode="overwrite", predicate="k = 1")
 
     with pytest.raises(ConcurrentWriteConflict) as error:
-        control_module._retry_on_conflict(
+        retry_on_conflict(
             lambda: write_deltalake(
                 stale, pa.table({"k": [2]}), mode="overwrite", predicate="k = 2"
             ),
