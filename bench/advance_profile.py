@@ -55,7 +55,8 @@ from bench.report import (
     run_info,
     scratch_folder,
 )
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform_testkit.deployment import DEPLOY
 from cdf_platform_testkit.lake import orders_pipeline, write_pipelines
 from cdf_platform_testkit.orders_bronze import write_orders_batch

@@ -145,7 +145,7 @@ def run_seeds(
 
 
 def _spark() -> SparkSession:
-    from cdf_platform.orchestration.shared.resources import SparkResource
+    from cdf_platform.orchestration.shared.spark_resource import SparkResource
     from cdf_platform_testkit.spark_conf import TEST_SPARK_CONF
 
     warehouse = tempfile.mkdtemp(prefix="fuzz-warehouse-")

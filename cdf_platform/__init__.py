@@ -48,7 +48,7 @@ _HOMES: Mapping[str, str] = MappingProxyType(
         "VerifyRepair": "cdf_platform.core.spec.pipeline_spec",
         "build_defs": "cdf_platform.definitions",
         "CdfPipelinesComponent": "cdf_platform.orchestration.component",
-        "SparkResource": "cdf_platform.orchestration.shared.resources",
+        "SparkResource": "cdf_platform.orchestration.shared.spark_resource",
         "LakeLayout": "cdf_platform.orchestration.shared.resources",
         "WatermarkIOManager": "cdf_platform.orchestration.io_manager.watermark_io_manager",
         "ChangeBatch": "cdf_platform.spark.read.batch",
@@ -155,7 +155,7 @@ if TYPE_CHECKING:
         WatermarkIOManager as WatermarkIOManager,
     )
     from cdf_platform.orchestration.shared.resources import LakeLayout as LakeLayout
-    from cdf_platform.orchestration.shared.resources import SparkResource as SparkResource
+    from cdf_platform.orchestration.shared.spark_resource import SparkResource as SparkResource
     from cdf_platform.planning.status import PipelineStatus as PipelineStatus
     from cdf_platform.planning.status import WindowState as WindowState
     from cdf_platform.planning.status import pipeline_status as pipeline_status

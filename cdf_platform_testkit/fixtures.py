@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from xdist.scheduler import LoadFileScheduling
 
 from cdf_platform.deltalog.commit_cache import CACHE_ENV
-from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.services.local_s3 import LocalS3Server
 from cdf_platform_testkit.azurite import ACCOUNT_HOST
 from cdf_platform_testkit.class_archive import archive_path, made_in_background

@@ -14,7 +14,8 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.sql import sql_path
 from cdf_platform.demo.demo_definitions import build_demo_defs
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform_testkit.lake import write_pipelines
 from cdf_platform_testkit.sensors import incremental_tick as incremental_tick
 from cdf_platform_testkit.sensors import sensor_tick as sensor_tick

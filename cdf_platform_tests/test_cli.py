@@ -17,7 +17,7 @@ from cdf_platform.cli import main
 from cdf_platform.core.sql import sql_path
 from cdf_platform.orchestration.jobs.silver_jobs import rebuild_run_config
 from cdf_platform.orchestration.shared.keys import silver_key
-from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.run.rebuild_policy import OVERRIDE_ACTION
 from cdf_platform.spark.write.merge import TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF
 from cdf_platform.state.control import ControlTable

@@ -24,7 +24,7 @@ BRONZE_OF = {"orders": "orders", "customers": "customers", "accounts": "accounts
 
 
 def test_definitions_load_without_starting_spark() -> None:
-    from cdf_platform.orchestration.shared.resources import SparkResource
+    from cdf_platform.orchestration.shared.spark_resource import SparkResource
 
     loaded = defs()
     assert isinstance(loaded, dg.Definitions)

@@ -17,7 +17,7 @@ from cdf_platform.definitions import build_defs
 from cdf_platform.orchestration.assets.overview import OVERVIEW_KEY
 from cdf_platform.orchestration.checks.silver_checks import CONSUMER_LAG, REPLAY_WINDOW
 from cdf_platform.orchestration.shared.keys import silver_key
-from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.run import PipelineRunner
 from cdf_platform.state.watermark import HISTORY_SCAN, read_silver_state

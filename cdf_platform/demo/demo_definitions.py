@@ -12,7 +12,8 @@ from cdf_platform.definitions import build_defs
 from cdf_platform.demo.data.bronze_assets import demo_bronze_assets
 from cdf_platform.demo.data.gold_asset import customer_order_totals_asset
 from cdf_platform.demo.data.jobs import demo_bronze_job, gold_job
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 
 # The demo pipeline whose silver table feeds gold/customer_order_totals.
 ORDERS_PIPELINE = "orders"

@@ -40,7 +40,8 @@ from cdf_platform.orchestration.sensors.consumers import (
 )
 from cdf_platform.orchestration.sensors.incremental_sensor import build_incremental_sensor
 from cdf_platform.orchestration.sensors.rebuild_sensor import build_rebuild_sensor
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.orchestration.shared.storage_options_config import StorageOptionsConfig
 
 

@@ -38,7 +38,8 @@ from cdf_platform.orchestration.io_manager.watermark_io_manager import (
     WatermarkIOManager,
 )
 from cdf_platform.orchestration.shared.keys import silver_key
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.state.consumer_marks import ConsumerMarks, read_consumer_marks
 from cdf_platform_testkit.faults.gold_asset import GOLD_KEY, totals_by_name_asset
 from cdf_platform_testkit.faults.gold_oracle import (

@@ -10,7 +10,7 @@ import dagster as dg
 from cdf_platform.definitions import build_defs
 from cdf_platform.orchestration.checks.silver_checks import REPLAY_WINDOW
 from cdf_platform.orchestration.shared.keys import silver_key
-from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform_tests.adls_gcs.lake import (
     PIPELINE,
     WATERMARK,

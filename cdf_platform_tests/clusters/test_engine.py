@@ -219,7 +219,8 @@ _SURVIVOR = textwrap.dedent(
     """
     import json, os, sys
     from cdf_platform.core.errors import EngineUnavailable
-    from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+    from cdf_platform.orchestration.shared.resources import LakeLayout
+    from cdf_platform.orchestration.shared.spark_resource import SparkResource
     from cdf_platform.run import PipelineRunner
     from cdf_platform_testkit.orders_bronze import write_orders_batch
 

@@ -53,7 +53,7 @@ from cdf_platform.core.sql import sql_path
 from cdf_platform.definitions import build_defs
 from cdf_platform.deltalog.log import DeltaLog
 from cdf_platform.orchestration.shared.keys import REQUESTED_TAG, silver_key
-from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.services.local_s3 import LocalS3Server
 from cdf_platform.services.service import free_port
 from cdf_platform.spark.runtime.object_stores import object_store_conf

@@ -19,7 +19,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform_testkit.faults.gold import GoldConsumer
 from cdf_platform_testkit.faults.harness import Divergence, HistoryHarness, history_spec
 from cdf_platform_testkit.faults.history import CI_PROFILE, RUNS, SPEC_EDITS, Op, plan_history

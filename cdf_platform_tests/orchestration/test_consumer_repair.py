@@ -23,7 +23,7 @@ from cdf_platform.orchestration.sensors.consumers import (
     consumer_check_results,
 )
 from cdf_platform.orchestration.shared.keys import WATERMARK_IO_MANAGER_KEY
-from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.planning.status import PipelineStatus, WindowState
 from cdf_platform.planning.vacuum import VacuumAction, plan_vacuum
 from cdf_platform.spark.read.batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite

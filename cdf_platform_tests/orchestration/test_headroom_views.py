@@ -16,7 +16,8 @@ from cdf_platform.core.sql import sql_path
 from cdf_platform.orchestration.checks.silver_checks import REPLAY_WINDOW
 from cdf_platform.orchestration.jobs.silver_jobs import rebuild_run_config
 from cdf_platform.orchestration.shared.keys import silver_key
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform_tests.cli_process import run_cli
 from cdf_platform_tests.lake_platform import (
     ORDERS,

@@ -14,7 +14,8 @@ from cdf_platform.cli import _context as cli_context
 from cdf_platform.cli import build_parser
 from cdf_platform.definitions import build_defs
 from cdf_platform.orchestration.shared.keys import silver_key
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.bronze import make_bronze, rows
 from cdf_platform_tests.lake_platform import materialization, materialize

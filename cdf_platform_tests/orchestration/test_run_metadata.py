@@ -30,7 +30,7 @@ from cdf_platform.core.config import (
 from cdf_platform.orchestration.io_manager.silver_io import run_result_metadata
 from cdf_platform.orchestration.jobs.silver_jobs import INCREMENTAL_JOB
 from cdf_platform.orchestration.shared.keys import silver_key
-from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.planning.plan import RunMode, plan_pipeline
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.window.replay_window import ConsumerAssessment

@@ -28,7 +28,8 @@ from cdf_platform.orchestration.shared.keys import (
     SILVER_QUEUE,
     silver_key,
 )
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.planning.status import pipeline_status
 from cdf_platform_testkit.deployment import DEPLOY
 from cdf_platform_testkit.lake import orders_pipeline

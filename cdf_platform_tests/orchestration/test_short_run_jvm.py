@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.config import JVM_FREE_MERGE_MAX_ROWS_ENV
-from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.planning.plan import RunMode, plan_run
 from cdf_platform.run import PipelineRunner
 from cdf_platform.spark.runtime.session_conf import (
@@ -36,7 +36,8 @@ import json, sys
 import dagster as dg
 from cdf_platform.definitions import build_defs
 from cdf_platform.orchestration.shared.keys import silver_key
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 
 lake, lean = sys.argv[1], sys.argv[2] == "on"
 spark = SparkResource(master="local[1]", shuffle_partitions=1, lean_short_runs=lean)

@@ -27,7 +27,8 @@ from cdf_platform.orchestration.io_manager.watermark_io_manager import (
     WatermarkIOManager,
 )
 from cdf_platform.orchestration.shared.keys import silver_key
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.spark.read.batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite
 from cdf_platform.state.consumer_marks import read_consumer_marks
 from cdf_platform_tests.lake_platform import (

@@ -13,7 +13,8 @@ from pathlib import Path
 import dagster as dg
 
 from cdf_platform.orchestration.shared.keys import silver_key
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.planning.assessment import ControlReads
 from cdf_platform.planning.caught_up import REASSESS_AFTER_S, CaughtUpMemo
 from cdf_platform.planning.run_requests import CaughtUp, HeldBack, WantedRun, wanted_run

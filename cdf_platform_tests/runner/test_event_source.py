@@ -20,7 +20,7 @@ from cdf_platform.core.errors import DataQualityError, InvalidPipelineSpec
 from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.definitions import build_defs
 from cdf_platform.orchestration.shared.keys import silver_key
-from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.run import PipelineRunner

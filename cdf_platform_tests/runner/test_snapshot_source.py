@@ -17,7 +17,7 @@ from cdf_platform.core.errors import CdfNotEnabled
 from cdf_platform.core.spec.pipeline_spec import ChangeSource
 from cdf_platform.definitions import build_defs
 from cdf_platform.orchestration.shared.keys import silver_key
-from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.status import WindowState, pipeline_status
 from cdf_platform.planning.vacuum import plan_vacuum

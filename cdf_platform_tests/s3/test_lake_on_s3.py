@@ -24,7 +24,8 @@ from cdf_platform.orchestration.jobs.maintenance_jobs import (
     maintenance_run_config,
 )
 from cdf_platform.orchestration.shared.keys import silver_key
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.run import PipelineRunner
 from cdf_platform.state.watermark import read_silver_state

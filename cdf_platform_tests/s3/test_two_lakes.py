@@ -30,7 +30,8 @@ from cdf_platform.deltalog.arrow_rows import arrow_table, delta_schema
 from cdf_platform.deltalog.delta_tables import create_delta_table, write_delta_table
 from cdf_platform.orchestration.checks.silver_checks import REPLAY_WINDOW
 from cdf_platform.orchestration.shared.keys import silver_key
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.orchestration.shared.storage_options_config import StorageOptionsConfig
 from cdf_platform.planning.status import pipeline_statuses
 from cdf_platform.services.local_s3 import LocalS3Server

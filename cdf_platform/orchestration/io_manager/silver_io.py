@@ -45,7 +45,8 @@ from cdf_platform.orchestration.shared.keys import (
     silver_key,
     silver_pipeline_ids,
 )
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.orchestration.shared.step_failures import mark_retryable_run, platform_failure
 from cdf_platform.planning.plan import RunPlan
 from cdf_platform.planning.run_result import RunResult

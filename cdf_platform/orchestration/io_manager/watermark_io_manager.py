@@ -50,7 +50,8 @@ from cdf_platform.orchestration.io_manager.silver_io import (
     write_pipeline,
 )
 from cdf_platform.orchestration.shared.keys import FULL_RECOMPUTE_TAG, WATERMARK_IO_MANAGER_KEY
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.orchestration.shared.step_failures import mark_retryable_run, platform_failure
 from cdf_platform.planning.consumers.input_plan import BatchMode, plan_input
 from cdf_platform.run import OrchestratorTimes

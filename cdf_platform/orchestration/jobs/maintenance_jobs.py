@@ -36,7 +36,8 @@ from cdf_platform.orchestration.shared.destructive import (
     refuse_unless_permitted,
 )
 from cdf_platform.orchestration.shared.keys import BRONZE_PREFIX, TABLE_TAG, silver_key
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.orchestration.shared.step_failures import platform_failure
 from cdf_platform.planning.vacuum import RetentionPolicy, VacuumDecision, plan_vacuum
 from cdf_platform.spark.table.vacuum_execution import execute_vacuum

@@ -23,7 +23,8 @@ from cdf_platform.orchestration.shared.keys import (
     pipeline_pool,
     silver_key,
 )
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.orchestration.shared.step_failures import platform_failure
 from cdf_platform.run.verify import VerifyResult, verify_pipeline
 

@@ -20,7 +20,7 @@ import dagster as dg
 from cdf_platform.core.errors import CdfPlatformError, EngineUnavailable
 
 if TYPE_CHECKING:
-    from cdf_platform.orchestration.shared.resources import SparkResource
+    from cdf_platform.orchestration.shared.spark_resource import SparkResource
 
 # The run tag Dagster's run retries read to re-execute a run that failed in a step
 # (`dagster._core.storage.tags.RETRY_ON_ASSET_OR_OP_FAILURE_TAG`); it wins over the instance's

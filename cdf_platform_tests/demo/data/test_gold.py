@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from cdf_platform.core.sql import sql_path
 from cdf_platform.demo.data.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
 from cdf_platform.orchestration.shared.keys import silver_key
-from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.state.consumer_marks import read_consumer_marks
 from cdf_platform_tests.bronze import set_deleted_file_retention, vacuum_retain_zero
 from cdf_platform_tests.lake_platform import (

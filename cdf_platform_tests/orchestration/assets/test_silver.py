@@ -11,7 +11,8 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.orchestration.io_manager.watermark_io_manager import WatermarkIOManager
 from cdf_platform.orchestration.shared.keys import WATERMARK_IO_MANAGER_KEY, silver_key
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.state.control import ControlTable
 from cdf_platform_tests.lake_platform import (
     ORDERS,

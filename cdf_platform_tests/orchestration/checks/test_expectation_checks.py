@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.cli import main
 from cdf_platform.orchestration.shared.keys import silver_key
-from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform_tests.bronze import make_bronze, rows, sql
 from cdf_platform_tests.lake_platform import lake_defs, materialize
 

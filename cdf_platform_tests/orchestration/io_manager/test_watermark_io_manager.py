@@ -29,7 +29,8 @@ from cdf_platform.orchestration.io_manager.watermark_io_manager import (
     RESOURCE_KEY,
     WatermarkIOManager,
 )
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.spark.read.batch import ChangeBatch, MergeRows, ReplaceRows, TableWrite
 from cdf_platform.state.consumer_marks import read_consumer_marks
 from cdf_platform_tests.bronze import set_deleted_file_retention, vacuum_retain_zero

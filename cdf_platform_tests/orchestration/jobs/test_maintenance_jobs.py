@@ -22,7 +22,8 @@ from cdf_platform.orchestration.jobs.maintenance_jobs import (
     maintenance_run_config,
 )
 from cdf_platform.orchestration.shared.keys import TABLE_TAG, silver_key
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.run import PipelineRunner
 from cdf_platform_tests.bronze import insert, make_bronze, set_deleted_file_retention, sql
 from cdf_platform_tests.lake_platform import failure_incident

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 from cdf_platform.cli import main
 from cdf_platform.definitions import build_defs
 from cdf_platform.orchestration.jobs.verify_job import VERIFY_JOB, VERIFY_SCHEDULE, verify_op_name
-from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.run import PipelineRunner
 from cdf_platform.state.verifications import read_verifications
 from cdf_platform_tests.bronze import make_bronze, rows, sql

@@ -23,7 +23,8 @@ from cdf_platform.orchestration.jobs.maintenance_jobs import (
 from cdf_platform.orchestration.jobs.silver_jobs import CHECKS_JOB, REBUILD_JOB, rebuild_run_config
 from cdf_platform.orchestration.sensors.alert_sensor import ALERT_SENSOR
 from cdf_platform.orchestration.shared.keys import INCIDENT_TAG, PIPELINE_TAG
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform_testkit.lake import write_pipelines
 from cdf_platform_testkit.receivers import HttpReceiver
 from cdf_platform_testkit.sensors import sensor_tick

@@ -26,7 +26,7 @@ from cdf_platform.orchestration.shared.keys import (
     WILL_RETRY_TAG,
     silver_key,
 )
-from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform_tests.lake_platform import (
     ORDERS,
     bronze_batch,

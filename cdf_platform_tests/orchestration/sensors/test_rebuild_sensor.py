@@ -28,7 +28,8 @@ from cdf_platform.demo.data.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
 from cdf_platform.orchestration.checks.silver_checks import CONSUMER_LAG, REPLAY_WINDOW
 from cdf_platform.orchestration.jobs.silver_jobs import rebuild_run_config
 from cdf_platform.orchestration.shared.keys import silver_key
-from cdf_platform.orchestration.shared.resources import LakeLayout, SparkResource
+from cdf_platform.orchestration.shared.resources import LakeLayout
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.planning.status import WindowState, pipeline_status
 from cdf_platform.state.consumer_marks import read_consumer_marks
 from cdf_platform.state.control import ControlTable

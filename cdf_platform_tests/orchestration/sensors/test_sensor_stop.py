@@ -32,7 +32,7 @@ from cdf_platform.orchestration.sensors.sensor_stop import (
     is_stopped,
     stop_sensor,
 )
-from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform_tests.lake_platform import ORDERS, bronze_batch, lake_defs
 
 LOCATION = "cdf_platform"

@@ -16,7 +16,7 @@ from cdf_platform.core import errors
 from cdf_platform.core.errors import CdfPlatformError, EngineUnavailable
 from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.assets.silver import silver_asset
-from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.orchestration.shared.step_failures import STEP_RETRY_POLICY, platform_failure
 from cdf_platform.services.service import free_port
 

@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from cdf_platform.core.errors import RuntimeEnvironmentError, UnsafeSparkConfig
 from cdf_platform.core.sql import sql_path
 from cdf_platform.core.storage import StorageConfig
-from cdf_platform.orchestration.shared.resources import SparkResource
+from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.spark.runtime import session as session_mod
 from cdf_platform.spark.runtime.session import (
     assert_safe_spark_config,
