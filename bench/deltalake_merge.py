@@ -15,7 +15,7 @@ kept, and one MERGE into silver (deletes, updates, inserts) that carries the tra
 commits do. Wall and CPU seconds of each step; at the end silver must equal bronze.
 
 The platform's runs of small SCD1 change sets take this path, with these functions
-(`cdf_platform/run/jvm_free_merge.py`); this command measures the step alone, without the
+(`cdf_platform/run/jvm_free/`); this command measures the step alone, without the
 run's plan and its records.
 Writes `bench/results/deltalake_merge.{json,md}`.
 
@@ -47,7 +47,12 @@ from bench.report import (
     scratch_folder,
 )
 from cdf_platform.core.silver_columns import SOURCE_VERSION
-from cdf_platform.run.jvm_free_merge import SilverTable, latest_changes, merge_latest, plain_schema
+from cdf_platform.run.jvm_free.latest_merge import (
+    SilverTable,
+    latest_changes,
+    merge_latest,
+    plain_schema,
+)
 from cdf_platform.spark.write.merge import TxnStamp
 from cdf_platform_testkit.orders_bronze import write_orders_batch
 

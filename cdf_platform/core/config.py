@@ -32,7 +32,7 @@ AUTOMATION_ENV = "CDF_AUTOMATION"
 SPARK_LOG_ENV = "CDF_SPARK_LOG"
 PIPELINES_PER_RUN_ENV = "CDF_PIPELINES_PER_RUN"
 # An incremental run of a small SCD1 change set of at most this many change rows runs without
-# Spark (`cdf_platform.run.jvm_free_merge`); 0: every run is Spark's. Larger sets are read
+# Spark (`cdf_platform.run.jvm_free`); 0: every run is Spark's. Larger sets are read
 # whole into the run's memory, and past a few thousand rows Spark's fixed cost is no longer
 # the most of a run.
 JVM_FREE_MERGE_MAX_ROWS_ENV = "CDF_JVM_FREE_MERGE_MAX_ROWS"

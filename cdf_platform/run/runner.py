@@ -25,7 +25,7 @@ from cdf_platform.planning.run_result import RunResult
 from cdf_platform.run.advance import run_advance
 from cdf_platform.run.context import RunContext, RunOutcome, SparkFactory
 from cdf_platform.run.incremental import run_incremental
-from cdf_platform.run.jvm_free_merge import run_jvm_free_incremental
+from cdf_platform.run.jvm_free.incremental_run import run_jvm_free_incremental
 from cdf_platform.run.rebuild_policy import (
     IN_PROCESS,
     NOT_REQUESTED,

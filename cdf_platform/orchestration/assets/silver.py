@@ -36,7 +36,7 @@ from cdf_platform.orchestration.shared.resources import LakeLayout
 from cdf_platform.orchestration.shared.step_failures import STEP_RETRY_POLICY
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.run_requests import freshness_window
-from cdf_platform.run.jvm_free_merge import eligible_spec
+from cdf_platform.run.jvm_free.incremental_run import eligible_spec
 from cdf_platform.run.rebuild_policy import OVERRIDE_ACTION
 
 # A step's priority (Dagster's `dagster/priority` tag: an executor starts a run's runnable steps

@@ -28,7 +28,7 @@ _PRELOAD = textwrap.dedent(
     reused = isinstance(definitions.defs(), definitions.dg.Definitions)
     before = set(sys.modules)
     import pyarrow as pa
-    # What a run merged without Spark does with pyarrow (jvm_free_merge.latest_changes).
+    # What a run merged without Spark does with pyarrow (jvm_free.latest_merge.latest_changes).
     pa.array([1, None], pa.int64())
     pa.array([True], pa.bool_())
     print(json.dumps({

@@ -1,5 +1,6 @@
-"""SCD2 silver without Spark: the staged history of a small change set and its MERGE by
-`deltalake`, as `cdf_platform.spark.write.history` stages and merges it.
+"""The SCD2 merge of the JVM-free path (`cdf_platform.run.jvm_free.incremental_run`): the
+staged history of a small change set and its MERGE by `deltalake`, as
+`cdf_platform.spark.write.history` stages and merges it.
 
 The rules are that module's (docs/design.md, section 5): a key's changes are replayed in commit
 order against silver's open version of the key; a change opens a version when it follows a
@@ -23,17 +24,28 @@ timestamps goes to Spark.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.silver_columns import END_AT, SOURCE_VERSION, START_AT
+from cdf_platform.planning.run_result import RowCounts
+from cdf_platform.run.jvm_free.latest_merge import (
+    SilverTable,
+    commit_winners,
+    ident,
+    merge_into,
+    row_counts,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from cdf_platform.core.spec.pipeline_spec import PipelineSpec
     from cdf_platform.deltalog.log import DeltaLog
+    from cdf_platform.planning.plan import RunPlan
+    from cdf_platform.spark.write.merge import TxnStamp
 
 # Delta's DeltaHistoryManager.POTENTIALLY_UNMONOTONIZED_TIMESTAMPS: how many commits before a
 # change-feed read's first one its timestamps are monotonized from.
@@ -229,3 +241,107 @@ def staged_table(
         ]
     )
     return pa.Table.from_pylist(rows, schema=schema)
+
+
+def history_stamps(plan: RunPlan, silver: SilverTable) -> dict[int, datetime] | None:
+    """SCD2: the commit timestamps of the plan's range as Spark's change feed gives them
+    (`spark_commit_timestamps`), or None when this path does not take the run: a silver
+    column of a type it does not compare as Spark does, bronze with in-commit timestamps, or a
+    commit file of the range gone. Decided before the change feed is read."""
+    assert plan.start_version is not None
+    log = plan.window.log
+    metadata = log.metadata_at(plan.end_version)
+    if metadata is None or metadata.configuration.get(IN_COMMIT_TIMESTAMPS, "").lower() == "true":
+        return None
+    if not comparable_schema(silver.schema):
+        return None
+    return spark_commit_timestamps(log, plan.start_version, plan.end_version)
+
+
+def history_source(
+    spec: PipelineSpec,
+    silver: SilverTable,
+    rows: pa.Table,
+    kept: Sequence[str],
+    stamps: dict[int, datetime],
+) -> pa.Table:
+    """SCD2: the staged source of the MERGE (`staged_history`, `staged_table`) from the change
+    rows `rows`, dated by `stamps` (`history_stamps`).
+
+    Raises:
+        DataQualityError: a null key, or two surviving rows of one key in one commit.
+    """
+    values = [c for c in kept if c not in spec.keys]
+    winners = commit_winners(rows, spec.keys, pipeline_id=spec.id, table=spec.source)
+    columns = [rows.column(c).to_pylist() for c in values]
+    by_key: dict[tuple[Any, ...], list[Change]] = {}
+    for (key, version), (gone, index) in sorted(winners.items(), key=lambda item: item[0][1]):
+        by_key.setdefault(key, []).append(
+            Change(version, gone, tuple(column[index] for column in columns))
+        )
+    tracked = [values.index(c) for c in spec.tracked_columns(values)]
+    open_versions = _open_versions(silver, spec.keys, values, by_key)
+    staged = staged_history(by_key, open_versions, tracked, stamps)
+    return staged_table(staged, spec.keys, values, silver.schema)
+
+
+def _open_versions(
+    silver: SilverTable,
+    keys: Sequence[str],
+    values: Sequence[str],
+    touched: Container[tuple[Any, ...]],
+) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    """Silver's open versions (`__end_at` NULL) of the `touched` keys: key -> values (read by
+    DataFusion: `to_pyarrow_dataset` refuses a table with the deletion-vector feature on)."""
+    import pyarrow as pa
+    from deltalake import QueryBuilder
+
+    selected = ", ".join(ident(c) for c in [*keys, *values])
+    reader = (
+        QueryBuilder()
+        .register("silver", silver.table)
+        .execute(f"SELECT {selected} FROM silver WHERE {ident(END_AT)} IS NULL")
+    )
+    wanted = pa.schema([silver.schema.field(c) for c in [*keys, *values]])
+    open_rows = pa.table(reader.read_all()).cast(wanted)
+    key_columns = [open_rows.column(k).to_pylist() for k in keys]
+    value_columns = [open_rows.column(c).to_pylist() for c in values]
+    found = {}
+    for index, key in enumerate(zip(*key_columns, strict=True)):
+        if key in touched:
+            found[key] = tuple(column[index] for column in value_columns)
+    return found
+
+
+def merge_history(
+    silver: SilverTable, source: pa.Table, keys: Sequence[str], stamp: TxnStamp
+) -> RowCounts:
+    """MERGE a staged SCD2 source (`history_source`) into silver in one commit carrying
+    `stamp`; the rows it inserted and updated (versions opened, closed or updated in place)."""
+    if not source.num_rows:  # no version opened, closed or changed: the caller advances
+        return RowCounts(0, 0, 0)
+    values = [c for c in silver.schema.names if c not in {*keys, SOURCE_VERSION, START_AT, END_AT}]
+    # As `cdf_platform.spark.write.history.merge_history_sql`: a `current` row meets silver's
+    # open version of its key, to close it or (continued) update it in place; an `insert` row
+    # adds a version.
+    on = " AND ".join(
+        [
+            f"s.{ident(ACTION)} = 'current'",
+            f"t.{ident(END_AT)} IS NULL",
+            *(f"t.{ident(k)} = s.{ident(k)}" for k in keys),
+        ]
+    )
+    continued = f"s.{ident(CONTINUED)}"
+    update = {ident(END_AT): f"s.{ident(END_AT)}"} | {
+        ident(c): f"CASE WHEN {continued} THEN s.{ident(c)} ELSE t.{ident(c)} END" for c in values
+    }
+    inserted = [*keys, *values, SOURCE_VERSION, START_AT, END_AT]
+    return row_counts(
+        merge_into(silver, source, on, stamp)
+        .when_matched_update(update)
+        .when_not_matched_insert(
+            {ident(c): f"s.{ident(c)}" for c in inserted},
+            predicate=f"s.{ident(ACTION)} = 'insert'",
+        )
+        .execute()
+    )
