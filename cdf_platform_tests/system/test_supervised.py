@@ -22,6 +22,7 @@ from typing import Any
 
 import dagster as dg
 import pytest
+from dagster._core.scheduler.instigation import TickStatus
 from deltalake import DeltaTable
 
 from cdf_platform.orchestration.checks.silver_checks import REPLAY_WINDOW
@@ -48,10 +49,15 @@ pytestmark = [
 
 IDS = ["p1", "p2", "p3"]
 # The pipeline whose replay window the alert story puts at risk and loses: its bronze keeps
-# 120 s of history, and it is at risk below 90 s of headroom.
+# 75 s of history, and it is at risk below 45 s of headroom. The checks run launched
+# AT_RISK_AFTER_S after the commit has RETENTION_S - AT_RISK_AFTER_S (40 s) to evaluate the
+# window before it is lost.
 WATCHED = "w"
-RETENTION_S = 120
-AT_RISK_BELOW_H = 0.025
+RETENTION_S = 75
+AT_RISK_BELOW_H = 45 / 3600
+AT_RISK_AFTER_S = 35
+# The alert sensor's ticks after every receiver was told that must tell nothing again.
+QUIET_ALERT_TICKS = 2
 SLACK_TOKEN_ENV = "CDF_TEST_SLACK_TOKEN"
 # The writer's commits after the daemon is back, before it stops and the sensors catch up.
 WRITES_AFTER_S = 10.0
@@ -116,6 +122,14 @@ def sensor_ticks(deployment: SupervisedDeployment, name: str, limit: int) -> lis
     instance = deployment.instance()
     (sensor,) = [state for state in instance.all_instigator_state() if state.name == name]
     return list(instance.get_ticks(sensor.instigator_origin_id, sensor.selector_id, limit=limit))
+
+
+def alert_ticks_ended_after(deployment: SupervisedDeployment, since: float) -> int:
+    """How many of the alert sensor's ticks started after `since` (a timestamp) have ended."""
+    ticks = sensor_ticks(deployment, "alert_sensor", QUIET_ALERT_TICKS + 2)
+    return sum(
+        1 for tick in ticks if tick.timestamp > since and tick.status is not TickStatus.STARTED
+    )
 
 
 def sensor_ticked_after(deployment: SupervisedDeployment, since: float) -> bool:
@@ -270,8 +284,8 @@ def test_a_window_at_risk_lost_and_repaired_is_told_once_each_across_restarts(
         f"[cdf_platform] {WATCHED}: repair started",
     ]
     repaired = [f"[cdf_platform] RESOLVED {WATCHED}: replay window repaired"]
-    # Silver stops following bronze: a commit's headroom runs down from 120 s. The stop returns
-    # once its last tick has ended; a run that tick requested is waited for.
+    # Silver stops following bronze: a commit's headroom runs down from RETENTION_S. The stop
+    # returns once its last tick has ended; a run that tick requested is waited for.
     deployment.set_sensor("incremental_sensor", running=False)
     try:
         wait_for(f"{WATCHED} at rest", lambda: deployment.caught_up([WATCHED]), 120, 1)
@@ -281,7 +295,7 @@ def test_a_window_at_risk_lost_and_repaired_is_told_once_each_across_restarts(
         writer = BronzeWriter(deployment, [WATCHED], interval=0)
         commit = writer.commit(WATCHED)
         writer.commit(WATCHED)
-        time.sleep(max(0.0, commit.at + 35 - time.time()))  # below 90 s of headroom
+        time.sleep(max(0.0, commit.at + AT_RISK_AFTER_S - time.time()))  # below 45 s
         moved = deployment.runs_of(WATCHED, rest_at)
         assert not moved, f"silver of {WATCHED} moved: {alert_story(deployment, http, smtp)}"
         launch_checks(deployment)
@@ -319,7 +333,14 @@ def test_a_window_at_risk_lost_and_repaired_is_told_once_each_across_restarts(
             180,
             1,
         )
-        time.sleep(35)  # two more ticks of the alert sensor: nothing is told again
+        told_at = time.time()
+        # Two more ticks of the alert sensor, started after that: nothing is told again.
+        wait_for(
+            f"{QUIET_ALERT_TICKS} alert sensor ticks after every receiver was told",
+            lambda: alert_ticks_ended_after(deployment, told_at) >= QUIET_ALERT_TICKS,
+            120,
+            1,
+        )
     finally:
         deployment.set_sensor("incremental_sensor", running=True)
     assert all(t == at_risk + lost + repaired for t in said(http, smtp, WATCHED).values())
