@@ -30,11 +30,6 @@ TEST_SPARK_CONF = {
     # production path is still exercised by the CLI, cluster and Dagster-run tests.
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-    # Delta keeps every table's DeltaLog (its snapshot, the snapshot's cached state) for 60
-    # minutes, up to 10,000 tables; a test process touches thousands, each once: the driver's
-    # live heap grew to 1.5 GiB within 12 minutes and full collections followed one another.
-    # Delta's own test sessions bound the cache (its Python testing utilities: 3).
-    "spark.databricks.delta.delta.log.cacheSize": "200",
 }
 
 
