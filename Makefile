@@ -7,12 +7,17 @@ STAMP := $(VENV)/.installed
 .PHONY: setup demo demo-s3 test docs docs-serve bench-s3 bench-latency bench-freshness lint typecheck unit browser azurite bench dev clean
 
 # Create the virtualenv and install the project with its dev tools (re-run when pyproject changes).
+# uv installs them: from its cache it links the files into the virtualenv instead of unpacking
+# every wheel again (pyspark's alone is 400 MB of jars): a fresh clone's set-up took 23 s with
+# it against 54 s with pip from pip's cache, and minutes when the disk is slow.
 # setuptools' editable install prints an informational banner (a warning whose text starts
 # "Editable installation") on every install of a flat layout; nothing in it asks for action.
+UV_VERSION := 0.13.9
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet uv==$(UV_VERSION)
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/uv pip install --quiet \
+		--python $(BIN)/python -e ".[dev]"
 	$(BIN)/python -c "from cdf_platform.spark.runtime.session import require_java; require_java()"
 	touch $(STAMP)
 
