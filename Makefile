@@ -66,12 +66,14 @@ $(AZURITE_STAMP):
 
 azurite: $(AZURITE_STAMP)
 
-# Two test processes, each taking whole test files (a file's module fixtures start once), in
+# Three test processes, each taking whole test files (a file's module fixtures start once), in
 # the order collected: the longest first (`long`), not xdist's default of the files with the
 # most tests first. The files marked `heavy` (they start servers or Spark processes of their
-# own) are one unit (cdf_platform_testkit/fixtures.py): one process runs them one after another.
+# own) are two units (cdf_platform_testkit/fixtures.py), each run by one process one file
+# after another, while the third runs in-process files: much of a heavy file's time is waiting
+# (an outage, a retention period, a server starting), which the in-process files fill.
 unit: setup browser azurite
-	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder
 
 test: lint typecheck docs unit
 

@@ -55,8 +55,8 @@ def _test_file(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
-def _marks_file_heavy(path: Path) -> bool:
-    """Whether the module-level `pytestmark` of the test file `path` holds `pytest.mark.heavy`."""
+def _module_marks(path: Path) -> ast.expr | None:
+    """The value of the module-level `pytestmark` of the test file `path`, read from its source."""
     for statement in ast.parse(path.read_text()).body:
         if isinstance(statement, ast.Assign):
             targets, value = statement.targets, statement.value
@@ -65,20 +65,55 @@ def _marks_file_heavy(path: Path) -> bool:
         else:
             continue
         if any(isinstance(target, ast.Name) and target.id == "pytestmark" for target in targets):
-            return any(
-                isinstance(node, ast.Attribute)
-                and node.attr == HEAVY_MARK
-                and isinstance(node.value, ast.Attribute)
-                and node.value.attr == "mark"
-                for node in ast.walk(value)
-            )
-    return False
+            return value
+    return None
+
+
+def _is_mark(node: ast.AST, name: str) -> bool:
+    """Whether `node` is `pytest.mark.<name>` (or `mark.<name>`)."""
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == name
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "mark"
+    )
+
+
+def _marks_file_heavy(path: Path) -> bool:
+    """Whether the module-level `pytestmark` of the test file `path` holds `pytest.mark.heavy`."""
+    marks = _module_marks(path)
+    return marks is not None and any(_is_mark(node, HEAVY_MARK) for node in ast.walk(marks))
+
+
+def _file_minutes(path: Path) -> float:
+    """The minutes of the module-level `long(minutes=...)` mark of the test file `path`: 1 when
+    it has none (as `_minutes_first` counts them)."""
+    marks = _module_marks(path)
+    for node in ast.walk(marks) if marks is not None else ():
+        if isinstance(node, ast.Call) and _is_mark(node.func, "long"):
+            for keyword in node.keywords:
+                if keyword.arg == "minutes" and isinstance(keyword.value, ast.Constant):
+                    return float(keyword.value.value)
+    return 1.0
 
 
 def heavy_files(root: Path, paths: Iterable[str]) -> set[str]:
     """Those of the test files `paths` (relative to `root`) marked `heavy` in their module-level
     `pytestmark`, read from their source: xdist's scheduler sees node ids, not markers."""
     return {path for path in paths if path.endswith(".py") and _marks_file_heavy(root / path)}
+
+
+def heavy_lanes(root: Path, heavy: Iterable[str], lanes: int) -> dict[str, str]:
+    """The unit of work (`heavy files 1` .. `heavy files <lanes>`) of each heavy test file: the
+    longest first (`long(minutes=...)`, read from the source), each onto the lane with the
+    fewest minutes so far (the first of those on a tie)."""
+    totals = [0.0] * max(1, lanes)
+    units: dict[str, str] = {}
+    for minutes, path in sorted((-_file_minutes(root / path), path) for path in heavy):
+        lane = totals.index(min(totals))
+        totals[lane] -= minutes
+        units[path] = f"heavy files {lane + 1}"
+    return units
 
 
 def _check_heavy_marks(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -115,23 +150,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 class HeavyFilesTogether(LoadFileScheduling):
-    """xdist's whole-file scheduling, with the test files marked `heavy` as one file."""
+    """xdist's whole-file scheduling, with the test files marked `heavy` in lanes of their own:
+    one worker is left to the in-process files, and the heavy files are spread over the others
+    (`heavy_lanes`; one lane, all of them, under `-n 2`), each lane one unit of work."""
 
-    HEAVY_UNIT = "heavy files"
-    _heavy: set[str] | None = None
+    _units: dict[str, str] | None = None
 
     def _split_scope(self, nodeid: str) -> str:
         path = _test_file(nodeid)
-        return self.HEAVY_UNIT if path in self._heavy_files() else path
+        return self._heavy_units().get(path, path)
 
-    def _heavy_files(self) -> set[str]:
-        """The heavy files among those collected, read once: xdist splits the work into units
-        when every worker's collection is in (`schedule`)."""
-        if self._heavy is None:
+    def _heavy_units(self) -> dict[str, str]:
+        """The unit of each heavy file among those collected, read once: xdist splits the work
+        into units when every worker's collection is in (`schedule`)."""
+        if self._units is None:
             assert self.collection is not None, "split before the collection was complete"
             collected = {_test_file(nodeid) for nodeid in self.collection}
-            self._heavy = heavy_files(self.config.rootpath, collected)
-        return self._heavy
+            heavy = heavy_files(self.config.rootpath, collected)
+            self._units = heavy_lanes(self.config.rootpath, heavy, len(self.nodes) - 1)
+        return self._units
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Scheduling | None:

@@ -53,7 +53,7 @@ pytestmark = [
         reason="no Chromium on this machine (`make test` installs Debian's chromium as root)",
     ),
     pytest.mark.heavy,
-    pytest.mark.long(minutes=9),
+    pytest.mark.long(minutes=8),
     # The demo's story (its setup, 5-8 minutes on the busy 2-core machine) and the browser.
     pytest.mark.timeout(1200),
 ]

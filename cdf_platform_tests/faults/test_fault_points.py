@@ -32,7 +32,7 @@ from cdf_platform_testkit.faults.oracle import read_silver
 from cdf_platform_tests.cli_session import CliSession, SessionEnded
 
 # The module fixture (four concurrent Spark starts) runs inside the first test's timeout.
-pytestmark = [pytest.mark.heavy, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.heavy, pytest.mark.long(minutes=2), pytest.mark.timeout(1200)]
 ROWS = [{"id": k, "name": f"n{k}", "amount": k * 10} for k in range(1, 9)]
 # A row a conforming scenario's `where` keeps and its quarantine rule holds (3 % 7 == 3).
 ROWS.append({"id": 9, "name": "n9", "amount": 3})

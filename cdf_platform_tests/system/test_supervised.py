@@ -43,7 +43,7 @@ from cdf_platform_testkit.supervised import (
 pytestmark = [
     pytest.mark.system,
     pytest.mark.heavy,
-    pytest.mark.long(minutes=8),
+    pytest.mark.long(minutes=6),
     pytest.mark.timeout(1200),
 ]
 
