@@ -1,7 +1,7 @@
 """The fixtures the tests and the tests of the benchmarks share (a pytest plugin, registered by
 the repository's `conftest.py`): one real SparkSession per test session, one lake folder per
 test, the local S3 server, the JVM options and commit cache of the session; and the order in
-which `pytest -n 2 --dist loadfile` hands out the test files, the `heavy` ones as one."""
+which `pytest -n 3 --dist loadfile` hands out the test files, the `heavy` ones in lanes."""
 
 from __future__ import annotations
 
@@ -33,10 +33,12 @@ if TYPE_CHECKING:
 
 # The test files that start servers or Spark processes of their own (clusters, deployments, the
 # browser story, killed runs) carry the marker `heavy` in their module-level `pytestmark`. Under
-# `--dist loadfile` they are one unit of work (`HeavyFilesTogether`), so one worker runs them one
-# after another while the other runs in-process tests. Two at once on 2 cores took up to half as
-# long again (the deployment story 321 s instead of 248, the killed runs' fixture 97 s instead
-# of 64).
+# `--dist loadfile` they are run in lanes (`HeavyFilesTogether`): one worker is left to the
+# in-process files, and the heavy files are spread over the other workers, each lane one unit of
+# work run one file after another (`make test`: 3 workers, 2 lanes). A lane is the floor of a
+# run's wall time, so one lane of them all (`-n 2`) could not end before their sum (2,000-2,300
+# s); two at once take longer each, but much of their time is waiting (an outage, a retention
+# period, a server starting), which the in-process files fill.
 #
 # xdist's public way to put files in one unit, `--dist loadgroup` with `xdist_group` markers,
 # does not group under pytest 9.2: xdist 3.8 appends the group to `item._nodeid`

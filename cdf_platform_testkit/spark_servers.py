@@ -136,10 +136,11 @@ class StandaloneCluster(_Servers):
         }
 
     def alive_workers(self) -> int:
-        """Workers the master counts alive (its UI's JSON view)."""
+        """Workers the master counts alive (its UI's JSON view); 0 while the view is not up
+        yet: refused, or, on a loaded machine, an empty answer from a UI still starting."""
         try:
             return int(self.master_state().get("aliveworkers", 0))
-        except OSError:
+        except (OSError, json.JSONDecodeError):
             return 0
 
     def master_state(self) -> dict[str, Any]:
