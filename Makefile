@@ -66,14 +66,14 @@ $(AZURITE_STAMP):
 
 azurite: $(AZURITE_STAMP)
 
-# Three test processes, each taking whole test files (a file's module fixtures start once), in
+# Two test processes, each taking whole test files (a file's module fixtures start once), in
 # the order collected: the longest first (`long`), not xdist's default of the files with the
 # most tests first. The files marked `heavy` (they start servers or Spark processes of their
-# own) are two units (cdf_platform_testkit/fixtures.py), each run by one process one file
-# after another, while the third runs in-process files: much of a heavy file's time is waiting
-# (an outage, a retention period, a server starting), which the in-process files fill.
+# own) run in lanes (cdf_platform_testkit/fixtures.py): with one process left to the in-process
+# files, one lane here, all of them one after another on the other process. A third process
+# (two lanes) was no faster on 2 cores: docs/testing.md has the figures.
 unit: setup browser azurite
-	$(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 test: lint typecheck docs unit
 

@@ -1,7 +1,7 @@
 """The fixtures the tests and the tests of the benchmarks share (a pytest plugin, registered by
 the repository's `conftest.py`): one real SparkSession per test session, one lake folder per
 test, the local S3 server, the JVM options and commit cache of the session; and the order in
-which `pytest -n 3 --dist loadfile` hands out the test files, the `heavy` ones in lanes."""
+which `pytest -n 2 --dist loadfile` hands out the test files, the `heavy` ones in lanes."""
 
 from __future__ import annotations
 
@@ -35,10 +35,9 @@ if TYPE_CHECKING:
 # browser story, killed runs) carry the marker `heavy` in their module-level `pytestmark`. Under
 # `--dist loadfile` they are run in lanes (`HeavyFilesTogether`): one worker is left to the
 # in-process files, and the heavy files are spread over the other workers, each lane one unit of
-# work run one file after another (`make test`: 3 workers, 2 lanes). A lane is the floor of a
-# run's wall time, so one lane of them all (`-n 2`) could not end before their sum (2,000-2,300
-# s); two at once take longer each, but much of their time is waiting (an outage, a retention
-# period, a server starting), which the in-process files fill.
+# work run one file after another. `make test` (`-n 2`) has one lane: a third process, for two
+# lanes, was no faster on 2 cores (docs/testing.md); more processes on a larger machine get
+# more lanes.
 #
 # xdist's public way to put files in one unit, `--dist loadgroup` with `xdist_group` markers,
 # does not group under pytest 9.2: xdist 3.8 appends the group to `item._nodeid`
@@ -88,8 +87,8 @@ def _marks_file_heavy(path: Path) -> bool:
 
 
 def _file_minutes(path: Path) -> float:
-    """The minutes of the module-level `long(minutes=...)` mark of the test file `path`: 1 when
-    it has none (as `_minutes_first` counts them)."""
+    """The minutes of the module-level `long(minutes=...)` mark of the test file `path`; 1 for
+    a `long` mark without them (as `_minutes_first` counts it) or a file without one."""
     marks = _module_marks(path)
     for node in ast.walk(marks) if marks is not None else ():
         if isinstance(node, ast.Call) and _is_mark(node.func, "long"):
