@@ -70,6 +70,25 @@ mutation Launch($params: ExecutionParams!) {
 """
 
 
+class Phases:
+    """Where a long story's seconds went: `done(name)` closes the phase that began at the last
+    `done` (or at creation); `str()` is the table, printed by a story however it ends."""
+
+    def __init__(self) -> None:
+        self._mark = self._start = time.monotonic()
+        self.spent: list[tuple[str, float]] = []
+
+    def done(self, name: str) -> None:
+        now = time.monotonic()
+        self.spent.append((name, now - self._mark))
+        self._mark = now
+
+    def __str__(self) -> str:
+        lines = [f"{seconds:7.1f} s  {name}" for name, seconds in self.spent]
+        lines.append(f"{time.monotonic() - self._start:7.1f} s  in all")
+        return "\n".join(lines)
+
+
 @dataclass
 class QueueWatch:
     """What a thread sampling the instance saw: queued runs per pipeline, the queue's size,
