@@ -6,7 +6,8 @@ sighting (spark-submit's script execs into `java`, `cdf-platform engine` into th
 JVM). Each process is filed under the first kind of `KINDS` whose pattern its command line
 matches; a process that was running before the command counts only its growth. Beside them,
 the machine's busy and idle CPU from /proc/stat over the same span: what the sampling missed
-(processes that lived less than a sample, the kernel) is their difference. Writes
+(processes that lived less than a sample, the kernel) is their difference; the report says
+what the sampling itself cost. Writes
 `bench/results/suite_cpu.{json,md}`.
 
 Usage:
@@ -127,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     args = parser.parse_args(argv)
     command = [part for part in args.command if part != "--"] or ["bash", ".ci/run"]
+    own_before = sum(os.times()[:2])
     census = Census()
     census.sample(initial=True)
     busy0, idle0 = machine_cpu()
@@ -139,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         loads.append(os.getloadavg()[0])
     busy1, idle1 = machine_cpu()
     wall = time.monotonic() - started
+    own = sum(os.times()[:2]) - own_before
     busy, idle = busy1 - busy0, idle1 - idle0
     kinds = census.by_kind()
     sampled = sum(cpu for cpu, _n in kinds.values())
@@ -167,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             "",
             None,
             busy,
-            f"idle {idle:.0f} s ({idle / (busy + idle):.0%} of {os.cpu_count()} cores' time)",
+            f"idle {idle:.0f} s ({idle / (busy + idle):.0%} of {os.cpu_count()} cores' time); "
+            f"the sampling itself {own:.1f} CPU s",
         ),
     ]
     document = {
