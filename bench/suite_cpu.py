@@ -7,8 +7,7 @@ JVM). Each process is filed under the first kind of `KINDS` whose pattern its co
 matches; a process that was running before the command counts only its growth. Beside them,
 the machine's busy and idle CPU from /proc/stat over the same span: what the sampling missed
 (processes that lived less than a sample, the kernel) is their difference; the report says
-what the sampling itself cost. Writes
-`bench/results/suite_cpu.{json,md}`.
+what the sampling itself cost. Writes `bench/results/suite_cpu.{json,md}`.
 
 Usage:
     python -m bench.suite_cpu [--every 1] -- bash .ci/run
