@@ -272,7 +272,7 @@ def peak_memory_mib() -> dict[str, float | None]:
     }
 
 
-def _cpu_jiffies() -> tuple[int, int]:
+def cpu_jiffies() -> tuple[int, int]:
     """(busy, total) jiffies of every CPU of the machine since boot (/proc/stat)."""
     with open("/proc/stat", encoding="ascii") as stat:
         fields = [int(value) for value in stat.readline().split()[1:]]
@@ -292,9 +292,9 @@ def wait_for_quiet(
     """
     started = time.perf_counter()
     while True:
-        busy, total = _cpu_jiffies()
+        busy, total = cpu_jiffies()
         time.sleep(window)
-        busy_after, total_after = _cpu_jiffies()
+        busy_after, total_after = cpu_jiffies()
         share = (busy_after - busy) / max(1, total_after - total)
         waited = time.perf_counter() - started
         if share <= busy_share or waited >= limit:

@@ -26,6 +26,7 @@ from typing import Any
 
 import pyspark
 
+from bench.probes import command_arguments, cpu_jiffies
 from bench.process_meter import ProcessKey, read_stat
 from bench.report import Figure, add_output_options, command_line, machine_info, publish, run_info
 
@@ -65,20 +66,12 @@ def kind_of(command: str) -> str | None:
     return None
 
 
-def command_of(pid: int) -> str:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return ""
-    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
-
-
 def machine_cpu() -> tuple[float, float]:
-    """(busy, idle) CPU seconds of the machine since boot, from /proc/stat (idle includes
-    I/O wait)."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK"), idle / os.sysconf("SC_CLK_TCK")
+    """(busy, idle) CPU seconds of the machine since boot (`bench.probes.cpu_jiffies`; idle
+    includes I/O wait)."""
+    busy, total = cpu_jiffies()
+    tick = os.sysconf("SC_CLK_TCK")
+    return busy / tick, (total - busy) / tick
 
 
 class Census:
@@ -102,7 +95,7 @@ class Census:
                 self.before.add(key)
                 self.first[key] = cpu
             self.latest[key] = cpu
-            kind = kind_of(command_of(int(entry)))
+            kind = kind_of(" ".join(command_arguments(int(entry))))
             if kind is not None:
                 self.kinds[key] = kind
             elif key not in self.kinds:
