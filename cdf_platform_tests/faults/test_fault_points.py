@@ -2,9 +2,9 @@
 then rerun: the result equals the snapshot oracle (and the quarantine its oracle).
 
 The five killed runs happen in one module fixture (a Spark start costs 20-40 s here): each
-`cdf-platform` process starts its SparkSession as the fixture begins (`CliSession`), while the
-scenarios' tables are prepared in this process, then gets its `run` command and dies at its
-fault point. Each test then checks its own kill and rerun.
+`cdf-platform` process whose run needs Spark starts its SparkSession as the fixture begins
+(`CliSession`), while the scenarios' tables are prepared in this process, then gets its `run`
+command and dies at its fault point. Each test then checks its own kill and rerun.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.core.faults import FAULT_ENV, FAULT_EXIT_CODE, FaultPoint
 from cdf_platform.planning.plan import RunMode
+from cdf_platform.run.jvm_free.incremental_run import eligible_spec
 from cdf_platform.state.quarantine import quarantine_path
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_testkit.faults.bronze_model import BronzeTable
@@ -31,7 +32,7 @@ from cdf_platform_testkit.faults.options import hand_config
 from cdf_platform_testkit.faults.oracle import read_silver
 from cdf_platform_tests.cli_session import CliSession, SessionEnded
 
-# The module fixture (four concurrent Spark starts) runs inside the first test's timeout.
+# The module fixture (three concurrent Spark starts) runs inside the first test's timeout.
 pytestmark = [pytest.mark.heavy, pytest.mark.long(minutes=2), pytest.mark.timeout(1200)]
 ROWS = [{"id": k, "name": f"n{k}", "amount": k * 10} for k in range(1, 9)]
 # A row a conforming scenario's `where` keeps and its quarantine rule holds (3 % 7 == 3).
@@ -109,21 +110,26 @@ def killed_runs(
     process (Spark started beforehand), killed at its fault point; the processes run
     concurrently."""
     roots = {point: tmp_path_factory.mktemp(f"fault-{point.value}") for point in SCENARIOS}
+    harnesses = {
+        point: HistoryHarness(spark, roots[point] / "lake", seed, config=hand_config(seed))
+        for point, (seed, _) in SCENARIOS.items()
+    }
     runs: dict[FaultPoint, KilledRun] = {}
     with ExitStack() as stack:
+        # A run the platform makes without Spark (`eligible_spec`: small hard-delete change
+        # sets, no conformance) would never use a session started for it.
         sessions = {
             point: stack.enter_context(
                 CliSession(
                     {FAULT_ENV: point.value, "CDF_SPARK_MASTER": "local[1]"},
                     root / "cli.log",
-                    start_spark=True,
+                    start_spark=not eligible_spec(harnesses[point].spec),
                 )
             )
             for point, root in roots.items()
         }
-        for point, (seed, change) in SCENARIOS.items():
-            root = roots[point]
-            harness = HistoryHarness(spark, root / "lake", seed, config=hand_config(seed))
+        for point, (_, change) in SCENARIOS.items():
+            root, harness = roots[point], harnesses[point]
             bronze = harness.start(ROWS)
             harness.consumer_run(Op.RUN)  # initial load: watermark 0
             change(bronze)
