@@ -107,18 +107,16 @@ class Cell:
         return f"{self.mode}-{self.lake}-{self.tables}"
 
 
-# The cluster and Connect on S3 by name, and the cluster on a folder every node mounts, by
-# path. Local mode on S3 by name is the first process of the three-process test below: it runs
-# this story's every step but the increment, which a Dagster run process, in local mode too,
-# runs there. So every mode is on S3 and every mode uses names in the shared metastore. The
-# other folder cells run elsewhere: local mode by path in runner/test_rebuild.py (the same
-# story in this process's session), Connect by path in the kill and transform tests below; a
+# The cluster and Connect on S3 by name. Local mode on S3 by name is the first process of the
+# three-process test below: it runs this story's every step but the increment, which a Dagster
+# run process, in local mode too, runs there. So every mode is on S3 and every mode uses names
+# in the shared metastore. The folder cells run elsewhere: the cluster on a folder every node
+# mounts, by path, in the shared-run story below (its runs' steps on the cluster); local mode
+# by path in runner/test_rebuild.py (the same story in this process's session); Connect by
+# path in the kill and transform tests below and on the engine (clusters/test_engine.py); a
 # folder by name in runner/test_catalog_names.py (the in-memory catalog); S3 by path in local
 # mode in s3/test_lake_on_s3.py.
-CELLS = [
-    Cell("standalone", "folder", "paths"),
-    *(Cell(mode, "s3", "names") for mode in ("standalone", "connect")),
-]
+CELLS = [Cell(mode, "s3", "names") for mode in ("standalone", "connect")]
 
 
 def status_without_java(pipelines: Path, env: dict[str, str]) -> dict[str, Any]:
