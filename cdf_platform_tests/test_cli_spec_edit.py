@@ -2,17 +2,24 @@
 pipelines on one bronze table, each loaded once; the pipelines file edited (a `where` added, a
 derived column's formula changed, the keys widened); one unrelated bronze UPDATE; each pipeline
 run. Every silver then equals its new spec applied to bronze, and `status` shows the edits
-before the runs and OK after."""
+before the runs and OK after.
+
+The commands run in this process, through the CLI's entry point (`cdf_platform.cli.main`), on
+the tests' SparkSession; `test_cli.py` and `test_cli_relative_roots.py` run `cdf-platform` in a
+process of its own."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
+from cdf_platform.cli import main
+from cdf_platform.core.config import MASTER_ENV
 from cdf_platform_tests.bronze import rows, sql
-from cdf_platform_tests.cli_session import CliSession
 
 BEFORE = """pipelines:
   - {id: filtered, source: bronze, target: filtered, keys: [id]}
@@ -25,18 +32,43 @@ AFTER = """pipelines:
   - {id: rekeyed, source: bronze, target: rekeyed, keys: [id, region]}
 """
 IDS = ("filtered", "derived", "rekeyed")
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
 
-def _states(cli: CliSession, flags: list[str]) -> tuple[int, dict[str, tuple[str, str, list[str]]]]:
-    code, output = cli.run("status", "--json", *flags)
+@pytest.fixture
+def shuffle_partitions_kept(spark: SparkSession) -> Iterator[None]:
+    """The tests' session keeps its shuffle partitions: a run sets its settings' own on it."""
+    partitions = spark.conf.get(SHUFFLE_PARTITIONS)
+    assert partitions is not None
+    yield
+    spark.conf.set(SHUFFLE_PARTITIONS, partitions)
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """`cdf-platform <args>`: its exit code, stdout and stderr."""
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _states(
+    capsys: pytest.CaptureFixture[str], flags: list[str]
+) -> tuple[int, dict[str, tuple[str, str, list[str]]]]:
+    code, output, _ = cli(capsys, "status", "--json", *flags)
     return code, {
         row["pipeline_id"]: (row["state"], row["spec_state"], row["spec_changed_fields"])
         for row in json.loads(output)
     }
 
 
+@pytest.mark.usefixtures("shuffle_partitions_kept")
 def test_edited_specs_reach_silver_through_the_cli(
-    spark: SparkSession, lake: Path, tmp_path: Path
+    spark: SparkSession,
+    lake: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     bronze = str(lake / "bronze")
     sql(
@@ -54,28 +86,28 @@ def test_edited_specs_reach_silver_through_the_cli(
     pipelines = tmp_path / "pipelines.yaml"
     pipelines.write_text(BEFORE)
     flags = ["--pipelines", str(pipelines), "--lake-root", str(lake)]
-    env = {"CDF_SPARK_MASTER": "local[2]", "CDF_SPARK_LOG": str(tmp_path / "spark.log")}
-    with CliSession(env, tmp_path / "cli.log") as cli:
-        for pipeline in IDS:
-            code, _ = cli.run("run", pipeline, *flags)
-            assert code == 0, cli.log.read_text()[-2000:]
-        pipelines.write_text(AFTER)
-        sql(spark, bronze, "UPDATE {t} SET amount = 11 WHERE id = 1")
-        code, shown = _states(cli, flags)
-        assert code == 1  # status exits non-zero while silver is not its spec
-        assert shown == {
-            "filtered": ("SPEC_CHANGED", "CHANGED", ["where"]),
-            "derived": ("SPEC_CHANGED", "CHANGED", ["columns"]),
-            "rekeyed": ("SPEC_CHANGED", "CHANGED", ["keys"]),
-        }
-        for pipeline in IDS:
-            code, output = cli.run("run", pipeline, "--json", *flags)
-            assert code == 0, cli.log.read_text()[-2000:]
-            figures = json.loads(output)
-            assert (figures["mode"], figures["incident_code"]) == ("rebuild", "SPEC_CHANGED")
-        code, shown = _states(cli, flags)
-        assert code == 0
-        assert shown == {pipeline: ("OK", "OK", []) for pipeline in IDS}
+    # The tests' session's master: the runs size their Spark settings to its cores.
+    monkeypatch.setenv(MASTER_ENV, "local[2]")
+    for pipeline in IDS:
+        code, _, err = cli(capsys, "run", pipeline, *flags)
+        assert code == 0, err[-2000:]
+    pipelines.write_text(AFTER)
+    sql(spark, bronze, "UPDATE {t} SET amount = 11 WHERE id = 1")
+    code, shown = _states(capsys, flags)
+    assert code == 1  # status exits non-zero while silver is not its spec
+    assert shown == {
+        "filtered": ("SPEC_CHANGED", "CHANGED", ["where"]),
+        "derived": ("SPEC_CHANGED", "CHANGED", ["columns"]),
+        "rekeyed": ("SPEC_CHANGED", "CHANGED", ["keys"]),
+    }
+    for pipeline in IDS:
+        code, output, err = cli(capsys, "run", pipeline, "--json", *flags)
+        assert code == 0, err[-2000:]
+        figures = json.loads(output)
+        assert (figures["mode"], figures["incident_code"]) == ("rebuild", "SPEC_CHANGED")
+    code, shown = _states(capsys, flags)
+    assert code == 0
+    assert shown == {pipeline: ("OK", "OK", []) for pipeline in IDS}
 
     assert rows(spark, str(lake / "filtered"), "id") == [(1,), (2,), (4,)]
     assert rows(spark, str(lake / "derived"), "id", "amount_x") == [

@@ -106,7 +106,7 @@ def test_a_consumer_is_checked_counted_by_vacuum_and_recomputed_once_its_window_
     checks_job = defs.resolve_job_def("checks_job")
     incremental = defs.resolve_job_def("incremental_job")
 
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         bronze_batch(defs, "orders", instance, 30)
         assert incremental.execute_in_process(instance=instance).success
         first = materialize(defs, GOLD, STRICT, instance=instance)

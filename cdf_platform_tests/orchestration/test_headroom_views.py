@@ -10,15 +10,16 @@ import re
 from pathlib import Path
 
 import dagster as dg
+import pytest
 from pyspark.sql import SparkSession
 
+from cdf_platform.cli import main
 from cdf_platform.core.sql import sql_path
 from cdf_platform.orchestration.checks.silver_checks import REPLAY_WINDOW
 from cdf_platform.orchestration.jobs.silver_jobs import rebuild_run_config
 from cdf_platform.orchestration.shared.keys import silver_key
 from cdf_platform.orchestration.shared.resources import LakeLayout
 from cdf_platform.orchestration.shared.spark_resource import SparkResource
-from cdf_platform_tests.cli_process import run_cli
 from cdf_platform_tests.lake_platform import (
     ORDERS,
     bronze_batch,
@@ -30,14 +31,19 @@ OVERVIEW = dg.AssetKey(["platform", "pipelines"])
 
 
 def headrooms(
-    defs: dg.Definitions, instance: dg.DagsterInstance, lake: LakeLayout
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    lake: LakeLayout,
+    capsys: pytest.CaptureFixture[str],
 ) -> tuple[float | None, float | None, float | None]:
-    """The orders pipeline's headroom as `status --json`, the replay_window check and the
-    overview give it (hours to 2 decimals; None where each says there is none)."""
-    completed = run_cli(
-        "status", "--json", "--pipelines", str(lake.pipelines_file), "--lake-root", lake.lake_root
+    """The orders pipeline's headroom as `status --json` (run in this process, through the
+    CLI's entry point), the replay_window check and the overview give it (hours to 2
+    decimals; None where each says there is none)."""
+    capsys.readouterr()
+    main(
+        ["status", "--json", "--pipelines", str(lake.pipelines_file), "--lake-root", lake.lake_root]
     )
-    (status,) = [s for s in json.loads(completed.stdout) if s["pipeline_id"] == "orders"]
+    (status,) = [s for s in json.loads(capsys.readouterr().out) if s["pipeline_id"] == "orders"]
     from_status = status["headroom_hours"]
 
     checks = defs.resolve_job_def("checks_job").execute_in_process(
@@ -76,7 +82,10 @@ def agreed(views: tuple[float | None, float | None, float | None]) -> float | No
 
 
 def test_status_checks_and_overview_give_one_headroom_in_every_state(
-    spark: SparkSession, spark_resource: SparkResource, lake: Path
+    spark: SparkSession,
+    spark_resource: SparkResource,
+    lake: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     defs = lake_defs(spark_resource, lake, ORDERS)
     layout = defs.resources["lake"]  # type: ignore[index]
@@ -87,14 +96,14 @@ def test_status_checks_and_overview_give_one_headroom_in_every_state(
     bronze_batch(defs, "orders", instance, 20)
     assert defs.resolve_job_def("incremental_job").execute_in_process(instance=instance).success
     # Caught up: the whole retention (the default 7 days) is ahead of bronze's next commit.
-    assert agreed(headrooms(defs, instance, layout)) == 168.0
+    assert agreed(headrooms(defs, instance, layout, capsys)) == 168.0
 
     bronze_batch(defs, "orders", instance, 20)  # behind: the default 7 days run down
-    behind = agreed(headrooms(defs, instance, layout))
+    behind = agreed(headrooms(defs, instance, layout, capsys))
     assert behind is not None and 167.0 < behind <= 168.0
 
     vacuum_breaking_the_window(spark, bronze)
-    assert agreed(headrooms(defs, instance, layout)) == 0.0  # lost: the window has closed
+    assert agreed(headrooms(defs, instance, layout, capsys)) == 0.0  # lost: the window has closed
 
     # Rebuilt while bronze keeps changes for 3 hours: caught up again, so the headroom is that
     # retention again, not the 0 of the loss beside an OK state.
@@ -106,4 +115,4 @@ def test_status_checks_and_overview_give_one_headroom_in_every_state(
         asset_selection=[silver_key("orders")],
     )
     assert rebuilt.success
-    assert agreed(headrooms(defs, instance, layout)) == 3.0
+    assert agreed(headrooms(defs, instance, layout, capsys)) == 3.0

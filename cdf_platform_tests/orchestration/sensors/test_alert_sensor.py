@@ -3,7 +3,9 @@ at risk again, lost and repaired gives each receiver exactly one message per ope
 (the lost window's end is its repair), and a refused destructive setting one message, in order,
 with nothing repeated however often the checks
 run or the sensor ticks, and nothing from before the sensor first ran; the sensor's state is
-the instance's, so definitions loaded again (a restarted code server) carry on where it was."""
+the instance's, so definitions loaded again (a restarted code server) carry on where it was.
+The story runs on an in-memory instance; the events it reads are read from positions on the
+run-sharded SQLite instance of `dagster dev` too."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from cdf_platform.orchestration.jobs.maintenance_jobs import (
     maintenance_run_config,
 )
 from cdf_platform.orchestration.jobs.silver_jobs import CHECKS_JOB, REBUILD_JOB, rebuild_run_config
-from cdf_platform.orchestration.sensors.alert_sensor import ALERT_SENSOR
+from cdf_platform.orchestration.sensors.alert_sensor import ALERT_SENSOR, EventReader
 from cdf_platform.orchestration.shared.keys import INCIDENT_TAG, PIPELINE_TAG
 from cdf_platform.orchestration.shared.resources import LakeLayout
 from cdf_platform.orchestration.shared.spark_resource import SparkResource
@@ -64,7 +66,7 @@ def test_each_incident_is_told_once_when_it_opens_and_once_when_it_ends(
     spark: SparkSession, spark_resource: SparkResource, lake: Path, webhook: HttpReceiver
 ) -> None:
     defs = defs_for(lake, spark_resource, webhook)
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         bronze_batch(defs, "orders", instance, 20)  # before the sensor: never told
         run(defs, "incremental_job", instance)
         bronze_batch(defs, "orders", instance, 20)
@@ -129,3 +131,47 @@ def test_each_incident_is_told_once_when_it_opens_and_once_when_it_ends(
             "[cdf_platform] maintenance_job (bronze/orders): destructive action refused"
         )
         assert "DestructiveActionNotPermitted" in refused["summary"]
+
+
+def test_the_reader_reads_asset_and_run_events_once_on_a_run_sharded_sqlite_instance() -> None:
+    """On the instance `dagster dev` opens (SQLite, a database per run, asset events and run
+    status changes copied to an index database, the only one read from a position), the reader
+    reads each asset event and run status change after its start once, and nothing before it."""
+    fail = False
+
+    @dg.asset
+    def table() -> Iterator[dg.AssetObservation | dg.Output[int]]:
+        yield dg.AssetObservation(asset_key="table")
+        if fail:
+            raise RuntimeError("failed")
+        yield dg.Output(1)
+
+    def read(
+        reader: EventReader, instance: dg.DagsterInstance, cursors: dict[str, Any]
+    ) -> list[tuple[str, dg.DagsterEventType | None]]:
+        return sorted(
+            (seen.entry.run_id, seen.entry.dagster_event_type)
+            for seen in reader.read(instance, cursors)
+        )
+
+    reader = EventReader([])
+    with dg.instance_for_test() as instance:
+        assert instance.event_log_storage.is_run_sharded
+        dg.materialize([table], instance=instance)  # before the reader's start: never read
+        cursors = reader.start(instance)
+        assert read(reader, instance, cursors) == []
+        done = dg.materialize([table], instance=instance).run_id
+        fail = True
+        failed = dg.materialize([table], instance=instance, raise_on_error=False).run_id
+        assert read(reader, instance, cursors) == sorted(
+            [
+                (done, dg.DagsterEventType.RUN_START),
+                (done, dg.DagsterEventType.ASSET_OBSERVATION),
+                (done, dg.DagsterEventType.ASSET_MATERIALIZATION),
+                (done, dg.DagsterEventType.RUN_SUCCESS),
+                (failed, dg.DagsterEventType.RUN_START),
+                (failed, dg.DagsterEventType.ASSET_OBSERVATION),
+                (failed, dg.DagsterEventType.RUN_FAILURE),
+            ]
+        )
+        assert read(reader, instance, cursors) == []
