@@ -1,6 +1,7 @@
 """A Debezium-shaped change-event log for tests: events (`op`, `before`/`after`, `ts_ms`)
 appended to a bronze Delta table, and the fold of every event ever appended (the oracle silver
-is checked against)."""
+is checked against). `EventLog` writes bronze with Spark; `DeltaRsEventLog` writes the same
+bronze with deltalake (delta-rs) after Spark's CREATE, and reads silver with it."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.spec.pipeline_spec import DeleteMode, HistoryMode, PipelineSpec
+from cdf_platform_tests.bronze import rows
 
 IMAGE = "STRUCT<id: INT, name: STRING, amount: INT>"
 SCHEMA = f"before {IMAGE}, after {IMAGE}, op STRING, ts_ms BIGINT"
@@ -107,15 +111,14 @@ class EventLog:
         live rows; a soft-deleted row is allowed only for a key whose latest event is a delete,
         and carries that delete's sequence value (its other values are those it held when the
         delete was applied; a key deleted before silver held it has no row)."""
-        frame = spark.read.format("delta").load(spec.target)
         if spec.history is HistoryMode.SCD2:
             columns = ["id", "name", "amount", "__start_at", "__end_at"]
-            found = sorted((tuple(r) for r in frame.select(*columns).collect()), key=_by_start)
+            found = sorted(self.silver_rows(spark, spec.target, columns), key=_by_start)
             assert found == self.scd2()
             return
         soft = spec.delete_mode is DeleteMode.SOFT
         columns = ["id", "name", "amount", "ts_ms", *(["_is_deleted"] if soft else [])]
-        found = [tuple(r) for r in frame.select(*columns).collect()]
+        found = self.silver_rows(spark, spec.target, columns)
         assert sorted(r[:4] for r in found if not soft or not r[4]) == self.scd1()
         deleted, tombstoned = self.deleted(), {r[0]: r[3] for r in found if soft and r[4]}
         assert all(deleted.get(key) == ts for key, ts in tombstoned.items()), (tombstoned, deleted)
@@ -136,6 +139,59 @@ class EventLog:
                 end = following.ts if following is not None else None
                 versions.append((key, event.name, event.amount, event.ts, end))
         return sorted(versions, key=_by_start)
+
+    def silver_rows(
+        self, spark: SparkSession, target: str, columns: list[str]
+    ) -> list[tuple[Any, ...]]:
+        """Tuples of `columns` of every row of silver at `target`, read with Spark."""
+        frame = spark.read.format("delta").load(target)
+        return [tuple(r) for r in frame.select(*columns).collect()]
+
+
+class DeltaRsEventLog(EventLog):
+    """An `EventLog` whose bronze commits after Spark's CREATE (so its protocol, schema and
+    properties are the same) are written with deltalake, as are an operator's retention
+    DELETE, OPTIMIZE and VACUUM, and whose checks read silver with deltalake.
+
+    For histories about the platform's fold: the same bronze operations written by Spark are
+    covered in cdf_platform_tests/runner/test_event_source.py.
+    """
+
+    def __init__(self, spark: SparkSession, path: str) -> None:
+        super().__init__(spark, path)
+        self.schema = pa.schema(DeltaTable(path).schema().to_arrow())
+
+    def append(self, *events: Event) -> None:
+        """One bronze commit holding `events`."""
+        names = self.schema.names
+        batch = [dict(zip(names, e.as_row(), strict=True)) for e in events]
+        write_deltalake(self.path, pa.Table.from_pylist(batch, schema=self.schema), mode="append")
+        self.written.extend(events)
+
+    def delete(self, predicate: str) -> None:
+        """`DELETE WHERE predicate` (no commit when no row matches): its change feed holds
+        deletes only."""
+        DeltaTable(self.path).delete(predicate)
+
+    def optimize(self) -> None:
+        """Compact bronze's files (dataChange=false: nothing in the change feed)."""
+        DeltaTable(self.path).optimize.compact()
+
+    def vacuum_retain_zero(self) -> None:
+        """`cdf_platform_testkit.vacuum.vacuum_retain_zero`: VACUUM with zero retention every
+        file the current version does not need, change files included (`full`). The files of
+        the appends an OPTIMIZE rewrote go, and with them the window of a run that would still
+        read them."""
+        DeltaTable(self.path).vacuum(
+            retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True
+        )
+
+    def silver_rows(
+        self, spark: SparkSession, target: str, columns: list[str]
+    ) -> list[tuple[Any, ...]]:
+        """Tuples of `columns` of every row of silver at `target`, as `bronze.rows` reads them
+        (with deltalake, deletion vectors applied, where it reads silver as Spark does)."""
+        return rows(spark, target, *columns)
 
 
 def _by_start(version: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -15,19 +15,21 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 from pyspark.sql import SparkSession
 
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.run import PipelineRunner
-from cdf_platform_tests.bronze import control_for, rows, spec_for, sql
-from cdf_platform_tests.event_log import DEBEZIUM, Event, EventLog
-from cdf_platform_tests.lake_platform import vacuum_breaking_the_window
+from cdf_platform_tests.bronze import control_for, rows, spec_for
+from cdf_platform_tests.event_log import DEBEZIUM, DeltaRsEventLog, Event
 
 pytestmark = pytest.mark.long(minutes=2)
 
 KEYS = range(1, 9)
 NAMES = ("ada", "bob", "cy", "dee", "eve")
+DUMP = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.int32())])
 
 
 class EventSource:
@@ -85,7 +87,9 @@ def test_a_generated_event_log_folds_exactly_after_every_run_and_rebuild(
         fallback_mode="SNAPSHOT_REBUILD",
     )
     control = control_for(lake)
-    log = EventLog(spark, spec.source)
+    # Bronze is written with deltalake: these histories are about the platform's fold (the
+    # same operations written by Spark: cdf_platform_tests/runner/test_event_source.py).
+    log = DeltaRsEventLog(spark, spec.source)
     source = EventSource(rng)
     modes: list[RunMode] = []
     lose_at = rng.randrange(2, 4)
@@ -95,13 +99,14 @@ def test_a_generated_event_log_folds_exactly_after_every_run_and_rebuild(
         if step and rng.random() < 0.5:
             # Retention: the oldest events go; sometimes the table is compacted too.
             cutoff = sorted(e.ts for e in log.written)[len(log.written) // 3]
-            sql(spark, spec.source, f"DELETE FROM {{t}} WHERE ts_ms < {cutoff}")
+            log.delete(f"ts_ms < {cutoff}")
             if rng.random() < 0.5:
-                sql(spark, spec.source, "OPTIMIZE {t}")
+                log.optimize()
         if step == lose_at:
+            # The OPTIMIZE rewrites the last append's file, the VACUUM deletes it: lost.
             log.append(*source.commit())
-            sql(spark, spec.source, "OPTIMIZE {t}")
-            vacuum_breaking_the_window(spark, spec.source)
+            log.optimize()
+            log.vacuum_retain_zero()
         result = PipelineRunner.on(control, lambda: spark).run(spec)
         modes.append(result.mode)
         log.check(spark, spec)
@@ -122,8 +127,8 @@ def test_generated_dumps_of_a_snapshot_source_reach_silver_exactly(
                 del dump[key]
             else:
                 dump[key] = (key, rng.choice(NAMES), rng.randrange(100))
-        frame = spark.createDataFrame(list(dump.values()), "id BIGINT, name STRING, amount INT")
-        frame.write.format("delta").mode("overwrite").save(spec.source)
+        batch = [dict(zip(DUMP.names, row, strict=True)) for row in dump.values()]
+        write_deltalake(spec.source, pa.Table.from_pylist(batch, schema=DUMP), mode="overwrite")
         PipelineRunner.on(control, lambda: spark).run(spec)
         live = rows(spark, spec.target, "id", "name", "amount", "_is_deleted")
         assert [r[:3] for r in live if not r[3]] == sorted(dump.values())
