@@ -19,6 +19,7 @@ from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform_testkit.lake import write_pipelines
 from cdf_platform_testkit.sensors import incremental_tick as incremental_tick
 from cdf_platform_testkit.sensors import sensor_tick as sensor_tick
+from cdf_platform_tests.bronze import rows
 
 ORDERS = {
     "id": "orders",
@@ -115,10 +116,9 @@ def materialization(result: dg.ExecuteInProcessResult, key: dg.AssetKey) -> dict
 
 
 def table_rows(spark: SparkSession, path: str, *columns: str) -> list[tuple[Any, ...]]:
-    """Sorted tuples of `columns` (default: columns not starting with `_`) of a Delta table."""
-    frame = spark.read.format("delta").load(path)
-    selected = frame.select(*(columns or [c for c in frame.columns if not c.startswith("_")]))
-    return sorted(tuple(row) for row in selected.collect())
+    """Sorted tuples of `columns` (default: columns not starting with `_`) of a Delta table,
+    values as Spark's `collect()` gives them (`cdf_platform_tests.bronze.rows`)."""
+    return rows(spark, path, *columns)
 
 
 def last_spark_job_id(spark: SparkSession) -> int:

@@ -26,7 +26,7 @@ from cdf_platform.core.sql import sql_path
 from cdf_platform.run import PipelineRunner
 from cdf_platform.spark.runtime.small_steps import COPY_ON_WRITE_CONF
 from cdf_platform_testkit.spark_conf import SessionsWithConf
-from cdf_platform_tests.bronze import control_for, make_bronze, rows, spec_for, sql
+from cdf_platform_tests.bronze import control_for, make_bronze, spark_rows, spec_for, sql
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 # What users read: README and the documentation site's pages.
@@ -265,7 +265,7 @@ def test_readme_deltalake_example_reads_silver_with_deletion_vectors(
     orders = namespace["orders"]
     columns = {name: orders.column(name).to_pylist() for name in ("id", "name", "amount")}
     read = sorted(zip(columns["id"], columns["name"], columns["amount"], strict=True))
-    assert read == rows(spark, spec.target, "id", "name", "amount")
+    assert read == spark_rows(spark, spec.target, "id", "name", "amount")  # as Spark reads it
     assert read == [(1, "ada", 11), (2, "bob", 20), (3, "cy", 30)]
     with pytest.raises(DeltaProtocolError, match="deletionVectors"):
         namespace["silver"].to_pyarrow_table()

@@ -33,7 +33,7 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from deltalake import DeltaTable, QueryBuilder
@@ -44,6 +44,9 @@ from cdf_platform_testkit.faults.bronze_model import (
     BronzeTable,
     Row,
 )
+
+if TYPE_CHECKING:
+    from arro3.core import Table
 
 SOURCE_VERSION = "_source_commit_version"
 IS_DELETED = "_is_deleted"
@@ -67,11 +70,17 @@ def normalize_value(value: Any) -> Any:
     return value
 
 
-def read_rows(path: str, version: int | None = None) -> tuple[list[str], list[Row]]:
-    """Columns and rows of the Delta table at `path` (at `version`), read with delta-rs, values
-    normalized (`normalize_value`)."""
+def read_table(path: str, version: int | None = None) -> Table:
+    """The Delta table at `path` (at `version`) read with delta-rs's `QueryBuilder`, which
+    applies deletion vectors, as Arrow (`pyarrow.table()` takes it as it is)."""
     table = DeltaTable(path) if version is None else DeltaTable(path, version=version)
-    result = QueryBuilder().register("t", table).execute("SELECT * FROM t").read_all()
+    return QueryBuilder().register("t", table).execute("SELECT * FROM t").read_all()
+
+
+def read_rows(path: str, version: int | None = None) -> tuple[list[str], list[Row]]:
+    """Columns and rows of the Delta table at `path` (at `version`), read with delta-rs
+    (`read_table`), values normalized (`normalize_value`)."""
+    result = read_table(path, version)
     names = list(result.column_names)
     columns = [[normalize_value(v) for v in column.to_pylist()] for column in result.columns]
     return names, [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]

@@ -6,15 +6,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import DataQualityError
 from cdf_platform.core.spec.pipeline_spec import PipelineSpec
-from cdf_platform.core.sql import sql_path
 from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable
-from cdf_platform_tests.bronze import control_for, make_bronze, rows, sql
+from cdf_platform_tests.bronze import (
+    Delete,
+    Insert,
+    Update,
+    control_for,
+    deltalake_bronze,
+    deltalake_commit,
+    rows,
+)
+
+# Bronze is written by deltalake: these histories are about the platform's Spark path (where
+# `sequence_by` and `ignore_null_updates` keep every run), and bronze's writer is not under test.
 
 
 def _run(
@@ -25,25 +36,22 @@ def _run(
 
 def test_sequence_by_keeps_the_newest_business_version(spark: SparkSession, lake: Path) -> None:
     bronze, control = str(lake / "bronze"), control_for(lake)
-    spark.sql(
-        f"CREATE TABLE {sql_path(bronze)} (id BIGINT, name STRING, seq INT) USING DELTA "
-        "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
-    )
-    sql(spark, bronze, "INSERT INTO {t} VALUES (1, 'a', 1), (2, 'b', 1), (3, 'c', 1)")
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string()), ("seq", pa.int32())])
+    deltalake_bronze(bronze, [(1, "a", 1), (2, "b", 1), (3, "c", 1)], schema)
     spec = PipelineSpec(
         id="people", source=bronze, target=str(lake / "silver"), keys=["id"], sequence_by="seq"
     )
     _run(spark, spec, control)
     # In one run's range: sequence 3, then an older sequence 2 written later.
-    sql(spark, bronze, "UPDATE {t} SET name = 'a3', seq = 3 WHERE id = 1")
-    sql(spark, bronze, "UPDATE {t} SET name = 'a2 late', seq = 2 WHERE id = 1")
-    sql(spark, bronze, "UPDATE {t} SET name = 'b5', seq = 5 WHERE id = 2")
+    deltalake_commit(bronze, Update("id = 1", name="a3", seq=3))
+    deltalake_commit(bronze, Update("id = 1", name="a2 late", seq=2))
+    deltalake_commit(bronze, Update("id = 2", name="b5", seq=5))
     _run(spark, spec, control)
     assert rows(spark, spec.target) == [(1, "a3", 3), (2, "b5", 5), (3, "c", 1)]
     # Across runs: an older sequence for id 2 arrives after silver has 5; id 3 is deleted (its
     # delete carries the row's own sequence, and the later commit breaks the tie).
-    sql(spark, bronze, "UPDATE {t} SET name = 'b4 late', seq = 4 WHERE id = 2")
-    sql(spark, bronze, "DELETE FROM {t} WHERE id = 3")
+    deltalake_commit(bronze, Update("id = 2", name="b4 late", seq=4))
+    deltalake_commit(bronze, Delete("id = 3"))
     _run(spark, spec, control)
     expected = [(1, "a3", 3), (2, "b5", 5)]
     assert rows(spark, spec.target) == expected
@@ -55,7 +63,7 @@ def test_sequence_by_keeps_the_newest_business_version(spark: SparkSession, lake
     _run(spark, fresh, control)
     assert rows(spark, fresh.target) == [(1, "a2 late", 2), (2, "b4 late", 4)]
 
-    sql(spark, bronze, "INSERT INTO {t} VALUES (4, 'd', NULL)")
+    deltalake_commit(bronze, Insert((4, "d", None)))
     with pytest.raises(DataQualityError, match=r"NULL sequence_by value \(seq\) for key \(id=4\)"):
         _run(spark, spec, control)
     assert rows(spark, spec.target) == expected
@@ -70,17 +78,17 @@ def test_ignore_null_updates_keeps_silver_values(spark: SparkSession, lake: Path
         keys=["id"],
         ignore_null_updates=True,
     )
-    make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20)])
+    deltalake_bronze(spec.source, [(1, "ada", 10), (2, "bob", 20)])
     _run(spark, spec, control)
-    sql(spark, spec.source, "UPDATE {t} SET name = NULL WHERE id = 1")
+    deltalake_commit(spec.source, Update("id = 1", name=None))
     _run(spark, spec, control)
     assert rows(spark, spec.target) == [(1, "ada", 10), (2, "bob", 20)]
     # In one range: two partial updates of id 1; id 2 deleted and inserted again with a NULL
     # (an insert's NULL stands); a new key with a NULL.
-    sql(spark, spec.source, "UPDATE {t} SET amount = NULL, name = 'ada2' WHERE id = 1")
-    sql(spark, spec.source, "UPDATE {t} SET name = NULL WHERE id = 1")
-    sql(spark, spec.source, "DELETE FROM {t} WHERE id = 2")
-    sql(spark, spec.source, "INSERT INTO {t} VALUES (2, NULL, 25), (3, NULL, 30)")
+    deltalake_commit(spec.source, Update("id = 1", amount=None, name="ada2"))
+    deltalake_commit(spec.source, Update("id = 1", name=None))
+    deltalake_commit(spec.source, Delete("id = 2"))
+    deltalake_commit(spec.source, Insert((2, None, 25), (3, None, 30)))
     _run(spark, spec, control)
     expected = [(1, "ada2", 10), (2, None, 25), (3, None, 30)]
     assert rows(spark, spec.target) == expected

@@ -145,8 +145,10 @@ def test_scd2_with_ignore_null_updates_opens_no_version_for_a_null(
     times = _commit_times(spark, bronze)
     for spec in specs:
         assert _versions(spark, spec.target, times) == NULL_EXPECTED
-        assert _run(spark, spec, control, force_rebuild=True) is RunMode.REBUILD
-        assert _versions(spark, spec.target, times) == NULL_EXPECTED
+    # Both silvers now hold the same rows on every column (`_versions` reads them all) at the
+    # same watermark, under specs that differ in id alone: one rebuild stands for either.
+    assert _run(spark, specs[0], control, force_rebuild=True) is RunMode.REBUILD
+    assert _versions(spark, specs[0].target, times) == NULL_EXPECTED
 
 
 def test_track_history_except_columns_tracks_every_other_value_column(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
@@ -16,18 +17,28 @@ from cdf_platform.core.errors import SpecChangeRefused
 from cdf_platform.core.sql import sql_path
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.run import PipelineRunner
-from cdf_platform_tests.bronze import control_for, drop_column, spec_for, sql
+from cdf_platform_tests.bronze import (
+    BronzeWrite,
+    Delete,
+    Update,
+    control_for,
+    deltalake_bronze,
+    deltalake_commit,
+    drop_column,
+    spec_for,
+    sql,
+)
 
 # Bronze commits 2..8 (version 1 seeds ada and bob at seq 10); only `name` is tracked.
-HISTORY = [
-    "UPDATE {t} SET name = 'ada3', seq = 30 WHERE id = 1",
-    "UPDATE {t} SET name = 'ada2', seq = 20 WHERE id = 1",  # late: lands between 10 and 30
-    "UPDATE {t} SET note = 'b2', seq = 15 WHERE id = 2",  # untracked: bob changes in place
+HISTORY: list[BronzeWrite] = [
+    Update("id = 1", name="ada3", seq=30),
+    Update("id = 1", name="ada2", seq=20),  # late: lands between 10 and 30
+    Update("id = 2", note="b2", seq=15),  # untracked: bob changes in place
     # Late, inside bob's version and before its in-place update at 15: splits it in three.
-    "UPDATE {t} SET name = 'bob2', note = 'late', seq = 12 WHERE id = 2",
-    "UPDATE {t} SET seq = 40 WHERE id = 2",  # bob2 again, at 40
-    "DELETE FROM {t} WHERE id = 2",  # dated by the deleted row's seq, 40
-    "UPDATE {t} SET note = NULL, seq = 25 WHERE id = 1",  # late NULL, in place on ada2
+    Update("id = 2", name="bob2", note="late", seq=12),
+    Update("id = 2", seq=40),  # bob2 again, at 40
+    Delete("id = 2"),  # dated by the deleted row's seq, 40
+    Update("id = 1", note=None, seq=25),  # late NULL, in place on ada2
 ]
 # (id, name, note, __start_at, __end_at, _source_commit_version)
 EXPECTED = [
@@ -43,6 +54,13 @@ EXPECTED = [
 EXPECTED_IGNORING_NULLS = [
     (1, "ada2", "a", 20, 30, 3) if row[:2] == (1, "ada2") else row for row in EXPECTED
 ]
+
+
+# `_make_bronze`'s table and rows, for deltalake.
+SCHEMA = pa.schema(
+    [("id", pa.int64()), ("name", pa.string()), ("note", pa.string()), ("seq", pa.int32())]
+)
+SEED = [(1, "ada", "a", 10), (2, "bob", "b", 10)]
 
 
 def _make_bronze(spark: SparkSession, path: str) -> None:
@@ -67,8 +85,10 @@ def _run(spark: SparkSession, spec: Any, lake: Path, **kwargs: Any) -> RunMode:
 def test_late_changes_land_in_place_however_the_runs_split_them(
     spark: SparkSession, lake: Path
 ) -> None:
+    # Bronze is written by deltalake: the history is about the platform's Spark path (where
+    # `sequence_by` keeps every run), and bronze's writer is not under test here.
     bronze = str(lake / "bronze")
-    _make_bronze(spark, bronze)
+    deltalake_bronze(bronze, SEED, SCHEMA)
     common = {"history": "scd2", "sequence_by": "seq", "track_history_columns": ["name"]}
     stepwise = spec_for(lake, id="stepwise", target=str(lake / "stepwise"), **common)
     batched = spec_for(
@@ -76,8 +96,8 @@ def test_late_changes_land_in_place_however_the_runs_split_them(
     )
     for spec in (stepwise, batched):
         assert _run(spark, spec, lake) is RunMode.INITIAL_LOAD
-    for version, statement in enumerate(HISTORY, start=2):
-        sql(spark, bronze, statement)
+    for version, write in enumerate(HISTORY, start=2):
+        deltalake_commit(bronze, write)
         if version in (3, 5, 8):
             assert _run(spark, stepwise, lake) is RunMode.INCREMENTAL
     assert _run(spark, batched, lake) is RunMode.INCREMENTAL

@@ -16,9 +16,23 @@ from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable
-from cdf_platform_tests.bronze import control_for, insert, make_bronze, rows, spec_for, sql
+from cdf_platform_tests.bronze import (
+    BronzeWrite,
+    Delete,
+    Insert,
+    Update,
+    control_for,
+    deltalake_bronze,
+    deltalake_commit,
+    deltalake_insert,
+    rows,
+    spec_for,
+)
 
 TRANSFORMS = "cdf_platform_testkit.transforms"
+# Bronze is written by deltalake: every run here is on the platform's Spark path (an initial
+# load, or a spec with a transform, `columns`, `where` or `sequence_by`), and bronze's writer is
+# not under test.
 
 
 def _pipeline(lake: Path, name: str, **fields: Any) -> PipelineSpec:
@@ -30,16 +44,16 @@ def _run(spark: SparkSession, spec: PipelineSpec, control: ControlTable) -> RunM
 
 
 # Bronze commits after the seed insert (version 1), in the runs that apply them.
-HISTORY = [
+HISTORY: list[list[BronzeWrite]] = [
     [
-        "UPDATE {t} SET amount = 25 WHERE id = 2",  # bob starts matching `where`
-        "UPDATE {t} SET amount = 3 WHERE id = 1",  # ada stops matching: a delete in silver
+        Update("id = 2", amount=25),  # bob starts matching `where`
+        Update("id = 1", amount=3),  # ada stops matching: a delete in silver
     ],
     [
-        "UPDATE {t} SET name = 'cy junior' WHERE id = 3",
-        "DELETE FROM {t} WHERE id = 3",
-        "INSERT INTO {t} VALUES (5, 'eve', 50), (6, 'fay', 1)",
-        "UPDATE {t} SET amount = 60 WHERE id = 1",  # ada is back
+        Update("id = 3", name="cy junior"),
+        Delete("id = 3"),
+        Insert((5, "eve", 50), (6, "fay", 1)),
+        Update("id = 1", amount=60),  # ada is back
     ],
 ]
 # The three steps together: the Python transform, then columns (which see its output), then
@@ -55,16 +69,16 @@ def test_transforms_give_hand_checked_silver_incrementally_and_by_rebuild(
     spark: SparkSession, lake: Path
 ) -> None:
     control = control_for(lake)
-    make_bronze(spark, str(lake / "bronze"), [(1, "ada", 10), (2, "bob", 5), (3, "cy", 30)])
+    deltalake_bronze(str(lake / "bronze"), [(1, "ada", 10), (2, "bob", 5), (3, "cy", 30)])
     stepwise = _pipeline(lake, "stepwise", **CONFORMED)
     assert _run(spark, stepwise, control) is RunMode.INITIAL_LOAD
     assert rows(spark, stepwise.target) == [
         (1, "Ada", 10, "low", 20, "Ada:low"),
         (3, "Cy", 30, "high", 60, "Cy:high"),
     ]
-    for statements in HISTORY:
-        for statement in statements:
-            sql(spark, str(lake / "bronze"), statement)
+    for writes in HISTORY:
+        for write in writes:
+            deltalake_commit(str(lake / "bronze"), write)
         assert _run(spark, stepwise, control) is RunMode.INCREMENTAL
     # ada left at version 3 and came back at 7; bob joined at 2; cy was deleted; fay never
     # matched `where`.
@@ -103,7 +117,7 @@ def test_a_refused_transform_writes_nothing(
     spark: SparkSession, lake: Path, fields: dict[str, Any], named: str
 ) -> None:
     control = control_for(lake)
-    make_bronze(spark, str(lake / "bronze"), [(1, "ada", 10)])
+    deltalake_bronze(str(lake / "bronze"), [(1, "ada", 10)])
     spec = _pipeline(lake, "people", **fields)
     with pytest.raises(InvalidPipelineSpec, match="What to do: fix the named field") as raised:
         _run(spark, spec, control)
@@ -116,9 +130,9 @@ def test_a_refused_transform_leaves_a_loaded_silver_and_its_watermark_alone(
     spark: SparkSession, lake: Path
 ) -> None:
     control = control_for(lake)
-    make_bronze(spark, str(lake / "bronze"), [(1, "ada", 10)])
+    deltalake_bronze(str(lake / "bronze"), [(1, "ada", 10)])
     _run(spark, _pipeline(lake, "people"), control)
-    insert(spark, str(lake / "bronze"), [(2, "bob", 20)])
+    deltalake_insert(str(lake / "bronze"), [(2, "bob", 20)])
     # The edited spec's run reconciles silver under it (FAIL_FAST would refuse the edit first,
     # `SpecChanged`): the transform check refuses before anything is written.
     edited = _pipeline(lake, "people", columns={"r": "rand()"}, fallback_mode="SNAPSHOT_REBUILD")

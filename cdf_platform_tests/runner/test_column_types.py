@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import dagster as dg
 import pytest
 from pyspark.sql import Row, SparkSession
 from pyspark.sql.types import VariantVal
@@ -21,16 +20,11 @@ from pyspark.sql.types import VariantVal
 from cdf_platform.core.errors import InvalidPipelineSpec
 from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.sql import sql_path
-from cdf_platform.definitions import build_defs
-from cdf_platform.orchestration.shared.keys import silver_key
-from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable
 from cdf_platform.state.watermark import read_silver_state
 from cdf_platform_tests.bronze import control_for, spec_for
-from cdf_platform_tests.lake_platform import control_for as control_for_pipelines
-from cdf_platform_tests.lake_platform import materialization, materialize
 
 SCALAR_KEYS = ["k_int", "k_str", "k_date", "k_ts", "k_ntz", "k_dec", "k_bin", "k_bool"]
 SCALARS = """
@@ -213,30 +207,3 @@ def test_a_key_spark_cannot_match_on_is_refused(
     with pytest.raises(InvalidPipelineSpec, match="cannot be keys") as caught:
         PipelineRunner.on(ControlTable(str(lake / "c")), lambda: spark).run(spec)
     assert "What to do" in str(caught.value)
-
-
-def test_a_dagster_materialization_carries_map_and_variant_values(
-    spark: SparkSession, spark_resource: SparkResource, lake: Path
-) -> None:
-    """The production definitions over a bronze table of nested, MAP and VARIANT columns: the
-    silver asset loads it, then merges updates that reorder a MAP and nest NULLs."""
-    pipeline = {"id": "nested", "source": "bronze/nested", "target": "silver/nested"}
-    layout = control_for_pipelines(lake, {**pipeline, "keys": ["id"]})
-    defs = build_defs(layout, spark_resource, automation=False)
-    source = str(lake / "bronze" / "nested")
-    spark.sql(
-        f"CREATE TABLE delta.`{source}` ({NESTED}) USING DELTA "
-        "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
-    )
-    _sql(spark, source, f"INSERT INTO {{t}} VALUES {', '.join(_nested_row(n) for n in (1, 2, 3))}")
-    instance = dg.DagsterInstance.ephemeral()
-    key = silver_key("nested")
-    spec = PipelineSpec(
-        id="nested", source=source, target=str(lake / "silver" / "nested"), keys=["id"]
-    )
-    for expected, steps in (("initial_load", NESTED_STEPS), ("incremental", [])):
-        result = materialize(defs, key, instance=instance)
-        assert materialization(result, key)["mode"] == expected
-        _assert_silver_is_snapshot(spark, spec)
-        for step in steps:
-            _sql(spark, source, step)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import DataQualityError, InvalidPipelineSpec
@@ -19,8 +20,8 @@ def _no_spark() -> SparkSession:
     raise AssertionError("this run must not start Spark")
 
 
-def _latest_version(spark: SparkSession, path: str) -> int:
-    return int(spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").collect()[0]["version"])
+def _latest_version(path: str) -> int:
+    return int(DeltaTable(path).version())
 
 
 def test_initial_load_then_incremental_upserts_and_hard_deletes(
@@ -134,7 +135,7 @@ def test_insert_then_delete_inside_the_range_still_advances_the_watermark(
     sql(spark, spec.source, "DELETE FROM {t} WHERE id = 9")
 
     result = PipelineRunner.on(control, lambda: spark).run(spec)
-    assert result.watermark_after == _latest_version(spark, spec.source) == 3
+    assert result.watermark_after == _latest_version(spec.source) == 3
     assert read_silver_state(spec.target, spec.id).watermark == 3
     assert rows(spark, spec.target) == [(1, "ada", 10)]
 
@@ -154,14 +155,14 @@ def test_bad_keys_in_one_commit_raise_a_data_error_naming_key_and_version(
     control = control_for(lake)
     make_bronze(spark, spec.source, [(1, "ada", 10)])
     PipelineRunner.on(control, lambda: spark).run(spec)
-    silver_version = _latest_version(spark, spec.target)
+    silver_version = _latest_version(spec.target)
     insert(spark, spec.source, batch)
 
     with pytest.raises(DataQualityError, match=message) as caught:
         PipelineRunner.on(control, lambda: spark).run(spec)
     assert caught.value.version == 2
     assert "What to do" in str(caught.value)
-    assert _latest_version(spark, spec.target) == silver_version
+    assert _latest_version(spec.target) == silver_version
     assert read_silver_state(spec.target, spec.id).watermark == 1
     assert control.read_log(spec.id)[-1]["incident_code"] == "DATA_QUALITY"
 

@@ -274,23 +274,6 @@ def test_column_dropped_in_the_first_version_after_the_watermark_is_not_replayed
     ]
 
 
-def test_dropped_column_falls_back_to_a_rebuild_that_retires_it(
-    spark: SparkSession, lake: Path
-) -> None:
-    """Documented path: a non-additive change in the range is handled by the fallback; the
-    rebuild sets the silver column bronze no longer has to NULL."""
-    spec = spec_for(lake, fallback_mode="SNAPSHOT_REBUILD")
-    control = control_for(lake)
-    make_bronze(spark, spec.source, [(1, "ada", 10), (2, "bob", 20)])
-    PipelineRunner.on(control, lambda: spark).run(spec)
-    drop_column(spark, spec.source, "amount")
-    sql(spark, spec.source, "UPDATE {t} SET name = 'ada2' WHERE id = 1")
-
-    result = PipelineRunner.on(control, lambda: spark).run(spec)
-    assert (result.mode, result.incident_code) == (RunMode.REBUILD, "INCOMPATIBLE_SCHEMA_CHANGE")
-    assert rows(spark, spec.target, "id", "name", "amount") == [(1, "ada2", None), (2, "bob", None)]
-
-
 def test_a_soft_deleted_key_reinserted_after_a_column_is_retired_does_not_revive_its_old_value(
     spark: SparkSession, lake: Path
 ) -> None:

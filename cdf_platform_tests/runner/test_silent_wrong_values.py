@@ -15,7 +15,15 @@ from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable
-from cdf_platform_tests.bronze import control_for, drop_column, make_bronze, rows, spec_for, sql
+from cdf_platform_tests.bronze import (
+    control_for,
+    drop_column,
+    live_rows,
+    make_bronze,
+    rows,
+    spec_for,
+    sql,
+)
 
 
 def _run(spark: SparkSession, spec: PipelineSpec, control: ControlTable, **kw: Any) -> RunMode:
@@ -49,10 +57,7 @@ def _load(
 
 
 def _live(spark: SparkSession, spec: PipelineSpec, *columns: str) -> list[tuple[Any, ...]]:
-    frame = spark.read.format("delta").load(spec.target)
-    if "_is_deleted" in frame.columns:
-        frame = frame.filter("NOT _is_deleted")
-    return sorted(tuple(r) for r in frame.select(*columns).collect())
+    return live_rows(spark, spec.target, *columns)
 
 
 def test_an_update_of_a_key_column_deletes_the_old_key(spark: SparkSession, lake: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import SpecChanged, SpecChangeRefused
@@ -22,7 +23,7 @@ from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.status import SpecState, WindowState, pipeline_status
 from cdf_platform.run import PipelineRunner
 from cdf_platform.state.control import ControlTable
-from cdf_platform_tests.bronze import control_for, sql
+from cdf_platform_tests.bronze import control_for, live_rows, sql
 
 ROWS = "(1, 'eu', 'OK', 10), (2, 'us', 'OK', 20), (3, 'eu', 'TEST', 30), (4, 'us', 'OK', 40)"
 
@@ -51,10 +52,7 @@ def _spec(lake: Path, **fields: Any) -> PipelineSpec:
 
 
 def _silver(spark: SparkSession, spec: PipelineSpec, *columns: str) -> list[tuple[Any, ...]]:
-    frame = spark.read.format("delta").load(spec.target)
-    if "_is_deleted" in frame.columns:
-        frame = frame.filter("NOT _is_deleted")
-    return sorted(tuple(r) for r in frame.select(*columns).collect())
+    return live_rows(spark, spec.target, *columns)
 
 
 def _edit_and_run(
@@ -134,9 +132,9 @@ def test_an_edit_that_alters_rows_is_reconciled_quietly_from_a_pinned_snapshot(
     assert _silver(spark, edited, *columns) == expected
     # Quiet: silver's change feed holds the rows that really changed (the unrelated UPDATE's
     # and those the edit changed), never a rewrite of the others.
-    latest = spark.sql(f"DESCRIBE HISTORY delta.`{edited.target}` LIMIT 1").collect()[0]
+    latest = DeltaTable(edited.target).version()
     reader = spark.read.format("delta").option("readChangeFeed", "true")
-    feed = reader.option("startingVersion", latest["version"]).load(edited.target)
+    feed = reader.option("startingVersion", latest).load(edited.target)
     assert {r["id"] for r in feed.select("id").collect()} == touched
     entry = control.read_log("orders")[-1]
     assert entry["spec_fingerprint"] == spec_fingerprint(edited)
@@ -188,13 +186,12 @@ def test_an_scd2_key_change_is_refused_and_nothing_is_written(
     shown = pipeline_status(edited, control)
     assert (shown.state, shown.spec_state) == (WindowState.BLOCKED, SpecState.REFUSED)
     assert shown.spec_changed_fields == ("keys",)
-    version = spark.sql(f"DESCRIBE HISTORY delta.`{first.target}` LIMIT 1").collect()[0][0]
+    version = DeltaTable(first.target).version()
     with pytest.raises(SpecChangeRefused, match="move the silver table"):
         PipelineRunner.on(control, lambda: spark).run(edited)
     with pytest.raises(SpecChangeRefused):
         PipelineRunner.on(control, lambda: spark).run(edited, force_rebuild=True)
-    after = spark.sql(f"DESCRIBE HISTORY delta.`{first.target}` LIMIT 1").collect()[0][0]
-    assert after == version
+    assert DeltaTable(first.target).version() == version
 
 
 def test_fail_fast_refuses_the_edit_until_the_rebuild_it_names(

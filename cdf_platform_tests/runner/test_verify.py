@@ -24,7 +24,15 @@ from cdf_platform.state.verifications import (
     read_verifications,
 )
 from cdf_platform.state.watermark import read_silver_state
-from cdf_platform_tests.bronze import commit_feed, control_for, insert, make_bronze, spec_for, sql
+from cdf_platform_tests.bronze import (
+    commit_feed,
+    control_for,
+    insert,
+    make_bronze,
+    rows,
+    spec_for,
+    sql,
+)
 from cdf_platform_tests.event_log import DEBEZIUM, Event, EventLog
 
 # A spec that shapes rows: a filter and a derived column, so the oracle below is the spec.
@@ -43,8 +51,7 @@ def oracle(bronze: str) -> list[tuple[Any, ...]]:
 
 
 def silver_rows(spark: SparkSession, spec: PipelineSpec) -> list[tuple[Any, ...]]:
-    frame = spark.read.format("delta").load(spec.target)
-    return sorted(tuple(r) for r in frame.select("id", "name", "amount", "double").collect())
+    return rows(spark, spec.target, "id", "name", "amount", "double")
 
 
 def silver_version(spec: PipelineSpec) -> int:
@@ -142,6 +149,8 @@ def test_foreign_writes_are_named_by_key_and_the_repair_changes_only_those_keys(
         VerificationOutcome.DIFFERENT,
         VerificationOutcome.REPAIRED,
     ]
+    if writer is _by_deltalake:
+        return  # what follows is the same whoever wrote to silver
 
     # The next run goes on from the same watermark; the next verification finds silver equal.
     insert(spark, spec.source, [(40, "n40", 400)])
@@ -202,22 +211,18 @@ def test_an_event_log_verifies_equal_and_its_foreign_writes_are_named_and_repair
 
     assert verify_pipeline(spec, control, lambda: spark).verification.outcome.value == "EQUAL"
 
+    # A key deleted and a value changed by hand: both are named, and the repair folds the
+    # events again, writing the missing key back and the changed key's event again, and only
+    # those two keys.
     sql(spark, spec.target, "DELETE FROM {t} WHERE id = 2")
-    found = verify_pipeline(spec, control, lambda: spark)
-    assert [(k["id"], k["difference"]) for k in found.comparison.sample] == [(2, "missing")]
-
-    # The repair folds the events again: the missing key comes back, and only it.
-    repaired = verify_pipeline(spec, control, lambda: spark, repair=True)
-    assert repaired.verification.outcome is VerificationOutcome.REPAIRED
-    assert {row[0] for row in commit_feed(spark, spec.target, silver_version(spec))} == {2}
-    log.check(spark, spec)
-
-    # A value changed by hand: the fold writes the key's event again, and only that key.
     sql(spark, spec.target, "UPDATE {t} SET amount = -1 WHERE id = 5")
-    fixed = verify_pipeline(spec, control, lambda: spark, repair=True)
-    assert fixed.verification.outcome is VerificationOutcome.REPAIRED
-    assert [(k["id"], k["difference"]) for k in fixed.comparison.sample] == [(5, "changed")]
-    assert {row[0] for row in commit_feed(spark, spec.target, silver_version(spec))} == {5}
+    repaired = verify_pipeline(spec, control, lambda: spark, repair=True)
+    assert [(k["id"], k["difference"]) for k in repaired.comparison.sample] == [
+        (2, "missing"),
+        (5, "changed"),
+    ]
+    assert repaired.verification.outcome is VerificationOutcome.REPAIRED
+    assert {row[0] for row in commit_feed(spark, spec.target, silver_version(spec))} == {2, 5}
     log.check(spark, spec)
 
 

@@ -74,34 +74,32 @@ def test_raise_policy_extends_retention_then_vacuums_without_cutting_the_window(
     assert rows(spark, spec.target) == rows(spark, spec.source)
 
 
-@pytest.mark.parametrize(
-    ("policy", "cap", "reason"),
-    [
-        (RetentionPolicy.REFUSE, 720.0, "the policy is to refuse"),
-        (RetentionPolicy.RAISE, 2.0, "above the cap of 2 h"),
-    ],
-    ids=["refuse-policy", "above-cap"],
-)
-def test_refuses_when_retention_cannot_cover_a_consumer(
-    spark: SparkSession, lake: Path, policy: RetentionPolicy, cap: float, reason: str
-) -> None:
-    spec, _control = _lagging_consumer(spark, lake)
-    before = sorted(p.name for p in Path(spec.source).rglob("*.parquet"))
-    decision = plan_vacuum(
-        spec.source, [spec], policy=policy, buffer_hours=6, max_retention_hours=cap
-    )
-    assert decision.action is VacuumAction.REFUSE
-    assert reason in decision.reason
-    outcome = execute_vacuum(spark, decision)
-    assert not outcome.vacuumed
-    assert sorted(p.name for p in Path(spec.source).rglob("*.parquet")) == before
-    assert _property(spark, spec.source, "delta.deletedFileRetentionDuration") == "interval 1 hours"
+# Retention that cannot cover a consumer: (policy, cap in hours, what the refusal says).
+CANNOT_COVER = [
+    (RetentionPolicy.REFUSE, 720.0, "the policy is to refuse"),
+    (RetentionPolicy.RAISE, 2.0, "above the cap of 2 h"),
+]
 
 
-def test_retain_zero_is_refused_while_a_consumer_is_behind_and_cuts_the_window_with_override(
+def test_refused_while_a_consumer_is_behind_until_retain_zero_overrides_and_cuts_the_window(
     spark: SparkSession, lake: Path
 ) -> None:
     spec, control = _lagging_consumer(spark, lake)
+    # Retention that cannot cover the consumer is refused, and the refusal writes nothing.
+    before = sorted(p.name for p in Path(spec.source).rglob("*.parquet"))
+    for policy, cap, reason in CANNOT_COVER:
+        decision = plan_vacuum(
+            spec.source, [spec], policy=policy, buffer_hours=6, max_retention_hours=cap
+        )
+        assert decision.action is VacuumAction.REFUSE, policy
+        assert reason in decision.reason
+        outcome = execute_vacuum(spark, decision)
+        assert not outcome.vacuumed, policy
+        assert sorted(p.name for p in Path(spec.source).rglob("*.parquet")) == before, policy
+        retention = _property(spark, spec.source, "delta.deletedFileRetentionDuration")
+        assert retention == "interval 1 hours", policy
+
+    # So is RETAIN 0 HOURS, unless the loss of the consumer's window is allowed.
     refused = plan_vacuum(spec.source, [spec], retain_zero=True)
     assert refused.action is VacuumAction.REFUSE
     assert "['people']" in refused.reason
