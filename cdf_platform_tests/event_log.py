@@ -9,12 +9,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.spec.pipeline_spec import DeleteMode, HistoryMode, PipelineSpec
-from cdf_platform_tests.bronze import rows
+from cdf_platform_tests.bronze import deltalake_insert, rows
 
 IMAGE = "STRUCT<id: INT, name: STRING, amount: INT>"
 SCHEMA = f"before {IMAGE}, after {IMAGE}, op STRING, ts_ms BIGINT"
@@ -157,15 +156,9 @@ class DeltaRsEventLog(EventLog):
     covered in cdf_platform_tests/runner/test_event_source.py.
     """
 
-    def __init__(self, spark: SparkSession, path: str) -> None:
-        super().__init__(spark, path)
-        self.schema = pa.schema(DeltaTable(path).schema().to_arrow())
-
     def append(self, *events: Event) -> None:
         """One bronze commit holding `events`."""
-        names = self.schema.names
-        batch = [dict(zip(names, e.as_row(), strict=True)) for e in events]
-        write_deltalake(self.path, pa.Table.from_pylist(batch, schema=self.schema), mode="append")
+        deltalake_insert(self.path, [e.as_row() for e in events])
         self.written.extend(events)
 
     def delete(self, predicate: str) -> None:

@@ -22,14 +22,13 @@ from pyspark.sql import SparkSession
 
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.run import PipelineRunner
-from cdf_platform_tests.bronze import control_for, rows, spec_for
+from cdf_platform_tests.bronze import BRONZE_SCHEMA, control_for, rows, spec_for
 from cdf_platform_tests.event_log import DEBEZIUM, DeltaRsEventLog, Event
 
 pytestmark = pytest.mark.long(minutes=2)
 
 KEYS = range(1, 9)
 NAMES = ("ada", "bob", "cy", "dee", "eve")
-DUMP = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.int32())])
 
 
 class EventSource:
@@ -127,8 +126,10 @@ def test_generated_dumps_of_a_snapshot_source_reach_silver_exactly(
                 del dump[key]
             else:
                 dump[key] = (key, rng.choice(NAMES), rng.randrange(100))
-        batch = [dict(zip(DUMP.names, row, strict=True)) for row in dump.values()]
-        write_deltalake(spec.source, pa.Table.from_pylist(batch, schema=DUMP), mode="overwrite")
+        batch = [dict(zip(BRONZE_SCHEMA.names, row, strict=True)) for row in dump.values()]
+        write_deltalake(
+            spec.source, pa.Table.from_pylist(batch, schema=BRONZE_SCHEMA), mode="overwrite"
+        )
         PipelineRunner.on(control, lambda: spark).run(spec)
         live = rows(spark, spec.target, "id", "name", "amount", "_is_deleted")
         assert [r[:3] for r in live if not r[3]] == sorted(dump.values())
