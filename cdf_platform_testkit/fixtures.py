@@ -265,6 +265,16 @@ def spark(
 
 
 @pytest.fixture
+def shuffle_partitions_kept(spark: SparkSession) -> Iterator[None]:
+    """The shared session keeps its shuffle partitions after a test that runs the CLI in this
+    process: a run sets its settings' own (`spark.sql.shuffle.partitions`) on the session."""
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    assert partitions is not None
+    yield
+    spark.conf.set("spark.sql.shuffle.partitions", partitions)
+
+
+@pytest.fixture
 def lake(tmp_path: Path) -> Path:
     """A fresh lake folder for one test."""
     root = tmp_path / "lake"

@@ -132,6 +132,7 @@ def test_rebuild_run_and_status_commands(spark: SparkSession, lake: Path, tmp_pa
     assert re.fullmatch(r"\d+\.\d\d", lag_hours) and re.fullmatch(r"\d+\.\d\d", headroom_hours)
 
 
+@pytest.mark.usefixtures("shuffle_partitions_kept")
 def test_a_fail_fast_rebuild_at_a_shell_writes_the_audit_record_of_the_rebuild_jobs_override(
     spark: SparkSession,
     spark_resource: SparkResource,

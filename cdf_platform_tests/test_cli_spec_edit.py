@@ -11,7 +11,6 @@ process of its own."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,16 +31,6 @@ AFTER = """pipelines:
   - {id: rekeyed, source: bronze, target: rekeyed, keys: [id, region]}
 """
 IDS = ("filtered", "derived", "rekeyed")
-SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
-
-
-@pytest.fixture
-def shuffle_partitions_kept(spark: SparkSession) -> Iterator[None]:
-    """The tests' session keeps its shuffle partitions: a run sets its settings' own on it."""
-    partitions = spark.conf.get(SHUFFLE_PARTITIONS)
-    assert partitions is not None
-    yield
-    spark.conf.set(SHUFFLE_PARTITIONS, partitions)
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
