@@ -10,8 +10,8 @@ import dagster as dg
 import pytest
 from pyspark.sql import SparkSession
 
-from cdf_platform.cli import _context as cli_context
 from cdf_platform.cli import build_parser
+from cdf_platform.cli.commands import lake_context as cli_context
 from cdf_platform.definitions import build_defs
 from cdf_platform.orchestration.shared.keys import silver_key
 from cdf_platform.orchestration.shared.resources import LakeLayout
