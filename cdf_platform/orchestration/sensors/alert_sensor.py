@@ -2,13 +2,13 @@
 and run events, so the OSS daemon runs it), sent once per incident and once when it ends.
 
 Each tick reads what happened after the positions it last read (the checks' latest
-evaluations, materializations, observations, runs starting and ending; `alert_signals`), folds
-them into incidents (`cdf_platform.alerts.incidents`), puts the messages in the outbox, saves, and
-then delivers (`cdf_platform.alerts.delivery`): its state (position, open incidents, outbox)
-is one value of the instance's key-value store, written before each message is tried and after
-each is accepted, so a tick cut short by a daemon's restart loses nothing and repeats nothing
-already delivered. A sensor started on an instance with history begins at its newest event:
-it tells what happens from then on, not the past.
+evaluations, materializations, observations: `alert_signals`; runs starting and ending:
+`run_signals`), folds them into incidents (`cdf_platform.alerts.incidents`), puts the messages
+in the outbox, saves, and then delivers (`cdf_platform.alerts.delivery`): its state (position,
+open incidents, outbox) is one value of the instance's key-value store, written before each
+message is tried and after each is accepted, so a tick cut short by a daemon's restart loses
+nothing and repeats nothing already delivered. A sensor started on an instance with history
+begins at its newest event: it tells what happens from then on, not the past.
 """
 
 from __future__ import annotations
@@ -34,12 +34,9 @@ from cdf_platform.alerts.delivery import (
 from cdf_platform.core.alert_config import AlertConfig, AlertTarget, SlackTarget
 from cdf_platform.core.errors import InvalidAlertConfig
 from cdf_platform.core.spec.pipeline_spec import PipelineSpec
-from cdf_platform.orchestration.sensors.alert_signals import (
-    ASSET_EVENT_TYPES,
-    RUN_EVENT_TYPES,
-    SignalReader,
-)
+from cdf_platform.orchestration.sensors.alert_signals import ASSET_EVENT_TYPES, SignalReader
 from cdf_platform.orchestration.sensors.check_records import latest_evaluated
+from cdf_platform.orchestration.sensors.run_signals import RUN_EVENT_TYPES
 
 ALERT_SENSOR = "alert_sensor"
 # The key of the alerts' state in the instance's key-value store.

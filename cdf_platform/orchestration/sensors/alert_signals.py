@@ -3,17 +3,11 @@
 observations, and runs starting, failing and succeeding.
 
 - `replay_window` says `LOW_HEADROOM`: the window is at risk; `LOST`: it is lost; passed: neither.
-- A run the sensors requested to repair a loss starts: the window is lost (if no evaluation said
-  so yet: the incremental sensor repairs from the tick that sees a loss, before any check) and
-  its repair started.
 - A silver materialization of a rebuild that names a loss: repaired. Any silver
   materialization: its pipeline's runs succeed again.
 - `foreign_writes` failed / passed; an expectation check's quarantine above
   `quarantine_rows_above` / within it; a verification DIFFERENT / EQUAL or REPAIRED.
-- A run failed with no retry left (Dagster's run retries will not take it): failed for good,
-  or a destructive action refused (a run failed by a blocking check is not: its evaluation is
-  told); a run that carried out a destructive setting the deployment
-  permits (run tag `DESTRUCTIVE_TAG`) ended.
+- Runs starting, failing and succeeding: `run_signals`.
 """
 
 from __future__ import annotations
@@ -27,33 +21,16 @@ from dagster._core.events import DagsterEventType
 
 from cdf_platform.alerts.incidents import Change, Signal
 from cdf_platform.core.alert_config import AlertEvent, Severity
-from cdf_platform.core.errors import REBUILDABLE, DestructiveActionNotPermitted
+from cdf_platform.core.errors import REBUILDABLE
 from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.checks.silver_checks import FOREIGN_WRITES, REPLAY_WINDOW
-from cdf_platform.orchestration.sensors.incremental_sensor import requested_of
-from cdf_platform.orchestration.shared.keys import (
-    DESTRUCTIVE_TAG,
-    INCIDENT_TAG,
-    PIPELINE_TAG,
-    SILVER_PREFIX,
-    TABLE_TAG,
-    WILL_RETRY_TAG,
-    silver_op_name,
-    silver_pipeline_ids,
-)
-from cdf_platform.planning.repair import repair_decision
+from cdf_platform.orchestration.sensors.run_signals import lost_window, run_ended, run_started
+from cdf_platform.orchestration.shared.keys import SILVER_PREFIX
 
 # The incident codes of a loss a rebuild repairs (a spec edit's or a person's rebuild is none).
 LOSS_CODES = frozenset(cls.incident_code for cls in REBUILDABLE)
-# The class of a step failure that a failed blocking check causes.
-CHECK_FAILED = "DagsterAssetCheckFailedError"
-# The asset events and run events the sensor reads (besides the checks' evaluations).
+# The asset events the sensor reads (besides the checks' evaluations; runs: `run_signals`).
 ASSET_EVENT_TYPES = (DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.ASSET_OBSERVATION)
-RUN_EVENT_TYPES = (
-    DagsterEventType.RUN_START,
-    DagsterEventType.RUN_SUCCESS,
-    DagsterEventType.RUN_FAILURE,
-)
 
 
 def _value(metadata: Mapping[str, Any], name: str) -> Any:
@@ -102,8 +79,10 @@ class SignalReader:
         if run is None:
             return []
         if kind is DagsterEventType.RUN_START:
-            return self._run_start(run, at, source)
-        return self._run_end(instance, run, kind is DagsterEventType.RUN_FAILURE, at, source)
+            return run_started(self.specs, run, at, source)
+        return run_ended(
+            self.specs, instance, run, kind is DagsterEventType.RUN_FAILURE, at, source
+        )
 
     # -- check evaluations -------------------------------------------------------------
     def _evaluation(self, evaluation: Any, at: float, source: str) -> list[Signal]:
@@ -210,41 +189,8 @@ class SignalReader:
                 )
             ]
         if state == "LOST":
-            return [self._lost(subject, description, figures, link, at, source)]
+            return [lost_window(self.specs, subject, description, figures, link, at, source)]
         return []
-
-    def _lost(
-        self,
-        subject: str,
-        summary: str,
-        figures: dict[str, Any],
-        link: str,
-        at: float,
-        source: str,
-    ) -> Signal:
-        spec = self.specs.get(subject)
-        # The one decision on a lost window (planning.repair): a person's, or the platform's.
-        if spec is not None and not repair_decision(spec.fallback_mode).automatic:
-            advice = (
-                f"{subject} is FAIL_FAST: read the incident, then rebuild it (`cdf-platform "
-                f"rebuild {subject}`, or rebuild_job with override_fail_fast: true)"
-            )
-        else:
-            advice = (
-                "nothing: the platform rebuilds silver from bronze's snapshot (a repair follows)"
-            )
-        return Signal(
-            AlertEvent.WINDOW_LOST,
-            subject,
-            Change.OPEN,
-            Severity.CRITICAL,
-            summary,
-            advice,
-            figures,
-            link,
-            at,
-            source,
-        )
 
     # -- materializations and observations ------------------------------------------------
     def _materialization(
@@ -274,7 +220,8 @@ class SignalReader:
                 "watermark_before": _value(metadata, "watermark_before"),
                 "watermark_after": _value(metadata, "watermark_after"),
             }
-            lost = self._lost(
+            lost = lost_window(
+                self.specs,
                 subject,
                 f"{subject}'s replay window was lost ({code})",
                 figures,
@@ -323,145 +270,4 @@ class SignalReader:
                 at,
                 source,
             )
-        ]
-
-    # -- runs ------------------------------------------------------------------------------
-    def _run_start(self, run: dg.DagsterRun, at: float, source: str) -> list[Signal]:
-        repairs = {
-            pipeline_id: requested.split(":")[1:]
-            for pipeline_id, requested in requested_of(run).items()
-            if requested.startswith("repair:")
-        }
-        if INCIDENT_TAG in run.tags and PIPELINE_TAG in run.tags:
-            repairs.setdefault(run.tags[PIPELINE_TAG], [])
-        signals = []
-        for subject, versions in sorted(repairs.items()):
-            figures: dict[str, Any] = (
-                {"watermark": versions[0], "latest_version": versions[1]}
-                if len(versions) == 2
-                else {}
-            )
-            summary = f"{subject}'s replay window is lost" + (
-                f": bronze versions after {versions[0]} can no longer be replayed"
-                if versions
-                else f" ({run.tags.get(INCIDENT_TAG)})"
-            )
-            link = f"/runs/{run.run_id}"
-            signals.append(self._lost(subject, summary, figures, link, at, source))
-            signals.append(
-                Signal(
-                    AlertEvent.REPAIR_STARTED,
-                    subject,
-                    Change.ONCE,
-                    Severity.INFO,
-                    f"run {run.run_id} rebuilds {subject} from bronze's snapshot",
-                    None,
-                    figures,
-                    link,
-                    at,
-                    f"{source}:{subject}",
-                )
-            )
-        return signals
-
-    def _run_end(
-        self,
-        instance: dg.DagsterInstance,
-        run: dg.DagsterRun,
-        failed: bool,
-        at: float,
-        source: str,
-    ) -> list[Signal]:
-        link = f"/runs/{run.run_id}"
-        signals = []
-        # A maintenance run is one table's: its subject names it.
-        table = run.tags.get(TABLE_TAG)
-        subject = f"{run.job_name} ({table})" if table else run.job_name
-        if DESTRUCTIVE_TAG in run.tags:
-            settings = run.tags[DESTRUCTIVE_TAG]
-            signals.append(
-                Signal(
-                    AlertEvent.DESTRUCTIVE_ACTION,
-                    subject,
-                    Change.ONCE,
-                    Severity.WARNING,
-                    f"run {run.run_id} of {run.job_name} carried out {settings}, which this "
-                    f"deployment permits; it {'failed' if failed else 'succeeded'}",
-                    "nothing, if it was intended: the maintenance log records it",
-                    {},
-                    link,
-                    at,
-                    source,
-                    title="destructive action permitted",
-                )
-            )
-        if not failed or run.tags.get(WILL_RETRY_TAG) == "true":
-            return signals
-        return [*signals, *self._run_failed(instance, run, subject, link, at, source)]
-
-    def _run_failed(
-        self,
-        instance: dg.DagsterInstance,
-        run: dg.DagsterRun,
-        subject: str,
-        link: str,
-        at: float,
-        source: str,
-    ) -> list[Signal]:
-        """What a run that failed for good tells: a refused destructive action, or each failed
-        pipeline's run failure; nothing when only blocking checks failed (their evaluations
-        tell)."""
-        failures = instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_FAILURE)
-        errors = [
-            error
-            for failure in failures
-            if failure.dagster_event is not None
-            and (error := failure.dagster_event.step_failure_data.error) is not None
-        ]
-        if errors and all(error.cls_name == CHECK_FAILED for error in errors):
-            return []  # a blocking check failed: its evaluation is told
-        messages = [error.message.strip() for error in errors]
-        message = messages[0].splitlines()[0] if messages else "the run's process ended"
-        if any(
-            DestructiveActionNotPermitted.incident_code in m
-            or DestructiveActionNotPermitted.__name__ in m
-            for m in messages
-        ):
-            return [
-                Signal(
-                    AlertEvent.DESTRUCTIVE_ACTION,
-                    subject,
-                    Change.ONCE,
-                    Severity.WARNING,
-                    message,
-                    "nothing, if the refusal is right; otherwise see docs/production.md "
-                    "(Security) for who may permit it",
-                    {},
-                    link,
-                    at,
-                    source,
-                    title="destructive action refused",
-                )
-            ]
-        # A shared run's failure is its failed steps' pipelines (the others wrote silver); a
-        # run whose process died is all it covers.
-        failed_steps = {failure.step_key for failure in failures}
-        covered = silver_pipeline_ids(run.asset_selection or ())
-        subjects = [p for p in self.specs if silver_op_name(p) in failed_steps] or covered
-        subjects = subjects or [run.tags.get(PIPELINE_TAG) or run.job_name]
-        return [
-            Signal(
-                AlertEvent.RUN_FAILED,
-                pipeline,
-                Change.OPEN,
-                Severity.CRITICAL,
-                f"run {run.run_id} of {run.job_name} failed, and no retry is left: {message}",
-                "read the run's error (its 'What to do' names the fix); the next bronze "
-                "version gets a run of its own",
-                {},
-                link,
-                at,
-                source,
-            )
-            for pipeline in subjects
         ]
