@@ -30,10 +30,12 @@ from cdf_platform.orchestration.jobs.silver_jobs import (
 )
 from cdf_platform.orchestration.jobs.verify_job import build_verify_job, build_verify_schedule
 from cdf_platform.orchestration.sensors.alert_sensor import build_alert_sensor
-from cdf_platform.orchestration.sensors.consumers import (
-    ConsumerAsset,
+from cdf_platform.orchestration.sensors.consumer_sensor import (
     build_consumer_job,
     build_consumer_sensor,
+)
+from cdf_platform.orchestration.sensors.consumers import (
+    ConsumerAsset,
     build_recompute_job,
     consumer_check_keys,
     consumer_checks,

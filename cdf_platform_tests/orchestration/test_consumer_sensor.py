@@ -12,7 +12,7 @@ import dagster as dg
 from pyspark.sql import SparkSession
 
 from cdf_platform.demo.data.gold_asset import CUSTOMER_ORDER_TOTALS_KEY
-from cdf_platform.orchestration.sensors.consumers import CONSUMER_JOB, CONSUMER_SENSOR
+from cdf_platform.orchestration.sensors.consumer_sensor import CONSUMER_JOB, CONSUMER_SENSOR
 from cdf_platform.orchestration.shared.spark_resource import SparkResource
 from cdf_platform_tests.lake_platform import (
     ORDERS,
