@@ -20,7 +20,7 @@ from bench.replay_check import (
     spark_history_check,
 )
 from bench.workload import DATA_COLUMNS, KEY, Workload, spec_for
-from cdf_platform.core.spec.pipeline_spec import DeleteMode
+from cdf_platform.core.spec.modes import DeleteMode
 from cdf_platform.core.sql import sql_path
 from cdf_platform.run import PipelineRunner
 from cdf_platform.spark.runtime.small_steps import AHEAD_CONF as SILVER_STATE_AHEAD

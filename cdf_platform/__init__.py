@@ -37,15 +37,15 @@ __version__ = "0.1.0"
 _HOMES: Mapping[str, str] = MappingProxyType(
     {
         "PipelineSpec": "cdf_platform.core.spec.pipeline_spec",
-        "DeleteMode": "cdf_platform.core.spec.pipeline_spec",
-        "ChangeSource": "cdf_platform.core.spec.pipeline_spec",
+        "DeleteMode": "cdf_platform.core.spec.modes",
+        "ChangeSource": "cdf_platform.core.spec.modes",
         "EventSpec": "cdf_platform.core.spec.event_spec",
         "Expectation": "cdf_platform.core.spec.expectations",
         "ExpectationAction": "cdf_platform.core.spec.expectations",
-        "HistoryMode": "cdf_platform.core.spec.pipeline_spec",
-        "FallbackMode": "cdf_platform.core.spec.pipeline_spec",
-        "OnSpecChange": "cdf_platform.core.spec.pipeline_spec",
-        "VerifyRepair": "cdf_platform.core.spec.pipeline_spec",
+        "HistoryMode": "cdf_platform.core.spec.modes",
+        "FallbackMode": "cdf_platform.core.spec.modes",
+        "OnSpecChange": "cdf_platform.core.spec.modes",
+        "VerifyRepair": "cdf_platform.core.spec.modes",
         "build_defs": "cdf_platform.definitions",
         "CdfPipelinesComponent": "cdf_platform.orchestration.component",
         "SparkResource": "cdf_platform.orchestration.shared.spark_resource",
@@ -142,13 +142,13 @@ if TYPE_CHECKING:
     from cdf_platform.core.spec.event_spec import EventSpec as EventSpec
     from cdf_platform.core.spec.expectations import Expectation as Expectation
     from cdf_platform.core.spec.expectations import ExpectationAction as ExpectationAction
-    from cdf_platform.core.spec.pipeline_spec import ChangeSource as ChangeSource
-    from cdf_platform.core.spec.pipeline_spec import DeleteMode as DeleteMode
-    from cdf_platform.core.spec.pipeline_spec import FallbackMode as FallbackMode
-    from cdf_platform.core.spec.pipeline_spec import HistoryMode as HistoryMode
-    from cdf_platform.core.spec.pipeline_spec import OnSpecChange as OnSpecChange
+    from cdf_platform.core.spec.modes import ChangeSource as ChangeSource
+    from cdf_platform.core.spec.modes import DeleteMode as DeleteMode
+    from cdf_platform.core.spec.modes import FallbackMode as FallbackMode
+    from cdf_platform.core.spec.modes import HistoryMode as HistoryMode
+    from cdf_platform.core.spec.modes import OnSpecChange as OnSpecChange
+    from cdf_platform.core.spec.modes import VerifyRepair as VerifyRepair
     from cdf_platform.core.spec.pipeline_spec import PipelineSpec as PipelineSpec
-    from cdf_platform.core.spec.pipeline_spec import VerifyRepair as VerifyRepair
     from cdf_platform.definitions import build_defs as build_defs
     from cdf_platform.orchestration.component import CdfPipelinesComponent as CdfPipelinesComponent
     from cdf_platform.orchestration.io_manager.watermark_io_manager import (

@@ -12,7 +12,8 @@ from typing import Any
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdf_platform.core.spec.pipeline_spec import DeleteMode, HistoryMode, PipelineSpec
+from cdf_platform.core.spec.modes import DeleteMode, HistoryMode
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform_tests.bronze import deltalake_insert, rows
 
 IMAGE = "STRUCT<id: INT, name: STRING, amount: INT>"

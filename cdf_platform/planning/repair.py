@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cdf_platform.core.errors import REBUILDABLE, CdfPlatformError, SpecChanged
-from cdf_platform.core.spec.pipeline_spec import FallbackMode
+from cdf_platform.core.spec.modes import FallbackMode
 
 if TYPE_CHECKING:
     from cdf_platform.planning.plan import RunPlan

@@ -14,12 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cdf_platform.core.errors import CdfPlatformError, SpecChanged, SpecChangeRefused
-from cdf_platform.core.spec.pipeline_spec import (
-    FallbackMode,
-    HistoryMode,
-    OnSpecChange,
-    PipelineSpec,
-)
+from cdf_platform.core.spec.modes import FallbackMode, HistoryMode, OnSpecChange
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.spec.spec_fingerprint import SpecChange, compare_spec
 from cdf_platform.state.watermark import ForwardOnly, SilverState
 

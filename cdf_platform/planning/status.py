@@ -23,7 +23,8 @@ from cdf_platform.core.errors import (
     SpecChangeRefused,
     TableNameNotLocated,
 )
-from cdf_platform.core.spec.pipeline_spec import OnSpecChange, PipelineSpec
+from cdf_platform.core.spec.modes import OnSpecChange
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.spec.spec_fingerprint import fingerprint_of
 from cdf_platform.planning.assessment import (
     ControlReads,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from cdf_platform.core.spec.pipeline_spec import ChangeSource, HistoryMode
+from cdf_platform.core.spec.modes import ChangeSource, HistoryMode
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.spark.quality.conform import change_rows
 from cdf_platform.spark.quality.quality_gate import Judgement, QualityGate

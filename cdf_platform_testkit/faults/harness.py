@@ -44,7 +44,8 @@ from cdf_platform.core.errors import (
     SpecChanged,
     SpecChangeRefused,
 )
-from cdf_platform.core.spec.pipeline_spec import FallbackMode, PipelineSpec
+from cdf_platform.core.spec.modes import FallbackMode
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.run import PipelineRunner

@@ -22,7 +22,7 @@ from cdf_platform.core.errors import (
     ConcurrentWriteConflict,
     TargetOwnershipConflict,
 )
-from cdf_platform.core.spec.pipeline_spec import DeleteMode
+from cdf_platform.core.spec.modes import DeleteMode
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.run_result import RunResult
 from cdf_platform.run import PipelineRunner

@@ -12,7 +12,7 @@ import dagster as dg
 import pytest
 from pyspark.sql import SparkSession
 
-from cdf_platform.core.spec.pipeline_spec import FallbackMode
+from cdf_platform.core.spec.modes import FallbackMode
 from cdf_platform.definitions import build_defs
 from cdf_platform.demo.data.bronze_assets import demo_bronze_assets
 from cdf_platform.demo.data.gold_asset import CUSTOMER_ORDER_TOTALS_KEY, customer_order_totals_asset

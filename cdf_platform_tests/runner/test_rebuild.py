@@ -12,7 +12,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import ReplayWindowLost, SourceReset
-from cdf_platform.core.spec.pipeline_spec import FallbackMode
+from cdf_platform.core.spec.modes import FallbackMode
 from cdf_platform.core.sql import sql_path
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.planning.status import WindowState, pipeline_status

@@ -19,7 +19,7 @@ from cdf_platform.core.errors import (
     IncompatibleSchemaChange,
     ReplayWindowLost,
 )
-from cdf_platform.core.spec.pipeline_spec import FallbackMode
+from cdf_platform.core.spec.modes import FallbackMode
 from cdf_platform.planning.plan import RunMode
 from cdf_platform.run import PipelineRunner
 from cdf_platform.state.watermark import read_silver_state

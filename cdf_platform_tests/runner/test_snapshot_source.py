@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdf_platform.core.errors import CdfNotEnabled
-from cdf_platform.core.spec.pipeline_spec import ChangeSource
+from cdf_platform.core.spec.modes import ChangeSource
 from cdf_platform.definitions import build_defs
 from cdf_platform.orchestration.shared.keys import silver_key
 from cdf_platform.orchestration.shared.spark_resource import SparkResource

@@ -1,1 +1,2 @@
-"""The pipeline spec: its fields, event log, expectations; the pipelines file; its fingerprint."""
+"""The pipeline spec: its fields, modes, event log, expectations; the pipelines file; its
+fingerprint."""

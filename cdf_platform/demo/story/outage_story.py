@@ -30,7 +30,7 @@ from dagster._core.scheduler.instigation import InstigatorTick
 
 from cdf_platform.core.config import ALLOW_DESTRUCTIVE_ENV, LAKE_ROOT_ENV
 from cdf_platform.core.lake import Lake
-from cdf_platform.core.spec.pipeline_spec import ChangeSource
+from cdf_platform.core.spec.modes import ChangeSource
 from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.demo.data.bronze_assets import DEMO_TABLES

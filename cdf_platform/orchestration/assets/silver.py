@@ -18,7 +18,8 @@ import dagster as dg
 from dagster._core.storage.tags import PRIORITY_TAG
 from pydantic import Field
 
-from cdf_platform.core.spec.pipeline_spec import DeleteMode, HistoryMode, PipelineSpec
+from cdf_platform.core.spec.modes import DeleteMode, HistoryMode
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.spec.spec_fingerprint import spec_fingerprint
 from cdf_platform.orchestration.io_manager.silver_io import (
     PipelineBatch,

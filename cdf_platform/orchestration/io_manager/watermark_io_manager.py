@@ -40,7 +40,7 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from cdf_platform.core.errors import CdfPlatformError, InvalidPipelineSpec
-from cdf_platform.core.spec.pipeline_spec import FallbackMode
+from cdf_platform.core.spec.modes import FallbackMode
 from cdf_platform.orchestration.io_manager.silver_io import (
     PipelineBatch,
     PipelineWrite,

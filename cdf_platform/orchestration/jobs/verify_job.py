@@ -16,7 +16,8 @@ import dagster as dg
 from pydantic import Field
 
 from cdf_platform.core.errors import CdfPlatformError, VerificationRefused
-from cdf_platform.core.spec.pipeline_spec import PipelineSpec, VerifyRepair
+from cdf_platform.core.spec.modes import VerifyRepair
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.shared.keys import (
     QUEUE_TAG,
     SILVER_QUEUE,

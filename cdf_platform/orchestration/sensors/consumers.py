@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from cdf_platform.core.spec.pipeline_spec import FallbackMode, PipelineSpec
+from cdf_platform.core.spec.modes import FallbackMode
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.checks.silver_checks import (
     CONSUMER_LAG,
     REPLAY_WINDOW,

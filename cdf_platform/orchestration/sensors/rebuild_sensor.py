@@ -42,7 +42,8 @@ import dagster as dg
 from dagster._core.scheduler.instigation import InstigatorStatus, InstigatorType
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecord
 
-from cdf_platform.core.spec.pipeline_spec import FallbackMode, PipelineSpec
+from cdf_platform.core.spec.modes import FallbackMode
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.orchestration.checks.silver_checks import REPLAY_WINDOW
 from cdf_platform.orchestration.jobs.silver_jobs import REBUILD_JOB, rebuild_run_config
 from cdf_platform.orchestration.sensors.check_records import latest_evaluated

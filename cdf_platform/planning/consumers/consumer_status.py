@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from cdf_platform.core.errors import SourceNotFound
-from cdf_platform.core.spec.pipeline_spec import FallbackMode
+from cdf_platform.core.spec.modes import FallbackMode
 from cdf_platform.core.storage import StorageConfig
 from cdf_platform.planning.consumers.input_plan import BatchMode, plan_input
 from cdf_platform.planning.status import (

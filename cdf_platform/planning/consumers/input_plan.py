@@ -31,7 +31,7 @@ from cdf_platform.core.errors import (
     ReplayWindowLost,
     SourceReset,
 )
-from cdf_platform.core.spec.pipeline_spec import FallbackMode
+from cdf_platform.core.spec.modes import FallbackMode
 from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.planning.lost_window import replay_problem
 from cdf_platform.planning.repair import repair_decision

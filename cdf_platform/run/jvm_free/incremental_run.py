@@ -43,7 +43,7 @@ from cdf_platform.core.config import jvm_free_merge_max_rows
 from cdf_platform.core.errors import ConcurrentWriteConflict
 from cdf_platform.core.faults import FaultPoint, fault_point
 from cdf_platform.core.silver_columns import END_AT, SOURCE_VERSION, START_AT
-from cdf_platform.core.spec.pipeline_spec import ChangeSource, DeleteMode, HistoryMode
+from cdf_platform.core.spec.modes import ChangeSource, DeleteMode, HistoryMode
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.planning.run_result import RowCounts

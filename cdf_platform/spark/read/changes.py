@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cdf_platform.core.errors import DataQualityError
-from cdf_platform.core.spec.pipeline_spec import HistoryMode, PipelineSpec
+from cdf_platform.core.spec.modes import HistoryMode
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident
 from cdf_platform.spark.read.change_feed import (
     CHANGE_TYPE,

@@ -28,7 +28,8 @@ from cdf_platform.core.silver_columns import (
     SOURCE_VERSION,
     START_AT,
 )
-from cdf_platform.core.spec.pipeline_spec import DeleteMode, HistoryMode, PipelineSpec
+from cdf_platform.core.spec.modes import DeleteMode, HistoryMode
+from cdf_platform.core.spec.pipeline_spec import PipelineSpec
 from cdf_platform.core.sql import quote_ident, sql_string
 
 if TYPE_CHECKING:

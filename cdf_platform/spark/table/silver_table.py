@@ -29,7 +29,7 @@ from cdf_platform.core.errors import (
     TargetOwnershipConflict,
     foreign_files_at_target,
 )
-from cdf_platform.core.spec.pipeline_spec import DeleteMode, HistoryMode
+from cdf_platform.core.spec.modes import DeleteMode, HistoryMode
 from cdf_platform.core.sql import create_table_sql, quote_ident, sql_path, sql_string
 from cdf_platform.core.storage import ENVIRONMENT_ONLY, StorageConfig
 from cdf_platform.deltalog.delta_tables import open_delta_table

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from cdf_platform.core.spec.pipeline_spec import DeleteMode
+from cdf_platform.core.spec.modes import DeleteMode
 from cdf_platform.core.storage import StorageConfig
 from cdf_platform.deltalog.delta_tables import open_delta_table
 from cdf_platform.planning.run_result import NO_ROWS, RowCounts

@@ -15,7 +15,7 @@ Example:
 
 from __future__ import annotations
 
-from cdf_platform.core.spec.pipeline_spec import DeleteMode
+from cdf_platform.core.spec.modes import DeleteMode
 from cdf_platform.core.sql import quote_ident
 from cdf_platform.spark.table.silver_layout import (
     DELETED_AT,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from cdf_platform.core.spec.pipeline_spec import HistoryMode
+from cdf_platform.core.spec.modes import HistoryMode
 from cdf_platform.core.storage import StorageConfig
 from cdf_platform.spark.table.silver_table import holds_files
 from cdf_platform.spark.write.history import merge_history, staged_history, staged_reconcile
