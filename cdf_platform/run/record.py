@@ -15,7 +15,7 @@ from cdf_platform.core.spec.spec_fingerprint import fingerprint_of, shaping_fiel
 from cdf_platform.planning.plan import RunMode, RunPlan
 from cdf_platform.planning.run_result import RowCounts, RunResult
 from cdf_platform.run.context import RunContext, RunOutcome
-from cdf_platform.spark.table.silver_table import silver_widenings
+from cdf_platform.spark.table.silver_types import silver_widenings
 from cdf_platform.state.load_log import LoadLogEntry
 from cdf_platform.window.replay_window import assess_consumer, compute_replay_window
 
